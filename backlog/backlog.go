@@ -1,0 +1,142 @@
+// Package backlog decides, per task, whether the input is a backlog.
+//
+// A task's input is a backlog while its consumer lag (end offset, or last stable offset under
+// read_committed, minus the next offset to process) is high: after downtime, a deployment, a
+// replay or a bootstrap. Keyed operators then sort and fold silently (batch-like); once the lag
+// is low they stream with low latency. The decision has hysteresis: enter at lag >= EnterLag
+// (or time lag >= EnterTimeLag when set), leave at lag <= ExitLag (and time lag <= ExitTimeLag
+// when set), so a task near the threshold does not flap.
+//
+// The decision travels in-band with the records as a RecordAttributes event (FLIP-309/325/327).
+// A two-input operator is in backlog while any of its inputs is (Combine).
+package backlog
+
+import (
+	"fmt"
+	"time"
+)
+
+// Mode is the backlog.mode setting.
+type Mode int
+
+const (
+	// Auto follows the lag, in both directions, any number of times.
+	Auto Mode = iota
+	// Never is pure streaming: the detector never reports a backlog.
+	Never
+	// Always starts every task in backlog and keeps it there until it has caught up once;
+	// from then on the task streams.
+	Always
+)
+
+// ParseMode parses "auto", "never" or "always".
+func ParseMode(s string) (Mode, error) {
+	switch s {
+	case "auto", "":
+		return Auto, nil
+	case "never":
+		return Never, nil
+	case "always":
+		return Always, nil
+	}
+	return Auto, fmt.Errorf("backlog: unknown mode %q (allowed: auto, never, always)", s)
+}
+
+func (m Mode) String() string {
+	switch m {
+	case Never:
+		return "never"
+	case Always:
+		return "always"
+	}
+	return "auto"
+}
+
+// Options are the thresholds of a Detector. Zero time lags disable the time criteria.
+type Options struct {
+	Mode         Mode
+	EnterLag     int64
+	ExitLag      int64
+	EnterTimeLag time.Duration
+	ExitTimeLag  time.Duration
+}
+
+// RecordAttributes is the in-band event that tells operators the mode of their input
+// (Flink's RecordAttributes{isBacklog}).
+type RecordAttributes struct {
+	Backlog bool
+}
+
+// Combine returns the attributes of an operator with several inputs: it is in backlog while
+// any input is.
+func Combine(in ...RecordAttributes) RecordAttributes {
+	for _, a := range in {
+		if a.Backlog {
+			return RecordAttributes{Backlog: true}
+		}
+	}
+	return RecordAttributes{}
+}
+
+// Detector holds one task's mode. It is not safe for concurrent use: the task goroutine owns it.
+type Detector struct {
+	o       Options
+	started bool
+	backlog bool
+	caught  bool // Always mode: has caught up once
+}
+
+// NewDetector returns a detector that has not observed any lag yet; it reports real-time
+// until the first Observe.
+func NewDetector(o Options) *Detector { return &Detector{o: o} }
+
+// Backlog reports the current mode.
+func (d *Detector) Backlog() bool { return d.backlog }
+
+// Started reports whether Observe has been called.
+func (d *Detector) Started() bool { return d.started }
+
+// Observe records the lag seen for the task (from a fetch response) and its time lag (wall
+// clock minus the event time of the last fetched record; 0 if unknown). It returns the
+// attributes now in force and whether they changed. The first observation puts a task in
+// backlog without that counting as a change (changed is false, first is true).
+func (d *Detector) Observe(lag int64, timeLag time.Duration) (attr RecordAttributes, changed, first bool) {
+	first = !d.started
+	d.started = true
+	was := d.backlog
+	switch d.o.Mode {
+	case Never:
+		d.backlog = false
+	case Always:
+		if first {
+			d.backlog = true
+		}
+		if d.backlog && d.exits(lag, timeLag) {
+			d.backlog = false
+			d.caught = true
+		}
+	default:
+		if d.backlog {
+			if d.exits(lag, timeLag) {
+				d.backlog = false
+			}
+		} else if d.enters(lag, timeLag) {
+			d.backlog = true
+		}
+	}
+	return RecordAttributes{Backlog: d.backlog}, !first && was != d.backlog, first
+}
+
+func (d *Detector) enters(lag int64, timeLag time.Duration) bool {
+	if lag >= d.o.EnterLag {
+		return true
+	}
+	return d.o.EnterTimeLag > 0 && timeLag >= d.o.EnterTimeLag
+}
+
+func (d *Detector) exits(lag int64, timeLag time.Duration) bool {
+	if lag > d.o.ExitLag {
+		return false
+	}
+	return d.o.ExitTimeLag <= 0 || timeLag <= d.o.ExitTimeLag
+}
