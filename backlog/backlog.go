@@ -140,3 +140,7 @@ func (d *Detector) exits(lag int64, timeLag time.Duration) bool {
 	}
 	return d.o.ExitTimeLag <= 0 || timeLag <= d.o.ExitTimeLag
 }
+
+// Fresh returns a detector with the same options that has observed nothing (after an abort,
+// a task decides its mode again from the next lag it sees).
+func (d *Detector) Fresh() *Detector { return NewDetector(d.o) }

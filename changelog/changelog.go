@@ -1,0 +1,250 @@
+// Package changelog owns sluice's internal topics and rebuilds operator state from them.
+//
+// Every keyed operator writes, in the same transaction as its outputs and input offsets, one
+// changelog record per key it changed: key = the group key, value = the full state (so replaying
+// any suffix of the log is idempotent). The topic <group>-<operator>-changelog is compacted and
+// has exactly the input's partition count: partition p holds the state of task p.
+//
+// On assignment a task restores: it reads its changelog partition, read_committed, from the
+// offset stored beside the state in Pebble (the changelog offset the state reflects) to the end,
+// and applies it. A state dir that is missing, or an offset the log cannot serve (recreated or
+// truncated topic), means a full restore from the log start. Nothing is ever wiped on a crash:
+// Pebble only ever lags the transaction log.
+package changelog
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sluice-dev/sluice/state"
+)
+
+// Topic describes an internal topic to create.
+type Topic struct {
+	Name       string
+	Partitions int32 // required count; an existing topic with another count is an error when Exact
+	Exact      bool
+	Compacted  bool
+}
+
+// Ensure creates the missing topics and checks the existing ones. rf is the replication factor
+// of created topics (-1: the broker default).
+func Ensure(ctx context.Context, adm *kadm.Client, topics []Topic, rf int16) error {
+	names := make([]string, 0, len(topics))
+	for _, t := range topics {
+		names = append(names, t.Name)
+	}
+	details, err := adm.ListTopics(ctx, names...)
+	if err != nil {
+		return fmt.Errorf("changelog: list topics: %w", err)
+	}
+	for _, t := range topics {
+		if d, ok := details[t.Name]; ok && d.Err == nil {
+			if n := int32(len(d.Partitions)); t.Exact && n != t.Partitions {
+				return fmt.Errorf("changelog: topic %s has %d partitions, but its input has %d: delete it (its state is rebuilt from the input) or restore the input's partition count", t.Name, n, t.Partitions)
+			}
+			continue
+		}
+		cfg := map[string]*string{}
+		if t.Compacted {
+			cfg["cleanup.policy"] = ptr("compact")
+		}
+		resp, err := adm.CreateTopic(ctx, t.Partitions, rf, cfg, t.Name)
+		if err == nil {
+			err = resp.Err
+		}
+		if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
+			return fmt.Errorf("changelog: create topic %s: %w", t.Name, err)
+		}
+	}
+	return nil
+}
+
+// Partitions returns the partition count of each topic; a missing topic is an error.
+func Partitions(ctx context.Context, adm *kadm.Client, topics ...string) (map[string]int32, error) {
+	details, err := adm.ListTopics(ctx, topics...)
+	if err != nil {
+		return nil, fmt.Errorf("changelog: list topics: %w", err)
+	}
+	out := map[string]int32{}
+	for _, t := range topics {
+		d, ok := details[t]
+		if !ok || d.Err != nil || len(d.Partitions) == 0 {
+			return nil, fmt.Errorf("changelog: topic %s does not exist", t)
+		}
+		out[t] = int32(len(d.Partitions))
+	}
+	return out, nil
+}
+
+// Restorer replays changelog partitions into a Store. Safe for concurrent use (one Restore per
+// namespace at a time).
+type Restorer struct {
+	Brokers []string
+	Store   state.Store
+	Admin   *kadm.Client
+	Logger  *slog.Logger
+	// Valid reports whether a changelog value is a state the operator understands; a record that
+	// fails is an error (never silently dropped). Nil accepts everything.
+	Valid func(op string, val []byte) bool
+	// Opts are extra client options (tests).
+	Opts []kgo.Opt
+}
+
+// Stats describe one restore.
+type Stats struct {
+	From, To int64 // offsets replayed: [From, To)
+	Records  int64
+	Full     bool // replayed from the log start after dropping local state
+	Duration time.Duration
+}
+
+// Restore brings ns up to date with topic's partition ns.Partition.
+func (r *Restorer) Restore(ctx context.Context, topic string, ns state.Namespace) (Stats, error) {
+	start := time.Now()
+	var st Stats
+	starts, err := retry(ctx, func() (kadm.ListedOffsets, error) { return r.Admin.ListStartOffsets(ctx, topic) })
+	if err != nil {
+		return st, fmt.Errorf("changelog: %s: list start offsets: %w", topic, err)
+	}
+	ends, err := retry(ctx, func() (kadm.ListedOffsets, error) { return r.Admin.ListCommittedOffsets(ctx, topic) }) // last stable offsets
+	if err != nil {
+		return st, fmt.Errorf("changelog: %s: list end offsets: %w", topic, err)
+	}
+	lo, ok1 := starts.Lookup(topic, ns.Partition)
+	hi, ok2 := ends.Lookup(topic, ns.Partition)
+	if !ok1 || !ok2 {
+		return st, fmt.Errorf("changelog: %s has no partition %d", topic, ns.Partition)
+	}
+	from, have, err := r.Store.Offset(ns)
+	if err != nil {
+		return st, err
+	}
+	if !have || from > hi.Offset || from < lo.Offset {
+		if have {
+			r.log().Warn("changelog offset unusable, restoring in full", "topic", topic, "partition", ns.Partition, "stored", from, "log_start", lo.Offset, "log_end", hi.Offset)
+		}
+		if err := r.Store.Drop(ns); err != nil {
+			return st, err
+		}
+		from, st.Full = lo.Offset, true
+	}
+	st.From, st.To = from, hi.Offset
+	if from >= hi.Offset {
+		if st.Full && hi.Offset > 0 {
+			// Record where the (empty) replay ended so the next restore starts there.
+			b := r.Store.NewBatch()
+			defer b.Close()
+			if err := b.SetOffset(ns, hi.Offset); err != nil {
+				return st, err
+			}
+			if err := b.Commit(); err != nil {
+				return st, err
+			}
+		}
+		st.Duration = time.Since(start)
+		return st, nil
+	}
+	opts := append([]kgo.Opt{
+		kgo.SeedBrokers(r.Brokers...),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {ns.Partition: kgo.NewOffset().At(from)}}),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.KeepControlRecords(), // transaction markers advance the position too
+		kgo.FetchMaxBytes(64 << 20),
+	}, r.Opts...)
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return st, fmt.Errorf("changelog: %w", err)
+	}
+	defer cl.Close()
+	next := from
+	b := r.Store.NewBatch()
+	defer func() { b.Close() }()
+	for next < hi.Offset {
+		fs := cl.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			return st, err
+		}
+		var ferr error
+		fs.EachError(func(t string, p int32, err error) {
+			if ferr == nil {
+				ferr = fmt.Errorf("changelog: fetch %s[%d]: %w", t, p, err)
+			}
+		})
+		if ferr != nil {
+			return st, ferr
+		}
+		var aerr error
+		fs.EachRecord(func(rec *kgo.Record) {
+			if aerr != nil || rec.Offset >= hi.Offset {
+				return
+			}
+			next = rec.Offset + 1
+			if rec.Attrs.IsControl() {
+				return
+			}
+			st.Records++
+			switch {
+			case rec.Value == nil:
+				aerr = b.Delete(ns, rec.Key)
+			case r.Valid != nil && !r.Valid(ns.Operator, rec.Value):
+				aerr = fmt.Errorf("changelog: %s[%d] offset %d: value is not a state of operator %s (was the aggregate's field list changed? delete the changelog topic and state dir to rebuild from the input)", topic, ns.Partition, rec.Offset, ns.Operator)
+			default:
+				aerr = b.Set(ns, rec.Key, rec.Value)
+			}
+		})
+		if aerr != nil {
+			return st, aerr
+		}
+		if b.Len() >= 10000 || next >= hi.Offset {
+			if err := b.SetOffset(ns, next); err != nil {
+				return st, err
+			}
+			if err := b.Commit(); err != nil {
+				return st, err
+			}
+			b.Close()
+			b = r.Store.NewBatch()
+		}
+	}
+	st.Duration = time.Since(start)
+	return st, nil
+}
+
+func (r *Restorer) log() *slog.Logger {
+	if r.Logger != nil {
+		return r.Logger
+	}
+	return slog.Default()
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// retry lists offsets, retrying retriable errors (a topic that was just created may not be
+// served by every broker yet) for up to about 30 seconds.
+func retry(ctx context.Context, list func() (kadm.ListedOffsets, error)) (kadm.ListedOffsets, error) {
+	wait := 50 * time.Millisecond
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		l, err := list()
+		if err == nil {
+			err = l.Error()
+		}
+		if err == nil || !kerr.IsRetriable(err) || time.Now().After(deadline) {
+			return l, err
+		}
+		select {
+		case <-ctx.Done():
+			return l, ctx.Err()
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, time.Second)
+	}
+}

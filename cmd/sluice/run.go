@@ -1,0 +1,133 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/sluice-dev/sluice/configs"
+	"github.com/sluice-dev/sluice/consumer"
+	"github.com/sluice-dev/sluice/operators/task"
+	"github.com/sluice-dev/sluice/sorter"
+	"github.com/sluice-dev/sluice/state"
+)
+
+func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	path := configFlag(fs)
+	if err := parseFlags(fs, args, stderr); err != nil {
+		return err
+	}
+	if *path == "" {
+		return &usageError{"run needs -c FILE"}
+	}
+	cfg, err := configs.Load(*path, os.Environ())
+	if err != nil {
+		return err
+	}
+	return runPipeline(ctx, cfg, newLogger(cfg, stderr), runOpts{})
+}
+
+// runOpts are the hooks demo and tests use around a pipeline run.
+type runOpts struct {
+	kafkaOpts []kgo.Opt
+	started   func(*consumer.Engine) // called once the engine exists
+}
+
+// runPipeline runs cfg's pipeline until ctx is done. It is the process composition: the
+// embedded broker (if configured), the state store, the sort budget, the engine and the HTTP
+// server, each a Run(ctx) in one errgroup.
+func runPipeline(ctx context.Context, cfg *configs.Config, log *slog.Logger, ro runOpts) error {
+	plan, err := task.NewPlan(cfg)
+	if err != nil {
+		return err
+	}
+	if cfg.Kafka.Embedded() {
+		c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(8, plan.Topics()...))
+		if err != nil {
+			return fmt.Errorf("embedded broker: %w", err)
+		}
+		defer c.Close()
+		cfg.Kafka.Brokers = c.ListenAddrs()
+		log.Info("embedded broker started", "addr", cfg.Kafka.Brokers)
+	}
+	if err := os.MkdirAll(cfg.Processing.StateDir, 0o755); err != nil {
+		return fmt.Errorf("state dir: %w", err)
+	}
+	store, err := state.Open(state.Options{Dir: filepath.Join(cfg.Processing.StateDir, "pebble")})
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	sortDir := filepath.Join(cfg.Processing.StateDir, "sort")
+	if err := sorter.Clean(sortDir); err != nil {
+		return err
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	eng, err := consumer.New(consumer.Options{
+		Config: cfg, Plan: plan, Store: store,
+		Budget:  sorter.NewBudget(int64(cfg.Backlog.SortMemory)),
+		SortDir: sortDir, Registry: reg, Logger: log, KafkaOpts: ro.kafkaOpts,
+	})
+	if err != nil {
+		return err
+	}
+	if ro.started != nil {
+		ro.started(eng)
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return eng.Run(gctx) })
+	if cfg.HTTP.Enabled() {
+		ln, err := net.Listen("tcp", cfg.HTTP.Listen)
+		if err != nil {
+			return fmt.Errorf("http.listen %s: %w", cfg.HTTP.Listen, err)
+		}
+		srv := &http.Server{Handler: httpHandler(eng, reg), ReadHeaderTimeout: 5 * time.Second}
+		g.Go(func() error {
+			if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+				return err
+			}
+			return nil
+		})
+		g.Go(func() error {
+			<-gctx.Done()
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			return srv.Shutdown(sctx)
+		})
+		log.Info("http listening", "addr", ln.Addr().String())
+	}
+	return g.Wait()
+}
+
+func newLogger(cfg *configs.Config, w io.Writer) *slog.Logger {
+	lv := slog.LevelInfo
+	switch cfg.Log.Level {
+	case "debug":
+		lv = slog.LevelDebug
+	case "warn":
+		lv = slog.LevelWarn
+	case "error":
+		lv = slog.LevelError
+	}
+	o := &slog.HandlerOptions{Level: lv}
+	if cfg.Log.Format == "json" {
+		return slog.New(slog.NewJSONHandler(w, o))
+	}
+	return slog.New(slog.NewTextHandler(w, o))
+}

@@ -1,0 +1,481 @@
+// Package configs owns sluice's configuration: the YAML file format, the SLUICE_ environment
+// overlay, defaults, validation with errors that name the offending key, the example
+// pipelines (examples/*.yaml, with demo.yaml embedded as Demo), and the names of the internal
+// topics and transactional id derived from it.
+//
+// Loading is: YAML file (or bytes) -> environment variables on top -> defaults -> Validate.
+// Environment variables start with SLUICE_ and use "__" to nest, lower-cased:
+//
+//	SLUICE_KAFKA__BROKERS=a:9092,b:9092  -> kafka.brokers = [a:9092, b:9092] (lists are comma-split)
+//	SLUICE_INSTANCE_ID=pod-1             -> instance_id
+//	SLUICE_BACKLOG__ENTER_LAG=10         -> backlog.enter_lag
+//
+// Unknown keys, in the file or in the environment, are errors. Variables named SLUICE_TEST_* or
+// SLUICE_REQUIRE_* are reserved for test harnesses and ignored.
+//
+// koanf appears only here (and in cmd/): the rest of sluice receives the plain structs below.
+package configs
+
+import (
+	"fmt"
+	"os"
+	"reflect"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/go-viper/mapstructure/v2"
+	"github.com/knadh/koanf/parsers/yaml"
+	"github.com/knadh/koanf/providers/confmap"
+	"github.com/knadh/koanf/providers/file"
+	"github.com/knadh/koanf/v2"
+)
+
+// Error is a configuration error. Key is the full dotted key it concerns ("backlog.enter_lag",
+// "operators[1].aggregate.fields.amount"), or "" for errors about the whole file (unreadable,
+// not YAML) or a malformed environment variable name. It is immutable once returned and safe
+// to share. Every error returned by Load, Parse and Validate is an
+// *Error, so the command line can map it to exit code 2.
+type Error struct {
+	Key string
+	Msg string
+
+	err error // underlying cause, if any (for errors.Is, e.g. fs.ErrNotExist)
+}
+
+// Error returns "config: <key>: <msg>" (or "config: <msg>" without a key).
+func (e *Error) Error() string {
+	if e.Key == "" {
+		return "config: " + e.Msg
+	}
+	return "config: " + e.Key + ": " + e.Msg
+}
+
+// Unwrap returns the underlying cause, if any.
+func (e *Error) Unwrap() error { return e.err }
+
+func errorf(key, format string, args ...any) *Error {
+	return &Error{Key: key, Msg: fmt.Sprintf(format, args...)}
+}
+
+// Config is the whole configuration of one sluice process.
+//
+// A Config is a plain value: it is not safe for concurrent mutation, but any number of
+// goroutines may read it once loaded. Load and Parse return a fresh Config owned by the caller;
+// its slices and maps are not shared with anything else.
+type Config struct {
+	Kafka      Kafka             `koanf:"kafka"`
+	Group      string            `koanf:"group"`       // required; [a-zA-Z0-9._-]+
+	InstanceID string            `koanf:"instance_id"` // default os.Hostname(); same charset
+	Processing Processing        `koanf:"processing"`
+	Backlog    Backlog           `koanf:"backlog"`
+	HTTP       HTTP              `koanf:"http"`
+	Log        Log               `koanf:"log"`
+	Sources    map[string]Source `koanf:"sources"`   // >=1
+	Operators  []Operator        `koanf:"operators"` // >=1
+	Sinks      map[string]Sink   `koanf:"sinks"`
+}
+
+// Kafka is the kafka section. Like every section type below, it is a plain part of Config
+// with the same rules: read freely once loaded, do not mutate concurrently.
+type Kafka struct {
+	Brokers            []string      `koanf:"brokers"`             // required; ["embedded"] = in-process broker
+	TransactionTimeout time.Duration `koanf:"transaction_timeout"` // default 2m, >= 1s
+	ReplicationFactor  int16         `koanf:"replication_factor"`  // internal topics; default -1 (broker default)
+}
+
+// EmbeddedBroker is the broker list entry that asks for an in-process broker.
+const EmbeddedBroker = "embedded"
+
+// Embedded reports whether the brokers are ["embedded"]: an in-process broker (demo, tests).
+func (k Kafka) Embedded() bool { return len(k.Brokers) == 1 && k.Brokers[0] == EmbeddedBroker }
+
+// Processing is the processing section.
+type Processing struct {
+	Guarantee      string        `koanf:"guarantee"`       // exactly_once (default) | at_least_once
+	CommitInterval time.Duration `koanf:"commit_interval"` // default 100ms, > 0
+	StateDir       string        `koanf:"state_dir"`       // default ./data
+	CacheKeys      int           `koanf:"cache_keys"`      // write-back cache entries per task; default 100000, >= 1
+}
+
+// Guarantee values.
+const (
+	ExactlyOnce = "exactly_once"
+	AtLeastOnce = "at_least_once"
+)
+
+// Backlog is the backlog section: when a task's input counts as a backlog, and how backlog
+// processing is bounded.
+type Backlog struct {
+	Mode               string        `koanf:"mode"`                // auto (default) | never | always
+	EnterLag           int64         `koanf:"enter_lag"`           // default 50000, > 0
+	ExitLag            int64         `koanf:"exit_lag"`            // default 500, >= 0, must be < enter_lag
+	EnterTimeLag       time.Duration `koanf:"enter_time_lag"`      // 0 = off
+	ExitTimeLag        time.Duration `koanf:"exit_time_lag"`       // 0 = off; must be < enter_time_lag when both set
+	SortMemory         Size          `koanf:"sort_memory"`         // default 256MiB, >= 1MiB
+	CheckpointInterval time.Duration `koanf:"checkpoint_interval"` // default 0 (off)
+	ProgressInterval   time.Duration `koanf:"progress_interval"`   // default 5s; 0 = off
+}
+
+// Backlog modes.
+const (
+	ModeAuto   = "auto"
+	ModeNever  = "never"
+	ModeAlways = "always"
+)
+
+// HTTP is the http section.
+type HTTP struct {
+	Listen string `koanf:"listen"` // default "127.0.0.1:9464"; "" or "off" disables
+}
+
+// Enabled reports whether the HTTP server should run.
+func (h HTTP) Enabled() bool { return h.Listen != "" && h.Listen != "off" }
+
+// Log is the log section.
+type Log struct {
+	Level  string `koanf:"level"`  // info (default) | debug | warn | error
+	Format string `koanf:"format"` // text (default) | json
+}
+
+// Source is one input topic.
+type Source struct {
+	Topic     string `koanf:"topic"`     // required
+	Format    string `koanf:"format"`    // json (only, default)
+	Key       string `koanf:"key"`       // field path "a.b" or "" = Kafka record key
+	Timestamp string `koanf:"timestamp"` // field path or "" = record timestamp
+}
+
+// Sink is one output topic.
+type Sink struct {
+	Topic  string `koanf:"topic"`  // required
+	Format string `koanf:"format"` // json (only, default)
+}
+
+// Operator is one step of the pipeline. Exactly one of Filter, Map and Aggregate is set.
+type Operator struct {
+	Name      string     `koanf:"name"` // required, unique, [a-z0-9_-]+ (used in topic names)
+	Filter    *Filter    `koanf:"filter"`
+	Map       *Map       `koanf:"map"`
+	Aggregate *Aggregate `koanf:"aggregate"`
+	Output    string     `koanf:"output"` // sink name; required for aggregate; optional otherwise
+}
+
+// Kind returns "filter", "map" or "aggregate" ("" when none is set).
+func (o *Operator) Kind() string {
+	switch {
+	case o.Filter != nil:
+		return "filter"
+	case o.Map != nil:
+		return "map"
+	case o.Aggregate != nil:
+		return "aggregate"
+	}
+	return ""
+}
+
+// Input returns the input of whichever of Filter, Map and Aggregate is set.
+func (o *Operator) Input() string {
+	switch {
+	case o.Filter != nil:
+		return o.Filter.Input
+	case o.Map != nil:
+		return o.Map.Input
+	case o.Aggregate != nil:
+		return o.Aggregate.Input
+	}
+	return ""
+}
+
+// Filter keeps the records for which Expr is true.
+type Filter struct {
+	Input string `koanf:"input"`
+	Expr  string `koanf:"expr"`
+}
+
+// Map sets top-level fields of the record: field -> expression.
+type Map struct {
+	Input string            `koanf:"input"`
+	Set   map[string]string `koanf:"set"`
+}
+
+// Aggregate is a keyed aggregate over its input's key.
+type Aggregate struct {
+	Input  string                    `koanf:"input"`
+	Fields map[string]map[string]any `koanf:"fields"` // raw YAML: {amount: {sum: amount}, orders: {count: {}}}
+	Emit   string                    `koanf:"emit"`   // updates (default) | final
+}
+
+// Emit values.
+const (
+	EmitUpdates = "updates"
+	EmitFinal   = "final"
+)
+
+// AggSpec (a plain value) is one output field of an aggregate: Name is the output field, Func one of sum,
+// count, min, max, avg, and Field the input field path ("" for count).
+type AggSpec struct {
+	Name, Func, Field string
+}
+
+// aggFuncs are the aggregate functions, in the order error messages list them.
+var aggFuncs = []string{"sum", "count", "min", "max", "avg"}
+
+// Specs returns the parsed aggregate fields sorted by Name. It is meaningful only for an
+// aggregate that passed Validate: entries that do not parse are left out. The returned slice is
+// new and owned by the caller.
+func (a *Aggregate) Specs() []AggSpec {
+	specs := make([]AggSpec, 0, len(a.Fields))
+	for _, name := range sortedKeys(a.Fields) {
+		s, err := parseAggSpec(name, a.Fields[name])
+		if err != "" {
+			continue
+		}
+		specs = append(specs, s)
+	}
+	return specs
+}
+
+// parseAggSpec parses {sum: amount} / {count: {}}; it returns a message for Validate on error.
+func parseAggSpec(name string, raw map[string]any) (AggSpec, string) {
+	if len(raw) != 1 {
+		keys := sortedKeys(raw)
+		if len(keys) == 0 {
+			return AggSpec{}, fmt.Sprintf("needs one function (one of %s), e.g. {sum: amount} or {count: {}}", strings.Join(aggFuncs, ", "))
+		}
+		return AggSpec{}, fmt.Sprintf("has %d functions (%s); give exactly one, e.g. {sum: amount}", len(keys), strings.Join(keys, ", "))
+	}
+	var fn string
+	var arg any
+	for f, a := range raw { // exactly one entry
+		fn, arg = f, a
+	}
+	if !slices.Contains(aggFuncs, fn) {
+		return AggSpec{}, fmt.Sprintf("unknown function %q (allowed: %s)", fn, strings.Join(aggFuncs, ", "))
+	}
+	if fn == "count" {
+		switch v := arg.(type) {
+		case nil:
+		case map[string]any:
+			if len(v) != 0 {
+				return AggSpec{}, "count takes {} or nothing (it counts records), not a field"
+			}
+		case string:
+			if v != "" {
+				return AggSpec{}, "count takes {} or nothing (it counts records), not a field"
+			}
+		default:
+			return AggSpec{}, "count takes {} or nothing (it counts records)"
+		}
+		return AggSpec{Name: name, Func: fn}, ""
+	}
+	field, ok := arg.(string)
+	if !ok || field == "" {
+		return AggSpec{}, fmt.Sprintf("%s needs an input field path, e.g. {%s: amount}", fn, fn)
+	}
+	if msg := checkFieldPath(field); msg != "" {
+		return AggSpec{}, fmt.Sprintf("%s: %s", fn, msg)
+	}
+	return AggSpec{Name: name, Func: fn, Field: field}, ""
+}
+
+// TransactionalID returns "<group>-<instance_id>", the Kafka transactional.id of this instance.
+func (c *Config) TransactionalID() string { return c.Group + "-" + c.InstanceID }
+
+// ChangelogTopic returns the compacted changelog topic of operator op: "<group>-<op>-changelog".
+func (c *Config) ChangelogTopic(op string) string { return c.Group + "-" + op + "-changelog" }
+
+// RepartitionTopic returns the repartition topic of operator op: "<group>-<op>-repartition".
+func (c *Config) RepartitionTopic(op string) string { return c.Group + "-" + op + "-repartition" }
+
+// DLQTopic returns the dead-letter topic: "<group>-dlq".
+func (c *Config) DLQTopic() string { return c.Group + "-dlq" }
+
+// InternalTopics returns the internal topics this pipeline uses, sorted: the dead-letter topic
+// and the changelog of every aggregate. (Repartition topics are not used yet.)
+func (c *Config) InternalTopics() []string {
+	topics := []string{c.DLQTopic()}
+	for i := range c.Operators {
+		if c.Operators[i].Aggregate != nil {
+			topics = append(topics, c.ChangelogTopic(c.Operators[i].Name))
+		}
+	}
+	slices.Sort(topics)
+	return topics
+}
+
+// SourceOf returns the source that operator op ultimately reads, following inputs through
+// earlier operators. ok is false when op is not an operator or its chain does not reach a
+// source (which Validate rejects).
+func (c *Config) SourceOf(op string) (source string, ok bool) {
+	byName := make(map[string]*Operator, len(c.Operators))
+	for i := range c.Operators {
+		byName[c.Operators[i].Name] = &c.Operators[i]
+	}
+	cur, isOp := byName[op]
+	if !isOp {
+		return "", false
+	}
+	for range len(c.Operators) { // bounded: a chain cannot be longer than the operator list
+		in := cur.Input()
+		if _, isSrc := c.Sources[in]; isSrc {
+			return in, true
+		}
+		if cur, isOp = byName[in]; !isOp {
+			return "", false
+		}
+	}
+	return "", false
+}
+
+// defaults returns a Config with every default that Load applies before reading the file.
+// Defaults whose zero value is meaningful (exit_lag, http.listen, progress_interval) must be
+// set before decoding, so an explicit zero in the file is kept.
+func defaults() Config {
+	return Config{
+		Kafka: Kafka{
+			TransactionTimeout: 2 * time.Minute,
+			ReplicationFactor:  -1,
+		},
+		Processing: Processing{
+			Guarantee:      ExactlyOnce,
+			CommitInterval: 100 * time.Millisecond,
+			StateDir:       "./data",
+			CacheKeys:      100000,
+		},
+		Backlog: Backlog{
+			Mode:             ModeAuto,
+			EnterLag:         50000,
+			ExitLag:          500,
+			SortMemory:       256 * MiB,
+			ProgressInterval: 5 * time.Second,
+		},
+		HTTP: HTTP{Listen: "127.0.0.1:9464"},
+		Log:  Log{Level: "info", Format: "text"},
+	}
+}
+
+// fillDefaults sets the defaults that live inside maps and lists (and any enum left empty),
+// so a loaded Config holds explicit values everywhere.
+func (c *Config) fillDefaults(hostname func() (string, error)) *Error {
+	setIfEmpty := func(p *string, v string) {
+		if *p == "" {
+			*p = v
+		}
+	}
+	setIfEmpty(&c.Processing.Guarantee, ExactlyOnce)
+	setIfEmpty(&c.Processing.StateDir, "./data")
+	setIfEmpty(&c.Backlog.Mode, ModeAuto)
+	setIfEmpty(&c.Log.Level, "info")
+	setIfEmpty(&c.Log.Format, "text")
+	for name, s := range c.Sources {
+		setIfEmpty(&s.Format, "json")
+		c.Sources[name] = s
+	}
+	for name, s := range c.Sinks {
+		setIfEmpty(&s.Format, "json")
+		c.Sinks[name] = s
+	}
+	for i := range c.Operators {
+		if a := c.Operators[i].Aggregate; a != nil {
+			setIfEmpty(&a.Emit, EmitUpdates)
+		}
+	}
+	if c.InstanceID == "" {
+		h, err := hostname()
+		if err != nil || h == "" {
+			return &Error{Key: "instance_id", Msg: fmt.Sprintf("not set and the host name is unknown (%v); set instance_id", err), err: err}
+		}
+		c.InstanceID = h
+	}
+	return nil
+}
+
+// Load reads the YAML file at path (path may be "" = defaults only), then overlays environment
+// variables from environ (e.g. os.Environ()) with prefix SLUICE_, "__" nesting, lower-cased.
+// Then it applies defaults and Validate. Every error is an *Error naming the key.
+func Load(path string, environ []string) (*Config, error) {
+	var b []byte
+	if path != "" {
+		var err error
+		b, err = file.Provider(path).ReadBytes()
+		if err != nil {
+			return nil, &Error{Msg: err.Error(), err: err} // names the path
+		}
+	}
+	return parse(b, path, environ, os.Hostname)
+}
+
+// Parse is Load from bytes (tests, the embedded demo config).
+func Parse(yamlDoc []byte, environ []string) (*Config, error) {
+	return parse(yamlDoc, "", environ, os.Hostname)
+}
+
+// parse is Parse with the file name for messages (or "") and the host name lookup injected.
+func parse(yamlDoc []byte, fileName string, environ []string, hostname func() (string, error)) (*Config, error) {
+	fileMap, err := yaml.Parser().Unmarshal(yamlDoc)
+	if err != nil {
+		msg := fmt.Sprintf("invalid YAML: %v", err)
+		if fileName != "" {
+			msg = fileName + ": " + msg
+		}
+		return nil, &Error{Msg: msg, err: err}
+	}
+	if fileMap == nil {
+		fileMap = map[string]any{}
+	}
+	configType := reflect.TypeFor[Config]()
+	if cerr := normalizeStruct("", fileMap, configType); cerr != nil {
+		return nil, cerr
+	}
+	envMap, envNames, cerr := environMap(environ)
+	if cerr != nil {
+		return nil, cerr
+	}
+	if cerr := normalizeStruct("", envMap, configType); cerr != nil {
+		cerr.Msg += " (set by " + envNames.culprit(cerr.Key) + ")"
+		return nil, cerr
+	}
+
+	k := koanf.New(".")
+	if err := k.Load(confmap.Provider(fileMap, ""), nil); err != nil {
+		return nil, &Error{Msg: err.Error(), err: err}
+	}
+	if err := k.Load(confmap.Provider(envMap, ""), nil); err != nil {
+		return nil, &Error{Msg: err.Error(), err: err}
+	}
+	c := defaults()
+	err = k.UnmarshalWithConf("", &c, koanf.UnmarshalConf{
+		DecoderConfig: &mapstructure.DecoderConfig{
+			DecodeHook: mapstructure.ComposeDecodeHookFunc(
+				mapstructure.StringToTimeDurationHookFunc(),
+				mapstructure.TextUnmarshallerHookFunc(),
+			),
+			WeaklyTypedInput: true,
+			ErrorUnused:      true,
+			TagName:          "koanf",
+		},
+	})
+	if err != nil {
+		// normalize has checked every key and value, so this is a bug rather than a user error;
+		// still report it as a config error rather than crash.
+		return nil, &Error{Msg: fmt.Sprintf("decode: %v", err), err: err}
+	}
+	if cerr := c.fillDefaults(hostname); cerr != nil {
+		return nil, cerr
+	}
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	return &c, nil
+}
+
+// sortedKeys returns the keys of m in order.
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}

@@ -1,0 +1,459 @@
+package configs
+
+import (
+	"fmt"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// maxTopicLen is Kafka's limit on topic names.
+const maxTopicLen = 249
+
+// Validate checks the whole configuration and returns the first problem as an *Error naming
+// its key, or nil. It does not modify c. Enumerations left empty ("") count as their default,
+// so a Config built in code validates without Load's defaults; Load and Parse fill them in.
+// Expressions are only required to be non-empty here: operators/ compiles them.
+func (c *Config) Validate() error {
+	for _, check := range []func() *Error{
+		c.validateKafka,
+		c.validateIdentity,
+		c.validateProcessing,
+		c.validateBacklog,
+		c.validateHTTP,
+		c.validateLog,
+		c.validateSources,
+		c.validateSinks,
+		c.validateOperators,
+		c.validateTopics,
+	} {
+		if err := check(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (c *Config) validateKafka() *Error {
+	k := c.Kafka
+	if len(k.Brokers) == 0 {
+		return errorf("kafka.brokers", "required: a list of host:port addresses, or [embedded] for an in-process broker")
+	}
+	for i, b := range k.Brokers {
+		key := fmt.Sprintf("kafka.brokers[%d]", i)
+		switch {
+		case b == EmbeddedBroker:
+			if len(k.Brokers) > 1 {
+				return errorf(key, "%q must be the only broker", EmbeddedBroker)
+			}
+		case b == "":
+			return errorf(key, "empty broker address")
+		case strings.ContainsAny(b, ", \t\n"):
+			return errorf(key, "invalid broker address %q (want host:port; give several brokers as a list)", b)
+		case strings.Contains(b, ":"):
+			if _, port, err := net.SplitHostPort(b); err != nil || !validPort(port, 1) {
+				return errorf(key, "invalid broker address %q (want host:port, e.g. 127.0.0.1:9092)", b)
+			}
+		}
+	}
+	if k.TransactionTimeout < time.Second {
+		return errorf("kafka.transaction_timeout", "must be at least 1s, got %s", fmtDuration(k.TransactionTimeout))
+	}
+	if k.ReplicationFactor != -1 && k.ReplicationFactor < 1 {
+		return errorf("kafka.replication_factor", "must be -1 (the broker's default) or at least 1, got %d", k.ReplicationFactor)
+	}
+	return nil
+}
+
+func (c *Config) validateIdentity() *Error {
+	if c.Group == "" {
+		return errorf("group", "required: the consumer group, also the prefix of internal topics (letters, digits, '.', '_', '-')")
+	}
+	if !validName(c.Group, true, ".") {
+		return errorf("group", "invalid value %q (allowed characters: letters, digits, '.', '_', '-')", c.Group)
+	}
+	if c.InstanceID == "" {
+		return errorf("instance_id", "required: a name unique within the group (default: the host name)")
+	}
+	if !validName(c.InstanceID, true, ".") {
+		return errorf("instance_id", "invalid value %q (allowed characters: letters, digits, '.', '_', '-')", c.InstanceID)
+	}
+	if len(c.InstanceID) > maxTopicLen {
+		return errorf("instance_id", "longer than %d characters", maxTopicLen)
+	}
+	return nil
+}
+
+func (c *Config) validateProcessing() *Error {
+	p := c.Processing
+	if err := checkEnum("processing.guarantee", p.Guarantee, ExactlyOnce, AtLeastOnce); err != nil {
+		return err
+	}
+	if p.CommitInterval <= 0 {
+		return errorf("processing.commit_interval", "must be greater than 0, got %s", fmtDuration(p.CommitInterval))
+	}
+	if p.CommitInterval >= c.Kafka.TransactionTimeout {
+		return errorf("processing.commit_interval", "must be shorter than kafka.transaction_timeout (%s), got %s",
+			fmtDuration(c.Kafka.TransactionTimeout), fmtDuration(p.CommitInterval))
+	}
+	if p.StateDir == "" {
+		return errorf("processing.state_dir", "required: the directory for operator state and sort spills")
+	}
+	if p.CacheKeys < 1 {
+		return errorf("processing.cache_keys", "must be at least 1, got %d", p.CacheKeys)
+	}
+	return nil
+}
+
+func (c *Config) validateBacklog() *Error {
+	b := c.Backlog
+	if err := checkEnum("backlog.mode", b.Mode, ModeAuto, ModeNever, ModeAlways); err != nil {
+		return err
+	}
+	if b.EnterLag <= 0 {
+		return errorf("backlog.enter_lag", "must be greater than 0, got %d", b.EnterLag)
+	}
+	if b.ExitLag < 0 {
+		return errorf("backlog.exit_lag", "must be at least 0, got %d", b.ExitLag)
+	}
+	if b.ExitLag >= b.EnterLag {
+		return errorf("backlog.exit_lag", "must be less than backlog.enter_lag (%d), got %d", b.EnterLag, b.ExitLag)
+	}
+	for _, d := range []struct {
+		key string
+		v   time.Duration
+	}{
+		{"backlog.enter_time_lag", b.EnterTimeLag},
+		{"backlog.exit_time_lag", b.ExitTimeLag},
+		{"backlog.checkpoint_interval", b.CheckpointInterval},
+		{"backlog.progress_interval", b.ProgressInterval},
+	} {
+		if d.v < 0 {
+			return errorf(d.key, "must not be negative (0 turns it off), got %s", fmtDuration(d.v))
+		}
+	}
+	if b.EnterTimeLag > 0 && b.ExitTimeLag > 0 && b.ExitTimeLag >= b.EnterTimeLag {
+		return errorf("backlog.exit_time_lag", "must be less than backlog.enter_time_lag (%s), got %s",
+			fmtDuration(b.EnterTimeLag), fmtDuration(b.ExitTimeLag))
+	}
+	if b.SortMemory < MiB {
+		return errorf("backlog.sort_memory", "must be at least 1MiB, got %s", b.SortMemory)
+	}
+	return nil
+}
+
+func (c *Config) validateHTTP() *Error {
+	l := c.HTTP.Listen
+	if !c.HTTP.Enabled() {
+		return nil
+	}
+	if _, port, err := net.SplitHostPort(l); err != nil || !validPort(port, 0) {
+		return errorf("http.listen", "invalid address %q (want host:port like 127.0.0.1:9464, or off)", l)
+	}
+	return nil
+}
+
+func (c *Config) validateLog() *Error {
+	if err := checkEnum("log.level", c.Log.Level, "info", "debug", "warn", "error"); err != nil {
+		return err
+	}
+	return checkEnum("log.format", c.Log.Format, "text", "json")
+}
+
+func (c *Config) validateSources() *Error {
+	if len(c.Sources) == 0 {
+		return errorf("sources", "at least one source is required, e.g. sources: {orders: {topic: orders}}")
+	}
+	for _, name := range sortedKeys(c.Sources) {
+		s, key := c.Sources[name], "sources."+name
+		if !validName(name, true, "") {
+			return errorf(key, "invalid source name %q (allowed characters: letters, digits, '_', '-')", name)
+		}
+		if err := checkTopic(key+".topic", s.Topic); err != nil {
+			return err
+		}
+		if err := checkEnum(key+".format", s.Format, "json"); err != nil {
+			return err
+		}
+		if s.Key != "" {
+			if msg := checkFieldPath(s.Key); msg != "" {
+				return errorf(key+".key", "%s; or leave it out to use the Kafka record key", msg)
+			}
+		}
+		if s.Timestamp != "" {
+			if msg := checkFieldPath(s.Timestamp); msg != "" {
+				return errorf(key+".timestamp", "%s; or leave it out to use the record timestamp", msg)
+			}
+		}
+	}
+	return nil
+}
+
+func (c *Config) validateSinks() *Error {
+	for _, name := range sortedKeys(c.Sinks) {
+		s, key := c.Sinks[name], "sinks."+name
+		if !validName(name, true, "") {
+			return errorf(key, "invalid sink name %q (allowed characters: letters, digits, '_', '-')", name)
+		}
+		if err := checkTopic(key+".topic", s.Topic); err != nil {
+			return err
+		}
+		if err := checkEnum(key+".format", s.Format, "json"); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (c *Config) validateOperators() *Error {
+	if len(c.Operators) == 0 {
+		return errorf("operators", "at least one operator (filter, map or aggregate) is required")
+	}
+	index := make(map[string]int, len(c.Operators)) // name -> position
+	for i := range c.Operators {
+		if n := c.Operators[i].Name; n != "" {
+			if _, dup := index[n]; !dup {
+				index[n] = i
+			}
+		}
+	}
+	for i := range c.Operators {
+		op := &c.Operators[i]
+		p := fmt.Sprintf("operators[%d]", i)
+		switch {
+		case op.Name == "":
+			return errorf(p+".name", "required (lower-case letters, digits, '_', '-'; used in internal topic names)")
+		case !validName(op.Name, false, ""):
+			return errorf(p+".name", "invalid name %q (allowed characters: lower-case letters, digits, '_', '-')", op.Name)
+		case index[op.Name] != i:
+			return errorf(p+".name", "duplicate name %q (also operators[%d])", op.Name, index[op.Name])
+		}
+		if _, isSrc := c.Sources[op.Name]; isSrc {
+			return errorf(p+".name", "%q is also a source name; inputs refer to both, so they must differ", op.Name)
+		}
+		var kinds []string
+		for _, k := range []struct {
+			name string
+			set  bool
+		}{{"filter", op.Filter != nil}, {"map", op.Map != nil}, {"aggregate", op.Aggregate != nil}} {
+			if k.set {
+				kinds = append(kinds, k.name)
+			}
+		}
+		switch len(kinds) {
+		case 0:
+			return errorf(p, "needs one of filter, map or aggregate")
+		case 1:
+		default:
+			return errorf(p, "has %s; an operator is exactly one of filter, map or aggregate", strings.Join(kinds, " and "))
+		}
+		kp := p + "." + kinds[0]
+		if err := c.checkInput(kp+".input", i, op.Input(), index); err != nil {
+			return err
+		}
+		var err *Error
+		switch {
+		case op.Filter != nil:
+			if strings.TrimSpace(op.Filter.Expr) == "" {
+				err = errorf(kp+".expr", "required: a boolean expression, e.g. amount > 100")
+			}
+		case op.Map != nil:
+			err = checkMap(kp, op.Map)
+		case op.Aggregate != nil:
+			err = checkAggregate(kp, op.Aggregate)
+			if err == nil {
+				if _, ok := c.SourceOf(op.Name); !ok {
+					err = errorf(kp+".input", "does not lead to a source")
+				}
+			}
+		}
+		if err != nil {
+			return err
+		}
+		if op.Output == "" {
+			if op.Aggregate != nil {
+				return errorf(p+".output", "required for an aggregate: the sink its results go to (%s)", c.sinkList())
+			}
+		} else if _, ok := c.Sinks[op.Output]; !ok {
+			return errorf(p+".output", "unknown sink %q (%s)", op.Output, c.sinkList())
+		}
+	}
+	return nil
+}
+
+// checkInput resolves the input of operator i: a source or an earlier operator.
+func (c *Config) checkInput(key string, i int, in string, index map[string]int) *Error {
+	if in == "" {
+		return errorf(key, "required: a source or an earlier operator")
+	}
+	if _, ok := c.Sources[in]; ok {
+		return nil
+	}
+	j, isOp := index[in]
+	switch {
+	case isOp && j < i:
+		return nil
+	case isOp && j == i:
+		return errorf(key, "operator %q cannot read its own output", in)
+	case isOp:
+		return errorf(key, "%q is operators[%d], which comes later; an input must be a source or an earlier operator", in, j)
+	}
+	earlier := make([]string, 0, i)
+	for _, op := range c.Operators[:i] {
+		earlier = append(earlier, op.Name)
+	}
+	msg := "sources: " + strings.Join(sortedKeys(c.Sources), ", ")
+	if len(earlier) > 0 {
+		msg += "; earlier operators: " + strings.Join(earlier, ", ")
+	}
+	return errorf(key, "unknown input %q (%s)", in, msg)
+}
+
+func (c *Config) sinkList() string {
+	if len(c.Sinks) == 0 {
+		return "no sinks are defined"
+	}
+	return "sinks: " + strings.Join(sortedKeys(c.Sinks), ", ")
+}
+
+func checkMap(kp string, m *Map) *Error {
+	if len(m.Set) == 0 {
+		return errorf(kp+".set", "required: at least one field: expression, e.g. set: {amount_cents: amount * 100}")
+	}
+	for _, field := range sortedKeys(m.Set) {
+		key := kp + ".set." + field
+		if field == "" || strings.TrimSpace(field) != field || strings.Contains(field, ".") {
+			return errorf(key, "invalid field name %q (map sets top-level fields; nested paths are not supported)", field)
+		}
+		if strings.TrimSpace(m.Set[field]) == "" {
+			return errorf(key, "required: an expression")
+		}
+	}
+	return nil
+}
+
+// reservedOutputFields are keys of an aggregate's output record that sluice writes itself.
+var reservedOutputFields = []string{"key", "window_start", "window_end"}
+
+func checkAggregate(kp string, a *Aggregate) *Error {
+	if len(a.Fields) == 0 {
+		return errorf(kp+".fields", "required: at least one output field, e.g. fields: {amount: {sum: amount}, orders: {count: {}}}")
+	}
+	for _, name := range sortedKeys(a.Fields) {
+		key := kp + ".fields." + name
+		if !validName(name, true, "") {
+			return errorf(key, "invalid field name %q (allowed characters: letters, digits, '_', '-')", name)
+		}
+		if slices.Contains(reservedOutputFields, name) {
+			return errorf(key, "%q is reserved in the output record (reserved: %s)", name, strings.Join(reservedOutputFields, ", "))
+		}
+		if _, msg := parseAggSpec(name, a.Fields[name]); msg != "" {
+			return errorf(key, "%s", msg)
+		}
+	}
+	return checkEnum(kp+".emit", a.Emit, EmitUpdates, EmitFinal)
+}
+
+// validateTopics checks that user topics do not collide with each other or with internal
+// topics, and that internal topic names fit Kafka's limits.
+func (c *Config) validateTopics() *Error {
+	internal := c.InternalTopics()
+	for _, t := range internal {
+		if len(t) > maxTopicLen {
+			return errorf("group", "internal topic %q would be longer than Kafka's %d-character limit; shorten group or operator names", t, maxTopicLen)
+		}
+	}
+	readBy := map[string]string{}
+	for _, name := range sortedKeys(c.Sources) {
+		t := c.Sources[name].Topic
+		if other, dup := readBy[t]; dup {
+			return errorf("sources."+name+".topic", "topic %q is already read by source %q", t, other)
+		}
+		if slices.Contains(internal, t) {
+			return errorf("sources."+name+".topic", "topic %q is one of sluice's internal topics", t)
+		}
+		readBy[t] = name
+	}
+	for _, name := range sortedKeys(c.Sinks) {
+		t := c.Sinks[name].Topic
+		if src, dup := readBy[t]; dup {
+			return errorf("sinks."+name+".topic", "topic %q is also the topic of source %q; the pipeline would read its own output", t, src)
+		}
+		if slices.Contains(internal, t) {
+			return errorf("sinks."+name+".topic", "topic %q is one of sluice's internal topics", t)
+		}
+	}
+	return nil
+}
+
+// checkEnum accepts "" (the default) or one of allowed.
+func checkEnum(key, v string, allowed ...string) *Error {
+	if v == "" || slices.Contains(allowed, v) {
+		return nil
+	}
+	return errorf(key, "unknown value %q (allowed: %s)", v, strings.Join(allowed, ", "))
+}
+
+// checkTopic checks a Kafka topic name.
+func checkTopic(key, t string) *Error {
+	switch {
+	case t == "":
+		return errorf(key, "required: a Kafka topic name")
+	case len(t) > maxTopicLen:
+		return errorf(key, "topic name longer than %d characters", maxTopicLen)
+	case t == "." || t == ".." || !validName(t, true, "."):
+		return errorf(key, "invalid topic name %q (allowed characters: letters, digits, '.', '_', '-')", t)
+	}
+	return nil
+}
+
+// checkFieldPath checks a JSON field path "a.b"; it returns "" when valid.
+func checkFieldPath(p string) string {
+	if strings.TrimSpace(p) != p {
+		return fmt.Sprintf("invalid field path %q (leading or trailing blanks)", p)
+	}
+	for seg := range strings.SplitSeq(p, ".") {
+		if seg == "" {
+			return fmt.Sprintf("invalid field path %q (want field names joined by '.', e.g. customer.id)", p)
+		}
+	}
+	return ""
+}
+
+// validName reports whether s is non-empty and made of digits, '_', '-', lower-case letters,
+// upper-case letters when upper is set, and the characters in extra.
+func validName(s string, upper bool, extra string) bool {
+	if s == "" {
+		return false
+	}
+	for _, r := range s {
+		switch {
+		case r >= 'a' && r <= 'z', r >= '0' && r <= '9', r == '_', r == '-':
+		case upper && r >= 'A' && r <= 'Z':
+		case strings.ContainsRune(extra, r):
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// validPort reports whether port is a decimal number in [lowest, 65535].
+func validPort(port string, lowest int) bool {
+	n, err := strconv.Atoi(port)
+	return err == nil && allDigits(port) && n >= lowest && n <= 65535
+}
+
+// fmtDuration prints d like time.Duration.String without zero tails: "2m", "1h", "1h30m".
+func fmtDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = s[:len(s)-2]
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = s[:len(s)-2]
+	}
+	return s
+}

@@ -1,0 +1,518 @@
+// Package consumer is sluice's group member: it joins the consumer group, owns one task per
+// assigned topic-partition (a goroutine started on assignment, joined on revocation or loss),
+// feeds the tasks the fetched records with the lag each fetch reports, and drives checkpoints.
+//
+// Goroutines (see DESIGN.md for the whole map):
+//   - the poll loop (Engine.Run): polls, dispatches batches to task goroutines through bounded
+//     channels, and runs every checkpoint: it is the only goroutine that begins and ends
+//     transactions, so a checkpoint never overlaps a poll;
+//   - one goroutine per task: restores the task's state from its changelog, then processes
+//     batches, and takes part in checkpoints (it writes its records into the open transaction and
+//     waits for the outcome before it processes more);
+//   - franz-go's own goroutines, which call the rebalance callbacks (they only start or stop task
+//     goroutines, and never wait for the poll loop).
+//
+// A checkpoint is a barrier: every task writes what it has processed, the poll loop flushes,
+// commits each task's offsets in the same transaction, and tells every task the outcome. On an
+// abort every task rewinds to its last commit (a task in backlog keeps its sorted records, which
+// were not part of the transaction) and the consumer seeks back.
+package consumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sluice-dev/sluice/changelog"
+	"github.com/sluice-dev/sluice/configs"
+	"github.com/sluice-dev/sluice/operators/task"
+	"github.com/sluice-dev/sluice/producer"
+	"github.com/sluice-dev/sluice/sorter"
+	"github.com/sluice-dev/sluice/state"
+)
+
+// Options configure an Engine.
+type Options struct {
+	Config   *configs.Config
+	Plan     *task.Plan
+	Store    state.Store
+	Budget   *sorter.Budget
+	SortDir  string
+	Registry prometheus.Registerer
+	Logger   *slog.Logger
+	Clock    func() time.Time
+	// KafkaOpts are extra franz-go options for every client (tests: fault injection).
+	KafkaOpts []kgo.Opt
+}
+
+// Engine runs a pipeline as one member of the group. Run is called once; Status and Ready are
+// safe for concurrent use.
+type Engine struct {
+	o    Options
+	log  *slog.Logger
+	sess *producer.Session
+	adm  *kadm.Client
+	rest *changelog.Restorer
+	tm   *task.Metrics
+	m    engineMetrics
+
+	urgent  chan struct{} // a task asks for a checkpoint now (mode switch, full cache)
+	blocked chan struct{} // franz-go wants to rebalance
+	failed  chan error    // a task goroutine failed
+
+	mu     sync.Mutex // guards runners, epoch
+	runs   map[tp]*runner
+	epoch  uint64 // bumped on every abort; batches from an older epoch are dropped
+	joined bool
+}
+
+type tp struct {
+	topic string
+	p     int32
+}
+
+// New validates options; it does not touch the network.
+func New(o Options) (*Engine, error) {
+	if o.Clock == nil {
+		o.Clock = time.Now
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Registry == nil {
+		o.Registry = prometheus.NewRegistry()
+	}
+	e := &Engine{
+		o:       o,
+		log:     o.Logger,
+		urgent:  make(chan struct{}, 1),
+		blocked: make(chan struct{}, 1),
+		failed:  make(chan error, 1),
+		runs:    map[tp]*runner{},
+		tm:      task.NewMetrics(o.Registry),
+		m:       newEngineMetrics(o.Registry),
+	}
+	return e, nil
+}
+
+// Run joins the group and processes until ctx is done (then it checkpoints what it has
+// processed, leaves, and returns nil) or a failure it cannot recover from.
+func (e *Engine) Run(ctx context.Context) error {
+	cfg := e.o.Config
+	admCl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(cfg.Kafka.Brokers...)}, e.o.KafkaOpts...)...)
+	if err != nil {
+		return fmt.Errorf("consumer: %w", err)
+	}
+	defer admCl.Close()
+	e.adm = kadm.NewClient(admCl)
+	if err := e.ensureTopics(ctx); err != nil {
+		return err
+	}
+	e.rest = &changelog.Restorer{Brokers: cfg.Kafka.Brokers, Store: e.o.Store, Admin: e.adm, Logger: e.log, Opts: e.o.KafkaOpts}
+
+	g := producer.AtLeastOnce
+	if cfg.Processing.Guarantee != "at_least_once" {
+		g = producer.ExactlyOnce
+	}
+	runCtx, cancelRuns := context.WithCancel(context.Background())
+	defer cancelRuns()
+	e.sess, err = producer.Open(producer.Options{
+		Brokers:            cfg.Kafka.Brokers,
+		Group:              cfg.Group,
+		InstanceID:         cfg.InstanceID,
+		TransactionalID:    cfg.TransactionalID(),
+		TransactionTimeout: cfg.Kafka.TransactionTimeout,
+		Guarantee:          g,
+		Topics:             e.o.Plan.Topics(),
+		Logger:             e.log,
+		Extra: append([]kgo.Opt{
+			kgo.OnPartitionsAssigned(func(_ context.Context, cl *kgo.Client, a map[string][]int32) { e.assigned(runCtx, cl, a) }),
+			kgo.OnPartitionsRevoked(func(_ context.Context, _ *kgo.Client, r map[string][]int32) { e.revoked(r, "revoked") }),
+			kgo.OnPartitionsLost(func(_ context.Context, _ *kgo.Client, l map[string][]int32) { e.revoked(l, "lost") }),
+			kgo.OnPartitionsCallbackBlocked(func(context.Context, *kgo.Client) { signal(e.blocked) }),
+		}, e.o.KafkaOpts...),
+	})
+	if err != nil {
+		return err
+	}
+	e.log.Info("joining group", "group", cfg.Group, "instance_id", cfg.InstanceID, "topics", e.o.Plan.Topics(), "guarantee", cfg.Processing.Guarantee)
+	err = e.loop(ctx)
+	// Shutdown: checkpoint what was processed (if the session is healthy), stop the tasks, leave.
+	closeCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err == nil {
+		if cerr := e.checkpoint(closeCtx); cerr != nil {
+			err = cerr
+		}
+	}
+	e.stopAll()
+	e.sess.Close(closeCtx)
+	return err
+}
+
+func (e *Engine) loop(ctx context.Context) error {
+	interval := e.o.Config.Processing.CommitInterval
+	next := time.Now().Add(interval)
+	for {
+		if err := e.sess.Begin(); err != nil {
+			return err
+		}
+		pollCtx, cancel := context.WithDeadline(ctx, next)
+		fs := e.sess.Poll(pollCtx)
+		cancel()
+		if ctx.Err() != nil {
+			e.sess.AllowRebalance()
+			return nil
+		}
+		if err := fetchErr(fs); err != nil {
+			e.sess.AllowRebalance()
+			return err
+		}
+		e.mu.Lock()
+		e.joined = true
+		e.mu.Unlock()
+		due, err := e.dispatch(ctx, fs, next)
+		if err != nil {
+			e.sess.AllowRebalance()
+			return err
+		}
+		if due || !time.Now().Before(next) || pending(e.urgent) || pending(e.blocked) {
+			drain(e.urgent)
+			drain(e.blocked)
+			if err := e.checkpoint(ctx); err != nil {
+				e.sess.AllowRebalance()
+				return err
+			}
+			next = time.Now().Add(interval)
+		}
+		e.sess.AllowRebalance()
+		select {
+		case err := <-e.failed:
+			return err
+		default:
+		}
+	}
+}
+
+// dispatch hands every fetched partition to its task, in order. While a task's channel is full
+// it still serves checkpoints (a task waiting for one would otherwise deadlock the loop). It
+// reports whether a checkpoint is due.
+func (e *Engine) dispatch(ctx context.Context, fs kgo.Fetches, next time.Time) (bool, error) {
+	now := e.o.Clock()
+	due := false
+	timer := time.NewTimer(time.Until(next))
+	defer timer.Stop()
+	var derr error
+	fs.EachPartition(func(fp kgo.FetchTopicPartition) {
+		if derr != nil || len(fp.Records) == 0 {
+			return
+		}
+		e.mu.Lock()
+		r := e.runs[tp{fp.Topic, fp.Partition}]
+		epoch := e.epoch
+		if r != nil && r.first < 0 {
+			r.first = fp.Records[0].Offset
+		}
+		e.mu.Unlock()
+		if r == nil {
+			return // revoked meanwhile
+		}
+		end := fp.LastStableOffset
+		if end < 0 {
+			end = fp.HighWatermark
+		}
+		// The lag the task sees is what is left to process when the batch is handed over: the
+		// batch itself plus what lies beyond it.
+		first := fp.Records[0]
+		b := batch{recs: fp.Records, lag: max(end-first.Offset, 0), timeLag: max(now.Sub(first.Timestamp), 0), epoch: epoch}
+		for {
+			select {
+			case r.in <- b:
+				return
+			case <-r.done:
+				return
+			case <-timer.C:
+				due = true
+			case <-e.urgent:
+			case <-e.blocked:
+			case err := <-e.failed:
+				derr = err
+				return
+			case <-ctx.Done():
+				derr = nil
+				return
+			}
+			// A checkpoint is needed while this task's channel is full.
+			if err := e.checkpoint(ctx); err != nil {
+				derr = err
+				return
+			}
+			e.mu.Lock()
+			stale := e.epoch != epoch
+			e.mu.Unlock()
+			if stale {
+				return // aborted: the consumer was rewound; this batch will be fetched again
+			}
+			timer.Reset(e.o.Config.Processing.CommitInterval)
+		}
+	})
+	return due, derr
+}
+
+// checkpoint runs one checkpoint across all restored tasks. Only the poll loop calls it.
+func (e *Engine) checkpoint(ctx context.Context) error {
+	start := time.Now()
+	if err := e.sess.Begin(); err != nil {
+		return err
+	}
+	// A transaction is open again when the checkpoint returns: tasks may produce between
+	// checkpoints (stateless outputs).
+	defer func() {
+		if err := e.sess.Begin(); err != nil {
+			e.fail(err)
+		}
+	}()
+	e.mu.Lock()
+	runs := make([]*runner, 0, len(e.runs))
+	for _, r := range e.runs {
+		if r.isRestored() {
+			runs = append(runs, r)
+		}
+	}
+	e.mu.Unlock()
+	reqs := make([]*ckptReq, len(runs))
+	for i, r := range runs {
+		reqs[i] = &ckptReq{reply: make(chan ckptReply, 1), outcome: make(chan bool, 1), ack: make(chan ckptAck, 1)}
+		select {
+		case r.ckpt <- reqs[i]:
+		case <-r.done:
+			reqs[i] = nil
+		}
+	}
+	offsets := map[string]map[int32]int64{}
+	commit := true
+	records := 0
+	for i, r := range runs {
+		if reqs[i] == nil {
+			continue
+		}
+		select {
+		case rep := <-reqs[i].reply:
+			if rep.err != nil {
+				return rep.err
+			}
+			records += rep.pd.Records()
+			for topic, off := range rep.pd.Offsets {
+				if offsets[topic] == nil {
+					offsets[topic] = map[int32]int64{}
+				}
+				offsets[topic][r.t.Partition()] = off
+			}
+			reqs[i].pd = rep.pd
+		case <-r.done:
+			reqs[i] = nil
+		}
+	}
+	if err := e.sess.Flush(ctx); err != nil {
+		return fmt.Errorf("consumer: flush: %w", err)
+	}
+	for _, q := range reqs {
+		if q != nil && q.pd.Err() != nil {
+			e.log.Warn("a record of the checkpoint failed; aborting it", "err", q.pd.Err())
+			commit = false
+		}
+	}
+	committed, err := e.sess.End(ctx, offsets, commit)
+	if err != nil {
+		return err
+	}
+	if !committed && len(offsets)+records > 0 {
+		e.m.aborts.Inc()
+	}
+	seeks := map[string]map[int32]kgo.EpochOffset{}
+	if !committed {
+		e.mu.Lock()
+		e.epoch++
+		e.mu.Unlock()
+	}
+	for i, r := range runs {
+		q := reqs[i]
+		if q == nil {
+			continue
+		}
+		q.outcome <- committed
+		select {
+		case ack := <-q.ack:
+			if ack.err != nil {
+				return ack.err
+			}
+			for topic, off := range ack.seek {
+				if seeks[topic] == nil {
+					seeks[topic] = map[int32]kgo.EpochOffset{}
+				}
+				seeks[topic][r.t.Partition()] = kgo.EpochOffset{Epoch: -1, Offset: off}
+			}
+		case <-r.done:
+		}
+	}
+	// After an abort, batches in flight to tasks are dropped (older epoch); a task that has
+	// processed nothing since it was assigned (or since the last abort) rewinds to the first
+	// offset it was sent.
+	e.mu.Lock()
+	for k, r := range e.runs {
+		if !committed && r.first >= 0 {
+			if _, ok := seeks[k.topic][k.p]; !ok {
+				if seeks[k.topic] == nil {
+					seeks[k.topic] = map[int32]kgo.EpochOffset{}
+				}
+				seeks[k.topic][k.p] = kgo.EpochOffset{Epoch: -1, Offset: r.first}
+			}
+		}
+		if !committed {
+			r.first = -1
+		}
+	}
+	e.mu.Unlock()
+	if len(seeks) > 0 {
+		e.log.Info("checkpoint aborted; rewinding to the last commit", "offsets", seeks)
+		e.sess.Client().SetOffsets(seeks)
+	}
+	if committed && len(offsets)+records > 0 {
+		e.m.commits.Inc()
+		e.m.commitSeconds.Observe(time.Since(start).Seconds())
+	}
+	return nil
+}
+
+// ensureTopics checks the sources and creates the internal topics and missing sinks.
+func (e *Engine) ensureTopics(ctx context.Context) error {
+	cfg := e.o.Config
+	parts, err := changelog.Partitions(ctx, e.adm, e.o.Plan.Topics()...)
+	if err != nil {
+		return err
+	}
+	var topics []changelog.Topic
+	maxParts := int32(1)
+	for _, c := range e.o.Plan.Chains {
+		n := parts[c.Source.Topic]
+		maxParts = max(maxParts, n)
+		if c.Changelog != "" {
+			topics = append(topics, changelog.Topic{Name: c.Changelog, Partitions: n, Exact: true, Compacted: true})
+		}
+		if c.SinkTopic != "" {
+			topics = append(topics, changelog.Topic{Name: c.SinkTopic, Partitions: n})
+		}
+	}
+	topics = append(topics, changelog.Topic{Name: cfg.DLQTopic(), Partitions: maxParts})
+	return changelog.Ensure(ctx, e.adm, topics, cfg.Kafka.ReplicationFactor)
+}
+
+// Status returns every task's snapshot, sorted by topic and partition.
+func (e *Engine) Status() []task.Status {
+	e.mu.Lock()
+	runs := make([]*runner, 0, len(e.runs))
+	for _, r := range e.runs {
+		runs = append(runs, r)
+	}
+	e.mu.Unlock()
+	sort.Slice(runs, func(i, j int) bool {
+		if runs[i].key.topic != runs[j].key.topic {
+			return runs[i].key.topic < runs[j].key.topic
+		}
+		return runs[i].key.p < runs[j].key.p
+	})
+	out := make([]task.Status, 0, len(runs))
+	for _, r := range runs {
+		st := r.t.Status()
+		if !r.isRestored() {
+			for i := range st.Chains {
+				st.Chains[i].Mode = "restoring"
+			}
+		}
+		out = append(out, st)
+	}
+	return out
+}
+
+// Ready reports whether the member has joined and every assigned task is restored.
+func (e *Engine) Ready() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if !e.joined {
+		return false
+	}
+	for _, r := range e.runs {
+		if !r.isRestored() {
+			return false
+		}
+	}
+	return true
+}
+
+func (e *Engine) fail(err error) {
+	select {
+	case e.failed <- err:
+	default:
+	}
+}
+
+func fetchErr(fs kgo.Fetches) error {
+	var out error
+	fs.EachError(func(t string, p int32, err error) {
+		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+			return
+		}
+		if out == nil {
+			out = fmt.Errorf("consumer: fetch %s[%d]: %w", t, p, err)
+		}
+	})
+	if errors.Is(out, kgo.ErrClientClosed) {
+		return nil
+	}
+	return out
+}
+
+func signal(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
+func pending(c chan struct{}) bool { return len(c) > 0 }
+
+func drain(c chan struct{}) {
+	select {
+	case <-c:
+	default:
+	}
+}
+
+type engineMetrics struct {
+	commits, aborts prometheus.Counter
+	commitSeconds   prometheus.Histogram
+	restoreSeconds  prometheus.Histogram
+	restored        prometheus.Counter
+	tasks           prometheus.Gauge
+}
+
+func newEngineMetrics(reg prometheus.Registerer) engineMetrics {
+	m := engineMetrics{
+		commits:        prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_commits_total", Help: "Checkpoints committed (transactions with records or offsets)."}),
+		aborts:         prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_txn_aborts_total", Help: "Checkpoints aborted."}),
+		commitSeconds:  prometheus.NewHistogram(prometheus.HistogramOpts{Name: "sluice_commit_duration_seconds", Help: "Checkpoint duration (barrier, flush, commit, apply).", Buckets: prometheus.ExponentialBuckets(0.001, 2, 16)}),
+		restoreSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "sluice_restore_duration_seconds", Help: "Changelog restore duration per task.", Buckets: prometheus.ExponentialBuckets(0.001, 2, 18)}),
+		restored:       prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_restored_records_total", Help: "Changelog records replayed into state."}),
+		tasks:          prometheus.NewGauge(prometheus.GaugeOpts{Name: "sluice_tasks", Help: "Tasks (topic-partitions) assigned to this member."}),
+	}
+	reg.MustRegister(m.commits, m.aborts, m.commitSeconds, m.restoreSeconds, m.restored, m.tasks)
+	return m
+}

@@ -1,0 +1,213 @@
+package consumer
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sluice-dev/sluice/operators/task"
+)
+
+// batch is one fetched partition's records with the lag the fetch reported after them.
+type batch struct {
+	recs    []*kgo.Record
+	lag     int64
+	timeLag time.Duration
+	epoch   uint64
+}
+
+type ckptReq struct {
+	reply   chan ckptReply
+	outcome chan bool // committed?
+	ack     chan ckptAck
+	pd      *task.Pending // set by the poll loop from reply
+}
+
+type ckptReply struct {
+	pd  *task.Pending
+	err error
+}
+
+type ckptAck struct {
+	seek map[string]int64 // after an abort: where to rewind
+	err  error
+}
+
+// runner is the goroutine that owns one task.
+type runner struct {
+	key      tp
+	t        *task.Task
+	in       chan batch    // bounded: the poll loop blocks (and serves checkpoints) when full
+	ckpt     chan *ckptReq // checkpoint requests from the poll loop
+	done     chan struct{} // closed when the goroutine has exited
+	ctx      context.Context // the task goroutine's context (set before it starts)
+	cancel   context.CancelFunc
+	restored atomic.Bool
+	first    int64 // first offset dispatched since assignment or the last abort, -1 if none (guarded by Engine.mu)
+}
+
+func (r *runner) isRestored() bool { return r.restored.Load() }
+
+// assigned starts a task goroutine per new partition. It runs in a franz-go callback: it only
+// starts goroutines and pauses the partitions until their state is restored.
+func (e *Engine) assigned(ctx context.Context, cl *kgo.Client, a map[string][]int32) {
+	pause := map[string][]int32{}
+	var start []*runner
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for topic, ps := range a {
+		for _, p := range ps {
+			k := tp{topic, p}
+			if e.runs[k] != nil {
+				continue
+			}
+			t, err := task.New(e.o.Plan, topic, p, task.Deps{
+				Store: e.o.Store, Budget: e.o.Budget, SortDir: e.o.SortDir, Producer: e.sess,
+				Clock: e.o.Clock, Logger: e.log.With("topic", topic), Metrics: e.tm,
+			})
+			if err != nil {
+				e.fail(fmt.Errorf("consumer: task %s[%d]: %w", topic, p, err))
+				return
+			}
+			rctx, cancel := context.WithCancel(ctx)
+			r := &runner{key: k, t: t, in: make(chan batch, 4), ckpt: make(chan *ckptReq, 1), done: make(chan struct{}), cancel: cancel, first: -1}
+			e.runs[k] = r
+			pause[topic] = append(pause[topic], p)
+			r.ctx = rctx
+			start = append(start, r)
+		}
+	}
+	// Pause before the goroutines start: each resumes its partition once restored.
+	cl.PauseFetchPartitions(pause)
+	for _, r := range start {
+		go e.run(r.ctx, cl, r)
+	}
+	e.m.tasks.Set(float64(len(e.runs)))
+	e.log.Info("partitions assigned", "partitions", a)
+}
+
+// revoked stops the tasks of revoked or lost partitions and waits for their goroutines. Their
+// uncommitted work is dropped: the next owner re-reads from the last committed offsets.
+func (e *Engine) revoked(rv map[string][]int32, how string) {
+	var stop []*runner
+	e.mu.Lock()
+	for topic, ps := range rv {
+		for _, p := range ps {
+			if r := e.runs[tp{topic, p}]; r != nil {
+				stop = append(stop, r)
+				delete(e.runs, tp{topic, p})
+			}
+		}
+	}
+	e.m.tasks.Set(float64(len(e.runs)))
+	e.mu.Unlock()
+	for _, r := range stop {
+		r.cancel()
+		<-r.done
+		r.t.Close()
+	}
+	if len(rv) > 0 {
+		e.log.Info("partitions "+how, "partitions", rv)
+	}
+}
+
+func (e *Engine) stopAll() {
+	e.mu.Lock()
+	all := map[string][]int32{}
+	for k := range e.runs {
+		all[k.topic] = append(all[k.topic], k.p)
+	}
+	e.mu.Unlock()
+	e.revoked(all, "released")
+}
+
+// run is a task goroutine: restore, then process batches and take part in checkpoints.
+func (e *Engine) run(ctx context.Context, cl *kgo.Client, r *runner) {
+	defer close(r.done)
+	start := time.Now()
+	for ns, topic := range r.t.Namespaces() {
+		st, err := e.rest.Restore(ctx, topic, ns)
+		if err != nil {
+			if ctx.Err() == nil {
+				e.fail(fmt.Errorf("consumer: restore %s[%d]: %w", topic, ns.Partition, err))
+			}
+			return
+		}
+		e.m.restored.Add(float64(st.Records))
+		if st.Records > 0 || st.Full {
+			e.log.Info("state restored", "operator", ns.Operator, "partition", ns.Partition, "records", st.Records, "from", st.From, "to", st.To, "full", st.Full, "duration", st.Duration.Round(time.Millisecond))
+		}
+	}
+	e.m.restoreSeconds.Observe(time.Since(start).Seconds())
+	r.restored.Store(true)
+	cl.ResumeFetchPartitions(map[string][]int32{r.key.topic: {r.key.p}})
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case q := <-r.ckpt:
+			if !e.serveCheckpoint(ctx, r, q) {
+				return
+			}
+		case b := <-r.in:
+			if b.epoch != e.currentEpoch() {
+				continue // fetched before an abort rewound the consumer
+			}
+			if r.t.Observe(r.key.topic, b.lag, b.timeLag) {
+				// A mode switch needs a checkpoint before this batch is processed.
+				signal(e.urgent)
+				select {
+				case <-ctx.Done():
+					return
+				case q := <-r.ckpt:
+					if !e.serveCheckpoint(ctx, r, q) {
+						return
+					}
+				}
+				if b.epoch != e.currentEpoch() {
+					continue
+				}
+			}
+			if err := r.t.Process(r.key.topic, b.recs); err != nil {
+				e.fail(err)
+				return
+			}
+			if r.t.NeedsCheckpoint() {
+				signal(e.urgent)
+			}
+		}
+	}
+}
+
+// serveCheckpoint writes the task's checkpoint, waits for the outcome and applies it. It
+// returns false if the goroutine must exit.
+func (e *Engine) serveCheckpoint(ctx context.Context, r *runner, q *ckptReq) bool {
+	pd, err := r.t.Checkpoint(e.sess)
+	q.reply <- ckptReply{pd: pd, err: err}
+	if err != nil {
+		return false
+	}
+	var committed bool
+	select {
+	case committed = <-q.outcome:
+	case <-ctx.Done():
+		r.t.Aborted(pd)
+		return false
+	}
+	if committed {
+		err := r.t.Committed(pd)
+		q.ack <- ckptAck{err: err}
+		return err == nil
+	}
+	q.ack <- ckptAck{seek: r.t.Aborted(pd)}
+	return true
+}
+
+func (e *Engine) currentEpoch() uint64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.epoch
+}

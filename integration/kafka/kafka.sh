@@ -1,0 +1,267 @@
+#!/usr/bin/env bash
+# kafka.sh — a real Apache Kafka (KRaft) broker for sluice's tests, assembled from Maven Central.
+#
+#   kafka.sh fetch                                  download the broker classpath into lib/
+#   kafka.sh start [--port P] [--dir D] [--brokers 1|3] [--timeout S]
+#                                                   start (or restart the stopped nodes of) a cluster;
+#                                                   prints the bootstrap address(es) on stdout
+#   kafka.sh stop  [--dir D] [--node N] [--kill] [--clean]
+#                                                   SIGTERM (SIGKILL after 20 s; --kill: at once);
+#                                                   --node stops one node; --clean removes the run dir
+#   kafka.sh status [--dir D]                       prints "running <addrs>" (exit 0) or "stopped" (exit 3)
+#
+# Defaults: --port 19092, --dir integration/kafka/run, --brokers 1. Broker i (1-based) listens on
+# 127.0.0.1:P+i-1 and its controller on 127.0.0.1:P+100+i-1. A node restarted after stop/--kill
+# keeps its data (no reformat); --clean (or a new --dir) gives a fresh cluster.
+# Only the address goes to stdout; everything else goes to stderr or to D/node-<i>/server.log.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+LIB="$ROOT/lib"
+STAMP="$LIB/.complete"
+DEPENDENCY_PLUGIN="org.apache.maven.plugins:maven-dependency-plugin:3.8.1"
+
+PORT=19092
+DIR="$ROOT/run"
+BROKERS=1
+TIMEOUT=120
+NODE=""
+KILL=0
+CLEAN=0
+
+log() { echo "kafka.sh: $*" >&2; }
+die() { log "$*"; exit 1; }
+
+parse_flags() {
+  while [[ $# -gt 0 ]]; do
+    case "$1" in
+      --port) PORT="$2"; shift 2 ;;
+      --dir) DIR="$2"; shift 2 ;;
+      --brokers) BROKERS="$2"; shift 2 ;;
+      --timeout) TIMEOUT="$2"; shift 2 ;;
+      --node) NODE="$2"; shift 2 ;;
+      --kill) KILL=1; shift ;;
+      --clean) CLEAN=1; shift ;;
+      *) die "unknown flag $1" ;;
+    esac
+  done
+  [[ "$PORT" =~ ^[0-9]+$ ]] || die "--port must be a number, got $PORT"
+  [[ "$BROKERS" == 1 || "$BROKERS" == 3 ]] || die "--brokers must be 1 or 3, got $BROKERS"
+  DIR="$(realpath -m "$DIR")"
+}
+
+# The stamp holds the pom's checksum, so editing the pom (e.g. the Kafka version) refetches.
+pom_sum() { sha256sum "$ROOT/pom.xml" | cut -d' ' -f1; }
+
+cmd_fetch() {
+  if [[ -f "$STAMP" && "$(cat "$STAMP")" == "$(pom_sum)" ]]; then
+    return 0
+  fi
+  log "fetching the broker classpath from Maven Central into $LIB"
+  rm -rf "$LIB"
+  mvn -B -q -f "$ROOT/pom.xml" "$DEPENDENCY_PLUGIN:copy-dependencies" \
+    -DincludeScope=runtime -DoutputDirectory="$LIB" >&2
+  ls "$LIB"/kafka_2.13-*.jar "$LIB"/log4j-core-*.jar >/dev/null || die "fetch: $LIB is incomplete"
+  pom_sum >"$STAMP"
+}
+
+broker_port() { echo $((PORT + $1 - 1)); }
+controller_port() { echo $((PORT + 100 + $1 - 1)); }
+
+addresses() {
+  local i out=""
+  for ((i = 1; i <= BROKERS; i++)); do out+="${out:+,}127.0.0.1:$(broker_port "$i")"; done
+  echo "$out"
+}
+
+# pid_of N prints the pid of node N if that process is alive and is our broker.
+pid_of() {
+  local pidfile="$DIR/node-$1/pid" pid
+  [[ -f "$pidfile" ]] || return 1
+  pid="$(cat "$pidfile")"
+  [[ -n "$pid" && -r "/proc/$pid/cmdline" ]] || return 1
+  tr '\0' ' ' <"/proc/$pid/cmdline" | grep -q -- "kafka.Kafka $DIR/node-$1/server.properties" || return 1
+  echo "$pid"
+}
+
+# load_cluster reads the layout a previous start wrote, so stop/status/restart agree with it.
+load_cluster() {
+  [[ -f "$DIR/cluster.env" ]] || return 1
+  # shellcheck disable=SC1091
+  source "$DIR/cluster.env"
+}
+
+write_configs() {
+  local i="$1" node="$DIR/node-$1" voters="" j rf=1 isr=1
+  for ((j = 1; j <= BROKERS; j++)); do voters+="${voters:+,}$j@127.0.0.1:$(controller_port "$j")"; done
+  if [[ "$BROKERS" == 3 ]]; then rf=3; isr=2; fi
+  mkdir -p "$node/data"
+  cat >"$node/server.properties" <<EOF
+process.roles=broker,controller
+node.id=$i
+controller.quorum.voters=$voters
+listeners=PLAINTEXT://127.0.0.1:$(broker_port "$i"),CONTROLLER://127.0.0.1:$(controller_port "$i")
+advertised.listeners=PLAINTEXT://127.0.0.1:$(broker_port "$i")
+controller.listener.names=CONTROLLER
+inter.broker.listener.name=PLAINTEXT
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+log.dirs=$node/data
+num.partitions=8
+default.replication.factor=$rf
+min.insync.replicas=$isr
+auto.create.topics.enable=false
+offsets.topic.replication.factor=$rf
+offsets.topic.num.partitions=4
+transaction.state.log.replication.factor=$rf
+transaction.state.log.min.isr=$isr
+transaction.state.log.num.partitions=4
+transaction.max.timeout.ms=900000
+share.coordinator.state.topic.replication.factor=$rf
+share.coordinator.state.topic.min.isr=$isr
+group.initial.rebalance.delay.ms=0
+EOF
+  if [[ "$BROKERS" == 3 ]]; then
+    echo "broker.session.timeout.ms=3000" >>"$node/server.properties"
+    echo "broker.heartbeat.interval.ms=500" >>"$node/server.properties"
+  fi
+  cat >"$node/log4j2.properties" <<EOF
+status = warn
+appender.file.type = File
+appender.file.name = file
+appender.file.fileName = $node/server.log
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = INFO
+rootLogger.appenderRef.file.ref = file
+logger.kafka.name = kafka
+logger.kafka.level = INFO
+logger.controller.name = org.apache.kafka.controller
+logger.controller.level = INFO
+logger.state.name = state.change.logger
+logger.state.level = WARN
+logger.request.name = kafka.request.logger
+logger.request.level = WARN
+EOF
+}
+
+# java_cmd N sets JAVA to the JVM command line for node N.
+java_cmd() {
+  JAVA=(java -Xms512m -Xmx1g -XX:+UseG1GC -XX:MaxGCPauseMillis=20 -Djava.awt.headless=true
+    "-Dlog4j2.configurationFile=$DIR/node-$1/log4j2.properties" -cp "$LIB/*")
+}
+
+fail_start() {
+  local i="$1" msg="$2" node="$DIR/node-$1"
+  log "node $i: $msg; last lines of $node/server.log and $node/stdout.log:"
+  tail -n 40 "$node/server.log" >&2 2>/dev/null || true
+  tail -n 20 "$node/stdout.log" >&2 2>/dev/null || true
+  exit 1
+}
+
+cmd_start() {
+  local requested_port="$PORT" requested_brokers="$BROKERS"
+  if load_cluster; then
+    [[ "$requested_port" == "$PORT" && "$requested_brokers" == "$BROKERS" ]] ||
+      die "$DIR holds a cluster with --port $PORT --brokers $BROKERS; stop it with --clean or use another --dir"
+  fi
+  cmd_fetch
+  mkdir -p "$DIR"
+
+  local i cid started=()
+  if [[ -f "$DIR/cluster.id" ]]; then
+    cid="$(cat "$DIR/cluster.id")"
+  else
+    cid="$(java -cp "$LIB/*" kafka.tools.StorageTool random-uuid 2>/dev/null | tail -n 1)"
+    [[ -n "$cid" ]] || die "StorageTool random-uuid printed nothing"
+    echo "$cid" >"$DIR/cluster.id"
+  fi
+  printf 'PORT=%s\nBROKERS=%s\n' "$PORT" "$BROKERS" >"$DIR/cluster.env"
+
+  local t0=$SECONDS
+  for ((i = 1; i <= BROKERS; i++)); do
+    if pid_of "$i" >/dev/null; then continue; fi
+    local node="$DIR/node-$i"
+    write_configs "$i"
+    if [[ ! -f "$node/data/meta.properties" ]]; then
+      java_cmd "$i"
+      "${JAVA[@]}" kafka.tools.StorageTool format -t "$cid" -c "$node/server.properties" \
+        >"$node/format.log" 2>&1 || { cat "$node/format.log" >&2; die "node $i: format failed"; }
+    fi
+    : >"$node/server.log"
+    # setsid: the broker outlives this script and the caller's process group.
+    java_cmd "$i"
+    setsid "${JAVA[@]}" kafka.Kafka "$node/server.properties" </dev/null >"$node/stdout.log" 2>&1 &
+    echo $! >"$node/pid"
+    started+=("$i")
+  done
+
+  for i in "${started[@]}"; do
+    local node="$DIR/node-$i" port
+    port="$(broker_port "$i")"
+    while ! grep -q "Kafka Server started" "$node/server.log" 2>/dev/null; do
+      pid_of "$i" >/dev/null || fail_start "$i" "the broker process exited"
+      ((SECONDS - t0 < TIMEOUT)) || fail_start "$i" "not started after ${TIMEOUT}s"
+      sleep 0.2
+    done
+    (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null || fail_start "$i" "port $port does not accept connections"
+  done
+  ((${#started[@]} == 0)) || log "started node(s) ${started[*]} in $((SECONDS - t0))s ($DIR)"
+  addresses
+}
+
+stop_node() {
+  local i="$1" pid
+  pid="$(pid_of "$i")" || return 0
+  if ((KILL)); then kill -KILL "$pid" 2>/dev/null || true; else kill -TERM "$pid" 2>/dev/null || true; fi
+  echo "$pid"
+}
+
+cmd_stop() {
+  if ! load_cluster; then
+    log "no cluster in $DIR"
+  else
+    local i pids=() pid deadline=$((SECONDS + 20))
+    for ((i = 1; i <= BROKERS; i++)); do
+      [[ -z "$NODE" || "$NODE" == "$i" ]] || continue
+      pid="$(stop_node "$i")"
+      [[ -z "$pid" ]] || pids+=("$pid")
+    done
+    for pid in "${pids[@]}"; do
+      while kill -0 "$pid" 2>/dev/null && ((SECONDS < deadline)); do sleep 0.2; done
+      if kill -0 "$pid" 2>/dev/null; then
+        log "pid $pid ignored SIGTERM for 20s; sending SIGKILL"
+        kill -KILL "$pid" 2>/dev/null || true
+      fi
+      while kill -0 "$pid" 2>/dev/null; do sleep 0.1; done
+    done
+  fi
+  if ((CLEAN)); then
+    [[ ! -e "$DIR" || -f "$DIR/cluster.env" || -z "$(ls -A "$DIR")" ]] ||
+      die "--clean: $DIR does not look like a kafka.sh run dir; not removing it"
+    rm -rf "$DIR"
+  fi
+}
+
+cmd_status() {
+  local i up=0
+  if load_cluster; then
+    for ((i = 1; i <= BROKERS; i++)); do
+      if pid_of "$i" >/dev/null; then up=$((up + 1)); fi
+    done
+  fi
+  if ((up == 0)); then
+    echo stopped
+    exit 3
+  fi
+  echo "running $(addresses) ($up/$BROKERS nodes up)"
+}
+
+cmd="${1:-}"
+[[ $# -gt 0 ]] && shift
+case "$cmd" in
+  fetch) cmd_fetch ;;
+  start) parse_flags "$@"; cmd_start ;;
+  stop) parse_flags "$@"; cmd_stop ;;
+  status) parse_flags "$@"; cmd_status ;;
+  *) die "usage: kafka.sh fetch | start [--port P] [--dir D] [--brokers 1|3] | stop [--dir D] [--node N] [--kill] [--clean] | status [--dir D]" ;;
+esac

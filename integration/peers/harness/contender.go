@@ -1,0 +1,173 @@
+package main
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// doneRule says how the harness knows a contender has caught up.
+type doneRule int
+
+const (
+	// doneExit: a bounded job; caught up when the process exits 0.
+	doneExit doneRule = iota
+	// doneGroup: a long-running consumer; caught up when its group's committed offsets reach
+	// the input's end offsets. It is then stopped with SIGTERM.
+	doneGroup
+)
+
+// launch is what a contender needs to start one run.
+type launch struct {
+	in, out string // input and output topics
+	group   string // consumer group / application id / transactional id prefix
+	dir     string // a fresh directory for this run's state and config
+}
+
+// contender is one system under test.
+type contender struct {
+	name    string // row label
+	setup   string // settings, for the report
+	done    doneRule
+	latency bool // also measured in the real-time latency phase
+	// argv returns the command line and extra environment of one run.
+	argv func(l launch) (argv, env []string, err error)
+}
+
+// contenders returns every contender the harness knows, in report order.
+func (h *harness) contenders() []contender {
+	c := h.cfg
+	javaCP := func(dir string) string {
+		return filepath.Join(dir, "target", "classes") + string(os.PathListSeparator) + filepath.Join(dir, "target", "lib", "*")
+	}
+	kstreams := func(cacheBytes int64) func(l launch) ([]string, []string, error) {
+		return func(l launch) ([]string, []string, error) {
+			return []string{
+				"java", "-Xmx" + c.javaHeap, "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
+				"-Djava.io.tmpdir=" + l.dir,
+				"-cp", javaCP(c.kstreamsDir), "dev.sluice.peers.kstreams.Main",
+				c.brokers, l.in, l.out, l.group, strconv.FormatInt(cacheBytes, 10),
+				strconv.Itoa(c.kstreamsThreads), "100",
+			}, nil, nil
+		}
+	}
+	flink := func(mode string) func(l launch) ([]string, []string, error) {
+		return func(l launch) ([]string, []string, error) {
+			return []string{
+				"java", "-Xmx" + c.javaHeap, "@" + filepath.Join(c.flinkDir, "jvm.args"),
+				"-Dorg.slf4j.simpleLogger.defaultLogLevel=warn", "-Dorg.slf4j.simpleLogger.log.org.apache.flink.metrics=error",
+				"-Djava.io.tmpdir=" + l.dir,
+				"-cp", javaCP(c.flinkDir), "dev.sluice.peers.flink.Main",
+				c.brokers, l.in, l.out, l.group, mode, strconv.Itoa(c.flinkParallelism), "1000",
+			}, nil, nil
+		}
+	}
+	sluice := func(mode string) func(l launch) ([]string, []string, error) {
+		return func(l launch) ([]string, []string, error) {
+			if _, err := os.Stat(c.sluiceBin); err != nil {
+				return nil, nil, fmt.Errorf("sluice binary not built: %w", err)
+			}
+			port, err := freePort()
+			if err != nil {
+				return nil, nil, err
+			}
+			stateDir := filepath.Join(l.dir, "state")
+			cfgPath := filepath.Join(l.dir, "sluice.yaml")
+			if err := os.WriteFile(cfgPath, []byte(sluiceConfig(c, l, mode, stateDir, port)), 0o644); err != nil {
+				return nil, nil, fmt.Errorf("writing sluice config: %w", err)
+			}
+			return []string{c.sluiceBin, "run", "-c", cfgPath}, []string{
+				"SLUICE_KAFKA__BROKERS=" + c.brokers,
+				"SLUICE_GROUP=" + l.group,
+				"SLUICE_BACKLOG__MODE=" + mode,
+				"SLUICE_PROCESSING__STATE_DIR=" + stateDir,
+			}, nil
+		}
+	}
+	self, _ := os.Executable()
+	heapNote := "heap " + c.javaHeap
+	return []contender{
+		{
+			name:  "ceiling",
+			setup: "franz-go group consumer, read_committed, reads and discards",
+			done:  doneExit,
+			argv: func(l launch) ([]string, []string, error) {
+				return []string{self, "ceiling", "-brokers", c.brokers, "-topic", l.in, "-group", l.group}, nil, nil
+			},
+		},
+		{
+			name:    "kstreams",
+			setup:   fmt.Sprintf("exactly_once_v2, commit 100 ms, cache 10 MiB (default), RocksDB, %d threads, %s", c.kstreamsThreads, heapNote),
+			done:    doneGroup,
+			latency: true,
+			argv:    kstreams(10 << 20),
+		},
+		{
+			name:  "kstreams-cache512",
+			setup: fmt.Sprintf("exactly_once_v2, commit 100 ms, cache 512 MiB, RocksDB, %d threads, %s", c.kstreamsThreads, heapNote),
+			done:  doneGroup,
+			argv:  kstreams(512 << 20),
+		},
+		{
+			name:  "flink-streaming",
+			setup: fmt.Sprintf("STREAMING, parallelism %d, hashmap state, checkpoint 1 s, exactly-once sink, %s", c.flinkParallelism, heapNote),
+			done:  doneExit,
+			argv:  flink("streaming"),
+		},
+		{
+			name:  "flink-batch",
+			setup: fmt.Sprintf("BATCH, parallelism %d, at-least-once sink (no checkpoints in BATCH), %s", c.flinkParallelism, heapNote),
+			done:  doneExit,
+			argv:  flink("batch"),
+		},
+		{
+			name:  "sluice-never",
+			setup: fmt.Sprintf("backlog.mode=never, exactly_once, commit 100 ms"),
+			done:  doneGroup,
+			argv:  sluice("never"),
+		},
+		{
+			name:    "sluice-auto",
+			setup:   fmt.Sprintf("backlog.mode=auto (enter_lag %d, exit_lag %d, sort_memory %s), exactly_once, commit 100 ms", c.enterLag, c.exitLag, c.sortMemory),
+			done:    doneGroup,
+			latency: true,
+			argv:    sluice("auto"),
+		},
+	}
+}
+
+// sluiceConfig is DESIGN.md's minimal pipeline pointed at the run's topics.
+func sluiceConfig(c *config, l launch, mode, stateDir string, httpPort int) string {
+	brokers := strings.Split(c.brokers, ",")
+	return fmt.Sprintf(`kafka:
+  brokers: [%s]
+group: %s
+instance_id: peers-0
+processing: {guarantee: exactly_once, commit_interval: 100ms, state_dir: %s}
+backlog: {enter_lag: %d, exit_lag: %d, sort_memory: %s, checkpoint_interval: 0s, mode: %s}
+http: {listen: 127.0.0.1:%d}
+sources:
+  orders: {topic: %s, format: json, key: customer_id, timestamp: ts}
+operators:
+  - name: totals
+    aggregate:
+      input: orders
+      fields: {amount: {sum: amount}, orders: {count: {}}}
+    output: totals_out
+sinks:
+  totals_out: {topic: %s, format: json}
+`, strings.Join(brokers, ", "), l.group, stateDir, c.enterLag, c.exitLag, c.sortMemory, mode, httpPort, l.in, l.out)
+}
+
+// freePort returns a loopback TCP port that was free a moment ago.
+func freePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("finding a free port: %w", err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}

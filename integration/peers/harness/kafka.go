@@ -1,0 +1,127 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+)
+
+// offsets is one topic's offset per partition.
+type offsets map[int32]int64
+
+// total is the sum over all partitions.
+func (o offsets) total() int64 {
+	var n int64
+	for _, v := range o {
+		n += v
+	}
+	return n
+}
+
+// createTopic creates topic with the given partition count and replication factor 1. An
+// existing topic is an error unless reuse is set.
+func createTopic(ctx context.Context, adm *kadm.Client, topic string, partitions int32, reuse bool) error {
+	_, err := adm.CreateTopic(ctx, partitions, 1, nil, topic)
+	if errors.Is(err, kerr.TopicAlreadyExists) && reuse {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("creating topic %s: %w", topic, err)
+	}
+	return waitTopic(ctx, adm, topic, partitions)
+}
+
+// recreateTopic deletes topic if it exists, then creates it empty.
+func recreateTopic(ctx context.Context, adm *kadm.Client, topic string, partitions int32) error {
+	if _, err := adm.DeleteTopic(ctx, topic); err != nil && !errors.Is(err, kerr.UnknownTopicOrPartition) {
+		return fmt.Errorf("deleting topic %s: %w", topic, err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		_, err := adm.CreateTopic(ctx, partitions, 1, nil, topic)
+		if err == nil {
+			return waitTopic(ctx, adm, topic, partitions)
+		}
+		// A deleted topic disappears asynchronously: retry "already exists" for a while.
+		if !errors.Is(err, kerr.TopicAlreadyExists) || time.Now().After(deadline) {
+			return fmt.Errorf("creating topic %s: %w", topic, err)
+		}
+		if err := pause(ctx, 200*time.Millisecond); err != nil {
+			return err
+		}
+	}
+}
+
+// waitTopic waits (bounded) until every partition of topic has a leader that answers ListOffsets.
+func waitTopic(ctx context.Context, adm *kadm.Client, topic string, partitions int32) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		o, err := endOffsets(ctx, adm, topic)
+		if err == nil && int32(len(o)) == partitions {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("topic %s not ready after 30s (last error: %v)", topic, err)
+		}
+		if err := pause(ctx, 100*time.Millisecond); err != nil {
+			return err
+		}
+	}
+}
+
+// endOffsets returns the last stable offset (the read_committed end) of every partition of topic.
+func endOffsets(ctx context.Context, adm *kadm.Client, topic string) (offsets, error) {
+	l, err := adm.ListCommittedOffsets(ctx, topic)
+	if err != nil {
+		return nil, fmt.Errorf("listing end offsets of %s: %w", topic, err)
+	}
+	if err := l.Error(); err != nil {
+		return nil, fmt.Errorf("listing end offsets of %s: %w", topic, err)
+	}
+	out := offsets{}
+	for p, o := range l[topic] {
+		out[p] = o.Offset
+	}
+	return out, nil
+}
+
+// groupCaughtUp reports whether group's committed offsets on topic reach end on every partition,
+// and the number of records the group has committed so far (sum of committed offsets).
+func groupCaughtUp(ctx context.Context, adm *kadm.Client, group, topic string, end offsets) (bool, int64, error) {
+	r, err := adm.FetchOffsetsForTopics(ctx, group, topic)
+	if err != nil {
+		return false, 0, fmt.Errorf("fetching offsets of group %s: %w", group, err)
+	}
+	done := true
+	var committed int64
+	for p, e := range end {
+		o, ok := r.Lookup(topic, p)
+		if !ok || o.Err != nil || o.At < 0 {
+			if e > 0 {
+				done = false
+			}
+			continue
+		}
+		committed += o.At
+		if o.At < e {
+			done = false
+		}
+	}
+	return done, committed, nil
+}
+
+// pause waits d or until ctx is done.
+func pause(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}

@@ -1,0 +1,560 @@
+// Command harness runs sluice's side-by-side benchmark against its peers on one real Kafka
+// broker: a consume-only ceiling, Kafka Streams, Apache Flink (STREAMING and BATCH) and sluice
+// (backlog.mode never and auto). It prefills the "orders" workload of integration/workload once,
+// starts each contender alone from offset 0, measures wall time from process start until the
+// contender has caught up (its group's committed offsets reach the end offsets, or the bounded
+// job exits) and its peak RSS, verifies its final per-key totals exactly, and prints one table
+// (also written as Markdown with machine info and versions). A real-time phase then measures
+// produce-to-visible latency at a steady rate for sluice and Kafka Streams.
+//
+// It is normally started by integration/peers/run.sh, which starts the broker and builds the
+// contenders; see integration/peers/README.md. "harness ceiling ..." is the ceiling contender
+// itself, run as a child process.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sluice-dev/sluice/integration/workload"
+)
+
+// config is the harness's command line.
+type config struct {
+	brokers    string
+	records    int64
+	keys       int
+	partitions int
+	seed       int64
+	smoke      bool
+	topic      string
+	reuse      bool
+	only       string
+	out        string
+	workDir    string
+	command    string
+	timeout    time.Duration
+
+	latency     bool
+	latRate     int
+	latDur      time.Duration
+	latBacklog  int64
+	latContends string
+
+	sluiceBin        string
+	kstreamsDir      string
+	flinkDir         string
+	kafkaLib         string
+	javaHeap         string
+	kstreamsThreads  int
+	flinkParallelism int
+	enterLag         int64
+	exitLag          int64
+	sortMemory       string
+}
+
+func main() {
+	if len(os.Args) > 1 && os.Args[1] == "ceiling" {
+		if err := runCeiling(os.Args[2:]); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		return
+	}
+	cfg, err := parseFlags(os.Args[1:])
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "harness:", err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	ok, err := run(ctx, cfg)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "harness:", err)
+		os.Exit(1)
+	}
+	if !ok {
+		os.Exit(1)
+	}
+}
+
+func parseFlags(args []string) (*config, error) {
+	c := &config{}
+	fs := flag.NewFlagSet("harness", flag.ContinueOnError)
+	fs.StringVar(&c.brokers, "brokers", "", "bootstrap address of the Kafka broker (127.0.0.1 only)")
+	fs.Int64Var(&c.records, "records", 1_000_000, "records in the backlog")
+	fs.IntVar(&c.keys, "keys", 100_000, "distinct customer_id keys")
+	fs.IntVar(&c.partitions, "partitions", 8, "partitions of the input and output topics")
+	fs.Int64Var(&c.seed, "seed", 1, "workload seed")
+	fs.BoolVar(&c.smoke, "smoke", false, "20k records, 1k keys, 5 s latency phase: every contender must start and agree")
+	fs.StringVar(&c.topic, "topic", "orders", "input topic (recreated and prefilled unless -reuse-topic)")
+	fs.BoolVar(&c.reuse, "reuse-topic", false, "reuse the input topic when it already holds exactly -records records")
+	fs.StringVar(&c.only, "contenders", "", "comma-separated subset of contenders to run (default all)")
+	fs.StringVar(&c.out, "out", "", "write the report as Markdown to this file")
+	fs.StringVar(&c.workDir, "work", "", "directory for logs, configs and state (default a new temp dir)")
+	fs.StringVar(&c.command, "command", "", "the command line to print in the report")
+	fs.DurationVar(&c.timeout, "timeout", 0, "per-contender limit (default 90s + records/2000 s)")
+	fs.BoolVar(&c.latency, "latency", true, "run the real-time latency phase")
+	fs.IntVar(&c.latRate, "latency-rate", 20_000, "live records per second in the latency phase")
+	fs.DurationVar(&c.latDur, "latency-duration", 30*time.Second, "length of the latency phase")
+	fs.Int64Var(&c.latBacklog, "latency-backlog", -1, "records caught up before the latency phase (default min(records, 200k))")
+	fs.StringVar(&c.sluiceBin, "sluice", "bin/sluice", "sluice binary")
+	fs.StringVar(&c.kstreamsDir, "kstreams-dir", "integration/peers/kstreams", "built Kafka Streams app (target/classes, target/lib)")
+	fs.StringVar(&c.flinkDir, "flink-dir", "integration/peers/flink", "built Flink app (target/classes, target/lib, jvm.args)")
+	fs.StringVar(&c.kafkaLib, "kafka-lib", "integration/kafka/lib", "the broker's classpath folder, for its version")
+	fs.StringVar(&c.javaHeap, "java-heap", "2g", "-Xmx of the Java contenders")
+	fs.IntVar(&c.kstreamsThreads, "kstreams-threads", 2, "num.stream.threads")
+	fs.IntVar(&c.flinkParallelism, "flink-parallelism", 2, "Flink parallelism")
+	fs.Int64Var(&c.enterLag, "sluice-enter-lag", -1, "sluice backlog.enter_lag (default 50000; smoke 1000)")
+	fs.Int64Var(&c.exitLag, "sluice-exit-lag", -1, "sluice backlog.exit_lag (default 500; smoke 100)")
+	fs.StringVar(&c.sortMemory, "sluice-sort-memory", "256MiB", "sluice backlog.sort_memory")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if c.smoke {
+		if !set["records"] {
+			c.records = 20_000
+		}
+		if !set["keys"] {
+			c.keys = 1_000
+		}
+		if !set["latency-duration"] {
+			c.latDur = 5 * time.Second
+		}
+		if c.enterLag < 0 {
+			c.enterLag = 1000
+		}
+		if c.exitLag < 0 {
+			c.exitLag = 100
+		}
+	}
+	if c.enterLag < 0 {
+		c.enterLag = 50_000
+	}
+	if c.exitLag < 0 {
+		c.exitLag = 500
+	}
+	if c.latBacklog < 0 {
+		c.latBacklog = min(c.records, 200_000)
+	}
+	if c.timeout == 0 {
+		c.timeout = 90*time.Second + time.Duration(c.records/2000)*time.Second
+	}
+	switch {
+	case c.brokers == "":
+		return nil, errors.New("-brokers is required (run.sh starts a broker)")
+	case c.records <= 0 || c.keys <= 0 || c.partitions <= 0:
+		return nil, errors.New("-records, -keys and -partitions must be positive")
+	case c.latRate <= 0 || c.latDur <= 0:
+		return nil, errors.New("-latency-rate and -latency-duration must be positive")
+	}
+	for _, b := range strings.Split(c.brokers, ",") {
+		if !strings.HasPrefix(b, "127.0.0.1:") && !strings.HasPrefix(b, "localhost:") {
+			return nil, fmt.Errorf("-brokers %q: only 127.0.0.1 is allowed", b)
+		}
+	}
+	for _, p := range []*string{&c.sluiceBin, &c.kstreamsDir, &c.flinkDir, &c.kafkaLib} {
+		abs, err := filepath.Abs(*p)
+		if err != nil {
+			return nil, err
+		}
+		*p = abs
+	}
+	return c, nil
+}
+
+// harness holds one benchmark run. Not safe for concurrent use.
+type harness struct {
+	cfg   *config
+	runID string
+	seeds []string
+	cl    *kgo.Client
+	adm   *kadm.Client
+	spec  workload.Spec
+	want  map[string]workload.Total
+}
+
+// result is one contender's catch-up measurement.
+type result struct {
+	name    string
+	setup   string
+	records int64
+	seconds float64
+	peakKiB int64
+	status  string   // "ok", or why the row is not timed
+	detail  []string // mismatches or log tail
+	lat     *latencyStats
+	latErr  string
+}
+
+func (r *result) ok() bool { return r.status == "ok" }
+
+func (r *result) rate() float64 {
+	if !r.ok() || r.seconds <= 0 {
+		return 0
+	}
+	return float64(r.records) / r.seconds
+}
+
+func run(ctx context.Context, cfg *config) (bool, error) {
+	if cfg.workDir == "" {
+		d, err := os.MkdirTemp("", "sluice-peers-")
+		if err != nil {
+			return false, err
+		}
+		cfg.workDir = d
+	}
+	if err := os.MkdirAll(cfg.workDir, 0o755); err != nil {
+		return false, err
+	}
+	h := &harness{
+		cfg:   cfg,
+		runID: time.Now().UTC().Format("20060102t150405"),
+		seeds: strings.Split(cfg.brokers, ","),
+		spec: workload.Spec{
+			Records: cfg.records, Keys: cfg.keys, Partitions: int32(cfg.partitions), Seed: cfg.seed,
+		},
+	}
+	cl, err := kgo.NewClient(append(workload.ProducerOpts(), kgo.SeedBrokers(h.seeds...))...)
+	if err != nil {
+		return false, fmt.Errorf("kafka client: %w", err)
+	}
+	defer cl.Close()
+	h.cl, h.adm = cl, kadm.NewClient(cl)
+
+	var selected []contender
+	all := h.contenders()
+	if cfg.only == "" {
+		selected = all
+	} else {
+		for _, name := range strings.Split(cfg.only, ",") {
+			found := false
+			for _, c := range all {
+				if c.name == name {
+					selected = append(selected, c)
+					found = true
+				}
+			}
+			if !found {
+				return false, fmt.Errorf("-contenders: unknown %q", name)
+			}
+		}
+	}
+
+	logf("work dir %s; run id %s; load average %s", cfg.workDir, h.runID, loadavg())
+	t0 := time.Now()
+	if err := h.prefill(ctx); err != nil {
+		return false, err
+	}
+	logf("prefilled %s with %d records over %d keys in %.1fs", cfg.topic, cfg.records, cfg.keys, time.Since(t0).Seconds())
+	h.want = h.spec.Expected()
+
+	var results []*result
+	for _, c := range selected {
+		if ctx.Err() != nil {
+			return false, ctx.Err()
+		}
+		logf("%-18s starting (load average %s)", c.name, loadavg())
+		r := h.catchUp(ctx, c)
+		logf("%-18s %s", c.name, r.summary())
+		results = append(results, r)
+	}
+	if cfg.latency {
+		for i, c := range selected {
+			if !c.latency || ctx.Err() != nil {
+				continue
+			}
+			h.latencyPhase(ctx, c, results[i])
+			if r := results[i]; r.lat != nil {
+				logf("%-18s latency p50 %s p99 %s max %s (%d/%d live records seen, %.0f rec/s produced)",
+					c.name, ms(r.lat.p50), ms(r.lat.p99), ms(r.lat.max), r.lat.seen, r.lat.produced, r.lat.rate)
+			} else {
+				logf("%-18s latency: %s", c.name, r.latErr)
+			}
+		}
+	}
+	if ctx.Err() != nil {
+		return false, ctx.Err()
+	}
+	rep := h.report(results)
+	fmt.Println(rep.table)
+	if cfg.out != "" {
+		if err := os.MkdirAll(filepath.Dir(cfg.out), 0o755); err != nil {
+			return false, err
+		}
+		if err := os.WriteFile(cfg.out, []byte(rep.markdown), 0o644); err != nil {
+			return false, fmt.Errorf("writing report: %w", err)
+		}
+		logf("report written to %s", cfg.out)
+	}
+	allOK := true
+	for _, r := range results {
+		if !r.ok() || (cfg.latency && r.latErr != "") {
+			allOK = false
+		}
+	}
+	return allOK, nil
+}
+
+// prefill creates the input topic and writes the workload once.
+func (h *harness) prefill(ctx context.Context) error {
+	c := h.cfg
+	if c.reuse {
+		if end, err := endOffsets(ctx, h.adm, c.topic); err == nil && end.total() == c.records && len(end) == c.partitions {
+			logf("reusing %s (%d records)", c.topic, c.records)
+			return nil
+		}
+	}
+	if err := recreateTopic(ctx, h.adm, c.topic, int32(c.partitions)); err != nil {
+		return err
+	}
+	if err := workload.Produce(ctx, h.cl, c.topic, h.spec); err != nil {
+		return fmt.Errorf("prefilling %s: %w", c.topic, err)
+	}
+	end, err := endOffsets(ctx, h.adm, c.topic)
+	if err != nil {
+		return err
+	}
+	if end.total() != c.records {
+		return fmt.Errorf("prefilling %s: end offsets sum to %d, want %d", c.topic, end.total(), c.records)
+	}
+	return nil
+}
+
+// catchUp runs one contender over the prefilled topic and measures it.
+func (h *harness) catchUp(ctx context.Context, c contender) *result {
+	r := &result{name: c.name, setup: c.setup, records: h.cfg.records}
+	group := "peers-" + h.runID + "-" + c.name
+	l := launch{in: h.cfg.topic, out: group + "-out", group: group, dir: filepath.Join(h.cfg.workDir, c.name)}
+	end, err := endOffsets(ctx, h.adm, l.in)
+	if err != nil {
+		r.status = "failed: " + err.Error()
+		return r
+	}
+	p, logPath, err := h.start(ctx, c, l)
+	if err != nil {
+		r.status = "failed: " + err.Error()
+		return r
+	}
+	defer p.stop(30 * time.Second)
+	elapsed, err := h.waitCaughtUp(ctx, c, p, l, end)
+	r.peakKiB = p.peakKiB.Load()
+	if err != nil {
+		r.status = "failed: " + err.Error()
+		r.detail = []string{tail(logPath, 1500)}
+		return r
+	}
+	r.seconds = elapsed.Seconds()
+	if c.name == "ceiling" {
+		r.status = "ok"
+		return r
+	}
+	diff, err := h.verify(ctx, l.out, h.want)
+	p.stop(30 * time.Second)
+	r.peakKiB = p.peakKiB.Load()
+	switch {
+	case err != nil:
+		r.status = "failed: verifying: " + err.Error()
+	case len(diff) > 0:
+		r.status = "DISAGREES"
+		r.detail = diff
+	default:
+		r.status = "ok"
+	}
+	return r
+}
+
+// start creates the output topic and starts the contender.
+func (h *harness) start(ctx context.Context, c contender, l launch) (*proc, string, error) {
+	if err := os.MkdirAll(l.dir, 0o755); err != nil {
+		return nil, "", err
+	}
+	if err := createTopic(ctx, h.adm, l.out, int32(h.cfg.partitions), false); err != nil {
+		return nil, "", err
+	}
+	argv, env, err := c.argv(l)
+	if err != nil {
+		return nil, "", err
+	}
+	logPath := filepath.Join(l.dir, "output.log")
+	p, err := startProc(argv, env, l.dir, logPath)
+	if err != nil {
+		return nil, "", err
+	}
+	return p, logPath, nil
+}
+
+// waitCaughtUp waits until the contender has caught up with end, per its done rule, and
+// returns the time from process start.
+func (h *harness) waitCaughtUp(ctx context.Context, c contender, p *proc, l launch, end offsets) (time.Duration, error) {
+	deadline := time.NewTimer(h.cfg.timeout)
+	defer deadline.Stop()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	var committed int64
+	for {
+		switch c.done {
+		case doneExit:
+			if p.done() {
+				if err := p.exitError(); err != nil {
+					return 0, err
+				}
+				return p.exitAt.Sub(p.start), nil
+			}
+		case doneGroup:
+			if p.done() {
+				return 0, fmt.Errorf("exited before catching up (%d of %d committed): %v", committed, end.total(), p.exitError())
+			}
+			qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			ok, n, err := groupCaughtUp(qctx, h.adm, l.group, l.in, end)
+			cancel()
+			now := time.Now()
+			if err == nil {
+				committed = n
+				if ok {
+					return now.Sub(p.start), nil
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-deadline.C:
+			return 0, fmt.Errorf("not caught up after %s (%d of %d committed)", h.cfg.timeout, committed, end.total())
+		case <-tick.C:
+		}
+	}
+}
+
+// verify reads the output topic's final totals and compares them with want, retrying for a
+// few seconds while they differ.
+func (h *harness) verify(ctx context.Context, topic string, want map[string]workload.Total) ([]string, error) {
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		got, err := workload.ReadTotals(ctx, h.seeds, topic, "amount", "orders")
+		if err != nil {
+			return nil, err
+		}
+		diff := workload.Diff(want, got, 5)
+		if len(diff) == 0 || time.Now().After(deadline) {
+			return diff, nil
+		}
+		if err := pause(ctx, time.Second); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// latencyPhase runs c on its own topic: catch up a small backlog, then a steady live load,
+// measuring produce-to-visible latency; the final totals are verified too.
+func (h *harness) latencyPhase(ctx context.Context, c contender, r *result) {
+	cfg := h.cfg
+	fail := func(format string, args ...any) { r.latErr = fmt.Sprintf(format, args...) }
+	group := "peers-" + h.runID + "-" + c.name + "-lat"
+	l := launch{in: group + "-in", out: group + "-out", group: group, dir: filepath.Join(cfg.workDir, c.name+"-lat")}
+	spec := workload.Spec{Records: cfg.latBacklog, Keys: cfg.keys, Partitions: int32(cfg.partitions), Seed: cfg.seed + 1}
+	if err := createTopic(ctx, h.adm, l.in, int32(cfg.partitions), false); err != nil {
+		fail("%v", err)
+		return
+	}
+	if spec.Records > 0 {
+		if err := workload.Produce(ctx, h.cl, l.in, spec); err != nil {
+			fail("prefilling: %v", err)
+			return
+		}
+	}
+	want := spec.Expected()
+	end, err := endOffsets(ctx, h.adm, l.in)
+	if err != nil {
+		fail("%v", err)
+		return
+	}
+	p, logPath, err := h.start(ctx, c, l)
+	if err != nil {
+		fail("%v", err)
+		return
+	}
+	defer p.stop(30 * time.Second)
+	if _, err := h.waitCaughtUp(ctx, c, p, l, end); err != nil {
+		fail("catching up: %v: %s", err, tail(logPath, 800))
+		return
+	}
+	outEnd, err := endOffsets(ctx, h.adm, l.out)
+	if err != nil {
+		fail("%v", err)
+		return
+	}
+	t := newTracker()
+	wctx, stopWatch := context.WithCancel(ctx)
+	watchErr := make(chan error, 1)
+	go func() { watchErr <- watchOutputs(wctx, h.seeds, l.out, outEnd, t) }()
+	defer func() {
+		stopWatch()
+		<-watchErr
+	}()
+
+	live, err := kgo.NewClient(kgo.SeedBrokers(h.seeds...), kgo.ProducerLinger(0))
+	if err != nil {
+		fail("live producer: %v", err)
+		return
+	}
+	defer live.Close()
+	n, achieved, err := liveLoad(ctx, live, l.in, spec, cfg.latRate, cfg.latDur, want, t)
+	if err != nil {
+		fail("%v", err)
+		return
+	}
+	// Wait (bounded) until an output has covered every live record.
+	drain := time.Now().Add(30 * time.Second)
+	for t.outstanding() > 0 && time.Now().Before(drain) && !p.done() {
+		if err := pause(ctx, 50*time.Millisecond); err != nil {
+			fail("%v", err)
+			return
+		}
+	}
+	s := t.stats()
+	s.produced, s.rate = n, achieved
+	r.lat = &s
+	if p.done() {
+		fail("exited during the live load: %v", p.exitError())
+		return
+	}
+	if s.seen < n {
+		fail("%d of %d live records never became visible", n-s.seen, n)
+	}
+	diff, err := h.verify(ctx, l.out, want)
+	switch {
+	case err != nil:
+		fail("verifying: %v", err)
+	case len(diff) > 0:
+		fail("final totals disagree: %s", strings.Join(diff, "; "))
+	}
+}
+
+func (r *result) summary() string {
+	if !r.ok() {
+		s := r.status
+		if len(r.detail) > 0 {
+			s += "\n    " + strings.ReplaceAll(strings.Join(r.detail, "\n"), "\n", "\n    ")
+		}
+		return s
+	}
+	return fmt.Sprintf("%.2fs  %.0f rec/s  peak RSS %s", r.seconds, r.rate(), mib(r.peakKiB))
+}
+
+func logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "harness: "+format+"\n", args...)
+}

@@ -1,0 +1,172 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// proc is one running contender process. It is started in its own process group with
+// SIGKILL as its parent-death signal, so a harness that dies takes its children with it.
+// Methods are safe for concurrent use.
+type proc struct {
+	cmd     *exec.Cmd
+	start   time.Time
+	exited  chan struct{} // closed when Wait returned
+	waitErr error         // valid once exited is closed
+	exitAt  time.Time     // valid once exited is closed
+	peakKiB atomic.Int64  // highest VmHWM seen, or the rusage max RSS after exit
+	log     *os.File
+}
+
+// startProc starts argv with env added to the harness's environment, stdout and stderr to
+// logPath.
+func startProc(argv, env []string, dir, logPath string) (*proc, error) {
+	f, err := os.Create(logPath)
+	if err != nil {
+		return nil, fmt.Errorf("creating log: %w", err)
+	}
+	fmt.Fprintf(f, "# %q\n# env %q\n", argv, env)
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Dir = dir
+	cmd.Stdout = f
+	cmd.Stderr = f
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	p := &proc{cmd: cmd, exited: make(chan struct{}), log: f}
+	p.start = time.Now()
+	if err := cmd.Start(); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("starting %s: %w", argv[0], err)
+	}
+	go p.wait()
+	go p.sample()
+	return p, nil
+}
+
+func (p *proc) wait() {
+	err := p.cmd.Wait()
+	p.exitAt = time.Now()
+	if ru, ok := p.cmd.ProcessState.SysUsage().(*syscall.Rusage); ok && ru != nil {
+		p.notePeak(ru.Maxrss) // KiB on Linux
+	}
+	p.waitErr = err
+	p.log.Close()
+	close(p.exited)
+}
+
+// sample polls VmHWM (peak resident set) every 100 ms until the process exits.
+func (p *proc) sample() {
+	path := "/proc/" + strconv.Itoa(p.cmd.Process.Pid) + "/status"
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for {
+		if kib, ok := vmHWM(path); ok {
+			p.notePeak(kib)
+		}
+		select {
+		case <-p.exited:
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (p *proc) notePeak(kib int64) {
+	for {
+		old := p.peakKiB.Load()
+		if kib <= old || p.peakKiB.CompareAndSwap(old, kib) {
+			return
+		}
+	}
+}
+
+// vmHWM reads the VmHWM line of a /proc/<pid>/status file, in KiB.
+func vmHWM(path string) (int64, bool) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, false
+	}
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for sc.Scan() {
+		line := sc.Bytes()
+		if !bytes.HasPrefix(line, []byte("VmHWM:")) {
+			continue
+		}
+		f := bytes.Fields(line[len("VmHWM:"):])
+		if len(f) == 0 {
+			return 0, false
+		}
+		n, err := strconv.ParseInt(string(f[0]), 10, 64)
+		return n, err == nil
+	}
+	return 0, false
+}
+
+// done reports whether the process has exited.
+func (p *proc) done() bool {
+	select {
+	case <-p.exited:
+		return true
+	default:
+		return false
+	}
+}
+
+// stop sends SIGTERM to the process group, waits up to grace, then SIGKILLs the group. It
+// returns once the process has been reaped.
+func (p *proc) stop(grace time.Duration) {
+	if p.done() {
+		return
+	}
+	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGTERM)
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	select {
+	case <-p.exited:
+		return
+	case <-t.C:
+	}
+	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+	<-p.exited
+}
+
+// exitError describes how the process ended, or nil for exit status 0.
+func (p *proc) exitError() error {
+	<-p.exited
+	if p.waitErr == nil {
+		return nil
+	}
+	var ee *exec.ExitError
+	if errors.As(p.waitErr, &ee) {
+		return fmt.Errorf("exited: %s", ee.ProcessState.String())
+	}
+	return p.waitErr
+}
+
+// tail returns the last n bytes of the process log, for error messages.
+func tail(path string, n int64) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return ""
+	}
+	off := st.Size() - n
+	if off < 0 {
+		off = 0
+	}
+	b := make([]byte, st.Size()-off)
+	_, _ = f.ReadAt(b, off)
+	return string(b)
+}

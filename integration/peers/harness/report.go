@@ -1,0 +1,327 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+)
+
+// report is the rendered results: a plain table for the terminal and a Markdown document.
+type report struct {
+	table    string
+	markdown string
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.0f ms", float64(d)/float64(time.Millisecond)) }
+
+func mib(kib int64) string {
+	if kib <= 0 {
+		return "?"
+	}
+	return fmt.Sprintf("%.0f MiB", float64(kib)/1024)
+}
+
+func ratio(a, b float64) string {
+	if a <= 0 || b <= 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2fx", a/b)
+}
+
+func (h *harness) report(results []*result) report {
+	byName := map[string]*result{}
+	for _, r := range results {
+		byName[r.name] = r
+	}
+	var ceiling, auto float64
+	if r := byName["ceiling"]; r != nil {
+		ceiling = r.rate()
+	}
+	if r := byName["sluice-auto"]; r != nil {
+		auto = r.rate()
+	}
+
+	header := []string{"contender", "records", "seconds", "records/s", "peak RSS", "vs ceiling", "sluice(auto)/peer", "status"}
+	var rows [][]string
+	for _, r := range results {
+		row := []string{r.name, fmt.Sprint(r.records), "-", "-", mib(r.peakKiB), "-", "-", r.status}
+		if r.ok() {
+			row[2] = fmt.Sprintf("%.2f", r.seconds)
+			row[3] = fmt.Sprintf("%.0f", r.rate())
+			row[5] = ratio(r.rate(), ceiling)
+			if !strings.HasPrefix(r.name, "sluice-auto") {
+				row[6] = ratio(auto, r.rate())
+			}
+		}
+		if i := strings.Index(row[7], "\n"); i >= 0 {
+			row[7] = row[7][:i]
+		}
+		rows = append(rows, row)
+	}
+	latHeader := []string{"contender", "live records", "produced rec/s", "p50", "p99", "max", "status"}
+	var latRows [][]string
+	for _, r := range results {
+		if r.lat == nil && r.latErr == "" {
+			continue
+		}
+		row := []string{r.name, "-", "-", "-", "-", "-", "ok"}
+		if r.lat != nil {
+			row[1] = fmt.Sprint(r.lat.produced)
+			row[2] = fmt.Sprintf("%.0f", r.lat.rate)
+			row[3], row[4], row[5] = ms(r.lat.p50), ms(r.lat.p99), ms(r.lat.max)
+		}
+		if r.latErr != "" {
+			row[6] = r.latErr
+			if len(row[6]) > 200 {
+				row[6] = row[6][:200] + "..."
+			}
+		}
+		latRows = append(latRows, row)
+	}
+
+	var t strings.Builder
+	t.WriteString(plain(header, rows))
+	if len(latRows) > 0 {
+		fmt.Fprintf(&t, "\nreal-time latency (produce to visible, read_committed; %d rec/s for %s after a %d-record catch-up):\n",
+			h.cfg.latRate, h.cfg.latDur, h.cfg.latBacklog)
+		t.WriteString(plain(latHeader, latRows))
+	}
+	crit := h.criteria(byName)
+	if len(crit) > 0 {
+		t.WriteString("\nissue 4 criteria:\n")
+		for _, c := range crit {
+			t.WriteString("  " + c + "\n")
+		}
+	}
+
+	var m strings.Builder
+	fmt.Fprintf(&m, "# sluice peer benchmark\n\n")
+	fmt.Fprintf(&m, "Run %s (UTC %s).\n\n", h.runID, time.Now().UTC().Format(time.RFC3339))
+	fmt.Fprintf(&m, "Command: `%s`\n\n", h.commandLine())
+	fmt.Fprintf(&m, "Workload: topic `%s`, %d partitions, %d records, %d keys (customer_id), seed %d; "+
+		"every contender computes per key sum(amount) and count and writes `{\"key\":..,\"amount\":..,\"orders\":..}`.\n\n",
+		h.cfg.topic, h.cfg.partitions, h.cfg.records, h.cfg.keys, h.cfg.seed)
+	m.WriteString("## Machine\n\n")
+	for _, l := range machine() {
+		m.WriteString("- " + l + "\n")
+	}
+	m.WriteString("\n## Versions\n\n")
+	for _, l := range h.versions() {
+		m.WriteString("- " + l + "\n")
+	}
+	m.WriteString("\n## Catch-up\n\n")
+	m.WriteString("Wall time from process start until the contender's consumer group has committed the end " +
+		"offsets of the input (Kafka Streams, sluice) or the bounded job has exited (Flink, ceiling); every " +
+		"contender's final per-key totals are then checked exactly against the generator's.\n\n")
+	m.WriteString(markdown(header, rows))
+	m.WriteString("\nSettings:\n\n")
+	for _, r := range results {
+		fmt.Fprintf(&m, "- **%s**: %s\n", r.name, r.setup)
+	}
+	for _, r := range results {
+		if len(r.detail) > 0 {
+			fmt.Fprintf(&m, "\n%s (%s):\n\n```\n%s\n```\n", r.name, r.status, strings.Join(r.detail, "\n"))
+		}
+	}
+	if len(latRows) > 0 {
+		fmt.Fprintf(&m, "\n## Real-time latency\n\nEach contender first catches up a %d-record backlog on its own "+
+			"topic, then %d records/s are produced for %s (keys uniform over the workload's %d); a record's "+
+			"latency is from its produce call to the first read_committed output of its key whose count covers it. "+
+			"Commit interval 100 ms for both.\n\n", h.cfg.latBacklog, h.cfg.latRate, h.cfg.latDur, h.cfg.keys)
+		m.WriteString(markdown(latHeader, latRows))
+	}
+	if len(crit) > 0 {
+		m.WriteString("\n## Issue 4 criteria\n\n")
+		for _, c := range crit {
+			m.WriteString("- " + c + "\n")
+		}
+	}
+	if h.cfg.smoke {
+		m.WriteString("\nSmoke run: the figures are dominated by process start-up (JVM, MiniCluster, group join) " +
+			"and say nothing about throughput; the run only shows that every contender starts and agrees.\n")
+	}
+	return report{table: t.String(), markdown: m.String()}
+}
+
+// criteria evaluates issue 4's targets on the figures at hand.
+func (h *harness) criteria(by map[string]*result) []string {
+	auto := by["sluice-auto"]
+	if auto == nil || !auto.ok() {
+		return nil
+	}
+	var out []string
+	check := func(peer string, factor float64, what string) {
+		p := by[peer]
+		if p == nil || !p.ok() {
+			return
+		}
+		got := auto.rate() / p.rate()
+		verdict := "met"
+		if got < factor {
+			verdict = "NOT met"
+		}
+		out = append(out, fmt.Sprintf("sluice(auto) >= %s: %.2fx (%s)", what, got, verdict))
+	}
+	check("kstreams", 5, "5x Kafka Streams (default cache)")
+	check("kstreams-cache512", 5, "5x Kafka Streams (512 MiB cache)")
+	check("flink-batch", 1, "Flink BATCH")
+	check("ceiling", 0.5, "50% of the consume-only ceiling")
+	if ks := by["kstreams"]; ks != nil && ks.lat != nil && auto.lat != nil && auto.latErr == "" && ks.latErr == "" {
+		verdict := "met"
+		if auto.lat.p99 > ks.lat.p99 {
+			verdict = "NOT met"
+		}
+		out = append(out, fmt.Sprintf("real-time p99 sluice %s <= Kafka Streams %s (%s)", ms(auto.lat.p99), ms(ks.lat.p99), verdict))
+	}
+	return out
+}
+
+func (h *harness) commandLine() string {
+	if h.cfg.command != "" {
+		return h.cfg.command
+	}
+	return strings.Join(os.Args, " ")
+}
+
+// machine describes the host.
+func machine() []string {
+	var out []string
+	cpu := "?"
+	if f, err := os.Open("/proc/cpuinfo"); err == nil {
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			if k, v, ok := strings.Cut(sc.Text(), ":"); ok && strings.TrimSpace(k) == "model name" {
+				cpu = strings.TrimSpace(v)
+				break
+			}
+		}
+		f.Close()
+	}
+	out = append(out, fmt.Sprintf("CPU: %s, %d logical CPUs available", cpu, runtime.NumCPU()))
+	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
+		if l, _, ok := strings.Cut(string(b), "\n"); ok {
+			var kib int64
+			if _, err := fmt.Sscanf(strings.TrimSpace(strings.TrimPrefix(l, "MemTotal:")), "%d", &kib); err == nil {
+				out = append(out, fmt.Sprintf("Memory: %.1f GiB", float64(kib)/(1<<20)))
+			}
+		}
+	}
+	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		out = append(out, "Kernel: Linux "+strings.TrimSpace(string(b)))
+	}
+	out = append(out, "Load average at the end of the run (other work on the host skews every figure): "+loadavg())
+	out = append(out, "Go: "+runtime.Version())
+	out = append(out, "Java: "+commandLine("java", "-version"))
+	return out
+}
+
+// loadavg returns the 1, 5 and 15 minute load averages.
+func loadavg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
+}
+
+// versions lists the contenders' versions from their classpaths and the sluice binary.
+func (h *harness) versions() []string {
+	c := h.cfg
+	jar := func(dir, prefix string) string {
+		m, _ := filepath.Glob(filepath.Join(dir, prefix+"-*.jar"))
+		for _, f := range m {
+			v := strings.TrimSuffix(strings.TrimPrefix(filepath.Base(f), prefix+"-"), ".jar")
+			if v != "" && v[0] >= '0' && v[0] <= '9' {
+				return v
+			}
+		}
+		return "?"
+	}
+	kstreamsLib := filepath.Join(c.kstreamsDir, "target", "lib")
+	flinkLib := filepath.Join(c.flinkDir, "target", "lib")
+	sluiceV := "not built"
+	if _, err := os.Stat(c.sluiceBin); err == nil {
+		sluiceV = commandLine(c.sluiceBin, "version")
+	}
+	return []string{
+		"Kafka broker: " + jar(c.kafkaLib, "kafka_2.13") + " (KRaft, single node, integration/kafka/kafka.sh)",
+		"Kafka Streams: " + jar(kstreamsLib, "kafka-streams") + " (RocksDB " + jar(kstreamsLib, "rocksdbjni") + ")",
+		"Flink: " + jar(flinkLib, "flink-streaming-java") + ", flink-connector-kafka " + jar(flinkLib, "flink-connector-kafka") +
+			" (kafka-clients " + jar(flinkLib, "kafka-clients") + ")",
+		"sluice: " + sluiceV,
+		"ceiling: franz-go (this harness)",
+	}
+}
+
+// commandLine runs argv (bounded) and returns the first line of its combined output.
+func commandLine(argv ...string) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, argv[0], argv[1:]...).CombinedOutput()
+	s := strings.TrimSpace(string(out))
+	if l, _, ok := strings.Cut(s, "\n"); ok {
+		s = l
+	}
+	if err != nil && s == "" {
+		return "? (" + err.Error() + ")"
+	}
+	return s
+}
+
+func plain(header []string, rows [][]string) string {
+	w := make([]int, len(header))
+	for i, h := range header {
+		w[i] = len(h)
+	}
+	for _, r := range rows {
+		for i, c := range r {
+			w[i] = max(w[i], len(c))
+		}
+	}
+	var b strings.Builder
+	line := func(cells []string) {
+		for i, c := range cells {
+			if i > 0 {
+				b.WriteString("  ")
+			}
+			if i == len(cells)-1 {
+				b.WriteString(c)
+			} else {
+				fmt.Fprintf(&b, "%-*s", w[i], c)
+			}
+		}
+		b.WriteString("\n")
+	}
+	line(header)
+	for _, r := range rows {
+		line(r)
+	}
+	return b.String()
+}
+
+func markdown(header []string, rows [][]string) string {
+	var b strings.Builder
+	b.WriteString("| " + strings.Join(header, " | ") + " |\n|")
+	for range header {
+		b.WriteString(" --- |")
+	}
+	b.WriteString("\n")
+	for _, r := range rows {
+		cells := make([]string, len(r))
+		for i, c := range r {
+			cells[i] = strings.ReplaceAll(c, "|", "\\|")
+		}
+		b.WriteString("| " + strings.Join(cells, " | ") + " |\n")
+	}
+	return b.String()
+}

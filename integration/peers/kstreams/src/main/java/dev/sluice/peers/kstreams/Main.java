@@ -1,0 +1,280 @@
+package dev.sluice.peers.kstreams;
+
+import java.io.IOException;
+import java.math.BigDecimal;
+import java.nio.ByteBuffer;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.time.Duration;
+import java.util.Comparator;
+import java.util.Properties;
+import java.util.concurrent.CountDownLatch;
+import java.util.stream.Stream;
+
+import org.apache.kafka.clients.consumer.ConsumerConfig;
+import org.apache.kafka.common.serialization.Deserializer;
+import org.apache.kafka.common.serialization.Serde;
+import org.apache.kafka.common.serialization.Serdes;
+import org.apache.kafka.common.serialization.Serializer;
+import org.apache.kafka.common.utils.Bytes;
+import org.apache.kafka.streams.KafkaStreams;
+import org.apache.kafka.streams.StreamsBuilder;
+import org.apache.kafka.streams.StreamsConfig;
+import org.apache.kafka.streams.errors.StreamsUncaughtExceptionHandler;
+import org.apache.kafka.streams.kstream.Consumed;
+import org.apache.kafka.streams.kstream.Materialized;
+import org.apache.kafka.streams.kstream.Produced;
+import org.apache.kafka.streams.state.KeyValueStore;
+
+/**
+ * The Kafka Streams contender of the sluice peer benchmark: per customer_id (the record key) the
+ * exact sum of "amount" and the count of orders, written to the output topic as
+ * {"key":"c-0000042","amount":12345.67,"orders":42}.
+ *
+ * <p>Topology: stream(input).groupByKey().aggregate(sum BigDecimal, count long) backed by the
+ * default persistent (RocksDB) store with its record cache, then toStream().to(output).
+ * exactly_once_v2, commit.interval.ms=100, state dir in a fresh temp directory that is removed
+ * on exit. Runs until SIGTERM.
+ *
+ * <p>Args: brokers inputTopic outputTopic applicationId cacheMaxBytes [streamThreads=2]
+ * [commitIntervalMs=100].
+ */
+public final class Main {
+  private Main() {}
+
+  /** Running totals of one customer. Immutable. */
+  static final class Totals {
+    final BigDecimal amount;
+    final long orders;
+
+    Totals(BigDecimal amount, long orders) {
+      this.amount = amount;
+      this.orders = orders;
+    }
+  }
+
+  static final Totals ZERO = new Totals(BigDecimal.ZERO, 0);
+
+  /** Binary serde: 8 bytes count, 4 bytes scale, then the unscaled value's two's complement bytes. */
+  static final class TotalsSerde implements Serde<Totals>, Serializer<Totals>, Deserializer<Totals> {
+    @Override
+    public byte[] serialize(String topic, Totals t) {
+      if (t == null) {
+        return null;
+      }
+      byte[] unscaled = t.amount.unscaledValue().toByteArray();
+      return ByteBuffer.allocate(12 + unscaled.length)
+          .putLong(t.orders)
+          .putInt(t.amount.scale())
+          .put(unscaled)
+          .array();
+    }
+
+    @Override
+    public Totals deserialize(String topic, byte[] b) {
+      if (b == null) {
+        return null;
+      }
+      ByteBuffer buf = ByteBuffer.wrap(b);
+      long orders = buf.getLong();
+      int scale = buf.getInt();
+      byte[] unscaled = new byte[buf.remaining()];
+      buf.get(unscaled);
+      return new Totals(new BigDecimal(new java.math.BigInteger(unscaled), scale), orders);
+    }
+
+    @Override
+    public void configure(java.util.Map<String, ?> configs, boolean isKey) {}
+
+    @Override
+    public void close() {}
+
+    @Override
+    public Serializer<Totals> serializer() {
+      return this;
+    }
+
+    @Override
+    public Deserializer<Totals> deserializer() {
+      return this;
+    }
+  }
+
+  private static final byte[] AMOUNT = "\"amount\"".getBytes(StandardCharsets.US_ASCII);
+
+  /**
+   * Parses the JSON number of the top-level "amount" field exactly. A hand-written scanner (no
+   * JSON library) so the peer is not slowed down by parsing: the workload's values are flat
+   * objects written by integration/workload.
+   */
+  static BigDecimal amount(byte[] v) {
+    int i = indexOf(v, AMOUNT);
+    if (i < 0) {
+      throw new IllegalArgumentException("no amount field in " + new String(v, StandardCharsets.UTF_8));
+    }
+    i += AMOUNT.length;
+    while (i < v.length && (v[i] == ' ' || v[i] == ':')) {
+      i++;
+    }
+    int start = i;
+    boolean neg = false;
+    if (i < v.length && v[i] == '-') {
+      neg = true;
+      i++;
+    }
+    long unscaled = 0;
+    int scale = -1;
+    int digits = 0;
+    for (; i < v.length; i++) {
+      byte c = v[i];
+      if (c >= '0' && c <= '9') {
+        unscaled = unscaled * 10 + (c - '0');
+        digits++;
+        if (scale >= 0) {
+          scale++;
+        }
+      } else if (c == '.' && scale < 0) {
+        scale = 0;
+      } else {
+        break;
+      }
+    }
+    boolean exotic = i < v.length && (v[i] == 'e' || v[i] == 'E');
+    if (exotic || digits == 0 || digits > 18) {
+      int end = i;
+      while (end < v.length && v[end] != ',' && v[end] != '}' && v[end] != ' ') {
+        end++;
+      }
+      return new BigDecimal(new String(v, start, end - start, StandardCharsets.US_ASCII));
+    }
+    return BigDecimal.valueOf(neg ? -unscaled : unscaled, Math.max(scale, 0));
+  }
+
+  private static int indexOf(byte[] hay, byte[] needle) {
+    outer:
+    for (int i = 0; i + needle.length <= hay.length; i++) {
+      for (int j = 0; j < needle.length; j++) {
+        if (hay[i + j] != needle[j]) {
+          continue outer;
+        }
+      }
+      return i;
+    }
+    return -1;
+  }
+
+  static String json(String key, Totals t) {
+    StringBuilder sb = new StringBuilder(64);
+    sb.append("{\"key\":\"");
+    for (int i = 0; i < key.length(); i++) {
+      char c = key.charAt(i);
+      if (c == '"' || c == '\\') {
+        sb.append('\\');
+      }
+      sb.append(c);
+    }
+    return sb.append("\",\"amount\":")
+        .append(t.amount.toPlainString())
+        .append(",\"orders\":")
+        .append(t.orders)
+        .append('}')
+        .toString();
+  }
+
+  public static void main(String[] args) throws Exception {
+    if (args.length < 5) {
+      System.err.println(
+          "usage: Main brokers inputTopic outputTopic applicationId cacheMaxBytes [streamThreads=2] [commitIntervalMs=100]");
+      System.exit(2);
+    }
+    String brokers = args[0];
+    String input = args[1];
+    String output = args[2];
+    String appId = args[3];
+    long cacheBytes = Long.parseLong(args[4]);
+    int threads = args.length > 5 ? Integer.parseInt(args[5]) : 2;
+    long commitMs = args.length > 6 ? Long.parseLong(args[6]) : 100;
+
+    Path stateDir = Files.createTempDirectory("kstreams-" + appId + "-");
+
+    Properties p = new Properties();
+    p.put(StreamsConfig.APPLICATION_ID_CONFIG, appId);
+    p.put(StreamsConfig.BOOTSTRAP_SERVERS_CONFIG, brokers);
+    p.put(StreamsConfig.PROCESSING_GUARANTEE_CONFIG, StreamsConfig.EXACTLY_ONCE_V2);
+    p.put(StreamsConfig.COMMIT_INTERVAL_MS_CONFIG, commitMs);
+    p.put(StreamsConfig.STATESTORE_CACHE_MAX_BYTES_CONFIG, cacheBytes);
+    p.put(StreamsConfig.NUM_STREAM_THREADS_CONFIG, threads);
+    p.put(StreamsConfig.STATE_DIR_CONFIG, stateDir.toString());
+    p.put(StreamsConfig.REPLICATION_FACTOR_CONFIG, 1);
+    p.put(StreamsConfig.consumerPrefix(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG), "earliest");
+
+    TotalsSerde totalsSerde = new TotalsSerde();
+    StreamsBuilder b = new StreamsBuilder();
+    b.stream(input, Consumed.with(Serdes.String(), Serdes.ByteArray()))
+        .groupByKey()
+        .aggregate(
+            () -> ZERO,
+            (key, value, agg) -> new Totals(agg.amount.add(amount(value)), agg.orders + 1),
+            Materialized.<String, Totals, KeyValueStore<Bytes, byte[]>>as("totals")
+                .withKeySerde(Serdes.String())
+                .withValueSerde(totalsSerde))
+        .toStream()
+        .mapValues(Main::json)
+        .to(output, Produced.with(Serdes.String(), Serdes.String()));
+
+    KafkaStreams streams = new KafkaStreams(b.build(), p);
+    CountDownLatch done = new CountDownLatch(1);
+    int[] exit = {0};
+    streams.setUncaughtExceptionHandler(
+        e -> {
+          System.err.println("kstreams: stream thread failed: " + e);
+          e.printStackTrace();
+          exit[0] = 1;
+          return StreamsUncaughtExceptionHandler.StreamThreadExceptionResponse.SHUTDOWN_CLIENT;
+        });
+    streams.setStateListener(
+        (now, before) -> {
+          System.err.println("kstreams: state " + before + " -> " + now);
+          if (now == KafkaStreams.State.ERROR || now == KafkaStreams.State.NOT_RUNNING) {
+            done.countDown();
+          }
+        });
+    Runtime.getRuntime()
+        .addShutdownHook(
+            new Thread(
+                () -> {
+                  streams.close(Duration.ofSeconds(20));
+                  deleteTree(stateDir);
+                  done.countDown();
+                }));
+    System.err.printf(
+        "kstreams: kafka-streams %s app=%s in=%s out=%s cache=%d threads=%d commit=%dms state=%s%n",
+        kafkaVersion(), appId, input, output, cacheBytes,
+        threads, commitMs, stateDir);
+    streams.start();
+    done.await();
+    System.exit(exit[0]);
+  }
+
+  /** The kafka-clients version on the classpath, from the properties file the jar carries. */
+  private static String kafkaVersion() {
+    try (java.io.InputStream in = Main.class.getResourceAsStream("/kafka/kafka-version.properties")) {
+      Properties v = new Properties();
+      if (in != null) {
+        v.load(in);
+      }
+      return v.getProperty("version", "unknown");
+    } catch (IOException e) {
+      return "unknown";
+    }
+  }
+
+  private static void deleteTree(Path dir) {
+    try (Stream<Path> s = Files.walk(dir)) {
+      s.sorted(Comparator.reverseOrder()).forEach(f -> f.toFile().delete());
+    } catch (IOException e) {
+      System.err.println("kstreams: removing " + dir + ": " + e);
+    }
+  }
+}

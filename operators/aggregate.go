@@ -1,0 +1,310 @@
+package operators
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	"github.com/sluice-dev/sluice/configs"
+)
+
+// Attributes are the FLIP-327/331 operator attributes the runtime schedules by.
+type Attributes struct {
+	InternalSorter     bool // wants key-sorted input while in backlog
+	OutputOnlyAtEnd    bool // emits only when its input leaves backlog or ends
+	OutputOnCheckpoint bool // emits (at most once per key) when a checkpoint is taken
+}
+
+// Aggregate kinds.
+const (
+	aggSum = iota
+	aggCount
+	aggMin
+	aggMax
+	aggAvg
+)
+
+// State layout (all integers little-endian):
+//
+//	[0]      format version (stateVersion)
+//	[1:9]    n, the number of records folded (uint64; count renders it)
+//	then per spec, in Specs() order:
+//	  sum, avg: 24 bytes, int192 sum of units (w0, w1, w2)
+//	  min, max: 16 bytes, dec (lo, hi); meaningless while n == 0
+//	  count:    nothing (it is n)
+//
+// Input layout: one dec (lo, hi; 16 bytes) per distinct field path, in first-use order.
+const (
+	stateVersion = 1
+	headerSize   = 9
+	sumSize      = 24
+	decSize      = 16
+)
+
+type aggSpec struct {
+	name   string
+	kind   int
+	field  string
+	off    int    // offset in state
+	in     int    // offset in input
+	prefix []byte // `,"name":`
+}
+
+// Aggregate is the keyed aggregate operator (configs.Aggregate): sum, count, min, max and avg
+// over numeric fields, with exact decimal arithmetic so the state after any set of records is
+// the same bytes whatever order they were folded in.
+//
+// The state is a fixed-size byte slice owned and stored by the runtime; Fold mutates it in
+// place. One Aggregate per task; not safe for concurrent use (its methods hold no mutable state
+// besides their arguments, but that is not promised).
+type Aggregate struct {
+	name      string
+	emit      string
+	specs     []aggSpec
+	fields    []path // distinct input fields, in input order
+	stateSize int
+}
+
+// NewAggregate compiles the aggregate's field specs. cfg must have been validated.
+func NewAggregate(name string, cfg configs.Aggregate) (*Aggregate, error) {
+	a := &Aggregate{name: name, emit: cfg.Emit, stateSize: headerSize}
+	switch cfg.Emit {
+	case "":
+		a.emit = "updates"
+	case "updates", "final":
+	default:
+		return nil, fmt.Errorf("operators: %s: unknown emit %q (allowed: updates, final)", name, cfg.Emit)
+	}
+	specs := cfg.Specs()
+	if len(specs) != len(cfg.Fields) {
+		return nil, fmt.Errorf("operators: %s: aggregate has invalid fields (validate the config first)", name)
+	}
+	if len(specs) == 0 {
+		return nil, fmt.Errorf("operators: %s: aggregate has no fields", name)
+	}
+	fieldIn := map[string]int{}
+	for _, sp := range specs {
+		switch sp.Name {
+		case "", "key", "window_start", "window_end":
+			return nil, fmt.Errorf("operators: %s: field name %q is reserved", name, sp.Name)
+		}
+		s := aggSpec{name: sp.Name, field: sp.Field, off: a.stateSize}
+		switch sp.Func {
+		case "sum":
+			s.kind = aggSum
+		case "count":
+			s.kind = aggCount
+		case "min":
+			s.kind = aggMin
+		case "max":
+			s.kind = aggMax
+		case "avg":
+			s.kind = aggAvg
+		default:
+			return nil, fmt.Errorf("operators: %s: field %s: unknown function %q (allowed: sum, count, min, max, avg)", name, sp.Name, sp.Func)
+		}
+		switch s.kind {
+		case aggCount:
+			s.field = ""
+		case aggSum, aggAvg:
+			a.stateSize += sumSize
+		default:
+			a.stateSize += decSize
+		}
+		if s.kind != aggCount {
+			p, err := checkedPath(sp.Field)
+			if err != nil {
+				return nil, fmt.Errorf("operators: %s: field %s: %w", name, sp.Name, err)
+			}
+			in, ok := fieldIn[sp.Field]
+			if !ok {
+				in = len(a.fields) * decSize
+				fieldIn[sp.Field] = in
+				a.fields = append(a.fields, p)
+			}
+			s.in = in
+		}
+		s.prefix = appendJSONString([]byte{','}, sp.Name)
+		s.prefix = append(s.prefix, ':')
+		a.specs = append(a.specs, s)
+	}
+	return a, nil
+}
+
+// Name returns the operator name.
+func (a *Aggregate) Name() string { return a.name }
+
+// Attributes: InternalSorter and OutputOnCheckpoint always; OutputOnlyAtEnd when emit=final.
+func (a *Aggregate) Attributes() Attributes {
+	return Attributes{InternalSorter: true, OutputOnCheckpoint: true, OutputOnlyAtEnd: a.emit == "final"}
+}
+
+// Emit returns "updates" or "final".
+func (a *Aggregate) Emit() string { return a.emit }
+
+// StateSize is the fixed size of a key's state in bytes.
+func (a *Aggregate) StateSize() int { return a.stateSize }
+
+// InputSize is the fixed size of one projected input in bytes (0 when only counting).
+func (a *Aggregate) InputSize() int { return len(a.fields) * decSize }
+
+// InitState writes an empty state into dst[:StateSize()].
+func (a *Aggregate) InitState(dst []byte) {
+	clear(dst[:a.stateSize])
+	dst[0] = stateVersion
+}
+
+const reasonNoKey = "record has no key (aggregates are keyed: set the source's key field or produce keyed records)"
+
+// Project appends the input r contributes, InputSize() bytes, to dst. A record without a key,
+// a missing or non-numeric field, or an out-of-range number is an *Error (dst is returned
+// unchanged). It does not allocate.
+func (a *Aggregate) Project(r *Record, dst []byte) ([]byte, error) {
+	if r.Key == nil {
+		return dst, &Error{Operator: a.name, Reason: reasonNoKey}
+	}
+	n0 := len(dst)
+	for k := range a.fields {
+		p := &a.fields[k]
+		raw, ok, err := r.lookup(*p)
+		if err != nil {
+			return dst[:n0], &Error{Operator: a.name, Reason: err.Error()}
+		}
+		if !ok {
+			return dst[:n0], &Error{Operator: a.name, Reason: fmt.Sprintf("field %q missing", p.text)}
+		}
+		if c := raw[0]; c != '-' && (c < '0' || c > '9') {
+			return dst[:n0], &Error{Operator: a.name, Reason: fmt.Sprintf("field %q is %s, want a number", p.text, kindOf(c))}
+		}
+		d, err := parseDecimal(raw)
+		if err != nil {
+			return dst[:n0], &Error{Operator: a.name, Reason: fmt.Sprintf("field %q: %s: %s", p.text, raw, reason(err))}
+		}
+		dst = binary.LittleEndian.AppendUint64(dst, d.lo)
+		dst = binary.LittleEndian.AppendUint64(dst, d.hi)
+	}
+	return dst, nil
+}
+
+// reason strips the package prefix from a sentinel error for use in an *Error.
+func reason(err error) string {
+	switch err {
+	case errNumberRange:
+		return "number out of range"
+	case errNumberSyntax:
+		return "invalid number"
+	}
+	return err.Error()
+}
+
+func loadDec(b []byte) dec {
+	return dec{lo: binary.LittleEndian.Uint64(b), hi: binary.LittleEndian.Uint64(b[8:])}
+}
+
+func storeDec(b []byte, d dec) {
+	binary.LittleEndian.PutUint64(b, d.lo)
+	binary.LittleEndian.PutUint64(b[8:], d.hi)
+}
+
+func loadSum(b []byte) int192 {
+	return int192{
+		w0: binary.LittleEndian.Uint64(b),
+		w1: binary.LittleEndian.Uint64(b[8:]),
+		w2: binary.LittleEndian.Uint64(b[16:]),
+	}
+}
+
+func storeSum(b []byte, s int192) {
+	binary.LittleEndian.PutUint64(b, s.w0)
+	binary.LittleEndian.PutUint64(b[8:], s.w1)
+	binary.LittleEndian.PutUint64(b[16:], s.w2)
+}
+
+// Fold folds one projected input into state, in place. The resulting bytes depend only on the
+// multiset of inputs folded since InitState, never on their order. It does not allocate.
+func (a *Aggregate) Fold(state, input []byte) {
+	_ = state[a.stateSize-1]
+	n := binary.LittleEndian.Uint64(state[1:])
+	for k := range a.specs {
+		s := &a.specs[k]
+		switch s.kind {
+		case aggSum, aggAvg:
+			st := state[s.off : s.off+sumSize]
+			storeSum(st, loadSum(st).add(loadDec(input[s.in:])))
+		case aggMin:
+			v := loadDec(input[s.in:])
+			if st := state[s.off : s.off+decSize]; n == 0 || v.cmp(loadDec(st)) < 0 {
+				storeDec(st, v)
+			}
+		case aggMax:
+			v := loadDec(input[s.in:])
+			if st := state[s.off : s.off+decSize]; n == 0 || v.cmp(loadDec(st)) > 0 {
+				storeDec(st, v)
+			}
+		}
+	}
+	binary.LittleEndian.PutUint64(state[1:], n+1)
+}
+
+// Render appends the output JSON value for key's state to dst:
+//
+//	{"key":"c-1","amount":123.45,"avg_amount":41.15,"max_amount":99.1,"min_amount":1,"orders":3}
+//
+// "key" first, then each field in Specs() (name) order. Decimals have no trailing zeros; avg
+// is rounded half-to-even to 9 fractional digits; min, max and avg of an empty state are null.
+func (a *Aggregate) Render(key, state, dst []byte) []byte {
+	dst = append(dst, `{"key":`...)
+	dst = appendJSONBytes(dst, key)
+	n := binary.LittleEndian.Uint64(state[1:])
+	for k := range a.specs {
+		s := &a.specs[k]
+		dst = append(dst, s.prefix...)
+		switch s.kind {
+		case aggCount:
+			dst = appendUint64(dst, n)
+		case aggSum:
+			dst = appendInt192(dst, loadSum(state[s.off:]))
+		case aggAvg:
+			if n == 0 {
+				dst = append(dst, "null"...)
+			} else {
+				dst = appendAvg(dst, loadSum(state[s.off:]), n)
+			}
+		case aggMin, aggMax:
+			if n == 0 {
+				dst = append(dst, "null"...)
+			} else {
+				dst = appendDecimal(dst, loadDec(state[s.off:]))
+			}
+		}
+	}
+	return append(dst, '}')
+}
+
+// ValidState reports whether b is a well-formed state for this aggregate: the right size and
+// version, an empty state all zeros, min <= max bounds in range.
+func (a *Aggregate) ValidState(b []byte) bool {
+	if len(b) != a.stateSize || b[0] != stateVersion {
+		return false
+	}
+	n := binary.LittleEndian.Uint64(b[1:])
+	if int64(n) < 0 {
+		return false
+	}
+	if n == 0 {
+		for _, c := range b[headerSize:] {
+			if c != 0 {
+				return false
+			}
+		}
+		return true
+	}
+	for k := range a.specs {
+		s := &a.specs[k]
+		if s.kind == aggMin || s.kind == aggMax {
+			if d := loadDec(b[s.off:]); d.hi == 1<<63 && d.lo == 0 { // -2^127 is never produced
+				return false
+			}
+		}
+	}
+	return true
+}

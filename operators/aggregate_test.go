@@ -1,0 +1,269 @@
+package operators
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"math/big"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"github.com/sluice-dev/sluice/configs"
+)
+
+func aggCfg(fields map[string]map[string]any) configs.Aggregate {
+	return configs.Aggregate{Input: "orders", Fields: fields}
+}
+
+// ordersAgg is the demo aggregate.
+func ordersAgg() configs.Aggregate {
+	return aggCfg(map[string]map[string]any{
+		"amount":     {"sum": "amount"},
+		"orders":     {"count": map[string]any{}},
+		"avg_amount": {"avg": "amount"},
+		"min_amount": {"min": "amount"},
+		"max_amount": {"max": "amount"},
+	})
+}
+
+func mustAggregate(t testing.TB, cfg configs.Aggregate) *Aggregate {
+	t.Helper()
+	a, err := NewAggregate("totals", cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+// foldValues projects and folds JSON values (key "c-1") into a fresh state.
+func foldValues(t testing.TB, a *Aggregate, values ...string) []byte {
+	t.Helper()
+	state := make([]byte, a.StateSize())
+	a.InitState(state)
+	var in []byte
+	for _, v := range values {
+		r := Record{Key: []byte("c-1"), Value: []byte(v)}
+		var err error
+		if in, err = a.Project(&r, in[:0]); err != nil {
+			t.Fatalf("Project(%s): %v", v, err)
+		}
+		if len(in) != a.InputSize() {
+			t.Fatalf("Project appended %d bytes, InputSize %d", len(in), a.InputSize())
+		}
+		a.Fold(state, in)
+	}
+	return state
+}
+
+func TestAggregateRender(t *testing.T) {
+	a := mustAggregate(t, ordersAgg())
+	for _, tc := range []struct {
+		values []string
+		want   string
+	}{
+		{nil, `{"key":"c-1","amount":0,"avg_amount":null,"max_amount":null,"min_amount":null,"orders":0}`},
+		{[]string{`{"amount":123.45}`}, `{"key":"c-1","amount":123.45,"avg_amount":123.45,"max_amount":123.45,"min_amount":123.45,"orders":1}`},
+		{[]string{`{"amount":123.45}`, `{"amount":1}`, `{"amount":99.1}`},
+			`{"key":"c-1","amount":223.55,"avg_amount":74.516666667,"max_amount":123.45,"min_amount":1,"orders":3}`},
+		{[]string{`{"amount":0.1}`, `{"amount":0.2}`}, `{"key":"c-1","amount":0.3,"avg_amount":0.15,"max_amount":0.2,"min_amount":0.1,"orders":2}`},
+		{[]string{`{"amount":-0.5}`, `{"amount":-2e-1}`}, `{"key":"c-1","amount":-0.7,"avg_amount":-0.35,"max_amount":-0.2,"min_amount":-0.5,"orders":2}`},
+		{[]string{`{"amount":1.00000000049}`}, `{"key":"c-1","amount":1,"avg_amount":1,"max_amount":1,"min_amount":1,"orders":1}`},
+	} {
+		state := foldValues(t, a, tc.values...)
+		if !a.ValidState(state) {
+			t.Errorf("%v: ValidState false", tc.values)
+		}
+		if got := string(a.Render([]byte("c-1"), state, nil)); got != tc.want {
+			t.Errorf("%v:\n got %s\nwant %s", tc.values, got, tc.want)
+		}
+	}
+	// The key is escaped; dst is appended to.
+	state := foldValues(t, a)
+	got := string(a.Render([]byte("a\"b\n\xff"), state, []byte("prefix:")))
+	if want := `prefix:{"key":"a\"b\n\ufffd",`; !strings.HasPrefix(got, want) {
+		t.Errorf("Render = %s, want prefix %s", got, want)
+	}
+}
+
+func TestAggregateConfig(t *testing.T) {
+	a := mustAggregate(t, ordersAgg())
+	if a.Name() != "totals" || a.Emit() != "updates" {
+		t.Errorf("Name, Emit = %q, %q", a.Name(), a.Emit())
+	}
+	if got, want := a.Attributes(), (Attributes{InternalSorter: true, OutputOnCheckpoint: true}); got != want {
+		t.Errorf("Attributes = %+v, want %+v", got, want)
+	}
+	if a.InputSize() != 16 { // one distinct field
+		t.Errorf("InputSize = %d, want 16", a.InputSize())
+	}
+	if a.StateSize() != headerSize+2*sumSize+2*decSize {
+		t.Errorf("StateSize = %d", a.StateSize())
+	}
+	cfg := ordersAgg()
+	cfg.Emit = "final"
+	if f := mustAggregate(t, cfg); f.Emit() != "final" || !f.Attributes().OutputOnlyAtEnd {
+		t.Errorf("emit final: Emit %q, Attributes %+v", f.Emit(), f.Attributes())
+	}
+	counter := mustAggregate(t, aggCfg(map[string]map[string]any{"n": {"count": nil}}))
+	if counter.InputSize() != 0 {
+		t.Errorf("count-only InputSize = %d, want 0", counter.InputSize())
+	}
+	if got := string(counter.Render([]byte("k"), foldValues(t, counter, `{}`, `{"x":1}`), nil)); got != `{"key":"k","n":2}` {
+		t.Errorf("count-only Render = %s", got)
+	}
+	for _, tc := range []struct {
+		cfg  configs.Aggregate
+		want string
+	}{
+		{aggCfg(nil), "operators: totals: aggregate has no fields"},
+		{aggCfg(map[string]map[string]any{"key": {"sum": "amount"}}), `operators: totals: field name "key" is reserved`},
+		{aggCfg(map[string]map[string]any{"window_end": {"count": nil}}), `operators: totals: field name "window_end" is reserved`},
+		{aggCfg(map[string]map[string]any{"s": {"summ": "amount"}}), "operators: totals: aggregate has invalid fields"},
+		{configs.Aggregate{Fields: map[string]map[string]any{"n": {"count": nil}}, Emit: "sometimes"}, `operators: totals: unknown emit "sometimes"`},
+	} {
+		if _, err := NewAggregate("totals", tc.cfg); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("NewAggregate(%v) error = %v, want %q", tc.cfg.Fields, err, tc.want)
+		}
+	}
+}
+
+func TestProjectErrors(t *testing.T) {
+	a := mustAggregate(t, aggCfg(map[string]map[string]any{
+		"s": {"sum": "amount"},
+		"m": {"max": "detail.price"},
+	}))
+	for _, tc := range []struct {
+		key   []byte
+		value string
+		want  string
+	}{
+		{[]byte("k"), `{"amount":1}`, `operators: totals: field "detail.price" missing`},
+		{[]byte("k"), `{"detail":{"price":2}}`, `field "amount" missing`},
+		{[]byte("k"), `{"amount":"12","detail":{"price":2}}`, `field "amount" is a string, want a number`},
+		{[]byte("k"), `{"amount":null,"detail":{"price":2}}`, `field "amount" is null, want a number`},
+		{[]byte("k"), `{"amount":1,"detail":{"price":[2]}}`, `field "detail.price" is an array, want a number`},
+		{[]byte("k"), `{"amount":2e29,"detail":{"price":2}}`, `field "amount": 2e29: number out of range`},
+		{[]byte("k"), `{"amount":1,"detail":{"price":2}`, `invalid JSON at byte 32`},
+		{nil, `{"amount":1,"detail":{"price":2}}`, `record has no key`},
+	} {
+		r := Record{Key: tc.key, Value: []byte(tc.value)}
+		dst := []byte("keep")
+		out, err := a.Project(&r, dst)
+		var e *Error
+		if !errors.As(err, &e) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Project(%s) error = %v, want *Error containing %q", tc.value, err, tc.want)
+		}
+		if string(out) != "keep" {
+			t.Errorf("Project(%s) on error returned %q, want dst unchanged", tc.value, out)
+		}
+	}
+	r := Record{Key: []byte("k"), Value: []byte(`{"amount":1.5,"detail":{"price":-2}}`)}
+	out, err := a.Project(&r, nil)
+	if err != nil || len(out) != 32 {
+		t.Fatalf("Project = %d bytes, %v", len(out), err)
+	}
+}
+
+func TestValidState(t *testing.T) {
+	a := mustAggregate(t, ordersAgg())
+	good := foldValues(t, a, `{"amount":1}`, `{"amount":-3}`)
+	empty := foldValues(t, a)
+	if !a.ValidState(good) || !a.ValidState(empty) {
+		t.Fatal("valid states rejected")
+	}
+	mutate := func(b []byte, f func([]byte)) []byte {
+		c := bytes.Clone(b)
+		f(c)
+		return c
+	}
+	for name, b := range map[string][]byte{
+		"short":         good[:len(good)-1],
+		"long":          append(bytes.Clone(good), 0),
+		"nil":           nil,
+		"version":       mutate(good, func(c []byte) { c[0] = 2 }),
+		"negative n":    mutate(good, func(c []byte) { c[8] = 0x80 }),
+		"empty w/ junk": mutate(empty, func(c []byte) { c[len(c)-1] = 1 }),
+		"max sentinel":  mutate(good, func(c []byte) { copy(c[a.specs[2].off:], make([]byte, 15)); c[a.specs[2].off+15] = 0x80 }),
+	} {
+		if a.ValidState(b) {
+			t.Errorf("ValidState(%s) = true", name)
+		}
+	}
+}
+
+// randomNumber returns a random JSON number within range, in varied notations.
+func randomNumber(rng *rand.Rand) string {
+	digits := func(n int) string {
+		var sb strings.Builder
+		sb.WriteByte(byte('1' + rng.IntN(9)))
+		for range n - 1 {
+			sb.WriteByte(byte('0' + rng.IntN(10)))
+		}
+		return sb.String()
+	}
+	sign := ""
+	if rng.IntN(3) == 0 {
+		sign = "-"
+	}
+	switch rng.IntN(5) {
+	case 0:
+		return sign + digits(1+rng.IntN(6)) + "." + fmt.Sprint(rng.IntN(100))
+	case 1:
+		return sign + "0." + strings.Repeat("0", rng.IntN(12)) + digits(1+rng.IntN(8))
+	case 2:
+		return sign + digits(1+rng.IntN(3)) + "e" + fmt.Sprint(rng.IntN(27))
+	case 3:
+		return sign + digits(20+rng.IntN(9)) + "." + digits(1+rng.IntN(15)) // huge, rounded
+	default:
+		return sign + fmt.Sprint(rng.IntN(1000))
+	}
+}
+
+// TestFoldOrderIndependent is the "one answer, two modes" property: folding the same inputs in
+// any order gives identical state bytes, and the sum equals the exact (math/big) sum of the
+// per-record rounded values.
+func TestFoldOrderIndependent(t *testing.T) {
+	a := mustAggregate(t, ordersAgg())
+	rng := rand.New(rand.NewPCG(1, 2))
+	for trial := range 200 {
+		n := 1 + rng.IntN(40)
+		values := make([]string, n)
+		exact := new(big.Int)
+		for i := range values {
+			num := randomNumber(rng)
+			values[i] = `{"amount":` + num + `}`
+			want, ok := oracle(num)
+			if !ok {
+				t.Fatalf("randomNumber gave out-of-range %s", num)
+			}
+			exact.Add(exact, want)
+		}
+		first := foldValues(t, a, values...)
+		for range 5 {
+			rng.Shuffle(len(values), func(i, j int) { values[i], values[j] = values[j], values[i] })
+			if again := foldValues(t, a, values...); !bytes.Equal(first, again) {
+				t.Fatalf("trial %d: state differs between orders:\n%x\n%x", trial, first, again)
+			}
+		}
+		sum := loadSum(first[a.specs[0].off:]) // "amount" sorts first
+		if got, want := string(appendInt192(nil, sum)), unitsString(exact); got != want {
+			t.Fatalf("trial %d: sum %s, want %s", trial, got, want)
+		}
+	}
+}
+
+// unitsString renders a big count of 10^-9 units like appendDecimal.
+func unitsString(u *big.Int) string {
+	neg := u.Sign() < 0
+	abs := new(big.Int).Abs(u)
+	q, r := new(big.Int).QuoRem(abs, big.NewInt(decUnit), new(big.Int))
+	s := q.String()
+	if r.Sign() != 0 {
+		s += "." + strings.TrimRight(fmt.Sprintf("%09d", r.Int64()), "0")
+	}
+	if neg && s != "0" {
+		s = "-" + s
+	}
+	return s
+}

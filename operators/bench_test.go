@@ -1,0 +1,135 @@
+package operators
+
+import (
+	"testing"
+
+	"github.com/sluice-dev/sluice/configs"
+)
+
+// hotPath is the per-record work of the orders pipeline: Decode then Project.
+type hotPath struct {
+	src   *Source
+	agg   *Aggregate
+	r     Record
+	key   []byte
+	value []byte
+	in    []byte
+}
+
+func newHotPath(t testing.TB) *hotPath {
+	return &hotPath{
+		src:   mustSource(t, configs.Source{Topic: "orders", Format: "json", Key: "customer_id", Timestamp: "ts"}),
+		agg:   mustAggregate(t, ordersAgg()),
+		key:   []byte("c-0000042"),
+		value: []byte(ordersValue),
+		in:    make([]byte, 0, 64),
+	}
+}
+
+func (h *hotPath) run(t testing.TB) {
+	if err := h.src.Decode(h.key, h.value, 0, &h.r); err != nil {
+		t.Fatal(err)
+	}
+	var err error
+	if h.in, err = h.agg.Project(&h.r, h.in[:0]); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestHotPathAllocs pins the allocation budget: Decode, Project, Fold and Render allocate
+// nothing.
+func TestHotPathAllocs(t *testing.T) {
+	h := newHotPath(t)
+	if n := testing.AllocsPerRun(100, func() { h.run(t) }); n != 0 {
+		t.Errorf("Decode+Project: %v allocs/op, want 0", n)
+	}
+	state := make([]byte, h.agg.StateSize())
+	h.agg.InitState(state)
+	if n := testing.AllocsPerRun(100, func() { h.agg.Fold(state, h.in) }); n != 0 {
+		t.Errorf("Fold: %v allocs/op, want 0", n)
+	}
+	dst := make([]byte, 0, 256)
+	if n := testing.AllocsPerRun(100, func() { dst = h.agg.Render(h.key, state, dst[:0]) }); n != 0 {
+		t.Errorf("Render: %v allocs/op, want 0", n)
+	}
+}
+
+func BenchmarkDecodeProject(b *testing.B) {
+	h := newHotPath(b)
+	b.ReportAllocs()
+	b.SetBytes(int64(len(h.value)))
+	for b.Loop() {
+		h.run(b)
+	}
+}
+
+func BenchmarkDecode(b *testing.B) {
+	h := newHotPath(b)
+	b.ReportAllocs()
+	b.SetBytes(int64(len(h.value)))
+	for b.Loop() {
+		if err := h.src.Decode(h.key, h.value, 0, &h.r); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkFold(b *testing.B) {
+	h := newHotPath(b)
+	h.run(b)
+	state := make([]byte, h.agg.StateSize())
+	h.agg.InitState(state)
+	b.ReportAllocs()
+	for b.Loop() {
+		h.agg.Fold(state, h.in)
+	}
+}
+
+func BenchmarkRender(b *testing.B) {
+	h := newHotPath(b)
+	h.run(b)
+	state := make([]byte, h.agg.StateSize())
+	h.agg.InitState(state)
+	for range 3 {
+		h.agg.Fold(state, h.in)
+	}
+	dst := make([]byte, 0, 256)
+	b.ReportAllocs()
+	for b.Loop() {
+		dst = h.agg.Render(h.key, state, dst[:0])
+	}
+}
+
+func BenchmarkFilter(b *testing.B) {
+	h := newHotPath(b)
+	f, err := NewFilter("big", configs.Filter{Input: "orders", Expr: "amount > 100"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := h.src.Decode(h.key, h.value, 0, &h.r); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if keep, err := f.Apply(&h.r); err != nil || !keep {
+			b.Fatal(keep, err)
+		}
+	}
+}
+
+func BenchmarkMap(b *testing.B) {
+	h := newHotPath(b)
+	m, err := NewMap("eur", configs.Map{Input: "orders", Set: map[string]string{"amount_eur": "amount * 0.9"}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := h.src.Decode(h.key, h.value, 0, &h.r); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := m.Apply(&h.r); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -1,0 +1,438 @@
+package operators
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/expr-lang/expr"
+	"github.com/expr-lang/expr/ast"
+	"github.com/expr-lang/expr/vm"
+
+	"github.com/sluice-dev/sluice/configs"
+)
+
+// Stage is a stateless operator (filter, map). One per task; not safe for concurrent use.
+type Stage interface {
+	Name() string
+	// Apply returns keep=false to drop the record; it may rewrite r.Value (map). A non-nil err
+	// is an *Error: the record goes to the dead-letter topic.
+	Apply(r *Record) (keep bool, err error)
+}
+
+// Expressions (expr-lang/expr) see the record's top-level JSON members as variables (strings,
+// numbers, booleans, null, nested objects as map[string]any and arrays as []any; a JSON
+// integer that fits int64 is an int, other numbers float64), plus `key` (string, the group key)
+// and `ts` (int64, event time in epoch ms), which shadow members of the same names. A missing
+// member is nil. Members whose names are not identifiers are reachable as $env["a-b"].
+// The builtin now() is disabled: results must not depend on when a record is processed.
+
+// exprEnv decodes, per record, only the members an expression refers to.
+type exprEnv struct {
+	names  []string // top-level member names referenced
+	key    bool     // `key` referenced
+	ts     bool     // `ts` referenced
+	all    bool     // $env referenced: decode every member
+	vars   map[string]any
+	vm     vm.VM
+	strBuf []byte
+}
+
+// identVisitor collects identifiers and calls of unknown functions.
+type identVisitor struct {
+	names   map[string]bool
+	unknown string // first called identifier: the env defines no functions
+}
+
+func (v *identVisitor) Visit(n *ast.Node) {
+	switch x := (*n).(type) {
+	case *ast.IdentifierNode:
+		v.names[x.Value] = true
+	case *ast.CallNode:
+		if id, ok := x.Callee.(*ast.IdentifierNode); ok && v.unknown == "" {
+			v.unknown = id.Value
+		}
+	}
+}
+
+func compile(name, src string, opts ...expr.Option) (*vm.Program, error) {
+	base := []expr.Option{
+		expr.Env(map[string]any{"key": "", "ts": int64(0)}),
+		expr.AllowUndefinedVariables(),
+		expr.DisableBuiltin("now"),
+	}
+	p, err := expr.Compile(src, append(base, opts...)...)
+	if err != nil {
+		return nil, fmt.Errorf("operators: %s: expr: %w", name, err)
+	}
+	v := &identVisitor{names: map[string]bool{}}
+	node := p.Node()
+	ast.Walk(&node, v)
+	if v.unknown != "" {
+		return nil, fmt.Errorf("operators: %s: expr: unknown function %s()", name, v.unknown)
+	}
+	return p, nil
+}
+
+// addProgram registers the variables program refers to.
+func (e *exprEnv) addProgram(p *vm.Program) {
+	v := &identVisitor{names: map[string]bool{}}
+	node := p.Node()
+	ast.Walk(&node, v)
+	for n := range v.names {
+		switch n {
+		case "key":
+			e.key = true
+		case "ts":
+			e.ts = true
+		case "$env":
+			e.all = true
+		default:
+			if !slices.Contains(e.names, n) {
+				e.names = append(e.names, n)
+			}
+		}
+	}
+	slices.Sort(e.names)
+}
+
+// fill loads r into the variables map (reused across records).
+func (e *exprEnv) fill(r *Record) error {
+	if e.vars == nil {
+		e.vars = make(map[string]any, len(e.names)+2)
+	}
+	clear(e.vars)
+	idx, err := r.index()
+	if err != nil {
+		return err
+	}
+	if e.all {
+		for _, m := range idx {
+			name := string(r.Value[m.ks:m.ke])
+			if m.esc {
+				name = string(appendUnescaped(nil, r.Value[m.ks:m.ke]))
+			}
+			e.vars[name] = e.toAny(r.Value[m.vs:m.ve])
+		}
+	} else {
+		for _, n := range e.names {
+			if raw, ok, _ := r.top(n); ok {
+				e.vars[n] = e.toAny(raw)
+			}
+		}
+	}
+	if e.key {
+		e.vars["key"] = string(r.Key)
+	}
+	if e.ts {
+		e.vars["ts"] = r.Time
+	}
+	return nil
+}
+
+// toAny converts a validated raw JSON value.
+func (e *exprEnv) toAny(raw []byte) any {
+	v, _ := e.parseAny(raw, 0)
+	return v
+}
+
+func (e *exprEnv) parseAny(b []byte, i int) (any, int) {
+	switch c := b[i]; {
+	case c == '"':
+		end, esc, _ := scanString(b, i)
+		body := b[i+1 : end-1]
+		if esc {
+			e.strBuf = appendUnescaped(e.strBuf[:0], body)
+			body = e.strBuf
+		}
+		return string(body), end
+	case c == 't':
+		return true, i + 4
+	case c == 'f':
+		return false, i + 5
+	case c == 'n':
+		return nil, i + 4
+	case c == '{':
+		m := map[string]any{}
+		i = skipSpace(b, i+1)
+		for i < len(b) && b[i] == '"' {
+			end, esc, _ := scanString(b, i)
+			name := string(b[i+1 : end-1])
+			if esc {
+				name = string(appendUnescaped(nil, b[i+1:end-1]))
+			}
+			i = skipSpace(b, skipSpace(b, end)+1)
+			var v any
+			v, i = e.parseAny(b, i)
+			m[name] = v
+			i = skipSpace(b, i)
+			if i < len(b) && b[i] == ',' {
+				i = skipSpace(b, i+1)
+			}
+		}
+		return m, i + 1
+	case c == '[':
+		a := []any{}
+		i = skipSpace(b, i+1)
+		for i < len(b) && b[i] != ']' {
+			var v any
+			v, i = e.parseAny(b, i)
+			a = append(a, v)
+			i = skipSpace(b, i)
+			if i < len(b) && b[i] == ',' {
+				i = skipSpace(b, i+1)
+			}
+		}
+		return a, i + 1
+	default:
+		end, _ := scanNumber(b, i)
+		num := b[i:end]
+		if v, ok := parseInt64(num); ok {
+			return int(v), end
+		}
+		f, _ := strconv.ParseFloat(string(num), 64) // ±Inf beyond float64 range
+		return f, end
+	}
+}
+
+// reason flattens an expr error (which may carry a multi-line source snippet) and names the
+// referenced members the record lacks, the usual cause.
+func (e *exprEnv) reason(err error) string {
+	msg := err.Error()
+	if i := strings.IndexByte(msg, '\n'); i >= 0 {
+		msg = msg[:i]
+	}
+	var missing []string
+	for _, n := range e.names {
+		if _, ok := e.vars[n]; !ok {
+			missing = append(missing, n)
+		}
+	}
+	if len(missing) > 0 && !e.all {
+		msg += " (missing fields: " + strings.Join(missing, ", ") + ")"
+	}
+	return "expr: " + msg
+}
+
+// filter keeps records for which its expression is true.
+type filter struct {
+	name string
+	prog *vm.Program
+	env  exprEnv
+}
+
+// NewFilter compiles cfg.Expr, which must yield a bool. Compile errors name the operator:
+// "operators: big: expr: ...".
+func NewFilter(name string, cfg configs.Filter) (Stage, error) {
+	if strings.TrimSpace(cfg.Expr) == "" {
+		return nil, fmt.Errorf("operators: %s: expr: empty expression", name)
+	}
+	p, err := compile(name, cfg.Expr, expr.AsBool())
+	if err != nil {
+		return nil, err
+	}
+	f := &filter{name: name, prog: p}
+	f.env.addProgram(p)
+	return f, nil
+}
+
+func (f *filter) Name() string { return f.name }
+
+func (f *filter) Apply(r *Record) (bool, error) {
+	if err := f.env.fill(r); err != nil {
+		return false, &Error{Operator: f.name, Reason: err.Error()}
+	}
+	out, err := f.env.vm.Run(f.prog, f.env.vars)
+	if err != nil {
+		return false, &Error{Operator: f.name, Reason: f.env.reason(err)}
+	}
+	keep, ok := out.(bool)
+	if !ok {
+		return false, &Error{Operator: f.name, Reason: fmt.Sprintf("expr: result is %T, want bool", out)}
+	}
+	return keep, nil
+}
+
+// mapStage sets top-level members to expression results.
+type mapStage struct {
+	name   string
+	fields []string // sorted
+	progs  []*vm.Program
+	env    exprEnv
+	vals   []any
+	last   []int // per field: index of the member it replaces, or -1
+}
+
+// NewMap compiles cfg.Set (member name -> expression). Every expression sees the input record
+// (assignments are simultaneous, not sequential). The output value is the input object with
+// each set member replaced in place (earlier duplicates dropped) or appended, in name order;
+// other members keep their order and raw text. Map changes neither Key nor Time.
+func NewMap(name string, cfg configs.Map) (Stage, error) {
+	if len(cfg.Set) == 0 {
+		return nil, fmt.Errorf("operators: %s: map sets no fields", name)
+	}
+	m := &mapStage{name: name}
+	for f := range cfg.Set {
+		if f == "" {
+			return nil, fmt.Errorf("operators: %s: empty field name in set", name)
+		}
+		m.fields = append(m.fields, f)
+	}
+	slices.Sort(m.fields)
+	for _, f := range m.fields {
+		p, err := compile(name, cfg.Set[f], expr.AsAny())
+		if err != nil {
+			return nil, fmt.Errorf("%w (set %s)", err, f)
+		}
+		m.progs = append(m.progs, p)
+		m.env.addProgram(p)
+	}
+	m.vals = make([]any, len(m.fields))
+	m.last = make([]int, len(m.fields))
+	return m, nil
+}
+
+func (m *mapStage) Name() string { return m.name }
+
+func (m *mapStage) Apply(r *Record) (bool, error) {
+	if err := m.env.fill(r); err != nil {
+		return false, &Error{Operator: m.name, Reason: err.Error()}
+	}
+	for k, p := range m.progs {
+		v, err := m.env.vm.Run(p, m.env.vars)
+		if err != nil {
+			return false, &Error{Operator: m.name, Reason: fmt.Sprintf("set %s: %s", m.fields[k], m.env.reason(err))}
+		}
+		m.vals[k] = v
+	}
+	idx, _ := r.index() // fill succeeded, so Value is indexed
+	val := r.Value
+	for k, f := range m.fields {
+		m.last[k] = -1
+		for j := len(idx) - 1; j >= 0; j-- {
+			if nameEquals(val[idx[j].ks:idx[j].ke], idx[j].esc, f) {
+				m.last[k] = j
+				break
+			}
+		}
+	}
+	out := append(r.scratchValue(), '{')
+	first := true
+	sep := func() {
+		if !first {
+			out = append(out, ',')
+		}
+		first = false
+	}
+	var err error
+	for j, mem := range idx {
+		k := slices.Index(m.last, j)
+		if k < 0 {
+			if m.isSet(val[mem.ks:mem.ke], mem.esc) {
+				continue // an earlier duplicate of a member being set
+			}
+			sep()
+			out = append(out, val[mem.ks-1:mem.ke+1]...)
+			out = append(out, ':')
+			out = append(out, val[mem.vs:mem.ve]...)
+			continue
+		}
+		sep()
+		out = append(out, val[mem.ks-1:mem.ke+1]...)
+		out = append(out, ':')
+		if out, err = appendAnyJSON(out, m.vals[k]); err != nil {
+			return false, &Error{Operator: m.name, Reason: fmt.Sprintf("set %s: %v", m.fields[k], err)}
+		}
+	}
+	for k, f := range m.fields {
+		if m.last[k] >= 0 {
+			continue
+		}
+		sep()
+		out = appendJSONString(out, f)
+		out = append(out, ':')
+		if out, err = appendAnyJSON(out, m.vals[k]); err != nil {
+			return false, &Error{Operator: m.name, Reason: fmt.Sprintf("set %s: %v", m.fields[k], err)}
+		}
+	}
+	out = append(out, '}')
+	if err := r.setValue(out); err != nil {
+		return false, &Error{Operator: m.name, Reason: fmt.Sprintf("re-encoded value: %v", err)}
+	}
+	return true, nil
+}
+
+func (m *mapStage) isSet(raw []byte, esc bool) bool {
+	for _, f := range m.fields {
+		if nameEquals(raw, esc, f) {
+			return true
+		}
+	}
+	return false
+}
+
+// appendAnyJSON appends an expression result as JSON. Floats follow encoding/json's format;
+// NaN and infinities are errors.
+func appendAnyJSON(dst []byte, v any) ([]byte, error) {
+	switch x := v.(type) {
+	case nil:
+		return append(dst, "null"...), nil
+	case bool:
+		return strconv.AppendBool(dst, x), nil
+	case string:
+		return appendJSONString(dst, x), nil
+	case int:
+		return strconv.AppendInt(dst, int64(x), 10), nil
+	case int64:
+		return strconv.AppendInt(dst, x, 10), nil
+	case int32:
+		return strconv.AppendInt(dst, int64(x), 10), nil
+	case int16:
+		return strconv.AppendInt(dst, int64(x), 10), nil
+	case int8:
+		return strconv.AppendInt(dst, int64(x), 10), nil
+	case uint:
+		return strconv.AppendUint(dst, uint64(x), 10), nil
+	case uint64:
+		return strconv.AppendUint(dst, x, 10), nil
+	case uint32:
+		return strconv.AppendUint(dst, uint64(x), 10), nil
+	case uint16:
+		return strconv.AppendUint(dst, uint64(x), 10), nil
+	case uint8:
+		return strconv.AppendUint(dst, uint64(x), 10), nil
+	case float64:
+		return appendFloat(dst, x, 64)
+	case float32:
+		return appendFloat(dst, float64(x), 32)
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return dst, err
+	}
+	return append(dst, b...), nil
+}
+
+func appendFloat(dst []byte, f float64, bitSize int) ([]byte, error) {
+	if math.IsNaN(f) || math.IsInf(f, 0) {
+		return dst, fmt.Errorf("result %v is not a JSON number", f)
+	}
+	format := byte('f')
+	if abs := math.Abs(f); abs != 0 {
+		if bitSize == 64 && (abs < 1e-6 || abs >= 1e21) || bitSize == 32 && (float32(abs) < 1e-6 || float32(abs) >= 1e21) {
+			format = 'e'
+		}
+	}
+	dst = strconv.AppendFloat(dst, f, format, -1, bitSize)
+	if format == 'e' {
+		// "1e-07" -> "1e-7", as encoding/json does.
+		if n := len(dst); n >= 4 && dst[n-4] == 'e' && dst[n-3] == '-' && dst[n-2] == '0' {
+			dst[n-2] = dst[n-1]
+			dst = dst[:n-1]
+		}
+	}
+	return dst, nil
+}

@@ -1,0 +1,114 @@
+package operators
+
+import (
+	"strings"
+	"unsafe"
+)
+
+// Record is one decoded input record.
+//
+// A Record is owned by one task goroutine and is not safe for concurrent use. Key and Value
+// may alias the Kafka record's memory or the Record's own scratch buffers; they are valid
+// until the next Decode into the same Record (a Map stage rewrites Value into the Record's
+// scratch). Callers that keep them longer must copy.
+//
+// Decode and Map keep an index of Value's top-level members so later stages look fields up
+// without re-parsing. Code that sets Value directly instead of calling Decode should use a
+// fresh Record (or another slice) so the index is rebuilt; see Record.index.
+type Record struct {
+	Key   []byte // group key (see Source)
+	Time  int64  // event time, epoch ms
+	Value []byte // JSON object
+
+	members []member // top-level members of Value, valid while idxPtr/idxLen match Value
+	idxPtr  *byte
+	idxLen  int
+	idxErr  error  // indexing error for Value, if any
+	keyBuf  []byte // unescaped key field
+	valBuf  [2][]byte
+	valCur  int
+}
+
+// Error is a per-record failure: the runtime sends the record to the dead-letter topic with
+// Reason in a header and carries on. It is a plain value, safe to share once returned.
+type Error struct {
+	Operator string // source or operator name
+	Reason   string
+}
+
+func (e *Error) Error() string { return "operators: " + e.Operator + ": " + e.Reason }
+
+// setIndexed records that members describe v.
+func (r *Record) setIndexed(v []byte, err error) {
+	r.idxPtr, r.idxLen, r.idxErr = unsafe.SliceData(v), len(v), err
+}
+
+// index returns Value's top-level members, re-scanning Value if it is not the slice that was
+// last indexed (identity is the slice's data pointer and length: a Record whose Value is
+// overwritten in place with the same length, outside Decode, keeps a stale index).
+func (r *Record) index() ([]member, error) {
+	if unsafe.SliceData(r.Value) != r.idxPtr || len(r.Value) != r.idxLen || r.idxPtr == nil {
+		var err error
+		r.members, err = indexObject(r.Value, r.members)
+		r.setIndexed(r.Value, err)
+	}
+	return r.members, r.idxErr
+}
+
+// top returns the raw value of top-level member name (later duplicates win).
+func (r *Record) top(name string) (raw []byte, ok bool, err error) {
+	idx, err := r.index()
+	if err != nil {
+		return nil, false, err
+	}
+	v := r.Value
+	for k := len(idx) - 1; k >= 0; k-- {
+		m := &idx[k]
+		if m.esc {
+			if nameEquals(v[m.ks:m.ke], true, name) {
+				return v[m.vs:m.ve], true, nil
+			}
+		} else if int(m.ke-m.ks) == len(name) && string(v[m.ks:m.ke]) == name {
+			return v[m.vs:m.ve], true, nil
+		}
+	}
+	return nil, false, nil
+}
+
+// path is a compiled field path: "a.b" is member b of the object in member a.
+type path struct {
+	text  string
+	parts []string
+}
+
+func newPath(s string) path { return path{text: s, parts: strings.Split(s, ".")} }
+
+// lookup returns the raw JSON of the field at p. ok is false when a member is missing or an
+// intermediate value is not an object. err is non-nil when Value is not a valid JSON object.
+func (r *Record) lookup(p path) (raw []byte, ok bool, err error) {
+	raw, ok, err = r.top(p.parts[0])
+	for _, part := range p.parts[1:] {
+		if !ok || len(raw) == 0 || raw[0] != '{' {
+			return nil, false, err
+		}
+		raw, ok = findMember(raw, part)
+	}
+	return raw, ok, err
+}
+
+// scratchValue returns an empty buffer for a rewritten Value that does not alias the current
+// Value.
+func (r *Record) scratchValue() []byte {
+	r.valCur ^= 1
+	return r.valBuf[r.valCur][:0]
+}
+
+// setValue installs a rewritten Value built in the buffer from scratchValue and indexes it.
+func (r *Record) setValue(v []byte) error {
+	r.valBuf[r.valCur] = v
+	r.Value = v
+	var err error
+	r.members, err = indexObject(v, r.members)
+	r.setIndexed(v, err)
+	return err
+}

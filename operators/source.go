@@ -1,0 +1,194 @@
+package operators
+
+import (
+	"bytes"
+	"fmt"
+	"math"
+	"strconv"
+	"time"
+
+	"github.com/sluice-dev/sluice/configs"
+)
+
+// Source decodes one source's Kafka records into Records (configs.Source: JSON values, the
+// group key from a field or the Kafka key, event time from a field or the record timestamp).
+//
+// One Source per task; not safe for concurrent use (it holds no mutable state today, but the
+// runtime must not rely on that).
+type Source struct {
+	name  string
+	key   *path // nil: the Kafka key
+	ts    *path // nil: the Kafka timestamp
+	cfgTS string
+}
+
+// NewSource returns the decoder for source name. Only format "json" (or "") is supported.
+func NewSource(name string, cfg configs.Source) (*Source, error) {
+	s := &Source{name: name}
+	switch cfg.Format {
+	case "", "json":
+	default:
+		return nil, fmt.Errorf("operators: source %s: unsupported format %q (allowed: json)", name, cfg.Format)
+	}
+	if cfg.Key != "" {
+		p, err := checkedPath(cfg.Key)
+		if err != nil {
+			return nil, fmt.Errorf("operators: source %s: key: %w", name, err)
+		}
+		s.key = &p
+	}
+	if cfg.Timestamp != "" {
+		p, err := checkedPath(cfg.Timestamp)
+		if err != nil {
+			return nil, fmt.Errorf("operators: source %s: timestamp: %w", name, err)
+		}
+		s.ts = &p
+	}
+	return s, nil
+}
+
+// checkedPath compiles a field path, rejecting empty segments ("a..b", ".a").
+func checkedPath(s string) (path, error) {
+	p := newPath(s)
+	for _, part := range p.parts {
+		if part == "" {
+			return path{}, fmt.Errorf("invalid field path %q", s)
+		}
+	}
+	return p, nil
+}
+
+// Name returns the source name given to NewSource.
+func (s *Source) Name() string { return s.name }
+
+func (s *Source) fail(format string, args ...any) error {
+	return &Error{Operator: s.name, Reason: fmt.Sprintf(format, args...)}
+}
+
+// Decode fills r from a Kafka record's key, value and timestamp (epoch ms). The value must be
+// one JSON object.
+//
+// With a key field configured, the field's value (a string as is, a number as its JSON text)
+// must equal the Kafka record key: sluice does not re-key (that needs a repartition topic), so
+// a mismatch, a null Kafka key, or a missing or non-scalar key field is an *Error. Without a
+// key field, r.Key is the Kafka key (nil for a null key). With a timestamp field, r.Time is
+// that field as epoch milliseconds (a number, fractions rounded down) or an RFC 3339 string;
+// otherwise the Kafka timestamp. Every per-record failure is an *Error.
+//
+// r.Key and r.Value alias kafkaKey and value (or r's scratch, for an escaped key field).
+func (s *Source) Decode(kafkaKey, value []byte, kafkaTimeMs int64, r *Record) error {
+	r.Value = value
+	r.Key = nil
+	r.Time = kafkaTimeMs
+	var err error
+	r.members, err = indexObject(value, r.members)
+	r.setIndexed(value, err)
+	if err != nil {
+		return s.fail("%v", err)
+	}
+	if s.key == nil {
+		r.Key = kafkaKey
+	} else if err := s.decodeKey(kafkaKey, r); err != nil {
+		return err
+	}
+	if s.ts != nil {
+		raw, ok, _ := r.lookup(*s.ts)
+		if !ok {
+			return s.fail("timestamp field %q missing", s.ts.text)
+		}
+		t, err := parseTime(raw)
+		if err != nil {
+			return s.fail("timestamp field %q: %v", s.ts.text, err)
+		}
+		r.Time = t
+	}
+	return nil
+}
+
+func (s *Source) decodeKey(kafkaKey []byte, r *Record) error {
+	raw, ok, _ := r.lookup(*s.key)
+	if !ok {
+		return s.fail("key field %q missing", s.key.text)
+	}
+	var k []byte
+	switch c := raw[0]; {
+	case c == '"':
+		body, esc := stringBody(raw)
+		if esc {
+			r.keyBuf = appendUnescaped(r.keyBuf[:0], body)
+			body = r.keyBuf
+		}
+		k = body
+	case c == '-' || (c >= '0' && c <= '9'):
+		k = raw
+	default:
+		return s.fail("key field %q is %s, want a string or a number", s.key.text, kindOf(c))
+	}
+	if kafkaKey == nil {
+		return s.fail("key field %q=%q but the record has no key (re-keying needs a repartition topic)", s.key.text, k)
+	}
+	if !bytes.Equal(k, kafkaKey) {
+		return s.fail("key field %q=%q differs from record key %q (re-keying needs a repartition topic)", s.key.text, k, kafkaKey)
+	}
+	r.Key = kafkaKey
+	return nil
+}
+
+// parseTime reads an event time: a JSON number of epoch milliseconds (fractions rounded
+// down) or an RFC 3339 string.
+func parseTime(raw []byte) (int64, error) {
+	switch c := raw[0]; {
+	case c == '"':
+		body, esc := stringBody(raw)
+		if esc {
+			body = appendUnescaped(nil, body)
+		}
+		t, err := time.Parse(time.RFC3339Nano, string(body))
+		if err != nil {
+			return 0, fmt.Errorf("not an RFC 3339 time: %q", body)
+		}
+		return t.UnixMilli(), nil
+	case c == '-' || (c >= '0' && c <= '9'):
+		if v, ok := parseInt64(raw); ok {
+			return v, nil
+		}
+		f, err := strconv.ParseFloat(string(raw), 64)
+		if err != nil || math.IsInf(f, 0) || f < math.MinInt64 || f >= math.MaxInt64 {
+			return 0, fmt.Errorf("epoch milliseconds %s out of range", raw)
+		}
+		return int64(math.Floor(f)), nil
+	default:
+		return 0, fmt.Errorf("is %s, want epoch milliseconds or an RFC 3339 string", kindOf(c))
+	}
+}
+
+// parseInt64 parses a plain JSON integer (no fraction or exponent) that fits in int64.
+func parseInt64(b []byte) (int64, bool) {
+	i := 0
+	neg := false
+	if len(b) > 0 && b[0] == '-' {
+		neg = true
+		i = 1
+	}
+	if i >= len(b) || len(b)-i > 19 {
+		return 0, false
+	}
+	var v uint64
+	for ; i < len(b); i++ {
+		c := b[i]
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		v = v*10 + uint64(c-'0')
+	}
+	if neg {
+		if v > 1<<63 {
+			return 0, false
+		}
+		return -int64(v), true
+	}
+	if v > math.MaxInt64 {
+		return 0, false
+	}
+	return int64(v), true
+}

@@ -1,0 +1,356 @@
+package task
+
+import (
+	"bytes"
+	"fmt"
+	"sync"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sluice-dev/sluice/state"
+)
+
+// Pending is one task's checkpoint in flight: its records are in the open transaction; its state
+// writes wait for the transaction's outcome. Promises update it concurrently (mu); everything
+// else belongs to the task goroutine.
+type Pending struct {
+	// Offsets are the next offsets to commit for this task's partition, by topic. Topics whose
+	// offset did not move are absent.
+	Offsets map[string]int64
+
+	mu     sync.Mutex
+	err    error                     // first produce error of this checkpoint's records
+	clNext map[state.Namespace]int64 // next changelog offset after this checkpoint's records
+
+	inline *errTracker // the task's records produced since the previous checkpoint
+
+	batch   state.Batch
+	loaders map[state.Namespace]state.Loader
+	flushed []*chain // chains whose dirty cache entries were written
+	folded  []*chain // chains that folded their sorted backlog
+	keys    map[*chain]int64
+	records int
+}
+
+// Records returns how many records the checkpoint produced.
+func (pd *Pending) Records() int { return pd.records }
+
+// Err returns the first produce error of the checkpoint's records, once the producer has been
+// flushed; a checkpoint with an error must not be committed.
+func (pd *Pending) Err() error {
+	if err := pd.inline.get(); err != nil {
+		return err
+	}
+	pd.mu.Lock()
+	defer pd.mu.Unlock()
+	return pd.err
+}
+
+func (pd *Pending) fail(err error) {
+	pd.mu.Lock()
+	if pd.err == nil {
+		pd.err = err
+	}
+	pd.mu.Unlock()
+}
+
+func (pd *Pending) promise(_ *kgo.Record, err error) {
+	if err != nil {
+		pd.fail(err)
+	}
+}
+
+func (pd *Pending) changelogPromise(ns state.Namespace) func(*kgo.Record, error) {
+	return func(r *kgo.Record, err error) {
+		pd.mu.Lock()
+		defer pd.mu.Unlock()
+		if err != nil {
+			if pd.err == nil {
+				pd.err = err
+			}
+			return
+		}
+		if r.Offset+1 > pd.clNext[ns] {
+			pd.clNext[ns] = r.Offset + 1
+		}
+	}
+}
+
+// Checkpoint writes everything the task has processed since its last checkpoint into the open
+// transaction through p: dead letters; for real-time chains, one output and one changelog record
+// per dirty key; for chains leaving backlog, the merged, folded backlog (one output and one
+// changelog record per key, state written in key order). It returns the pending checkpoint,
+// whose Offsets the caller commits in the same transaction. The task's state is unchanged until
+// Committed or Aborted; the caller must call exactly one of them before Process.
+func (t *Task) Checkpoint(p Producer) (*Pending, error) {
+	pd := &Pending{
+		Offsets: map[string]int64{},
+		clNext:  map[state.Namespace]int64{},
+		loaders: map[state.Namespace]state.Loader{},
+		keys:    map[*chain]int64{},
+		inline:  t.out,
+	}
+	t.out = &errTracker{}
+	for _, r := range t.dlq {
+		p.Produce(r, pd.promise)
+		pd.records++
+	}
+	t.dlq = nil
+	for _, c := range t.chains {
+		if c.ops.agg != nil {
+			switch {
+			case len(c.dirty) > 0:
+				if err := t.flush(c, p, pd); err != nil {
+					t.abortPending(pd)
+					return nil, err
+				}
+			case c.inBack && !c.det.Backlog() && c.sorter.Len() > 0:
+				if err := t.fold(c, p, pd); err != nil {
+					t.abortPending(pd)
+					return nil, err
+				}
+			}
+		}
+		// The offset moves only when nothing before it is still waiting in a sorter.
+		if c.next > c.committed && (c.sorter == nil || c.sorter.Len() == 0 || foldedIn(pd, c)) {
+			if cur, ok := pd.Offsets[c.plan.Source.Topic]; !ok || c.next < cur {
+				pd.Offsets[c.plan.Source.Topic] = c.next
+			}
+		}
+	}
+	// Two chains on one topic: commit the smaller offset (both have processed up to it).
+	for _, c := range t.chains {
+		if _, ok := pd.Offsets[c.plan.Source.Topic]; ok && c.sorter != nil && c.sorter.Len() > 0 && !foldedIn(pd, c) {
+			delete(pd.Offsets, c.plan.Source.Topic)
+		}
+	}
+	return pd, nil
+}
+
+func foldedIn(pd *Pending, c *chain) bool {
+	for _, f := range pd.folded {
+		if f == c {
+			return true
+		}
+	}
+	return false
+}
+
+// flush writes a real-time chain's dirty entries: output, changelog record, state.
+func (t *Task) flush(c *chain, p Producer, pd *Pending) error {
+	if pd.batch == nil {
+		pd.batch = t.d.Store.NewBatch()
+	}
+	agg := c.ops.agg
+	cl := pd.changelogPromise(c.ns)
+	for _, e := range c.dirty {
+		// The state is not touched again before the transaction ends (the task waits for the
+		// outcome), so the changelog record may alias it.
+		p.Produce(&kgo.Record{Topic: c.plan.Changelog, Partition: t.partition, Key: e.key, Value: e.state}, cl)
+		if c.plan.SinkTopic != "" {
+			out := agg.Render(e.key, e.state, nil)
+			p.Produce(&kgo.Record{Topic: c.plan.SinkTopic, Key: e.key, Value: out, Partition: -1}, pd.promise)
+			c.recordsOut++
+			pd.records++
+		}
+		pd.records++
+		if err := pd.batch.Set(c.ns, e.key, e.state); err != nil {
+			return err
+		}
+	}
+	t.d.Metrics.recordsOut(c.plan.SinkTopic, len(c.dirty))
+	pd.flushed = append(pd.flushed, c)
+	return nil
+}
+
+// fold merges a chain's sorted backlog and folds it into state: per key, read the state once,
+// fold the key's records in (event time, offset) order, write the state once, in key order, and
+// emit one output and one changelog record.
+func (t *Task) fold(c *chain, p Producer, pd *Pending) error {
+	agg := c.ops.agg
+	it, err := c.sorter.Merge()
+	if err != nil {
+		return fmt.Errorf("task %d: merge: %w", t.partition, err)
+	}
+	defer it.Close()
+	var put func(key, val []byte) error
+	if c.sorter.Len() >= int64(t.d.LoaderThreshold) {
+		ld, err := t.d.Store.NewLoader(c.ns)
+		if err != nil {
+			return err
+		}
+		pd.loaders[c.ns] = ld
+		put = ld.Add
+	} else {
+		if pd.batch == nil {
+			pd.batch = t.d.Store.NewBatch()
+		}
+		put = func(k, v []byte) error { return pd.batch.Set(c.ns, k, v) }
+	}
+	cl := pd.changelogPromise(c.ns)
+	size := agg.StateSize()
+	var (
+		key   []byte
+		st    = make([]byte, 0, size)
+		have  bool
+		keys  int64
+		emitK = func() error {
+			// One allocation holds the record's key, its state and its rendered output; the
+			// producer owns it until the promise fires.
+			buf := make([]byte, 0, len(key)+size+len(key)+16*size)
+			buf = append(buf, key...)
+			k := buf[:len(key):len(key)]
+			buf = append(buf, st...)
+			v := buf[len(key):len(buf):len(buf)]
+			if err := put(k, v); err != nil {
+				return err
+			}
+			p.Produce(&kgo.Record{Topic: c.plan.Changelog, Partition: t.partition, Key: k, Value: v}, cl)
+			pd.records++
+			if c.plan.SinkTopic != "" {
+				out := agg.Render(k, v, buf[len(buf):])
+				p.Produce(&kgo.Record{Topic: c.plan.SinkTopic, Key: k, Value: out, Partition: -1}, pd.promise)
+				pd.records++
+				c.recordsOut++
+			}
+			keys++
+			return nil
+		}
+	)
+	for it.Next() {
+		if !have || !bytes.Equal(it.Key(), key) {
+			if have {
+				if err := emitK(); err != nil {
+					return err
+				}
+			}
+			key = append(key[:0], it.Key()...)
+			v, ok, err := t.d.Store.Get(c.ns, key, st[:0])
+			if err != nil {
+				return err
+			}
+			if ok && len(v) == size {
+				st = v
+			} else {
+				st = st[:size]
+				agg.InitState(st)
+			}
+			have = true
+		}
+		agg.Fold(st, it.Payload())
+	}
+	if err := it.Err(); err != nil {
+		return fmt.Errorf("task %d: merge: %w", t.partition, err)
+	}
+	if have {
+		if err := emitK(); err != nil {
+			return err
+		}
+	}
+	t.d.Metrics.recordsOut(c.plan.SinkTopic, int(keys))
+	pd.folded = append(pd.folded, c)
+	pd.keys[c] = keys
+	return nil
+}
+
+// Committed applies a checkpoint whose transaction committed: the state and the changelog
+// offsets it reflects go to the store in one batch (and bulk loads are ingested), the cache
+// becomes clean, folded sorters are emptied, and folded chains stream from now on.
+func (t *Task) Committed(pd *Pending) error {
+	for ns, next := range pd.clNext {
+		if ld, ok := pd.loaders[ns]; ok {
+			ld.SetOffset(next)
+			continue
+		}
+		if pd.batch == nil {
+			pd.batch = t.d.Store.NewBatch()
+		}
+		if err := pd.batch.SetOffset(ns, next); err != nil {
+			return err
+		}
+	}
+	for _, ld := range pd.loaders {
+		if err := ld.Commit(); err != nil {
+			return fmt.Errorf("task %d: ingest: %w", t.partition, err)
+		}
+	}
+	if pd.batch != nil {
+		if err := pd.batch.Commit(); err != nil {
+			return fmt.Errorf("task %d: state: %w", t.partition, err)
+		}
+		pd.batch.Close()
+	}
+	for _, c := range pd.flushed {
+		for _, e := range c.dirty {
+			e.dirty = false
+		}
+		clear(c.dirty)
+		c.dirty = c.dirty[:0]
+	}
+	for _, c := range t.chains {
+		if c.inBack && len(c.cache) > 0 {
+			clear(c.cache) // backlog mode folds from the store; the cache must not shadow it
+		}
+	}
+	for _, c := range pd.folded {
+		if err := c.sorter.Reset(); err != nil {
+			return err
+		}
+		t.leaveBacklog(c, pd.keys[c])
+	}
+	for _, c := range t.chains {
+		if off, ok := pd.Offsets[c.plan.Source.Topic]; ok && off > c.committed {
+			c.committed = off
+		}
+	}
+	t.needCkpt = false
+	for _, c := range t.chains {
+		if len(c.dirty) >= t.cacheCap {
+			t.needCkpt = true
+		}
+	}
+	t.publish()
+	return nil
+}
+
+// Aborted drops everything since the last committed checkpoint: the cache, the sorted backlog,
+// unsent dead letters, and the pending state writes. Each chain's mode is decided afresh from the
+// next lag observed. It returns, by topic, the offset the consumer must seek this partition to.
+func (t *Task) Aborted(pd *Pending) map[string]int64 {
+	if pd != nil {
+		t.abortPending(pd)
+	}
+	seek := map[string]int64{}
+	for _, c := range t.chains {
+		clear(c.cache)
+		clear(c.dirty)
+		c.dirty = c.dirty[:0]
+		if c.sorter != nil {
+			_ = c.sorter.Reset()
+		}
+		if c.det != nil {
+			if c.inBack {
+				t.d.Metrics.setBacklog(c, false)
+			}
+			c.inBack = false
+			c.det = c.det.Fresh()
+		}
+		if c.committed >= 0 {
+			c.next = c.committed
+			seek[c.plan.Source.Topic] = c.committed
+		}
+	}
+	t.dlq = nil
+	t.needCkpt = false
+	t.publish()
+	return seek
+}
+
+func (t *Task) abortPending(pd *Pending) {
+	for _, ld := range pd.loaders {
+		_ = ld.Abort()
+	}
+	if pd.batch != nil {
+		pd.batch.Close()
+	}
+}

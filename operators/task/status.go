@@ -1,0 +1,224 @@
+package task
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Status is a snapshot of a task for /status. It is a copy; the caller owns it.
+type Status struct {
+	Partition int32         `json:"partition"`
+	Chains    []ChainStatus `json:"chains"`
+}
+
+// ChainStatus is one chain of a task.
+type ChainStatus struct {
+	Source          string         `json:"source"`
+	Topic           string         `json:"topic"`
+	Operator        string         `json:"operator,omitempty"`
+	Mode            string         `json:"mode"` // backlog | real-time | stateless
+	Lag             int64          `json:"lag"`
+	TimeLagMs       int64          `json:"time_lag_ms"`
+	NextOffset      int64          `json:"next_offset"`
+	CommittedOffset int64          `json:"committed_offset"`
+	RecordsIn       int64          `json:"records_in"`
+	RecordsOut      int64          `json:"records_out"`
+	DeadLetters     int64          `json:"dead_letters"`
+	CachedKeys      int            `json:"cached_keys"`
+	Backlog         *BacklogStatus `json:"backlog,omitempty"`
+}
+
+// BacklogStatus is the progress of a chain in backlog mode.
+type BacklogStatus struct {
+	SortedRecords int64   `json:"sorted_records"`
+	Progress      float64 `json:"progress"` // 0..1: sorted / (sorted + lag)
+	RatePerSec    float64 `json:"rate_per_sec"`
+	ETASeconds    float64 `json:"eta_seconds"`
+	SorterMem     int64   `json:"sorter_mem_bytes"`
+	SpilledBytes  int64   `json:"spilled_bytes"`
+	Runs          int64   `json:"runs"`
+}
+
+// Status returns the latest snapshot. Safe for concurrent use.
+func (t *Task) Status() Status {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s := t.status
+	s.Chains = append([]ChainStatus(nil), s.Chains...)
+	return s
+}
+
+// publish refreshes the snapshot and the gauges; called by the task goroutine after each step.
+func (t *Task) publish() {
+	now := t.d.Clock()
+	st := Status{Partition: t.partition}
+	for _, c := range t.chains {
+		cs := ChainStatus{
+			Source: c.plan.SourceName, Topic: c.plan.Source.Topic, Mode: "stateless",
+			Lag: c.lag, TimeLagMs: c.timeLag.Milliseconds(), NextOffset: c.next, CommittedOffset: c.committed,
+			RecordsIn: c.recordsIn, RecordsOut: c.recordsOut, DeadLetters: c.dead, CachedKeys: len(c.cache),
+		}
+		if c.plan.Agg != nil {
+			cs.Operator = c.plan.Agg.Name
+			cs.Mode = "real-time"
+		}
+		if c.inBack {
+			cs.Mode = "backlog"
+			b := &BacklogStatus{SortedRecords: c.backRecords}
+			if tot := c.backRecords + c.lag; tot > 0 {
+				b.Progress = float64(c.backRecords) / float64(tot)
+			}
+			if d := now.Sub(c.backStart).Seconds(); d > 0 {
+				b.RatePerSec = float64(c.backRecords) / d
+				if b.RatePerSec > 0 {
+					b.ETASeconds = float64(c.lag) / b.RatePerSec
+				}
+			}
+			if c.sorter != nil {
+				ss := c.sorter.Stats()
+				b.SorterMem, b.SpilledBytes, b.Runs = ss.MemBytes, ss.SpilledBytes, ss.Runs
+			}
+			cs.Backlog = b
+		}
+		t.d.Metrics.observe(t.partition, c, cs)
+		st.Chains = append(st.Chains, cs)
+	}
+	t.mu.Lock()
+	t.status = st
+	t.mu.Unlock()
+}
+
+// progress logs a line per chain in backlog every backlog.progress_interval.
+func (t *Task) progress() {
+	every := t.plan.Config.Backlog.ProgressInterval
+	if every <= 0 {
+		return
+	}
+	now := t.d.Clock()
+	for _, c := range t.chains {
+		if !c.inBack || now.Sub(c.lastLog) < every {
+			continue
+		}
+		c.lastLog = now
+		d := now.Sub(c.backStart).Seconds()
+		rate, eta, pct := 0.0, 0.0, 0.0
+		if d > 0 {
+			rate = float64(c.backRecords) / d
+		}
+		if rate > 0 {
+			eta = float64(c.lag) / rate
+		}
+		if tot := c.backRecords + c.lag; tot > 0 {
+			pct = 100 * float64(c.backRecords) / float64(tot)
+		}
+		t.log.Info("backlog progress", "operator", c.plan.Agg.Name, "sorted", c.backRecords, "lag", c.lag,
+			"percent", int(pct), "rate_per_s", int64(rate), "eta", (time.Duration(eta) * time.Second).String())
+	}
+}
+
+// Metrics are the task runtime's Prometheus metrics. Safe for concurrent use; a nil *Metrics
+// records nothing (tests).
+type Metrics struct {
+	in, out  *prometheus.CounterVec
+	dead     *prometheus.CounterVec
+	switches *prometheus.CounterVec
+	backlog  *prometheus.GaugeVec
+	lag      *prometheus.GaugeVec
+	sortMem  *prometheus.GaugeVec
+	spilled  *prometheus.GaugeVec
+	runs     *prometheus.GaugeVec
+	progress *prometheus.GaugeVec
+}
+
+// NewMetrics registers the task metrics with reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		in:       prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_records_in_total", Help: "Records consumed, by topic."}, []string{"topic"}),
+		out:      prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_records_out_total", Help: "Output records produced, by sink topic."}, []string{"topic"}),
+		dead:     prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_dead_letters_total", Help: "Records sent to the dead-letter topic, by operator."}, []string{"operator"}),
+		switches: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_backlog_switches_total", Help: "Mode switches, by direction (to_backlog, to_realtime)."}, []string{"direction"}),
+		backlog:  prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "sluice_backlog", Help: "1 while the task's keyed operator is in backlog mode."}, []string{"operator", "partition"}),
+		lag:      prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "sluice_lag_records", Help: "Consumer lag seen in the last fetch."}, []string{"topic", "partition"}),
+		sortMem:  prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "sluice_sorter_memory_bytes", Help: "Sorter memory in use."}, []string{"operator", "partition"}),
+		spilled:  prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "sluice_sorter_spilled_bytes", Help: "Bytes spilled to sorted runs in the current backlog."}, []string{"operator", "partition"}),
+		runs:     prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "sluice_sorter_runs", Help: "Sorted runs on disk in the current backlog."}, []string{"operator", "partition"}),
+		progress: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "sluice_backlog_progress_ratio", Help: "Backlog progress: sorted / (sorted + lag)."}, []string{"operator", "partition"}),
+	}
+	reg.MustRegister(m.in, m.out, m.dead, m.switches, m.backlog, m.lag, m.sortMem, m.spilled, m.runs, m.progress)
+	for _, d := range []string{"to_backlog", "to_realtime"} {
+		m.switches.WithLabelValues(d)
+	}
+	return m
+}
+
+func (m *Metrics) recordsIn(topic string, n int) {
+	if m != nil {
+		m.in.WithLabelValues(topic).Add(float64(n))
+	}
+}
+
+func (m *Metrics) recordsOut(topic string, n int) {
+	if m != nil && topic != "" && n > 0 {
+		m.out.WithLabelValues(topic).Add(float64(n))
+	}
+}
+
+func (m *Metrics) deadLetter(op string) {
+	if m != nil {
+		m.dead.WithLabelValues(op).Inc()
+	}
+}
+
+func (m *Metrics) switched(direction string) {
+	if m != nil {
+		m.switches.WithLabelValues(direction).Inc()
+	}
+}
+
+func (m *Metrics) setBacklog(c *chain, on bool) {
+	if m == nil || c.plan.Agg == nil {
+		return
+	}
+	v := 0.0
+	if on {
+		v = 1
+	}
+	m.backlog.WithLabelValues(c.plan.Agg.Name, itoa(c.ns.Partition)).Set(v)
+}
+
+func (m *Metrics) observe(p int32, c *chain, cs ChainStatus) {
+	if m == nil {
+		return
+	}
+	m.lag.WithLabelValues(c.plan.Source.Topic, itoa(p)).Set(float64(cs.Lag))
+	if c.plan.Agg == nil {
+		return
+	}
+	labels := []string{c.plan.Agg.Name, itoa(p)}
+	var mem, spill, runs, prog float64
+	if b := cs.Backlog; b != nil {
+		mem, spill, runs, prog = float64(b.SorterMem), float64(b.SpilledBytes), float64(b.Runs), b.Progress
+	}
+	m.sortMem.WithLabelValues(labels...).Set(mem)
+	m.spilled.WithLabelValues(labels...).Set(spill)
+	m.runs.WithLabelValues(labels...).Set(runs)
+	m.progress.WithLabelValues(labels...).Set(prog)
+}
+
+// forget removes a closed task's per-partition series.
+func (m *Metrics) forget(c *chain) {
+	if m == nil || c.plan.Agg == nil {
+		return
+	}
+	labels := []string{c.plan.Agg.Name, itoa(c.ns.Partition)}
+	m.backlog.DeleteLabelValues(labels...)
+	m.sortMem.DeleteLabelValues(labels...)
+	m.spilled.DeleteLabelValues(labels...)
+	m.runs.DeleteLabelValues(labels...)
+	m.progress.DeleteLabelValues(labels...)
+	m.lag.DeleteLabelValues(c.plan.Source.Topic, itoa(c.ns.Partition))
+}
+
+func itoa(p int32) string { return strconv.Itoa(int(p)) }

@@ -1,0 +1,400 @@
+package task
+
+import (
+	"bytes"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sluice-dev/sluice/backlog"
+	"github.com/sluice-dev/sluice/operators"
+	"github.com/sluice-dev/sluice/sorter"
+	"github.com/sluice-dev/sluice/state"
+)
+
+// Producer sends records into the transaction that is open (exactly-once) or to be acknowledged
+// before the next offset commit (at-least-once). Produce may block when the producer's buffer is
+// full; promise is called exactly once, possibly on another goroutine, and must not block.
+type Producer interface {
+	Produce(r *kgo.Record, promise func(*kgo.Record, error))
+}
+
+// Deps are what a task needs from its process. Store, Budget and Producer are shared by all
+// tasks; they are safe for concurrent use.
+type Deps struct {
+	Store    state.Store
+	Budget   *sorter.Budget
+	SortDir  string // spill directory root; each chain sorts under SortDir/<operator>-<partition>
+	Producer Producer
+	Clock    func() time.Time // wall clock for time lag and progress; never used for event time
+	Logger   *slog.Logger
+	Metrics  *Metrics
+	// LoaderThreshold is the number of keys from which a switch writes state through a bulk
+	// loader (sstable ingestion) instead of a batch. 0 means 20000.
+	LoaderThreshold int
+}
+
+// Task runs one partition number of a Plan. It is not safe for concurrent use: one goroutine
+// owns it (Status is the exception). Memory passed to it (records) is not retained after
+// Process returns, except through the records it produces.
+type Task struct {
+	topic     string
+	partition int32
+	plan      *Plan
+	d         Deps
+	chains    []*chain
+	byTopic   map[string][]*chain
+	dlq       []*kgo.Record // dead letters not yet produced (held until the next checkpoint)
+	cacheCap  int
+	needCkpt  bool
+	log       *slog.Logger
+	out       *errTracker // produce results of records sent outside a checkpoint (stateless outputs)
+
+	mu     sync.Mutex // guards status
+	status Status
+}
+
+// chain is one ChainPlan's runtime in this task.
+type chain struct {
+	plan   ChainPlan
+	ops    *chainOps
+	ns     state.Namespace
+	det    *backlog.Detector
+	inBack bool // current mode: backlog (records go to the sorter)
+	sorter *sorter.Sorter
+
+	cache map[string]*entry // real-time write-back cache
+	dirty []*entry
+
+	next      int64 // next offset to process; -1 before the first record
+	committed int64 // next offset covered by the last commit (or where consumption started)
+	lag       int64
+	timeLag   time.Duration
+
+	rec     operators.Record
+	scratch []byte
+
+	// backlog bookkeeping for progress and the switch log line
+	backStart   time.Time
+	backRecords int64
+	lastLog     time.Time
+
+	recordsIn, recordsOut, dead int64
+}
+
+type entry struct {
+	key   []byte
+	state []byte
+	dirty bool
+}
+
+// New creates the task for partition of topic in plan, with fresh operator instances for the
+// chains reading topic. (A task covers one topic-partition: sluice has no two-input operator
+// yet, so co-partitioned inputs need not share a task.)
+func New(plan *Plan, topic string, partition int32, d Deps) (*Task, error) {
+	if d.Clock == nil {
+		d.Clock = time.Now
+	}
+	if d.Logger == nil {
+		d.Logger = slog.Default()
+	}
+	if d.LoaderThreshold == 0 {
+		d.LoaderThreshold = 20000
+	}
+	cfg := plan.Config
+	mode, err := backlog.ParseMode(cfg.Backlog.Mode)
+	if err != nil {
+		return nil, err
+	}
+	t := &Task{
+		partition: partition,
+		plan:      plan,
+		d:         d,
+		byTopic:   map[string][]*chain{},
+		cacheCap:  max(cfg.Processing.CacheKeys, 1),
+		log:       d.Logger.With("partition", partition),
+		out:       &errTracker{},
+	}
+	for _, cp := range plan.Chains {
+		if cp.Source.Topic != topic {
+			continue
+		}
+		ops, err := cp.build()
+		if err != nil {
+			return nil, err
+		}
+		c := &chain{plan: cp, ops: ops, next: -1, committed: -1}
+		if ops.agg != nil {
+			c.ns = state.Namespace{Operator: cp.Agg.Name, Partition: partition}
+			c.det = backlog.NewDetector(backlog.Options{
+				Mode: mode, EnterLag: cfg.Backlog.EnterLag, ExitLag: cfg.Backlog.ExitLag,
+				EnterTimeLag: cfg.Backlog.EnterTimeLag, ExitTimeLag: cfg.Backlog.ExitTimeLag,
+			})
+			c.cache = make(map[string]*entry)
+			if d.Budget != nil {
+				dir := filepath.Join(d.SortDir, fmt.Sprintf("%s-%d", cp.Agg.Name, partition))
+				c.sorter, err = sorter.New(sorter.Options{Dir: dir, Budget: d.Budget})
+				if err != nil {
+					t.Close()
+					return nil, fmt.Errorf("task %d: %w", partition, err)
+				}
+			}
+		}
+		t.chains = append(t.chains, c)
+		t.byTopic[cp.Source.Topic] = append(t.byTopic[cp.Source.Topic], c)
+	}
+	t.topic = topic
+	t.publish()
+	return t, nil
+}
+
+// Topic returns the task's input topic.
+func (t *Task) Topic() string { return t.topic }
+
+// Namespaces returns the state namespaces of the task's keyed operators with their changelog
+// topics (what a restore must replay).
+func (t *Task) Namespaces() map[state.Namespace]string {
+	out := map[state.Namespace]string{}
+	for _, c := range t.chains {
+		if c.ops.agg != nil {
+			out[c.ns] = c.plan.Changelog
+		}
+	}
+	return out
+}
+
+// Partition returns the task's partition number.
+func (t *Task) Partition() int32 { return t.partition }
+
+// Observe feeds the lag of topic's partition as seen after a fetch (records still to process
+// after the batch that carried it) and the time lag (wall clock minus the event time of the
+// batch's last record). It returns true when a chain changes mode and needs a checkpoint before
+// the batch may be processed: entering backlog flushes the cache; leaving it merges and folds.
+func (t *Task) Observe(topic string, lag int64, timeLag time.Duration) (needCheckpoint bool) {
+	for _, c := range t.byTopic[topic] {
+		c.lag, c.timeLag = lag, timeLag
+		if c.det == nil {
+			continue
+		}
+		attr, changed, first := c.det.Observe(lag, timeLag)
+		switch {
+		case first && attr.Backlog:
+			t.enterBacklog(c)
+		case changed && attr.Backlog:
+			t.d.Metrics.switched("to_backlog")
+			t.log.Info("switch to backlog mode", "operator", c.plan.Agg.Name, "lag", lag, "time_lag", timeLag)
+			if len(c.dirty) > 0 {
+				needCheckpoint = true // flush the cache first; the checkpoint then enters backlog
+			}
+			t.enterBacklog(c)
+		case changed && !attr.Backlog:
+			if c.sorter == nil || c.sorter.Len() == 0 {
+				t.leaveBacklog(c, 0)
+			} else {
+				needCheckpoint = true // the checkpoint folds the sorted backlog, then streams
+			}
+		}
+	}
+	t.needCkpt = t.needCkpt || needCheckpoint
+	return needCheckpoint
+}
+
+func (t *Task) enterBacklog(c *chain) {
+	c.inBack = true
+	c.backStart = t.d.Clock()
+	c.lastLog = c.backStart
+	c.backRecords = 0
+	t.d.Metrics.setBacklog(c, true)
+}
+
+func (t *Task) leaveBacklog(c *chain, folded int64) {
+	c.inBack = false
+	d := t.d.Clock().Sub(c.backStart)
+	rate := 0.0
+	if d > 0 {
+		rate = float64(c.backRecords) / d.Seconds()
+	}
+	t.d.Metrics.switched("to_realtime")
+	t.d.Metrics.setBacklog(c, false)
+	t.log.Info("switch to real-time mode", "operator", c.plan.Agg.Name, "records", c.backRecords, "keys", folded,
+		"backlog_duration", d.Round(time.Millisecond), "rate_per_s", int64(rate), "lag", c.lag)
+	c.backRecords = 0
+}
+
+// Process runs a batch of records of topic (all from this task's partition, in offset order)
+// through the topic's chains in their current modes. Bad records become dead letters.
+// An error means the task cannot go on (the state store or the sort spill failed); the records
+// of the batch may be partly applied, so the caller must abort to the last checkpoint.
+func (t *Task) Process(topic string, recs []*kgo.Record) error {
+	for _, c := range t.byTopic[topic] {
+		if err := t.processChain(c, recs); err != nil {
+			return err
+		}
+	}
+	if len(recs) > 0 {
+		t.d.Metrics.recordsIn(topic, len(recs))
+	}
+	t.progress()
+	t.publish()
+	return nil
+}
+
+func (t *Task) processChain(c *chain, recs []*kgo.Record) error {
+	ops := c.ops
+	for _, kr := range recs {
+		if c.committed < 0 {
+			c.committed = kr.Offset // where consumption started: the group's committed offset
+		}
+		c.next = kr.Offset + 1
+		c.recordsIn++
+		if err := ops.src.Decode(kr.Key, kr.Value, kr.Timestamp.UnixMilli(), &c.rec); err != nil {
+			t.deadLetter(c, kr, "source "+c.plan.SourceName, err)
+			continue
+		}
+		keep := true
+		for _, st := range ops.stages {
+			var err error
+			if keep, err = st.Apply(&c.rec); err != nil {
+				t.deadLetter(c, kr, st.Name(), err)
+				break
+			}
+			if !keep {
+				break
+			}
+		}
+		if !keep {
+			continue
+		}
+		if ops.agg == nil {
+			if c.plan.SinkTopic != "" {
+				out := &kgo.Record{Topic: c.plan.SinkTopic, Key: bytes.Clone(c.rec.Key), Value: bytes.Clone(c.rec.Value), Partition: -1}
+				t.d.Producer.Produce(out, t.out.promise)
+				c.recordsOut++
+			}
+			continue
+		}
+		in, err := ops.agg.Project(&c.rec, c.scratch[:0])
+		if err != nil {
+			t.deadLetter(c, kr, ops.agg.Name(), err)
+			continue
+		}
+		c.scratch = in
+		if c.inBack {
+			if err := c.sorter.Add(c.rec.Key, c.rec.Time, kr.Offset, in); err != nil {
+				// The sorter could not spill (disk full?): a task failure, not a bad record.
+				return fmt.Errorf("task %d: sorter: %w", t.partition, err)
+			}
+			c.backRecords++
+			continue
+		}
+		e, err := t.load(c, c.rec.Key)
+		if err != nil {
+			return fmt.Errorf("task %d: state: %w", t.partition, err)
+		}
+		ops.agg.Fold(e.state, in)
+		if !e.dirty {
+			e.dirty = true
+			c.dirty = append(c.dirty, e)
+		}
+	}
+	return nil
+}
+
+// load returns key's cache entry, reading the store on a miss and evicting clean entries when
+// the cache is full. A cache full of dirty entries asks for a checkpoint.
+func (t *Task) load(c *chain, key []byte) (*entry, error) {
+	if e, ok := c.cache[string(key)]; ok {
+		return e, nil
+	}
+	if len(c.cache) >= t.cacheCap {
+		evict := len(c.cache)/8 + 1
+		for k, e := range c.cache {
+			if evict == 0 {
+				break
+			}
+			if !e.dirty {
+				delete(c.cache, k)
+				evict--
+			}
+		}
+		if len(c.dirty) >= t.cacheCap {
+			t.needCkpt = true
+		}
+	}
+	size := c.ops.agg.StateSize()
+	e := &entry{key: bytes.Clone(key), state: make([]byte, 0, size)}
+	v, ok, err := t.d.Store.Get(c.ns, key, e.state)
+	if err != nil {
+		return nil, err
+	}
+	if ok && len(v) == size {
+		e.state = v
+	} else {
+		e.state = e.state[:size]
+		c.ops.agg.InitState(e.state)
+	}
+	c.cache[string(e.key)] = e
+	return e, nil
+}
+
+// NeedsCheckpoint reports whether the task asked for a checkpoint as soon as possible (a mode
+// switch is waiting, or the cache is full of dirty entries).
+func (t *Task) NeedsCheckpoint() bool { return t.needCkpt }
+
+func (t *Task) deadLetter(c *chain, kr *kgo.Record, op string, err error) {
+	c.dead++
+	t.d.Metrics.deadLetter(op)
+	t.dlq = append(t.dlq, &kgo.Record{
+		Topic:     t.plan.Config.DLQTopic(),
+		Key:       bytes.Clone(kr.Key),
+		Value:     bytes.Clone(kr.Value),
+		Partition: -1,
+		Headers: []kgo.RecordHeader{
+			{Key: "sluice.error", Value: []byte(err.Error())},
+			{Key: "sluice.operator", Value: []byte(op)},
+			{Key: "sluice.source.topic", Value: []byte(kr.Topic)},
+			{Key: "sluice.source.partition", Value: []byte(strconv.Itoa(int(kr.Partition)))},
+			{Key: "sluice.source.offset", Value: []byte(strconv.FormatInt(kr.Offset, 10))},
+			{Key: "sluice.source.timestamp", Value: []byte(strconv.FormatInt(kr.Timestamp.UnixMilli(), 10))},
+		},
+	})
+}
+
+// Close releases the task's sorters (dropping anything buffered: nothing of it was committed).
+func (t *Task) Close() {
+	for _, c := range t.chains {
+		if c.sorter != nil {
+			_ = c.sorter.Close()
+		}
+		if c.det != nil {
+			t.d.Metrics.forget(c)
+		}
+	}
+}
+
+// errTracker keeps the first error of a set of produce promises. Safe for concurrent use.
+type errTracker struct {
+	mu  sync.Mutex
+	err error
+}
+
+func (e *errTracker) promise(_ *kgo.Record, err error) {
+	if err != nil {
+		e.mu.Lock()
+		if e.err == nil {
+			e.err = err
+		}
+		e.mu.Unlock()
+	}
+}
+
+func (e *errTracker) get() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.err
+}

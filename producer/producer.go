@@ -1,0 +1,247 @@
+// Package producer owns sluice's Kafka client and makes checkpoints atomic.
+//
+// Exactly-once: one franz-go GroupTransactSession per process, transactional.id
+// <group>-<instance_id>. A transaction stays open between checkpoints; a checkpoint flushes the
+// tasks' records (outputs, changelog, dead letters), commits the input offsets the tasks report
+// in the same transaction (KIP-447: TxnOffsetCommit carries the group generation and member, so
+// a zombie is fenced), and ends it. The offsets committed are the ones each task has folded into
+// its state — not every offset polled, which is what franz-go would commit by default: a task in
+// backlog mode has polled records that sit in its sorter and must not be committed yet. The
+// session's TxnOffsetCommit is rewritten through kgo.PreTxnCommitFnContext.
+//
+// At-least-once: an idempotent producer; a checkpoint flushes, and once every record is
+// acknowledged, commits the offsets with a plain OffsetCommit.
+//
+// The same client consumes (it is the group member): the consumer package polls through Session.
+package producer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// Guarantee is processing.guarantee.
+type Guarantee int
+
+const (
+	ExactlyOnce Guarantee = iota
+	AtLeastOnce
+)
+
+// Options configure a Session. Group options (rebalance callbacks) come in through GroupOpts.
+type Options struct {
+	Brokers            []string
+	Group              string
+	InstanceID         string // static member id (KIP-345)
+	TransactionalID    string // exactly-once only
+	TransactionTimeout time.Duration
+	Guarantee          Guarantee
+	Topics             []string // topics to consume
+	Logger             *slog.Logger
+	// Extra are appended to the client options (callbacks, tuning, test hooks).
+	Extra []kgo.Opt
+}
+
+// Session is the process's Kafka client: group consumer and (transactional) producer. Poll,
+// AllowRebalance, Begin and End must be called from one goroutine (the consumer's poll loop);
+// Produce is safe for concurrent use by task goroutines while a transaction is open.
+type Session struct {
+	g    Guarantee
+	txn  *kgo.GroupTransactSession // exactly-once
+	cl   *kgo.Client
+	open bool
+}
+
+// Partitioner places records: a record with a partition set (>= 0: changelog records, which
+// must land on the task's own partition) keeps it; a keyed record goes where Kafka's default
+// partitioner would put it (murmur2), so sluice's outputs are co-partitioned with what a Java
+// client would write; a record without key goes to partition 0.
+func Partitioner() kgo.Partitioner {
+	hash := kgo.KafkaHasher(Murmur2)
+	return kgo.BasicConsistentPartitioner(func(string) func(*kgo.Record, int) int {
+		return func(r *kgo.Record, n int) int {
+			switch {
+			case r.Partition >= 0:
+				return int(r.Partition) % n
+			case r.Key != nil:
+				return hash(r.Key, n)
+			}
+			return 0
+		}
+	})
+}
+
+// Open creates the client. It does not block on the network.
+func Open(o Options) (*Session, error) {
+	opts := []kgo.Opt{
+		kgo.SeedBrokers(o.Brokers...),
+		kgo.ConsumerGroup(o.Group),
+		kgo.ConsumeTopics(o.Topics...),
+		kgo.Balancers(kgo.CooperativeStickyBalancer()),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.RequireStableFetchOffsets(),
+		kgo.BlockRebalanceOnPoll(),
+		kgo.DisableAutoCommit(),
+		kgo.RecordPartitioner(Partitioner()),
+		kgo.SessionTimeout(10 * time.Second),
+		kgo.RebalanceTimeout(5 * time.Minute),
+		kgo.ProducerBatchMaxBytes(4 << 20),
+		kgo.MaxBufferedRecords(50000),
+		kgo.ProducerLinger(5 * time.Millisecond),
+		kgo.FetchMaxBytes(64 << 20),
+		kgo.FetchMaxPartitionBytes(8 << 20),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+	}
+	if o.InstanceID != "" {
+		opts = append(opts, kgo.InstanceID(o.InstanceID))
+	}
+	if o.Logger != nil {
+		opts = append(opts, kgo.WithLogger(slogAdapter{o.Logger}))
+	}
+	s := &Session{g: o.Guarantee}
+	if o.Guarantee == ExactlyOnce {
+		if o.TransactionalID == "" {
+			return nil, errors.New("producer: exactly-once needs a transactional id")
+		}
+		opts = append(opts, kgo.TransactionalID(o.TransactionalID))
+		if o.TransactionTimeout > 0 {
+			opts = append(opts, kgo.TransactionTimeout(o.TransactionTimeout))
+		}
+		opts = append(opts, o.Extra...)
+		txn, err := kgo.NewGroupTransactSession(opts...)
+		if err != nil {
+			return nil, fmt.Errorf("producer: %w", err)
+		}
+		s.txn, s.cl = txn, txn.Client()
+		return s, nil
+	}
+	opts = append(opts, o.Extra...)
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("producer: %w", err)
+	}
+	s.cl = cl
+	return s, nil
+}
+
+// Client returns the underlying client (for polling helpers, pausing partitions, admin
+// requests). Do not end transactions on it directly.
+func (s *Session) Client() *kgo.Client { return s.cl }
+
+// Poll fetches records; see kgo.Client.PollFetches. Call AllowRebalance when done with them.
+func (s *Session) Poll(ctx context.Context) kgo.Fetches { return s.cl.PollFetches(ctx) }
+
+// AllowRebalance lets a blocked rebalance proceed (kgo.BlockRebalanceOnPoll).
+func (s *Session) AllowRebalance() { s.cl.AllowRebalance() }
+
+// Begin opens a transaction if none is open (exactly-once); a no-op at-least-once.
+func (s *Session) Begin() error {
+	if s.txn == nil || s.open {
+		return nil
+	}
+	if err := s.txn.Begin(); err != nil {
+		return fmt.Errorf("producer: begin transaction: %w", err)
+	}
+	s.open = true
+	return nil
+}
+
+// Produce sends r; promise gets the result. Records for which the promise reports an error
+// must make the caller end the checkpoint with commit=false.
+func (s *Session) Produce(r *kgo.Record, promise func(*kgo.Record, error)) {
+	s.cl.Produce(context.Background(), r, promise)
+}
+
+// Flush waits until every produced record has been acknowledged or failed (promises called).
+func (s *Session) Flush(ctx context.Context) error {
+	return s.cl.Flush(ctx)
+}
+
+// End finishes a checkpoint. With commit, the offsets (topic -> partition -> next offset) are
+// committed atomically with every record produced since the previous End; without, or if
+// anything fails, the transaction aborts. It reports whether the checkpoint committed. A false
+// result with a nil error is an ordinary abort (for example a rebalance revoked partitions): the
+// caller rewinds to the last committed checkpoint. An error is fatal for the session.
+func (s *Session) End(ctx context.Context, offsets map[string]map[int32]int64, commit bool) (bool, error) {
+	if s.txn == nil {
+		return s.endAtLeastOnce(ctx, offsets, commit)
+	}
+	if !s.open {
+		return true, nil
+	}
+	s.open = false
+	ctx = kgo.PreTxnCommitFnContext(ctx, func(req *kmsg.TxnOffsetCommitRequest) error {
+		req.Topics = req.Topics[:0]
+		for topic, parts := range offsets {
+			t := kmsg.NewTxnOffsetCommitRequestTopic()
+			t.Topic = topic
+			for p, off := range parts {
+				rp := kmsg.NewTxnOffsetCommitRequestTopicPartition()
+				rp.Partition = p
+				rp.Offset = off
+				rp.LeaderEpoch = -1
+				rp.Metadata = &req.MemberID
+				t.Partitions = append(t.Partitions, rp)
+			}
+			req.Topics = append(req.Topics, t)
+		}
+		return nil
+	})
+	committed, err := s.txn.End(ctx, kgo.TransactionEndTry(commit))
+	if err != nil {
+		return false, fmt.Errorf("producer: end transaction: %w", err)
+	}
+	return committed, nil
+}
+
+func (s *Session) endAtLeastOnce(ctx context.Context, offsets map[string]map[int32]int64, commit bool) (bool, error) {
+	if !commit || len(offsets) == 0 {
+		return commit, nil
+	}
+	eo := make(map[string]map[int32]kgo.EpochOffset, len(offsets))
+	for t, ps := range offsets {
+		eo[t] = make(map[int32]kgo.EpochOffset, len(ps))
+		for p, o := range ps {
+			eo[t][p] = kgo.EpochOffset{Epoch: -1, Offset: o}
+		}
+	}
+	var cerr error
+	s.cl.CommitOffsetsSync(ctx, eo, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
+		if err != nil {
+			cerr = err
+			return
+		}
+		for _, t := range resp.Topics {
+			for _, p := range t.Partitions {
+				if e := kerrFor(p.ErrorCode); e != nil && cerr == nil {
+					cerr = fmt.Errorf("topic %s partition %d: %w", t.Topic, p.Partition, e)
+				}
+			}
+		}
+	})
+	if cerr != nil {
+		// A failed commit is not fatal: the records are durable, the offsets are not; the next
+		// owner re-reads them (at-least-once).
+		return false, nil
+	}
+	return true, nil
+}
+
+// Close leaves the group and closes the client (aborting an open transaction).
+func (s *Session) Close(ctx context.Context) {
+	if s.txn != nil {
+		if s.open {
+			_, _ = s.txn.End(ctx, kgo.TryAbort)
+			s.open = false
+		}
+		s.txn.Close()
+		return
+	}
+	s.cl.Close()
+}

@@ -1,0 +1,242 @@
+package sorter
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// cpuTime returns the process's user+system CPU time. Benchmarks report it next to wall time
+// because the machine is shared: CPU time is far less sensitive to other processes.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// benchKeys returns n distinct 16-byte keys "customer-0000042".
+func benchKeys(n int) [][]byte {
+	keys := make([][]byte, n)
+	for i := range keys {
+		keys[i] = fmt.Appendf(nil, "customer-%07d", i)
+	}
+	return keys
+}
+
+// randomKeys returns n random 16-byte keys (no common prefix).
+func randomKeys(n int) [][]byte {
+	rng := rand.New(rand.NewPCG(1, 2))
+	keys := make([][]byte, n)
+	for i := range keys {
+		k := make([]byte, 16)
+		for j := range k {
+			k[j] = byte(rng.Uint32())
+		}
+		keys[i] = k
+	}
+	return keys
+}
+
+// setKey writes "customer-%07d" of id into the 16-byte key k without allocating.
+func setKey(k []byte, id int) {
+	copy(k, "customer-")
+	for i := 15; i >= 9; i-- {
+		k[i] = byte('0' + id%10)
+		id /= 10
+	}
+}
+
+// BenchmarkAdd measures Add without spills (the sorter is Reset every 1M entries, off the
+// clock). The key is rewritten in place each time, as a decoder would hand it over.
+// allocs/op must be 0: chunks are taken every few MiB only.
+func BenchmarkAdd(b *testing.B) {
+	key := make([]byte, 16)
+	payload := []byte("0123456789abcdef")
+	s, err := New(Options{Dir: b.TempDir(), Budget: NewBudget(256 << 20)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _ = s.Close() }()
+	b.SetBytes(int64(len(key) + len(payload)))
+	b.ReportAllocs()
+	b.ResetTimer()
+	var cpu time.Duration
+	c0 := cpuTime()
+	for i := 0; i < b.N; i++ {
+		j := i & (1<<20 - 1)
+		if j == 0 && i > 0 {
+			b.StopTimer()
+			cpu += cpuTime() - c0
+			if err := s.Reset(); err != nil {
+				b.Fatal(err)
+			}
+			c0 = cpuTime()
+			b.StartTimer()
+		}
+		setKey(key, (i*7919)%100_000)
+		if err := s.Add(key, int64(i), int64(i), payload); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	cpu += cpuTime() - c0
+	b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/op")
+	if s.Stats().Runs != 0 {
+		b.Fatal("unexpected spill")
+	}
+}
+
+// fillOneSegment adds n entries to a sorter whose single index segment holds them all and
+// returns it with a copy of the unsorted segment.
+func fillOneSegment(b *testing.B, keys [][]byte, n int) (*Sorter, []entry) {
+	s, err := New(Options{Dir: b.TempDir(), Budget: NewBudget(1 << 30), ChunkSize: 64 << 20})
+	if err != nil {
+		b.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(3, 4))
+	payload := []byte("0123456789abcdef")
+	for i := range n {
+		if err := s.Add(keys[rng.IntN(len(keys))], rng.Int64N(1000), int64(i), payload); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if len(s.segs) != 0 {
+		b.Fatal("more than one segment")
+	}
+	return s, slices.Clone(s.seg)
+}
+
+// BenchmarkSort1M sorts one index segment of 1M entries (16-byte keys, 16-byte payloads)
+// with the radix sort and with slices.SortFunc (pdqsort), for keys with a long common prefix
+// ("customer-0000042", 100k and 1M distinct) and for random keys. "pdq-nolcp" skips the
+// common-prefix normalization, to show what it buys.
+func BenchmarkSort1M(b *testing.B) {
+	const n = 1_000_000
+	for _, ks := range []struct {
+		name string
+		keys [][]byte
+	}{
+		{"customer100k", benchKeys(100_000)},
+		{"customer1M", benchKeys(1_000_000)},
+		{"random1M", randomKeys(1_000_000)},
+	} {
+		s, unsorted := fillOneSegment(b, ks.keys, n)
+		for _, alg := range []string{"radix", "pdq", "pdq-nolcp"} {
+			b.Run(ks.name+"/"+alg, func(b *testing.B) {
+				b.ReportMetric(0, "ns/op")
+				var total, cpu time.Duration
+				for i := 0; i < b.N; i++ {
+					b.StopTimer()
+					copy(s.seg, unsorted)
+					b.StartTimer()
+					start, c0 := time.Now(), cpuTime()
+					switch alg {
+					case "radix":
+						sortSegment(s.chunks, s.seg, true)
+					case "pdq":
+						sortSegment(s.chunks, s.seg, false)
+					default:
+						ss := segSorter{chunks: s.chunks}
+						slices.SortFunc(s.seg, ss.cmp)
+					}
+					total += time.Since(start)
+					cpu += cpuTime() - c0
+				}
+				b.ReportMetric(float64(total.Milliseconds())/float64(b.N), "ms/sort")
+				b.ReportMetric(float64(cpu.Milliseconds())/float64(b.N), "cpu-ms/sort")
+			})
+		}
+		_ = s.Close()
+	}
+}
+
+// BenchmarkMergeInMemory adds 1M entries with the default chunk size (8 index segments) and
+// times Merge (sorting the segments) plus a full iteration.
+func BenchmarkMergeInMemory(b *testing.B) {
+	keys := benchKeys(100_000)
+	rng := rand.New(rand.NewPCG(5, 6))
+	payload := []byte("0123456789abcdef")
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		s, err := New(Options{Dir: b.TempDir(), Budget: NewBudget(256 << 20)})
+		if err != nil {
+			b.Fatal(err)
+		}
+		for j := range 1_000_000 {
+			if err := s.Add(keys[rng.IntN(len(keys))], int64(j), int64(j), payload); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.StartTimer()
+		it, err := s.Merge()
+		if err != nil {
+			b.Fatal(err)
+		}
+		m := 0
+		for it.Next() {
+			m++
+		}
+		if it.Err() != nil || m != 1_000_000 {
+			b.Fatal(it.Err(), m)
+		}
+		b.StopTimer()
+		_ = s.Close()
+	}
+	b.ReportMetric(1e6*float64(b.N)/b.Elapsed().Seconds()/1e6, "Mentries/s")
+}
+
+// BenchmarkMergeSpilled adds 10M entries (16-byte keys, 16-byte payloads, uniform over the
+// key set) under a 64 MiB budget, then merges the runs and the memory. It reports the add
+// phase (including sorting and spilling) and the merge phase separately.
+func BenchmarkMergeSpilled(b *testing.B) {
+	const n = 10_000_000
+	for _, nkeys := range []int{100_000, 5_000_000} {
+		b.Run(fmt.Sprintf("keys=%d", nkeys), func(b *testing.B) {
+			keys := benchKeys(nkeys)
+			payload := []byte("0123456789abcdef")
+			var addDur, mergeDur time.Duration
+			var st Stats
+			for i := 0; i < b.N; i++ {
+				s, err := New(Options{Dir: b.TempDir(), Budget: NewBudget(64 << 20)})
+				if err != nil {
+					b.Fatal(err)
+				}
+				rng := rand.New(rand.NewPCG(7, 8))
+				start := time.Now()
+				for j := range n {
+					if err := s.Add(keys[rng.IntN(nkeys)], int64(j), int64(j), payload); err != nil {
+						b.Fatal(err)
+					}
+				}
+				mid := time.Now()
+				it, err := s.Merge()
+				if err != nil {
+					b.Fatal(err)
+				}
+				m := 0
+				for it.Next() {
+					m++
+				}
+				if it.Err() != nil || m != n {
+					b.Fatal(it.Err(), m)
+				}
+				end := time.Now()
+				addDur += mid.Sub(start)
+				mergeDur += end.Sub(mid)
+				st = s.Stats()
+				_ = s.Close()
+			}
+			sec := func(d time.Duration) float64 { return d.Seconds() / float64(b.N) }
+			b.ReportMetric(n/sec(addDur)/1e6, "add_Mentries/s")
+			b.ReportMetric(n/sec(mergeDur)/1e6, "merge_Mentries/s")
+			b.ReportMetric(float64(st.SpilledBytes)/sec(mergeDur)/1e6, "merge_MB/s")
+			b.ReportMetric(float64(st.SpilledBytes)/1e6, "spilled_MB")
+			b.ReportMetric(float64(st.Runs), "runs")
+		})
+	}
+}

@@ -1,0 +1,66 @@
+// Package state owns sluice's local operator state: one Pebble database per process (under
+// processing.state_dir) holding every operator's keyed state, and, beside each operator's state
+// for one partition, the changelog offset that this state reflects.
+//
+// # Model
+//
+// State is addressed by a Namespace (operator name, partition) and a key. For each namespace the
+// store also keeps one int64: the next changelog offset to replay from. The runtime writes a
+// namespace's state changes and its new offset in the same Batch, so the two can never disagree.
+// After a crash the runtime reads Offset and replays the changelog from there; when the stored
+// offset is unusable (ahead of the changelog, or missing), it calls Drop and restores in full.
+//
+// The write-back cache and the "what is dirty" logic belong to the task runtime, not to this
+// package: a Store only reads, writes atomically, bulk-loads and scans.
+//
+// Two implementations satisfy Store: *DB (Pebble, the product) and *Mem (an in-memory model for
+// tests). One test suite runs over both.
+//
+// # Key layout
+//
+// Every Pebble key starts with a one-byte tag:
+//
+//	'm' + name                                      store metadata (the format version)
+//	'n' + operator + 0x00 + partition(4, BE) + 'o'  the namespace's changelog offset (8 bytes, BE)
+//	'n' + operator + 0x00 + partition(4, BE) + 's' + key   one state entry
+//
+// Operator names may not contain 0x00 and partitions are non-negative, so the namespace prefix
+// 'n' + operator + 0x00 + partition is prefix-free: operator "a" partition 1, "a" partition 10 and
+// "ab" partition 1 occupy disjoint ranges. A namespace's state keys form the single contiguous
+// range [prefix+'s', prefix+'t'), which Scan iterates, Drop deletes with one DeleteRange and the
+// loader writes into one sstable; within it, state keys sort exactly as the user keys do. The
+// offset key sorts apart, just before that range, so it is never seen by Scan, never overlaps the
+// loader's state sstable, and never interleaves with state keys.
+//
+// # Durability
+//
+// The Kafka transaction is the source of truth; Pebble may lag behind it. Options.Sync defaults to
+// false, so batches commit with pebble.NoSync: a crash (of the process or the machine) may lose the
+// last batches. That is safe because a namespace's state and its offset are written in one batch
+// and Pebble recovers its write-ahead log as a prefix: after a crash each namespace holds the
+// state and offset of some committed batch (or an older one), never newer state with an older
+// offset's claims missing, never an offset that claims more than the state holds. The runtime then
+// replays the changelog from that (possibly older) offset; changelog records carry full values, so
+// replaying records that are already applied is idempotent. Set Options.Sync to fsync every commit
+// when a shorter replay after a machine crash is worth the latency.
+//
+// # Bulk loads
+//
+// A Loader writes one namespace's keys, in strictly increasing order, into an sstable file under
+// <Dir>/ingest/ with bounded memory (the sstable writer buffers one block at a time). Commit
+// finishes and fsyncs that file, writes the offset (if set) into a second one-key sstable, and
+// ingests both with one DB.Ingest call. Pebble ingests a set of sstables atomically ("semantically
+// equivalent to a single batch"), and the two files cannot overlap (the offset key sorts just below
+// the state range), so state and offset become visible, and durable, together. An ingest that
+// overlaps unflushed writes of the same namespace (its offset key always does, if the namespace
+// was written by a batch since the last flush) either waits for those memtables to flush or
+// appends a synced write-ahead-log record after them, so a durable ingest is never followed, after
+// a crash, by the loss of that namespace's older batches. Leftover files from a crash during a load
+// are removed by the next Open. Ingested keys overwrite existing keys; keys the load does not
+// mention keep their values.
+//
+// # Files
+//
+// Options.Dir holds <Dir>/pebble (the Pebble database) and <Dir>/ingest (loader scratch files).
+// Other packages may keep their own sub-directories of the same state_dir.
+package state

@@ -1,0 +1,182 @@
+package state
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// Sentinel errors. Errors returned by this package wrap them (test with errors.Is).
+var (
+	// ErrClosed is returned by every call on a Store after Close, and by Commit of a batch or
+	// loader whose Store was closed.
+	ErrClosed = errors.New("state: closed")
+	// ErrNamespace is returned for an empty operator name, one containing 0x00, or a negative
+	// partition.
+	ErrNamespace = errors.New("state: invalid namespace")
+	// ErrKeyOrder is returned by Loader.Add for a key not strictly greater than the previous one.
+	ErrKeyOrder = errors.New("state: loader keys not strictly increasing")
+	// ErrOffset is returned for a negative changelog offset.
+	ErrOffset = errors.New("state: negative offset")
+	// ErrFinished is returned when a Batch or Loader is used after Commit, Close or Abort.
+	ErrFinished = errors.New("state: batch or loader already finished")
+	// ErrCorrupt is returned when stored bytes cannot be decoded (an offset that is not 8 bytes,
+	// an unknown format version).
+	ErrCorrupt = errors.New("state: corrupt")
+)
+
+// Namespace identifies one operator's state for one partition. Operator must be non-empty and
+// must not contain 0x00; Partition must be non-negative.
+type Namespace struct {
+	Operator  string
+	Partition int32
+}
+
+func (ns Namespace) String() string { return fmt.Sprintf("%s/%d", ns.Operator, ns.Partition) }
+
+// Store is what the task runtime uses. *DB (Pebble) and *Mem (in-memory model) implement it.
+//
+// All methods are safe for concurrent use by different goroutines (each task touches only its own
+// namespaces), except that Close must not race with calls whose results matter: calls after Close
+// return ErrClosed. Slices passed in are not retained; results the caller owns are stated per
+// method.
+type Store interface {
+	// Get appends the value of key to dst and returns it; ok=false if absent. The caller owns
+	// the result.
+	Get(ns Namespace, key []byte, dst []byte) (val []byte, ok bool, err error)
+	// Offset returns the stored changelog offset of ns; ok=false if none (never written or
+	// dropped).
+	Offset(ns Namespace) (off int64, ok bool, err error)
+	// NewBatch starts an atomic write. The Batch is not safe for concurrent use.
+	NewBatch() Batch
+	// NewLoader starts a bulk load of many keys for one namespace, keys added in strictly
+	// increasing order. Memory stays bounded whatever the number of keys (for *DB). The Loader
+	// is not safe for concurrent use.
+	NewLoader(ns Namespace) (Loader, error)
+	// Drop deletes every key and the offset of ns, atomically.
+	Drop(ns Namespace) error
+	// Scan calls fn for every key/value of ns in key order, over a consistent snapshot taken
+	// when Scan starts. Memory passed to fn is valid only during the call. An error from fn
+	// stops the scan and is returned unwrapped. fn may call the Store's other methods, but not
+	// Close.
+	Scan(ns Namespace, fn func(key, val []byte) error) error
+	// Close releases the store. Batches and loaders not yet committed are discarded.
+	Close() error
+}
+
+// Batch is an atomic write across any namespaces: state sets and deletes and offsets. Nothing
+// is visible until Commit, and then all of it is. Not safe for concurrent use; one goroutine
+// builds and commits it. Set and Delete copy their arguments.
+type Batch interface {
+	// Set sets key to val in ns. It copies key and val.
+	Set(ns Namespace, key, val []byte) error
+	// Delete deletes key from ns.
+	Delete(ns Namespace, key []byte) error
+	// SetOffset records off as the changelog offset of ns, atomically with the rest of the batch.
+	SetOffset(ns Namespace, off int64) error
+	// Len returns the number of Set, Delete and SetOffset calls that succeeded.
+	Len() int
+	// Commit applies the batch atomically and finishes it. Operations apply in call order
+	// (a later Set of the same key wins). See the package doc for durability.
+	Commit() error
+	// Close discards the batch if it was not committed; a no-op after Commit.
+	Close()
+}
+
+// Loader bulk-loads one namespace. Not safe for concurrent use.
+type Loader interface {
+	// Add adds key with val. Keys must be strictly increasing, else Add returns ErrKeyOrder and
+	// the loader is unchanged (it may still be committed). Add copies what it keeps.
+	Add(key, val []byte) error
+	// SetOffset sets the changelog offset committed with the load (a negative off makes Commit
+	// fail with ErrOffset). Without it, Commit leaves the stored offset unchanged.
+	SetOffset(off int64)
+	// Commit makes every added key, and the offset, visible atomically, then finishes the
+	// loader. Added keys overwrite existing values; other keys of the namespace are untouched.
+	Commit() error
+	// Abort discards the load; a no-op (returning nil) after Commit or Abort.
+	Abort() error
+}
+
+// Key layout; see the package doc.
+const (
+	tagMeta    = 'm'
+	tagNS      = 'n'
+	kindOffset = 'o'
+	kindState  = 's'
+	kindEnd    = kindState + 1 // exclusive upper bound of a namespace's state range
+)
+
+const formatVersion = "1"
+
+var formatKey = []byte{tagMeta, 'f', 'o', 'r', 'm', 'a', 't'}
+
+func checkNS(ns Namespace) error {
+	if ns.Operator == "" {
+		return fmt.Errorf("%w: empty operator name", ErrNamespace)
+	}
+	if strings.IndexByte(ns.Operator, 0) >= 0 {
+		return fmt.Errorf("%w: operator name %q contains 0x00", ErrNamespace, ns.Operator)
+	}
+	if ns.Partition < 0 {
+		return fmt.Errorf("%w: negative partition %d of %q", ErrNamespace, ns.Partition, ns.Operator)
+	}
+	return nil
+}
+
+func checkOffset(ns Namespace, off int64) error {
+	if off < 0 {
+		return fmt.Errorf("%w: %d for %s", ErrOffset, off, ns)
+	}
+	return nil
+}
+
+// appendPrefix appends 'n' + operator + 0x00 + big-endian partition.
+func appendPrefix(dst []byte, ns Namespace) []byte {
+	dst = append(dst, tagNS)
+	dst = append(dst, ns.Operator...)
+	dst = append(dst, 0)
+	return binary.BigEndian.AppendUint32(dst, uint32(ns.Partition))
+}
+
+func appendStateKey(dst []byte, ns Namespace, key []byte) []byte {
+	dst = appendPrefix(dst, ns)
+	dst = append(dst, kindState)
+	return append(dst, key...)
+}
+
+func appendOffsetKey(dst []byte, ns Namespace) []byte {
+	return append(appendPrefix(dst, ns), kindOffset)
+}
+
+// stateBounds returns the state range of ns, [prefix+'s', prefix+'t').
+func stateBounds(ns Namespace) (lo, hi []byte) {
+	lo = append(appendPrefix(make([]byte, 0, len(ns.Operator)+7), ns), kindState)
+	hi = append(lo[:len(lo)-1:len(lo)-1], kindEnd) // full slice expression: hi gets its own array
+	return lo, hi
+}
+
+func encodeOffset(dst []byte, off int64) []byte {
+	return binary.BigEndian.AppendUint64(dst, uint64(off))
+}
+
+func decodeOffset(ns Namespace, b []byte) (int64, error) {
+	if len(b) != 8 {
+		return 0, fmt.Errorf("%w: offset of %s is %d bytes, want 8", ErrCorrupt, ns, len(b))
+	}
+	off := int64(binary.BigEndian.Uint64(b))
+	if off < 0 {
+		return 0, fmt.Errorf("%w: offset of %s is negative (%d)", ErrCorrupt, ns, off)
+	}
+	return off, nil
+}
+
+// keyOrderError reports a non-increasing loader key.
+func keyOrderError(ns Namespace, prev, key []byte) error {
+	if bytes.Equal(prev, key) {
+		return fmt.Errorf("%w: %s: duplicate key %q", ErrKeyOrder, ns, key)
+	}
+	return fmt.Errorf("%w: %s: key %q after %q", ErrKeyOrder, ns, key, prev)
+}
