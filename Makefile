@@ -1,2 +1,22 @@
-.PHONY: test
-test: ; go vet ./... && go test -race -count=1 -timeout 25m ./...
+# The two commands that matter are at the top of README.md: `go run ./cmd/sluice demo` and `make test`.
+.PHONY: build test demo bench peers-smoke peers
+
+build:
+	go build -o bin/sluice ./cmd/sluice
+
+# The whole suite, with a real Kafka broker that it starts and stops (see integration/test.sh).
+test:
+	bash integration/test.sh
+
+demo: build
+	bin/sluice demo --duration 30s
+
+bench: build
+	bin/sluice bench
+
+# The side-by-side harness against Kafka Streams and Flink (issue 4); see BENCHMARKS.md.
+peers-smoke: build
+	bash integration/peers/run.sh --smoke
+
+peers: build
+	bash integration/peers/run.sh

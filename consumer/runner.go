@@ -40,9 +40,9 @@ type ckptAck struct {
 type runner struct {
 	key      tp
 	t        *task.Task
-	in       chan batch    // bounded: the poll loop blocks (and serves checkpoints) when full
-	ckpt     chan *ckptReq // checkpoint requests from the poll loop
-	done     chan struct{} // closed when the goroutine has exited
+	in       chan batch      // bounded: the poll loop blocks (and serves checkpoints) when full
+	ckpt     chan *ckptReq   // checkpoint requests from the poll loop
+	done     chan struct{}   // closed when the goroutine has exited
 	ctx      context.Context // the task goroutine's context (set before it starts)
 	cancel   context.CancelFunc
 	restored atomic.Bool

@@ -161,6 +161,7 @@ func BenchmarkMergeInMemory(b *testing.B) {
 	keys := benchKeys(100_000)
 	rng := rand.New(rand.NewPCG(5, 6))
 	payload := []byte("0123456789abcdef")
+	var cpu time.Duration
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
 		s, err := New(Options{Dir: b.TempDir(), Budget: NewBudget(256 << 20)})
@@ -173,6 +174,7 @@ func BenchmarkMergeInMemory(b *testing.B) {
 			}
 		}
 		b.StartTimer()
+		c0 := cpuTime()
 		it, err := s.Merge()
 		if err != nil {
 			b.Fatal(err)
@@ -184,10 +186,12 @@ func BenchmarkMergeInMemory(b *testing.B) {
 		if it.Err() != nil || m != 1_000_000 {
 			b.Fatal(it.Err(), m)
 		}
+		cpu += cpuTime() - c0
 		b.StopTimer()
 		_ = s.Close()
 	}
 	b.ReportMetric(1e6*float64(b.N)/b.Elapsed().Seconds()/1e6, "Mentries/s")
+	b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N)/1e6, "cpu-ns/entry")
 }
 
 // BenchmarkMergeSpilled adds 10M entries (16-byte keys, 16-byte payloads, uniform over the
@@ -199,7 +203,7 @@ func BenchmarkMergeSpilled(b *testing.B) {
 		b.Run(fmt.Sprintf("keys=%d", nkeys), func(b *testing.B) {
 			keys := benchKeys(nkeys)
 			payload := []byte("0123456789abcdef")
-			var addDur, mergeDur time.Duration
+			var addDur, mergeDur, addCPU, mergeCPU time.Duration
 			var st Stats
 			for i := 0; i < b.N; i++ {
 				s, err := New(Options{Dir: b.TempDir(), Budget: NewBudget(64 << 20)})
@@ -207,13 +211,13 @@ func BenchmarkMergeSpilled(b *testing.B) {
 					b.Fatal(err)
 				}
 				rng := rand.New(rand.NewPCG(7, 8))
-				start := time.Now()
+				start, c0 := time.Now(), cpuTime()
 				for j := range n {
 					if err := s.Add(keys[rng.IntN(nkeys)], int64(j), int64(j), payload); err != nil {
 						b.Fatal(err)
 					}
 				}
-				mid := time.Now()
+				mid, c1 := time.Now(), cpuTime()
 				it, err := s.Merge()
 				if err != nil {
 					b.Fatal(err)
@@ -225,9 +229,11 @@ func BenchmarkMergeSpilled(b *testing.B) {
 				if it.Err() != nil || m != n {
 					b.Fatal(it.Err(), m)
 				}
-				end := time.Now()
+				end, c2 := time.Now(), cpuTime()
 				addDur += mid.Sub(start)
 				mergeDur += end.Sub(mid)
+				addCPU += c1 - c0
+				mergeCPU += c2 - c1
 				st = s.Stats()
 				_ = s.Close()
 			}
@@ -236,6 +242,8 @@ func BenchmarkMergeSpilled(b *testing.B) {
 			b.ReportMetric(n/sec(mergeDur)/1e6, "merge_Mentries/s")
 			b.ReportMetric(float64(st.SpilledBytes)/sec(mergeDur)/1e6, "merge_MB/s")
 			b.ReportMetric(float64(st.SpilledBytes)/1e6, "spilled_MB")
+			b.ReportMetric(float64(addCPU.Nanoseconds())/float64(b.N)/n, "add_cpu-ns/entry")
+			b.ReportMetric(float64(mergeCPU.Nanoseconds())/float64(b.N)/n, "merge_cpu-ns/entry")
 			b.ReportMetric(float64(st.Runs), "runs")
 		})
 	}

@@ -180,7 +180,12 @@ cmd_start() {
   local t0=$SECONDS
   for ((i = 1; i <= BROKERS; i++)); do
     if pid_of "$i" >/dev/null; then continue; fi
-    local node="$DIR/node-$i"
+    local node="$DIR/node-$i" p
+    for p in "$(broker_port "$i")" "$(controller_port "$i")"; do
+      if (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
+        die "node $i: port $p is already in use (another broker? try: kafka.sh status --dir ...)"
+      fi
+    done
     write_configs "$i"
     if [[ ! -f "$node/data/meta.properties" ]]; then
       java_cmd "$i"

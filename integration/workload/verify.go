@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -17,16 +18,16 @@ import (
 // wanted scale.
 var ErrDecimal = errors.New("workload: not an exact decimal")
 
-// ReadTotals reads topic from its start to the last stable offset each partition has when
-// ReadTotals begins, with read_committed, and returns the last value per key parsed as a sluice
-// aggregate, e.g. {"key":"c-1","amount":12.34,"orders":3} with sumField "amount" and
-// countField "orders". The key is the record key, or the value's "key" field when the record
+// ReadTotals reads topic with read_committed from its start to its end, taken as soon as no
+// transaction is open on any partition (last stable offset = high watermark), and returns the
+// last value per key parsed as a sluice aggregate, e.g. {"key":"c-1","amount":12.34,"orders":3}
+// with sumField "amount" and countField "orders". The key is the record key, or the value's "key" field when the record
 // has none; a tombstone deletes its key. Amounts are parsed exactly into cents from their
 // decimal text (a JSON number or string), never through float64; a value with a missing or
 // inexact field is an error naming its partition and offset.
 //
-// It expects the topic's writers to have finished (no transaction open while it starts); it
-// returns early only with ctx. The caller owns the returned map.
+// It expects the topic's writers to have finished or paused: while a transaction stays open it
+// waits, until ctx ends. The caller owns the returned map.
 func ReadTotals(ctx context.Context, brokers []string, topic string, sumField, countField string) (map[string]Total, error) {
 	cl, err := kgo.NewClient(
 		kgo.SeedBrokers(brokers...),
@@ -48,23 +49,17 @@ func ReadTotals(ctx context.Context, brokers []string, topic string, sumField, c
 	if err != nil {
 		return nil, fmt.Errorf("workload: start offsets of %s: %w", topic, err)
 	}
-	ends, err := adm.ListCommittedOffsets(ctx, topic)
-	if err == nil {
-		err = ends.Error()
-	}
+	ends, err := settledEnds(ctx, adm, topic)
 	if err != nil {
-		return nil, fmt.Errorf("workload: end offsets of %s: %w", topic, err)
-	}
-	if _, ok := ends[topic]; !ok {
-		return nil, fmt.Errorf("workload: end offsets of %s: %w", topic, kerr.UnknownTopicOrPartition)
+		return nil, err
 	}
 
 	want := make(map[int32]int64) // partition -> offset to reach
 	assign := make(map[int32]kgo.Offset)
-	for p, end := range ends[topic] {
+	for p, end := range ends {
 		start, ok := starts.Lookup(topic, p)
-		if !ok || end.Offset > start.Offset {
-			want[p] = end.Offset
+		if !ok || end > start.Offset {
+			want[p] = end
 			assign[p] = kgo.NewOffset().AtStart()
 		}
 	}
@@ -104,6 +99,50 @@ func ReadTotals(ctx context.Context, brokers []string, topic string, sumField, c
 		return nil, perr
 	}
 	return totals, nil
+}
+
+// settledEnds waits until no partition of topic has an undecided transaction (last stable
+// offset = high watermark) and returns those end offsets. A producer's EndTransaction returns
+// before the commit markers are written, so right after a commit the last stable offset can
+// still be below the committed records.
+func settledEnds(ctx context.Context, adm *kadm.Client, topic string) (map[int32]int64, error) {
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		hwm, err := adm.ListEndOffsets(ctx, topic)
+		if err == nil {
+			err = hwm.Error()
+		}
+		if err != nil {
+			return nil, fmt.Errorf("workload: end offsets of %s: %w", topic, err)
+		}
+		lso, err := adm.ListCommittedOffsets(ctx, topic)
+		if err == nil {
+			err = lso.Error()
+		}
+		if err != nil {
+			return nil, fmt.Errorf("workload: last stable offsets of %s: %w", topic, err)
+		}
+		if _, ok := hwm[topic]; !ok {
+			return nil, fmt.Errorf("workload: end offsets of %s: %w", topic, kerr.UnknownTopicOrPartition)
+		}
+		ends := make(map[int32]int64, len(hwm[topic]))
+		open := 0
+		for p, h := range hwm[topic] {
+			ends[p] = h.Offset
+			if l, ok := lso.Lookup(topic, p); !ok || l.Offset != h.Offset {
+				open++
+			}
+		}
+		if open == 0 {
+			return ends, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("workload: %s still has %d partitions with an open transaction: %w", topic, open, ctx.Err())
+		case <-tick.C:
+		}
+	}
 }
 
 // addTotal records r's aggregate in totals.
@@ -247,7 +286,7 @@ func parseDecimal(b []byte, scale int) (int64, error) {
 		n *= 10
 	}
 	if neg {
-		return -int64(n - 1) - 1, nil
+		return -int64(n-1) - 1, nil
 	}
 	if n == limit {
 		return bad("out of range")

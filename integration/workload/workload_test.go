@@ -344,4 +344,3 @@ func BenchmarkEach(b *testing.B) {
 	})
 	b.SetBytes(int64(n / max(b.N, 1)))
 }
-

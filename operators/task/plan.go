@@ -94,7 +94,12 @@ func NewPlan(cfg *configs.Config) (*Plan, error) {
 			continue // a declared source nobody reads
 		}
 		if c.SinkTopic == "" && c.Agg == nil {
-			return nil, &configs.Error{Key: "operators." + c.Stages[len(c.Stages)-1].Name + ".output", Msg: "a chain without an aggregate must end in an output sink"}
+			last := c.Stages[len(c.Stages)-1].Name
+			for i, op := range cfg.Operators {
+				if op.Name == last {
+					return nil, &configs.Error{Key: fmt.Sprintf("operators[%d].output", i), Msg: "a chain without an aggregate must end in an output sink"}
+				}
+			}
 		}
 		p.Chains = append(p.Chains, c)
 	}

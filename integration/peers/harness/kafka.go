@@ -22,10 +22,18 @@ func (o offsets) total() int64 {
 	return n
 }
 
-// createTopic creates topic with the given partition count and replication factor 1. An
-// existing topic is an error unless reuse is set.
+// topicConfigs returns the configs of every topic the harness creates. The workload's event times
+// (and so its record timestamps, which the contenders carry over to their outputs) start on
+// 2026-01-01: with the broker's default 7-day time retention the broker would delete them a
+// few minutes after they are written.
+func topicConfigs() map[string]*string {
+	return map[string]*string{"retention.ms": kadm.StringPtr("-1")}
+}
+
+// createTopic creates topic with the given partition count, replication factor 1 and no time
+// retention. An existing topic is an error unless reuse is set.
 func createTopic(ctx context.Context, adm *kadm.Client, topic string, partitions int32, reuse bool) error {
-	_, err := adm.CreateTopic(ctx, partitions, 1, nil, topic)
+	_, err := adm.CreateTopic(ctx, partitions, 1, topicConfigs(), topic)
 	if errors.Is(err, kerr.TopicAlreadyExists) && reuse {
 		return nil
 	}
@@ -42,7 +50,7 @@ func recreateTopic(ctx context.Context, adm *kadm.Client, topic string, partitio
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		_, err := adm.CreateTopic(ctx, partitions, 1, nil, topic)
+		_, err := adm.CreateTopic(ctx, partitions, 1, topicConfigs(), topic)
 		if err == nil {
 			return waitTopic(ctx, adm, topic, partitions)
 		}

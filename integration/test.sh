@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# The whole test suite: unit tests, kfake integration tests, and integration tests against a real
+# Apache Kafka broker (KRaft, one node) that this script assembles from Maven Central jars and
+# starts, unless SLUICE_TEST_KAFKA already names one. `make test` runs it; so does CI (.ci/run).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+go mod download
+if [[ -z "${SLUICE_TEST_KAFKA:-}" ]]; then
+  bash integration/kafka/kafka.sh fetch
+  bash integration/kafka/kafka.sh stop --clean >/dev/null 2>&1 || true # a leftover of an aborted run
+  trap 'bash integration/kafka/kafka.sh stop >/dev/null 2>&1 || true' EXIT
+  SLUICE_TEST_KAFKA="$(bash integration/kafka/kafka.sh start --port 19092)"
+  export SLUICE_TEST_KAFKA
+fi
+export SLUICE_REQUIRE_KAFKA=1 # tests that need the real broker fail instead of skipping
+echo "real Kafka broker at $SLUICE_TEST_KAFKA"
+
+echo "== vet"
+go vet ./...
+echo "== tests (race detector on)"
+status=0
+go test -race -count=1 -timeout 30m ./... || status=$?
+if ((status != 0)) && [[ -f integration/kafka/run/node-1/server.log ]]; then
+  echo "== tests failed ($status); last broker log lines:"
+  tail -n 30 integration/kafka/run/node-1/server.log || true
+fi
+exit "$status"
