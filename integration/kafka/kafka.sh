@@ -59,7 +59,7 @@ cmd_fetch() {
   fi
   log "fetching the broker classpath from Maven Central into $LIB"
   rm -rf "$LIB"
-  mvn -B -q -f "$ROOT/pom.xml" "$DEPENDENCY_PLUGIN:copy-dependencies" \
+  mvn -B -q -Dstyle.color=never -f "$ROOT/pom.xml" "$DEPENDENCY_PLUGIN:copy-dependencies" \
     -DincludeScope=runtime -DoutputDirectory="$LIB" >&2
   ls "$LIB"/kafka_2.13-*.jar "$LIB"/log4j-core-*.jar >/dev/null || die "fetch: $LIB is incomplete"
   pom_sum >"$STAMP"

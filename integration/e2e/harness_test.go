@@ -1,0 +1,506 @@
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+
+	"github.com/sluice-dev/sluice/integration/kafkatest"
+	"github.com/sluice-dev/sluice/integration/workload"
+)
+
+// sluiceBin is the path of the sluice binary TestMain builds once for every test. It is set
+// before any test runs and never written again.
+var sluiceBin string
+
+func TestMain(m *testing.M) {
+	os.Exit(buildAndRun(m))
+}
+
+func buildAndRun(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "sluice-e2e-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	root, err := moduleRoot()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		return 1
+	}
+	sluiceBin = filepath.Join(dir, "sluice")
+	build := exec.Command("go", "build", "-o", sluiceBin, "./cmd/sluice")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "e2e: go build ./cmd/sluice: %v\n%s", err, out)
+		return 1
+	}
+	return m.Run()
+}
+
+// moduleRoot returns the directory holding go.mod, found from the test's working directory.
+func moduleRoot() (string, error) {
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		return "", fmt.Errorf("go env GOMOD: %w", err)
+	}
+	mod := strings.TrimSpace(string(out))
+	if mod == "" || mod == os.DevNull {
+		return "", errors.New("not inside a Go module")
+	}
+	return filepath.Dir(mod), nil
+}
+
+// pipeline is one deployment of the orders-totals pipeline: its topics, group, config file and
+// instances. Not safe for concurrent use, except instance methods noted as such.
+type pipeline struct {
+	t       *testing.T
+	brokers string
+	topic   string // input, "orders-<unique>"
+	sink    string // aggregate output
+	group   string
+	cfgPath string
+	env     []string // extra SLUICE_* settings for every instance
+}
+
+// pipelineOpts tunes newPipeline.
+type pipelineOpts struct {
+	partitions int32
+	enterLag   int64
+	exitLag    int64
+	extraEnv   []string
+}
+
+// newPipeline creates the input topic and writes the config file. Sluice creates the sink,
+// changelog and dead-letter topics itself.
+func newPipeline(t *testing.T, brokers string, o pipelineOpts) *pipeline {
+	t.Helper()
+	p := &pipeline{
+		t:       t,
+		brokers: brokers,
+		topic:   kafkatest.UniqueName(t, "orders"),
+		sink:    kafkatest.UniqueName(t, "totals"),
+		group:   kafkatest.UniqueName(t, "g"),
+		cfgPath: filepath.Join(t.TempDir(), "sluice.yaml"),
+		env:     o.extraEnv,
+	}
+	kafkatest.CreateTopic(t, brokers, p.topic, o.partitions, nil)
+	cfg := fmt.Sprintf(`# written by the e2e test %s
+kafka:
+  brokers: [%s]
+group: %s
+instance_id: unset
+processing: {guarantee: exactly_once, commit_interval: 100ms, state_dir: ./unset}
+backlog: {enter_lag: %d, exit_lag: %d, sort_memory: 64MiB, checkpoint_interval: 0s, mode: auto}
+http: {listen: "off"}
+log: {level: info, format: json}
+sources:
+  orders: {topic: %s, format: json, key: customer_id, timestamp: ts}
+operators:
+  - name: totals
+    aggregate:
+      input: orders
+      fields: {amount: {sum: amount}, orders: {count: {}}}
+    output: totals_out
+sinks:
+  totals_out: {topic: %s, format: json}
+`, t.Name(), strings.Join(kafkatest.SplitBrokers(brokers), ", "), p.group, o.enterLag, o.exitLag, p.topic, p.sink)
+	if err := os.WriteFile(p.cfgPath, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func (p *pipeline) admin() *kadm.Client {
+	return kadm.NewClient(kafkatest.Client(p.t, p.brokers))
+}
+
+// produce writes s to the input topic.
+func (p *pipeline) produce(ctx context.Context, s workload.Spec) error {
+	cl := kafkatest.Client(p.t, p.brokers, workload.ProducerOpts()...)
+	return workload.Produce(ctx, cl, p.topic, s)
+}
+
+// instance is one sluice process identity: its instance id and state dir survive restarts.
+// Its methods are called from the test goroutine only, except logs/hasLog, which are safe for
+// concurrent use.
+type instance struct {
+	p        *pipeline
+	id       string
+	stateDir string
+	http     bool // serve HTTP on a random loopback port (for /status)
+
+	mu      sync.Mutex
+	logs    bytes.Buffer // stderr of every run, in order
+	addr    string       // HTTP address of the current run, from its "http listening" line
+	running *proc
+	runs    int
+	runAt   []int // offset in logs where each run's output starts
+}
+
+// proc is one run of the binary.
+type proc struct {
+	cmd  *exec.Cmd
+	done chan struct{} // closed once the process has exited and its stderr is drained
+	err  error         // cmd.Wait's result, valid after done
+}
+
+func (p *pipeline) newInstance(id string, withHTTP bool) *instance {
+	in := &instance{p: p, id: id, stateDir: filepath.Join(p.t.TempDir(), id), http: withHTTP}
+	p.t.Cleanup(func() {
+		in.mu.Lock()
+		r := in.running
+		in.mu.Unlock()
+		if r != nil {
+			_ = r.cmd.Process.Kill()
+			<-r.done
+		}
+		if p.t.Failed() {
+			p.t.Logf("=== logs of instance %s (last 60 lines) ===\n%s", id, in.tail(60))
+		}
+	})
+	return in
+}
+
+// start runs the binary for this instance. It does not wait for anything.
+func (in *instance) start() {
+	t := in.p.t
+	t.Helper()
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.running != nil {
+		t.Fatalf("instance %s started twice", in.id)
+	}
+	listen := "off"
+	if in.http {
+		listen = "127.0.0.1:0"
+	}
+	cmd := exec.Command(sluiceBin, "run", "-c", in.p.cfgPath)
+	cmd.Env = append(os.Environ(),
+		"SLUICE_INSTANCE_ID="+in.id,
+		"SLUICE_PROCESSING__STATE_DIR="+in.stateDir,
+		"SLUICE_HTTP__LISTEN="+listen,
+	)
+	cmd.Env = append(cmd.Env, in.p.env...)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdout = io.Discard
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("starting instance %s: %v", in.id, err)
+	}
+	in.runs++
+	in.addr = ""
+	in.runAt = append(in.runAt, in.logs.Len())
+	fmt.Fprintf(&in.logs, "--- run %d (pid %d) ---\n", in.runs, cmd.Process.Pid)
+	r := &proc{cmd: cmd, done: make(chan struct{})}
+	in.running = r
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		sc.Buffer(make([]byte, 0, 64<<10), 4<<20)
+		for sc.Scan() {
+			in.logLine(sc.Bytes())
+		}
+		r.err = cmd.Wait()
+		close(r.done)
+	}()
+}
+
+func (in *instance) logLine(line []byte) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	in.logs.Write(line)
+	in.logs.WriteByte('\n')
+	var m struct {
+		Msg  string `json:"msg"`
+		Addr string `json:"addr"`
+	}
+	if json.Unmarshal(line, &m) == nil && m.Msg == "http listening" {
+		in.addr = m.Addr
+	}
+}
+
+// kill sends SIGKILL and waits for the process to be gone.
+func (in *instance) kill() {
+	in.stop(syscall.SIGKILL, 10*time.Second)
+}
+
+// term sends SIGTERM (checkpoint and leave) and waits up to a minute for a clean exit 0.
+func (in *instance) term() {
+	in.p.t.Helper()
+	if err := in.stop(syscall.SIGTERM, time.Minute); err != nil {
+		in.p.t.Errorf("instance %s after SIGTERM: %v", in.id, err)
+	}
+}
+
+func (in *instance) stop(sig syscall.Signal, wait time.Duration) error {
+	t := in.p.t
+	t.Helper()
+	in.mu.Lock()
+	r := in.running
+	in.mu.Unlock()
+	if r == nil {
+		t.Fatalf("instance %s is not running", in.id)
+	}
+	select {
+	case <-r.done:
+		t.Fatalf("instance %s exited before %v: %v", in.id, sig, r.err)
+	default:
+	}
+	if err := r.cmd.Process.Signal(sig); err != nil {
+		t.Fatalf("signalling instance %s: %v", in.id, err)
+	}
+	// The process must react to the signal; wait bounds how long that may take.
+	select {
+	case <-r.done:
+	case <-time.After(wait):
+		_ = r.cmd.Process.Kill()
+		<-r.done
+		t.Fatalf("instance %s did not exit within %v of %v", in.id, wait, sig)
+	}
+	in.mu.Lock()
+	in.running = nil
+	in.mu.Unlock()
+	return r.err
+}
+
+// checkAlive fails the test if the instance's process has exited on its own.
+func (in *instance) checkAlive() {
+	in.p.t.Helper()
+	in.mu.Lock()
+	r := in.running
+	in.mu.Unlock()
+	if r == nil {
+		return
+	}
+	select {
+	case <-r.done:
+		in.p.t.Fatalf("instance %s exited on its own: %v", in.id, r.err)
+	default:
+	}
+}
+
+func (in *instance) tail(n int) string {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	lines := strings.Split(strings.TrimRight(in.logs.String(), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// logLines returns the JSON log lines whose msg is msg, decoded, of run number run (1-based;
+// 0 for every run).
+func (in *instance) logLines(run int, msg string) []map[string]any {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	b := in.logs.Bytes()
+	if run > 0 {
+		b = b[in.runAt[run-1]:]
+		if run < len(in.runAt) {
+			b = b[:in.runAt[run]-in.runAt[run-1]]
+		}
+	}
+	var out []map[string]any
+	for _, line := range bytes.Split(b, []byte("\n")) {
+		var m map[string]any
+		if json.Unmarshal(line, &m) == nil && m["msg"] == msg {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// status fetches GET /status; ok is false while the server is not up yet.
+func (in *instance) status(ctx context.Context) (st statusDoc, ok bool) {
+	in.mu.Lock()
+	addr := in.addr
+	in.mu.Unlock()
+	if addr == "" {
+		return st, false
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/status", nil)
+	if err != nil {
+		return st, false
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return st, false
+	}
+	defer resp.Body.Close()
+	if json.NewDecoder(resp.Body).Decode(&st) != nil {
+		return st, false
+	}
+	return st, true
+}
+
+// statusDoc is the part of /status the tests read.
+type statusDoc struct {
+	Ready bool `json:"ready"`
+	Tasks []struct {
+		Partition int32 `json:"partition"`
+		Chains    []struct {
+			Mode string `json:"mode"`
+			Lag  int64  `json:"lag"`
+		} `json:"chains"`
+	} `json:"tasks"`
+}
+
+func (s statusDoc) backlogTasks() int {
+	n := 0
+	for _, tk := range s.Tasks {
+		for _, c := range tk.Chains {
+			if c.Mode == "backlog" {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// poll calls cond every interval until it returns true, an error, or ctx ends; what names the
+// condition in the failure message. It is the only way these tests wait for sluice.
+func poll(ctx context.Context, t *testing.T, what string, interval time.Duration, cond func() (bool, error)) {
+	t.Helper()
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for {
+		done, err := cond()
+		if err != nil {
+			t.Fatalf("waiting for %s: %v", what, err)
+		}
+		if done {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("waiting for %s: %v", what, context.Cause(ctx))
+		case <-tick.C:
+		}
+	}
+}
+
+// caughtUp reports whether the group's committed offset equals the input's end offset on every
+// partition, and how many records are still uncommitted.
+func (p *pipeline) caughtUp(ctx context.Context, adm *kadm.Client) (bool, int64, error) {
+	ends, err := adm.ListEndOffsets(ctx, p.topic)
+	if err == nil {
+		err = ends.Error()
+	}
+	if err != nil {
+		return false, 0, fmt.Errorf("end offsets: %w", err)
+	}
+	committed, err := adm.FetchOffsets(ctx, p.group)
+	if err == nil {
+		err = committed.Error()
+	}
+	if err != nil {
+		return false, 0, fmt.Errorf("committed offsets: %w", err)
+	}
+	var behind int64
+	ends.Each(func(lo kadm.ListedOffset) {
+		c, ok := committed.Lookup(p.topic, lo.Partition)
+		at := int64(0)
+		if ok {
+			at = c.At
+		}
+		behind += max(lo.Offset-at, 0)
+	})
+	return behind == 0, behind, nil
+}
+
+// waitCaughtUp polls until the group has committed every input record, checking that the
+// instances stay alive.
+func (p *pipeline) waitCaughtUp(ctx context.Context, within time.Duration, ins ...*instance) {
+	p.t.Helper()
+	ctx, cancel := context.WithTimeoutCause(ctx, within, fmt.Errorf("not caught up after %v", within))
+	defer cancel()
+	adm := p.admin()
+	var behind int64
+	poll(ctx, p.t, "the group to commit every input offset", 200*time.Millisecond, func() (bool, error) {
+		for _, in := range ins {
+			in.checkAlive()
+		}
+		ok, b, err := p.caughtUp(ctx, adm)
+		behind = b
+		return ok, err
+	})
+	_ = behind
+}
+
+// verify reads the sink with read_committed and demands exact totals, and that none of the
+// given instances' transactional ids has a transaction open.
+func (p *pipeline) verify(ctx context.Context, want map[string]workload.Total, instanceIDs ...string) {
+	t := p.t
+	t.Helper()
+	adm := p.admin()
+	var ids []string
+	for _, id := range instanceIDs {
+		ids = append(ids, p.group+"-"+id)
+	}
+	// Prepare* states settle within the broker's marker round trip; Ongoing after every
+	// instance exited cleanly is a leak.
+	var last kadm.DescribedTransactions
+	poll(ctx, t, "transactions to settle", 100*time.Millisecond, func() (bool, error) {
+		d, err := adm.DescribeTransactions(ctx, ids...)
+		if err != nil {
+			return false, err
+		}
+		last = d
+		for _, tx := range d {
+			if tx.Err != nil {
+				return false, fmt.Errorf("describe %s: %w", tx.TxnID, tx.Err)
+			}
+			switch tx.State {
+			case "Ongoing":
+				return false, fmt.Errorf("transaction %s is still Ongoing (partitions %v) after every instance stopped", tx.TxnID, tx.Topics)
+			case "PrepareCommit", "PrepareAbort", "PrepareEpochFence":
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	for _, tx := range last.Sorted() {
+		t.Logf("transaction %s: %s (producer %d epoch %d)", tx.TxnID, tx.State, tx.ProducerID, tx.ProducerEpoch)
+	}
+	got, err := workload.ReadTotals(ctx, kafkatest.SplitBrokers(p.brokers), p.sink, "amount", "orders")
+	if err != nil {
+		t.Fatalf("reading totals: %v", err)
+	}
+	if d := workload.Diff(want, got, 20); d != nil {
+		t.Fatalf("totals differ from expected (%d keys expected, %d read):\n%s", len(want), len(got), strings.Join(d, "\n"))
+	}
+	t.Logf("verified %d keys exactly", len(want))
+}
+
+// sum returns the per-key totals of several workloads together.
+func sum(specs ...workload.Spec) map[string]workload.Total {
+	out := make(map[string]workload.Total)
+	for _, s := range specs {
+		for k, v := range s.Expected() {
+			o := out[k]
+			o.SumCents += v.SumCents
+			o.Count += v.Count
+			out[k] = o
+		}
+	}
+	return out
+}
