@@ -13,8 +13,9 @@ import (
 // scratch). Callers that keep them longer must copy.
 //
 // Decode and Map keep an index of Value's top-level members so later stages look fields up
-// without re-parsing. Code that sets Value directly instead of calling Decode should use a
-// fresh Record (or another slice) so the index is rebuilt; see Record.index.
+// without re-parsing. A Record built or changed by hand (Record{Key, Time, Value}) works too:
+// the index is rebuilt whenever Value is a different slice (data pointer or length) from the
+// one indexed. Overwriting Value's bytes in place, keeping the same slice, is not detected.
 type Record struct {
 	Key   []byte // group key (see Source)
 	Time  int64  // event time, epoch ms

@@ -1,0 +1,167 @@
+package operators
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/cockroachdb/datadriven"
+
+	"github.com/sluice-dev/sluice/configs"
+)
+
+// TestDataDriven runs testdata/* files through a source, stages and an aggregate, the way the
+// runtime does in real-time mode. Commands:
+//
+//	source [key=PATH] [timestamp=PATH]       (resets everything)
+//	filter name=NAME         input: the expression
+//	map name=NAME            input: "field: expression" lines
+//	aggregate [emit=final]   input: "name: func [field]" lines (resets state)
+//	records                  input: "KAFKAKEY KAFKATS VALUE" lines (KAFKAKEY "-" = null);
+//	                         prints each record's fate and folds the kept ones
+//	render                   prints every key's state, in key order
+func TestDataDriven(t *testing.T) {
+	datadriven.Walk(t, "testdata", func(t *testing.T, path string) {
+		var (
+			src    *Source
+			stages []Stage
+			agg    *Aggregate
+			states map[string][]byte
+		)
+		datadriven.RunTest(t, path, func(t *testing.T, d *datadriven.TestData) string {
+			arg := func(key string) string {
+				if a, ok := d.Arg(key); ok && len(a.Vals) > 0 {
+					return a.Vals[0]
+				}
+				return ""
+			}
+			switch d.Cmd {
+			case "source":
+				var err error
+				src, err = NewSource("orders", configs.Source{Topic: "orders", Key: arg("key"), Timestamp: arg("timestamp")})
+				stages, agg, states = nil, nil, nil
+				return errOrOK(err)
+			case "filter":
+				f, err := NewFilter(arg("name"), configs.Filter{Input: "orders", Expr: d.Input})
+				if err == nil {
+					stages = append(stages, f)
+				}
+				return errOrOK(err)
+			case "map":
+				set := map[string]string{}
+				for _, line := range strings.Split(d.Input, "\n") {
+					field, e, _ := strings.Cut(line, ":")
+					set[strings.TrimSpace(field)] = strings.TrimSpace(e)
+				}
+				m, err := NewMap(arg("name"), configs.Map{Input: "orders", Set: set})
+				if err == nil {
+					stages = append(stages, m)
+				}
+				return errOrOK(err)
+			case "aggregate":
+				fields := map[string]map[string]any{}
+				for _, line := range strings.Split(d.Input, "\n") {
+					name, spec, _ := strings.Cut(line, ":")
+					f := strings.Fields(spec)
+					var v any = map[string]any{}
+					if len(f) > 1 {
+						v = f[1]
+					}
+					fields[strings.TrimSpace(name)] = map[string]any{f[0]: v}
+				}
+				var err error
+				agg, err = NewAggregate("totals", configs.Aggregate{Input: "orders", Fields: fields, Emit: arg("emit")})
+				states = map[string][]byte{}
+				if err != nil {
+					return err.Error() + "\n"
+				}
+				return fmt.Sprintf("state %d bytes, input %d bytes, emit %s, %+v\n", agg.StateSize(), agg.InputSize(), agg.Emit(), agg.Attributes())
+			case "records":
+				var out strings.Builder
+				var r Record
+				var in []byte
+				for _, line := range strings.Split(d.Input, "\n") {
+					f := strings.SplitN(line, " ", 3)
+					if len(f) != 3 {
+						d.Fatalf(t, "bad record line %q", line)
+					}
+					var key []byte
+					if f[0] != "-" {
+						key = []byte(f[0])
+					}
+					ts, err := strconv.ParseInt(f[1], 10, 64)
+					if err != nil {
+						d.Fatalf(t, "bad timestamp in %q", line)
+					}
+					out.WriteString(process(src, stages, agg, states, &r, key, []byte(f[2]), ts, &in))
+					out.WriteByte('\n')
+				}
+				return out.String()
+			case "render":
+				var out strings.Builder
+				keys := make([]string, 0, len(states))
+				for k := range states {
+					keys = append(keys, k)
+				}
+				slices.Sort(keys)
+				for _, k := range keys {
+					out.Write(agg.Render([]byte(k), states[k], nil))
+					out.WriteByte('\n')
+				}
+				return out.String()
+			default:
+				d.Fatalf(t, "unknown command %s", d.Cmd)
+				return ""
+			}
+		})
+	})
+}
+
+func process(src *Source, stages []Stage, agg *Aggregate, states map[string][]byte, r *Record, key, value []byte, ts int64, in *[]byte) string {
+	if err := src.Decode(key, value, ts, r); err != nil {
+		return "dlq: " + describe(err)
+	}
+	for _, s := range stages {
+		keep, err := s.Apply(r)
+		if err != nil {
+			return "dlq: " + describe(err)
+		}
+		if !keep {
+			return "dropped by " + s.Name()
+		}
+	}
+	desc := fmt.Sprintf("key=%s ts=%d value=%s", r.Key, r.Time, r.Value)
+	if agg == nil {
+		return desc
+	}
+	var err error
+	if *in, err = agg.Project(r, (*in)[:0]); err != nil {
+		return "dlq: " + describe(err)
+	}
+	st, ok := states[string(r.Key)]
+	if !ok {
+		st = make([]byte, agg.StateSize())
+		agg.InitState(st)
+		states[string(r.Key)] = st
+	}
+	agg.Fold(st, *in)
+	return desc
+}
+
+func describe(err error) string {
+	var e *Error
+	if !errors.As(err, &e) {
+		return "NOT AN *Error: " + err.Error()
+	}
+	return err.Error()
+}
+
+func errOrOK(err error) string {
+	if err != nil {
+		return err.Error() + "\n"
+	}
+	return "ok\n"
+}

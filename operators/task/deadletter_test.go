@@ -1,0 +1,81 @@
+package task
+
+import (
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sluice-dev/sluice/state"
+)
+
+// TestDeadLetterOnceAfterBacklogAbort pins a bug found by the metamorphic test (run it with
+// -dlqonce): in backlog mode a checkpoint commits the dead letters of the records seen so far
+// but cannot commit their input offset (good records before them still wait in the sorter).
+// When a later checkpoint aborts, the task rewinds to the old offset, the bad records are read
+// again, and their dead letters are committed a second time: the dead-letter topic is
+// at-least-once, not exactly-once.
+func TestDeadLetterOnceAfterBacklogAbort(t *testing.T) {
+	plan := mustPlan(t, testConfig("always", 50, 10, 100))
+	tk := newTestTask(t, plan, state.NewMem(), 1<<20, 0)
+	prod := newFakeProducer()
+	recs := []*kgo.Record{
+		{Topic: testTopic, Offset: 0, Key: []byte("c-1"), Value: []byte(`{"customer_id":"c-1","amount":1.5,"ts":1}`), Timestamp: time.UnixMilli(1)},
+		{Topic: testTopic, Offset: 1, Key: []byte("c-1"), Value: []byte(`{"customer_id":`), Timestamp: time.UnixMilli(2)},
+	}
+	const huge = 1 << 40
+	if tk.Observe(testTopic, huge, 0) {
+		t.Fatal("entering backlog on the first lag must not need a checkpoint")
+	}
+	if err := tk.Process(testTopic, recs); err != nil {
+		t.Fatal(err)
+	}
+	// A periodic checkpoint while in backlog: commits the dead letter, not the offset.
+	pd, err := tk.Checkpoint(prod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prod.commit()
+	if err := tk.Committed(pd); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := pd.Offsets[testTopic]; ok {
+		t.Fatalf("offset committed while records wait in the sorter: %v", pd.Offsets)
+	}
+	// The next checkpoint aborts (a produce error, a fenced transaction): rewind.
+	pd, err = tk.Checkpoint(prod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prod.abort()
+	seek := tk.Aborted(pd)
+	if seek[testTopic] != 0 {
+		t.Fatalf("rewind to %v, want offset 0", seek)
+	}
+	// The consumer re-reads from offset 0, catches up, and commits.
+	if tk.Observe(testTopic, 0, 0) {
+		if err := commitCheckpoint(tk, prod); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tk.Process(testTopic, recs); err != nil {
+		t.Fatal(err)
+	}
+	if err := commitCheckpoint(tk, prod); err != nil {
+		t.Fatal(err)
+	}
+	dead := prod.committed(testGroup + "-dlq")
+	if len(dead) != 1 {
+		t.Errorf("bad record at offset 1 was committed to the dead-letter topic %d times, want exactly once", len(dead))
+	}
+}
+
+// commitCheckpoint runs a checkpoint that commits.
+func commitCheckpoint(tk *Task, prod *fakeProducer) error {
+	pd, err := tk.Checkpoint(prod)
+	if err != nil {
+		return err
+	}
+	prod.commit()
+	return tk.Committed(pd)
+}
