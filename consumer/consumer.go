@@ -14,8 +14,8 @@
 //
 // A checkpoint is a barrier: every task writes what it has processed, the poll loop flushes,
 // commits each task's offsets in the same transaction, and tells every task the outcome. On an
-// abort every task rewinds to its last commit (a task in backlog keeps its sorted records, which
-// were not part of the transaction) and the consumer seeks back.
+// abort every task rewinds to its last commit (a task in backlog drops its sorted records too)
+// and the consumer seeks back.
 package consumer
 
 import (

@@ -91,11 +91,6 @@ func (t *Task) Checkpoint(p Producer) (*Pending, error) {
 		inline:  t.out,
 	}
 	t.out = &errTracker{}
-	for _, r := range t.dlq {
-		p.Produce(r, pd.promise)
-		pd.records++
-	}
-	t.dlq = nil
 	for _, c := range t.chains {
 		if c.ops.agg != nil {
 			switch {
@@ -117,6 +112,21 @@ func (t *Task) Checkpoint(p Producer) (*Pending, error) {
 				pd.Offsets[c.plan.Source.Topic] = c.next
 			}
 		}
+	}
+	// Dead letters go out only with the offset that moves past them: while a sorter still holds
+	// records the offset stays put, and a rewind would produce the same dead letters again.
+	held := false
+	for _, c := range t.chains {
+		if c.sorter != nil && c.sorter.Len() > 0 && !foldedIn(pd, c) {
+			held = true
+		}
+	}
+	if !held {
+		for _, r := range t.dlq {
+			p.Produce(r, pd.promise)
+			pd.records++
+		}
+		t.dlq = nil
 	}
 	// Two chains on one topic: commit the smaller offset (both have processed up to it).
 	for _, c := range t.chains {

@@ -2,6 +2,7 @@ package task
 
 import (
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -15,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluice-dev/sluice/state"
@@ -156,6 +158,7 @@ type modeSpec struct {
 	cacheKeys int
 	loader    int // LoaderThreshold
 	pebble    bool
+	pFail     float64 // probability that a produced record fails
 	lag       func(d *driver, end int) int64
 }
 
@@ -175,6 +178,9 @@ func runMode(t *testing.T, seed uint64, ms modeSpec, in genInput) runResult {
 		store = state.NewMem()
 	}
 	tk := newTestTask(t, plan, store, 64<<10, ms.loader)
+	if ms.pebble {
+		tk.d.Metrics = NewMetrics(prometheus.NewRegistry()) // the metrics code runs too, once
+	}
 	d := &driver{
 		t: t, rng: rng, task: tk, prod: newFakeProducer(), input: in.recs,
 		maxBatch:  []int{1, 7, 50, 300}[rng.IntN(4)],
@@ -182,6 +188,15 @@ func runMode(t *testing.T, seed uint64, ms modeSpec, in genInput) runResult {
 		pAbort:    []float64{0, 0.1, 0.3}[rng.IntN(3)],
 		maxAborts: 1 + rng.IntN(8),
 		lag:       ms.lag,
+	}
+	if ms.pFail > 0 {
+		// Injected produce errors: the checkpoint's Err makes the driver abort it.
+		d.prod.fail = func(*kgo.Record) error {
+			if d.aborts < d.maxAborts && d.rng.Float64() < ms.pFail {
+				return errors.New("injected produce error")
+			}
+			return nil
+		}
 	}
 	d.run()
 	r := runResult{name: ms.name, state: scanState(t, store), last: d.prod.lastByKey(testSink), offset: d.offset, clLast: map[string]string{}}
@@ -208,8 +223,8 @@ func runMode(t *testing.T, seed uint64, ms modeSpec, in genInput) runResult {
 	if ok {
 		r.stored = off
 	}
-	r.summary = fmt.Sprintf("%s: batch<=%d pCkpt=%.2f pAbort=%.2f(max %d) cache=%d loader=%d pebble=%v: processed %d, %d commits, %d aborts, %d forced by a switch",
-		ms.name, d.maxBatch, d.pCkpt, d.pAbort, d.maxAborts, ms.cacheKeys, ms.loader, ms.pebble, d.processed, d.commits, d.aborts, d.switchTo)
+	r.summary = fmt.Sprintf("%s: batch<=%d pCkpt=%.2f pAbort=%.2f(max %d) cache=%d loader=%d pebble=%v pFail=%v: processed %d, %d commits, %d aborts, %d forced by a switch",
+		ms.name, d.maxBatch, d.pCkpt, d.pAbort, d.maxAborts, ms.cacheKeys, ms.loader, ms.pebble, ms.pFail, d.processed, d.commits, d.aborts, d.switchTo)
 	return r
 }
 
@@ -258,7 +273,7 @@ func oneAnswer(t *testing.T, seed uint64, pebble bool) {
 	var cur int64
 	lagPoints := []int64{0, exit - 1, exit, exit + 1, enter - 1, enter, enter + 1, huge}
 	switching := modeSpec{name: "switching", mode: "auto", enter: enter, exit: exit, cacheKeys: []int{1, 2, 5, 100000}[rng.IntN(4)],
-		loader: loader, pebble: pebble,
+		loader: loader, pebble: pebble, pFail: []float64{0, 0, 0.001, 0.01}[rng.IntN(4)],
 		lag: func(d *driver, end int) int64 {
 			if d.rng.Float64() > stick {
 				cur = max(lagPoints[d.rng.IntN(len(lagPoints))], 0)
