@@ -14,8 +14,8 @@
 //
 // A checkpoint is a barrier: every task writes what it has processed, the poll loop flushes,
 // commits each task's offsets in the same transaction, and tells every task the outcome. On an
-// abort every task rewinds to its last commit (a task in backlog drops its sorted records too)
-// and the consumer seeks back.
+// abort every task rewinds to its last commit and the consumer seeks back; a task that is sorting
+// a backlog and had nothing in the transaction keeps its sorted records and resumes after them.
 package consumer
 
 import (
@@ -229,10 +229,15 @@ func (e *Engine) dispatch(ctx context.Context, fs kgo.Fetches, next time.Time) (
 		if end < 0 {
 			end = fp.HighWatermark
 		}
-		// The lag the task sees is what is left to process when the batch is handed over: the
-		// batch itself plus what lies beyond it.
-		first := fp.Records[0]
-		b := batch{recs: fp.Records, lag: max(end-first.Offset, 0), timeLag: max(now.Sub(first.Timestamp), 0), epoch: epoch}
+		// Lag is what is left to process: before the batch (the batch itself plus what lies
+		// beyond it), which decides the mode the batch runs in, and after it, which lets a task
+		// leave backlog when the input stops.
+		first, last := fp.Records[0], fp.Records[len(fp.Records)-1]
+		b := batch{
+			recs: fp.Records, epoch: epoch,
+			lag: max(end-first.Offset, 0), timeLag: max(now.Sub(first.Timestamp), 0),
+			lagAfter: max(end-(last.Offset+1), 0), timeLagAfter: max(now.Sub(last.Timestamp), 0),
+		}
 		for {
 			select {
 			case r.in <- b:

@@ -13,10 +13,10 @@ import (
 
 // batch is one fetched partition's records with the lag the fetch reported after them.
 type batch struct {
-	recs    []*kgo.Record
-	lag     int64
-	timeLag time.Duration
-	epoch   uint64
+	recs                  []*kgo.Record
+	lag, lagAfter         int64 // records left to process before and after the batch
+	timeLag, timeLagAfter time.Duration
+	epoch                 uint64
 }
 
 type ckptReq struct {
@@ -175,6 +175,9 @@ func (e *Engine) run(ctx context.Context, cl *kgo.Client, r *runner) {
 				e.fail(err)
 				return
 			}
+			// The lag left after the batch: a task that has caught up asks for the checkpoint
+			// that folds its backlog (records arriving meanwhile still go to its sorter).
+			r.t.Observe(r.key.topic, b.lagAfter, b.timeLagAfter)
 			if r.t.NeedsCheckpoint() {
 				signal(e.urgent)
 			}

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluice-dev/sluice/integration/kafkatest"
 	"github.com/sluice-dev/sluice/integration/workload"
@@ -32,7 +33,14 @@ func TestMain(m *testing.M) {
 	os.Exit(buildAndRun(m))
 }
 
+// envBin names a prebuilt sluice binary to use instead of building one.
+const envBin = "SLUICE_E2E_BIN"
+
 func buildAndRun(m *testing.M) int {
+	if bin := os.Getenv(envBin); bin != "" {
+		sluiceBin = bin
+		return m.Run()
+	}
 	dir, err := os.MkdirTemp("", "sluice-e2e-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
@@ -76,12 +84,17 @@ type pipeline struct {
 	sink    string // aggregate output
 	group   string
 	cfgPath string
-	env     []string // extra SLUICE_* settings for every instance
+	env     []string      // extra SLUICE_* settings for every instance
+	keys    workload.Spec // key space of the workload (Keys, Partitions), for nudge records
+
+	nudged map[string]workload.Total // totals of the nudge records produced so far
+	nudges int64
 }
 
 // pipelineOpts tunes newPipeline.
 type pipelineOpts struct {
 	partitions int32
+	keys       int // key space of the workload, for nudge records
 	enterLag   int64
 	exitLag    int64
 	extraEnv   []string
@@ -99,6 +112,8 @@ func newPipeline(t *testing.T, brokers string, o pipelineOpts) *pipeline {
 		group:   kafkatest.UniqueName(t, "g"),
 		cfgPath: filepath.Join(t.TempDir(), "sluice.yaml"),
 		env:     o.extraEnv,
+		keys:    workload.Spec{Keys: max(o.keys, 1), Partitions: o.partitions},
+		nudged:  make(map[string]workload.Total),
 	}
 	kafkatest.CreateTopic(t, brokers, p.topic, o.partitions, nil)
 	cfg := fmt.Sprintf(`# written by the e2e test %s
@@ -192,7 +207,14 @@ func (in *instance) start() {
 		listen = "127.0.0.1:0"
 	}
 	cmd := exec.Command(sluiceBin, "run", "-c", in.p.cfgPath)
-	cmd.Env = append(os.Environ(),
+	// The config file and the settings below fully define the instance: no SLUICE_* variable of
+	// the test's own environment (SLUICE_TEST_KAFKA, SLUICE_E2E_BIN, ...) reaches it.
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "SLUICE_") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	cmd.Env = append(cmd.Env,
 		"SLUICE_INSTANCE_ID="+in.id,
 		"SLUICE_PROCESSING__STATE_DIR="+in.stateDir,
 		"SLUICE_HTTP__LISTEN="+listen,
@@ -380,42 +402,53 @@ func (s statusDoc) backlogTasks() int {
 // condition in the failure message. It is the only way these tests wait for sluice.
 func poll(ctx context.Context, t *testing.T, what string, interval time.Duration, cond func() (bool, error)) {
 	t.Helper()
+	pollf(ctx, t, func() string { return what }, interval, cond)
+}
+
+// pollf is poll with a description computed when it fails.
+func pollf(ctx context.Context, t *testing.T, what func() string, interval time.Duration, cond func() (bool, error)) {
+	t.Helper()
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	for {
 		done, err := cond()
 		if err != nil {
-			t.Fatalf("waiting for %s: %v", what, err)
+			t.Fatalf("waiting for %s: %v", what(), err)
 		}
 		if done {
 			return
 		}
 		select {
 		case <-ctx.Done():
-			t.Fatalf("waiting for %s: %v", what, context.Cause(ctx))
+			t.Fatalf("waiting for %s: %v", what(), context.Cause(ctx))
 		case <-tick.C:
 		}
 	}
 }
 
 // caughtUp reports whether the group's committed offset equals the input's end offset on every
-// partition, and how many records are still uncommitted.
-func (p *pipeline) caughtUp(ctx context.Context, adm *kadm.Client) (bool, int64, error) {
+// partition, how many records are still uncommitted, and which behind partitions have not
+// moved for nudgeAfter (tracked in progress, which it updates).
+func (p *pipeline) caughtUp(ctx context.Context, adm *kadm.Client, progress map[int32]*partProgress) (bool, int64, []int32, error) {
 	ends, err := adm.ListEndOffsets(ctx, p.topic)
 	if err == nil {
 		err = ends.Error()
 	}
 	if err != nil {
-		return false, 0, fmt.Errorf("end offsets: %w", err)
+		return false, 0, nil, fmt.Errorf("end offsets: %w", err)
 	}
 	committed, err := adm.FetchOffsets(ctx, p.group)
 	if err == nil {
 		err = committed.Error()
 	}
 	if err != nil {
-		return false, 0, fmt.Errorf("committed offsets: %w", err)
+		return false, 0, nil, fmt.Errorf("committed offsets: %w", err)
 	}
-	var behind int64
+	now := time.Now()
+	var (
+		behind int64
+		stuck  []int32
+	)
 	ends.Each(func(lo kadm.ListedOffset) {
 		c, ok := committed.Lookup(p.topic, lo.Partition)
 		at := int64(0)
@@ -423,27 +456,123 @@ func (p *pipeline) caughtUp(ctx context.Context, adm *kadm.Client) (bool, int64,
 			at = c.At
 		}
 		behind += max(lo.Offset-at, 0)
+		pp := progress[lo.Partition]
+		if pp == nil || pp.at != at || at >= lo.Offset {
+			progress[lo.Partition] = &partProgress{at: at, since: now}
+			return
+		}
+		if now.Sub(pp.since) >= nudgeAfter {
+			stuck = append(stuck, lo.Partition)
+			pp.since = now
+		}
 	})
-	return behind == 0, behind, nil
+	return behind == 0, behind, stuck, nil
 }
 
 // waitCaughtUp polls until the group has committed every input record, checking that the
-// instances stay alive.
+// instances stay alive. It nudges partitions that stop making progress (see nudge).
 func (p *pipeline) waitCaughtUp(ctx context.Context, within time.Duration, ins ...*instance) {
+	p.t.Helper()
+	p.waitCommitted(ctx, within, true, ins...)
+}
+
+// nudgeAfter is how long a partition may stay behind without its committed offset moving
+// before waitCommitted produces a nudge record to it.
+const nudgeAfter = 2 * time.Second
+
+// waitCommitted is waitCaughtUp; with nudge false it never produces nudge records.
+//
+// Nudging works around a sluice bug (see TestBacklogExitsWhenInputStops): a task's lag is only
+// re-measured when a fetch returns records, as "end − first offset of the batch", so a task
+// whose last batch was larger than exit_lag stays in backlog mode, and commits nothing, until
+// more input arrives. A nudge is one extra order (1 cent) for a key of the stuck partition; its
+// total is added to the expected totals by expected.
+func (p *pipeline) waitCommitted(ctx context.Context, within time.Duration, nudge bool, ins ...*instance) {
 	p.t.Helper()
 	ctx, cancel := context.WithTimeoutCause(ctx, within, fmt.Errorf("not caught up after %v", within))
 	defer cancel()
 	adm := p.admin()
-	var behind int64
-	poll(ctx, p.t, "the group to commit every input offset", 200*time.Millisecond, func() (bool, error) {
+	progress := make(map[int32]*partProgress)
+	var (
+		behind  int64
+		lastErr error
+	)
+	what := func() string {
+		msg := fmt.Sprintf("the group to commit every input offset (last seen: %d behind, error %v)", behind, lastErr)
+		for _, in := range ins {
+			if st, ok := in.status(context.Background()); ok {
+				b, _ := json.Marshal(st)
+				msg += fmt.Sprintf("\n/status of %s: %s", in.id, b)
+			}
+		}
+		return msg
+	}
+	pollf(ctx, p.t, what, 200*time.Millisecond, func() (bool, error) {
 		for _, in := range ins {
 			in.checkAlive()
 		}
-		ok, b, err := p.caughtUp(ctx, adm)
-		behind = b
-		return ok, err
+		// Errors are expected while the group is forming (no coordinator, no group yet): keep
+		// polling and report the last one if the deadline passes.
+		ok, b, stuck, err := p.caughtUp(ctx, adm, progress)
+		behind, lastErr = b, err
+		if nudge && err == nil {
+			for _, part := range stuck {
+				if err := p.nudge(ctx, part); err != nil {
+					return false, err
+				}
+			}
+		}
+		return ok && err == nil, nil
 	})
-	_ = behind
+}
+
+// partProgress is the last committed offset of a partition and when it last moved.
+type partProgress struct {
+	at    int64
+	since time.Time
+}
+
+// nudge produces one order of 1 cent, keyed to land on partition part, and records its total.
+func (p *pipeline) nudge(ctx context.Context, part int32) error {
+	var key []byte
+	for n := int(p.nudges) % p.keys.Keys; ; n = (n + 1) % p.keys.Keys {
+		if k := p.keys.Key(n); workload.Partition(k, p.keys.Partitions) == part {
+			key = k
+			break
+		}
+		if n+1 == int(p.nudges)%p.keys.Keys+p.keys.Keys {
+			return fmt.Errorf("no key of %d lands on partition %d", p.keys.Keys, part)
+		}
+	}
+	p.nudges++
+	ts := workload.DefaultStartTS + p.nudges
+	val := fmt.Sprintf(`{"order_id":"nudge-%d","customer_id":%q,"amount":0.01,"ts":%d}`, p.nudges, key, ts)
+	cl := kafkatest.Client(p.t, p.brokers)
+	rec := &kgo.Record{Topic: p.topic, Key: key, Value: []byte(val), Timestamp: time.UnixMilli(ts)}
+	if err := cl.ProduceSync(ctx, rec).FirstErr(); err != nil {
+		return fmt.Errorf("nudge record: %w", err)
+	}
+	if rec.Partition != part {
+		return fmt.Errorf("nudge record for partition %d landed on %d", part, rec.Partition)
+	}
+	tot := p.nudged[string(key)]
+	tot.SumCents++
+	tot.Count++
+	p.nudged[string(key)] = tot
+	p.t.Logf("nudged partition %d (stuck for %v): one order for %s", part, nudgeAfter, key)
+	return nil
+}
+
+// expected returns the totals of specs plus those of the nudge records.
+func (p *pipeline) expected(specs ...workload.Spec) map[string]workload.Total {
+	out := sum(specs...)
+	for k, v := range p.nudged {
+		o := out[k]
+		o.SumCents += v.SumCents
+		o.Count += v.Count
+		out[k] = o
+	}
+	return out
 }
 
 // verify reads the sink with read_committed and demands exact totals, and that none of the

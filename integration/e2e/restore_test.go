@@ -18,8 +18,8 @@ func TestRestoreFromChangelog(t *testing.T) {
 	const parts = 8
 	first := workload.Spec{Records: 60_000, Keys: 3_000, Partitions: parts, Seed: 11}
 	second := workload.Spec{Records: 20_000, Keys: 3_000, Partitions: parts, Seed: 12}
-	p := newPipeline(t, brokers, pipelineOpts{partitions: parts, enterLag: 5000, exitLag: 500})
-	in := p.newInstance("r0", false)
+	p := newPipeline(t, brokers, pipelineOpts{partitions: parts, keys: first.Keys, enterLag: 5000, exitLag: 500})
+	in := p.newInstance("r0", true)
 
 	if err := p.produce(ctx, first); err != nil {
 		t.Fatal(err)
@@ -59,5 +59,5 @@ func TestRestoreFromChangelog(t *testing.T) {
 		t.Errorf("run 2 restored %v changelog records, want at least one per key of run 1 (%v)", restored, keys)
 	}
 	t.Logf("run 2: %d \"state restored\" lines, %v with full=true, %v changelog records", len(lines), full, restored)
-	p.verify(ctx, sum(first, second), in.id)
+	p.verify(ctx, p.expected(first, second), in.id)
 }

@@ -3,6 +3,7 @@ package task
 import (
 	"bytes"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -331,6 +332,18 @@ func (t *Task) Aborted(pd *Pending) map[string]int64 {
 		t.abortPending(pd)
 	}
 	seek := map[string]int64{}
+	if t.untouchedByAbort(pd) {
+		// Every chain is sorting a backlog and put nothing into the aborted transaction (no
+		// flush, no fold, dead letters held): keep the sorted records and resume after them.
+		for _, c := range t.chains {
+			if c.next >= 0 {
+				seek[c.plan.Source.Topic] = c.next
+			}
+		}
+		t.needCkpt = false
+		t.publish()
+		return seek
+	}
 	for _, c := range t.chains {
 		clear(c.cache)
 		clear(c.dirty)
@@ -363,4 +376,18 @@ func (t *Task) abortPending(pd *Pending) {
 	if pd.batch != nil {
 		pd.batch.Close()
 	}
+}
+
+// untouchedByAbort reports whether the aborted checkpoint pd held nothing of this task: all its
+// chains are keyed, in backlog, with no dirty cache entries and no fold in pd.
+func (t *Task) untouchedByAbort(pd *Pending) bool {
+	for _, c := range t.chains {
+		if c.ops.agg == nil || !c.inBack || !c.det.Backlog() || len(c.dirty) > 0 {
+			return false
+		}
+		if pd != nil && (foldedIn(pd, c) || slices.Contains(pd.flushed, c)) {
+			return false
+		}
+	}
+	return len(t.chains) > 0
 }

@@ -184,6 +184,7 @@ func (t *Task) Observe(topic string, lag int64, timeLag time.Duration) (needChec
 		attr, changed, first := c.det.Observe(lag, timeLag)
 		switch {
 		case first && attr.Backlog:
+			t.log.Info("task starts in backlog mode", "operator", c.plan.Agg.Name, "lag", lag, "time_lag", timeLag)
 			t.enterBacklog(c)
 		case changed && attr.Backlog:
 			t.d.Metrics.switched("to_backlog")

@@ -1,0 +1,115 @@
+package e2e
+
+import (
+	"context"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/sluice-dev/sluice/integration/kafkatest"
+	"github.com/sluice-dev/sluice/integration/workload"
+)
+
+// TestExactlyOnceKill9 is the exactly-once scenario against the real broker: 300k orders over
+// 5k keys, one then three instances, SIGKILLs at random moments (one while tasks are in backlog
+// mode), more orders produced while they run, and exact totals at the end.
+func TestExactlyOnceKill9(t *testing.T) {
+	brokers := kafkatest.Brokers(t)
+	kill9Scenario(t, brokers, kill9Size{first: 200_000, second: 100_000, keys: 5_000})
+}
+
+// TestExactlyOnceKill9Fake is TestExactlyOnceKill9, smaller, against an in-process kfake
+// cluster that the sluice subprocesses reach over loopback; it runs without the real broker.
+func TestExactlyOnceKill9Fake(t *testing.T) {
+	brokers := kafkatest.Fake(t, 8)
+	kill9Scenario(t, brokers, kill9Size{first: 40_000, second: 20_000, keys: 1_000})
+}
+
+type kill9Size struct {
+	first, second int64 // orders before the first start, and while instances run
+	keys          int
+}
+
+func kill9Scenario(t *testing.T, brokers string, size kill9Size) {
+	ctx, cancel := context.WithTimeout(t.Context(), 170*time.Second)
+	defer cancel()
+	const parts = 8
+	first := workload.Spec{Records: size.first, Keys: size.keys, Partitions: parts, Seed: 21}
+	second := workload.Spec{Records: size.second, Keys: size.keys, Partitions: parts, Seed: 22}
+	seed := time.Now().UnixNano()
+	t.Logf("random seed %d", seed)
+	rng := rand.New(rand.NewPCG(uint64(seed), 7))
+
+	p := newPipeline(t, brokers, pipelineOpts{partitions: parts, keys: size.keys, enterLag: 5000, exitLag: 500})
+	if err := p.produce(ctx, first); err != nil {
+		t.Fatal(err)
+	}
+	ins := []*instance{p.newInstance("i0", true), p.newInstance("i1", true), p.newInstance("i2", true)}
+	kills := 0
+	killRestart := func(in *instance, why string) {
+		t.Helper()
+		in.kill()
+		kills++
+		t.Logf("kill -9 #%d: %s (%s)", kills, in.id, why)
+		in.start()
+	}
+	// randomMoment waits a random 300ms–2.3s: the kill lands wherever the instances are by then.
+	// It is the scenario's randomness, not a wait for a condition.
+	randomMoment := func() {
+		select {
+		case <-time.After(300*time.Millisecond + time.Duration(rng.Int64N(int64(2*time.Second)))):
+		case <-ctx.Done():
+			t.Fatal(ctx.Err())
+		}
+	}
+
+	// Phase 1: one instance, 25k orders per partition > enter_lag: every task starts in backlog.
+	// Kill it as soon as /status shows a task sorting in backlog mode, so that backlog is lost.
+	i0 := ins[0]
+	i0.start()
+	poll(ctx, t, "i0 to report a task in backlog mode on /status", 20*time.Millisecond, func() (bool, error) {
+		i0.checkAlive()
+		st, ok := i0.status(ctx)
+		return ok && st.backlogTasks() > 0, nil
+	})
+	killRestart(i0, "while in backlog")
+	randomMoment()
+	killRestart(i0, "random moment, phase 1")
+
+	// Phase 2: three instances and live traffic.
+	ins[1].start()
+	ins[2].start()
+	produced := make(chan error, 1)
+	go func() { produced <- p.produce(ctx, second) }()
+	for range 2 {
+		randomMoment()
+		killRestart(ins[rng.IntN(len(ins))], "random moment, phase 2")
+	}
+	// Produce returns once every record is acknowledged (bounded by ctx).
+	if err := <-produced; err != nil {
+		t.Fatal(err)
+	}
+	randomMoment()
+	killRestart(ins[rng.IntN(len(ins))], "random moment, after producing")
+
+	start := time.Now()
+	p.waitCaughtUp(ctx, 120*time.Second, ins...)
+	t.Logf("caught up %v after the last kill; %d kills in total", time.Since(start).Round(time.Millisecond), kills)
+	// Backlog mode and the switch must really have happened (enter_lag 5000 is far below the
+	// prefill per partition).
+	var toBacklog, toRealTime int
+	for _, in := range ins {
+		toBacklog += len(in.logLines(0, "switch to backlog mode"))
+		toRealTime += len(in.logLines(0, "switch to real-time mode"))
+	}
+	t.Logf("mode switches logged: %d to backlog, %d to real-time", toBacklog, toRealTime)
+	if toRealTime == 0 {
+		t.Errorf("no instance logged \"switch to real-time mode\": the backlog path was not exercised")
+	}
+	ids := make([]string, len(ins))
+	for i, in := range ins {
+		in.term()
+		ids[i] = in.id
+	}
+	p.verify(ctx, p.expected(first, second), ids...)
+}
