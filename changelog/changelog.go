@@ -26,6 +26,28 @@ import (
 	"github.com/sluice-dev/sluice/state"
 )
 
+// PendingHeader marks a changelog record written by a backlog checkpoint: the key's state was
+// folded, but its output is still due (at the switch to real-time). A later record of the key
+// without the header clears it; compaction keeps only the latest record per key, so the mark
+// survives exactly as long as it is true.
+const PendingHeader = "sluice.pending"
+
+// PendingNamespace is where a restore records the keys whose latest changelog record carries
+// PendingHeader ("#" cannot occur in operator names).
+func PendingNamespace(ns state.Namespace) state.Namespace {
+	return state.Namespace{Operator: ns.Operator + "#pending", Partition: ns.Partition}
+}
+
+// HasAny reports whether ns holds at least one key.
+func HasAny(st state.Store, ns state.Namespace) (bool, error) {
+	found := errors.New("found")
+	err := st.Scan(ns, func(_, _ []byte) error { return found })
+	if errors.Is(err, found) {
+		return true, nil
+	}
+	return false, err
+}
+
 // Topic describes an internal topic to create.
 type Topic struct {
 	Name       string
@@ -134,6 +156,9 @@ func (r *Restorer) Restore(ctx context.Context, topic string, ns state.Namespace
 		if err := r.Store.Drop(ns); err != nil {
 			return st, err
 		}
+		if err := r.Store.Drop(PendingNamespace(ns)); err != nil {
+			return st, err
+		}
 		from, st.Full = lo.Offset, true
 	}
 	st.From, st.To = from, hi.Offset
@@ -165,6 +190,12 @@ func (r *Restorer) Restore(ctx context.Context, topic string, ns state.Namespace
 	}
 	defer cl.Close()
 	next := from
+	pendNS := PendingNamespace(ns)
+	// Unmarked records clear a pending mark; skip those deletes when no mark can exist.
+	marks, err := HasAny(r.Store, pendNS)
+	if err != nil {
+		return st, err
+	}
 	b := r.Store.NewBatch()
 	defer func() { b.Close() }()
 	for next < hi.Offset {
@@ -191,6 +222,16 @@ func (r *Restorer) Restore(ctx context.Context, topic string, ns state.Namespace
 				return
 			}
 			st.Records++
+			if isPending(rec) {
+				marks = true
+				if aerr = b.Set(pendNS, rec.Key, []byte{}); aerr != nil {
+					return
+				}
+			} else if marks {
+				if aerr = b.Delete(pendNS, rec.Key); aerr != nil {
+					return
+				}
+			}
 			switch {
 			case rec.Value == nil:
 				aerr = b.Delete(ns, rec.Key)
@@ -226,6 +267,15 @@ func (r *Restorer) log() *slog.Logger {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+func isPending(r *kgo.Record) bool {
+	for _, h := range r.Headers {
+		if h.Key == PendingHeader {
+			return true
+		}
+	}
+	return false
+}
 
 // retry lists offsets, retrying retriable errors (a topic that was just created may not be
 // served by every broker yet) for up to about 30 seconds.

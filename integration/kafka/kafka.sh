@@ -10,9 +10,10 @@
 #                                                   --node stops one node; --clean removes the run dir
 #   kafka.sh status [--dir D]                       prints "running <addrs>" (exit 0) or "stopped" (exit 3)
 #
-# Defaults: --port 19092, --dir integration/kafka/run, --brokers 1. Broker i (1-based) listens on
-# 127.0.0.1:P+i-1 and its controller on 127.0.0.1:P+100+i-1. A node restarted after stop/--kill
-# keeps its data (no reformat); --clean (or a new --dir) gives a fresh cluster.
+# Defaults: --port 19092, --dir integration/kafka/run, --brokers 1, --timeout 120 (seconds).
+# Broker i (1-based) listens on 127.0.0.1:P+i-1 and its controller on 127.0.0.1:P+100+i-1.
+# A node restarted after stop/--kill keeps its data (no reformat); --clean (or a new --dir)
+# gives a fresh cluster. Three brokers: RF 3, min ISR 2, a killed broker is fenced after 3 s.
 # Only the address goes to stdout; everything else goes to stderr or to D/node-<i>/server.log.
 set -euo pipefail
 
@@ -116,6 +117,9 @@ transaction.state.log.replication.factor=$rf
 transaction.state.log.min.isr=$isr
 transaction.state.log.num.partitions=4
 transaction.max.timeout.ms=900000
+# Keep every record: the orders workload stamps records from 2026-01-01 on, and time retention
+# (7 days by record timestamp) would otherwise delete a prefilled backlog within minutes.
+log.retention.ms=-1
 share.coordinator.state.topic.replication.factor=$rf
 share.coordinator.state.topic.min.isr=$isr
 group.initial.rebalance.delay.ms=0
@@ -167,7 +171,7 @@ cmd_start() {
   cmd_fetch
   mkdir -p "$DIR"
 
-  local i cid started=()
+  local i cid started=() t0=$SECONDS
   if [[ -f "$DIR/cluster.id" ]]; then
     cid="$(cat "$DIR/cluster.id")"
   else
@@ -177,7 +181,6 @@ cmd_start() {
   fi
   printf 'PORT=%s\nBROKERS=%s\n' "$PORT" "$BROKERS" >"$DIR/cluster.env"
 
-  local t0=$SECONDS
   for ((i = 1; i <= BROKERS; i++)); do
     if pid_of "$i" >/dev/null; then continue; fi
     local node="$DIR/node-$i" p
@@ -192,7 +195,7 @@ cmd_start() {
       "${JAVA[@]}" kafka.tools.StorageTool format -t "$cid" -c "$node/server.properties" \
         >"$node/format.log" 2>&1 || { cat "$node/format.log" >&2; die "node $i: format failed"; }
     fi
-    : >"$node/server.log"
+    [[ ! -f "$node/server.log" ]] || mv -f "$node/server.log" "$node/server.log.prev"
     # setsid: the broker outlives this script and the caller's process group.
     java_cmd "$i"
     setsid "${JAVA[@]}" kafka.Kafka "$node/server.properties" </dev/null >"$node/stdout.log" 2>&1 &

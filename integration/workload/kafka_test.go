@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/integration/kafkatest"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -172,9 +173,11 @@ func TestReadTotalsEmptyAndMissing(t *testing.T) {
 	}
 }
 
-// BenchmarkPrefill measures Produce into the real broker ($SLUICE_TEST_KAFKA) with different
-// compression codecs; $SLUICE_BENCH_RECORDS sets the records per run (default 1M). Compare
-// records/s. Each iteration writes a fresh topic.
+// BenchmarkPrefill measures Produce into the real broker ($SLUICE_TEST_KAFKA) with ProducerOpts
+// and each compression codec; $SLUICE_BENCH_RECORDS sets the records per run (default 1M).
+// Compare records/s. Each iteration writes a fresh 8-partition topic and deletes it afterwards:
+//
+//	SLUICE_TEST_KAFKA=127.0.0.1:19092 go test -run '^$' -bench Prefill -benchtime 1x ./integration/workload/
 func BenchmarkPrefill(b *testing.B) {
 	records := int64(1_000_000)
 	if v := os.Getenv("SLUICE_BENCH_RECORDS"); v != "" {
@@ -197,6 +200,7 @@ func BenchmarkPrefill(b *testing.B) {
 		b.Run(codec.name, func(b *testing.B) {
 			s := Spec{Records: records, Keys: 100_000, Partitions: 8, Seed: 1}
 			opts := append(ProducerOpts(), kgo.ProducerBatchCompression(codec.codec))
+			adm := kadm.NewClient(kafkatest.Client(b, brokers))
 			for b.Loop() {
 				topic := kafkatest.UniqueName(b, "prefill")
 				kafkatest.CreateTopic(b, brokers, topic, s.Partitions, nil)
@@ -204,6 +208,12 @@ func BenchmarkPrefill(b *testing.B) {
 				if err := Produce(context.Background(), cl, topic, s); err != nil {
 					b.Fatal(err)
 				}
+				b.StopTimer()
+				cl.Close()
+				if _, err := adm.DeleteTopic(context.Background(), topic); err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
 			}
 			b.ReportMetric(float64(records)*float64(b.N)/b.Elapsed().Seconds(), "records/s")
 		})

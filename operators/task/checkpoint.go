@@ -2,12 +2,15 @@ package task
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/sluice-dev/sluice/changelog"
 	"github.com/sluice-dev/sluice/state"
 )
 
@@ -27,8 +30,9 @@ type Pending struct {
 
 	batch   state.Batch
 	loaders map[state.Namespace]state.Loader
-	flushed []*chain // chains whose dirty cache entries were written
-	folded  []*chain // chains that folded their sorted backlog
+	flushed []*chain        // chains whose dirty cache entries were written
+	folded  []*chain        // chains that folded their sorted backlog
+	silent  map[*chain]bool // folds of a backlog checkpoint: no outputs, the chain stays in backlog
 	keys    map[*chain]int64
 	records int
 }
@@ -89,6 +93,7 @@ func (t *Task) Checkpoint(p Producer) (*Pending, error) {
 		clNext:  map[state.Namespace]int64{},
 		loaders: map[state.Namespace]state.Loader{},
 		keys:    map[*chain]int64{},
+		silent:  map[*chain]bool{},
 		inline:  t.out,
 	}
 	t.out = &errTracker{}
@@ -100,8 +105,13 @@ func (t *Task) Checkpoint(p Producer) (*Pending, error) {
 					t.abortPending(pd)
 					return nil, err
 				}
-			case c.inBack && !c.det.Backlog() && c.sorter.Len() > 0:
-				if err := t.fold(c, p, pd); err != nil {
+			case !c.det.Backlog() && (c.sorter.Len() > 0 || c.hasPending):
+				if err := t.fold(c, p, pd, false); err != nil {
+					t.abortPending(pd)
+					return nil, err
+				}
+			case t.backlogCheckpointDue(c):
+				if err := t.fold(c, p, pd, true); err != nil {
 					t.abortPending(pd)
 					return nil, err
 				}
@@ -176,66 +186,113 @@ func (t *Task) flush(c *chain, p Producer, pd *Pending) error {
 
 // fold merges a chain's sorted backlog and folds it into state: per key, read the state once,
 // fold the key's records in (event time, offset) order, write the state once, in key order, and
-// emit one output and one changelog record.
-func (t *Task) fold(c *chain, p Producer, pd *Pending) error {
+// emit one changelog record and one output. A silent fold (a backlog checkpoint) emits no output:
+// its changelog records carry changelog.PendingHeader and the keys are marked pending, so that
+// the final fold at the switch emits their outputs too (merge-joined with the sorted backlog).
+func (t *Task) fold(c *chain, p Producer, pd *Pending, silent bool) error {
 	agg := c.ops.agg
 	it, err := c.sorter.Merge()
 	if err != nil {
 		return fmt.Errorf("task %d: merge: %w", t.partition, err)
 	}
 	defer it.Close()
-	var put func(key, val []byte) error
-	if c.sorter.Len() >= int64(t.d.LoaderThreshold) {
-		ld, err := t.d.Store.NewLoader(c.ns)
-		if err != nil {
+	bulk := c.sorter.Len() >= int64(t.d.LoaderThreshold)
+	put, err := t.writer(c.ns, bulk, pd)
+	if err != nil {
+		return err
+	}
+	var mark func(key, val []byte) error
+	var hdr []kgo.RecordHeader
+	if silent {
+		if mark, err = t.writer(c.pendNS, bulk, pd); err != nil {
 			return err
 		}
-		pd.loaders[c.ns] = ld
-		put = ld.Add
-	} else {
-		if pd.batch == nil {
-			pd.batch = t.d.Store.NewBatch()
-		}
-		put = func(k, v []byte) error { return pd.batch.Set(c.ns, k, v) }
+		hdr = []kgo.RecordHeader{{Key: changelog.PendingHeader, Value: []byte("1")}}
+	}
+	var pend *pendingScan
+	if !silent && c.hasPending {
+		pend = scanPending(t.d.Store, c.pendNS)
+		defer pend.close()
 	}
 	cl := pd.changelogPromise(c.ns)
 	size := agg.StateSize()
 	var (
-		key   []byte
-		st    = make([]byte, 0, size)
-		have  bool
-		keys  int64
-		emitK = func() error {
-			// One allocation holds the record's key, its state and its rendered output; the
-			// producer owns it until the promise fires.
-			buf := make([]byte, 0, len(key)+size+len(key)+16*size)
-			buf = append(buf, key...)
-			k := buf[:len(key):len(key)]
-			buf = append(buf, st...)
-			v := buf[len(key):len(buf):len(buf)]
+		key  []byte
+		st   = make([]byte, 0, size)
+		have bool
+		keys int64
+	)
+	// emit writes one key's changelog record and (unless silent) its output. One allocation
+	// holds the key, the state and the rendered output; the producer owns it until the promise.
+	emit := func(key, st []byte, write bool) error {
+		buf := make([]byte, 0, len(key)+size+len(key)+16*size)
+		buf = append(buf, key...)
+		k := buf[:len(key):len(key)]
+		buf = append(buf, st...)
+		v := buf[len(key):len(buf):len(buf)]
+		if write {
 			if err := put(k, v); err != nil {
 				return err
 			}
-			p.Produce(&kgo.Record{Topic: c.plan.Changelog, Partition: t.partition, Key: k, Value: v}, cl)
-			pd.records++
-			if c.plan.SinkTopic != "" {
-				out := agg.Render(k, v, buf[len(buf):])
-				p.Produce(&kgo.Record{Topic: c.plan.SinkTopic, Key: k, Value: out, Partition: -1}, pd.promise)
-				pd.records++
-				c.recordsOut++
-			}
-			keys++
-			return nil
 		}
-	)
+		p.Produce(&kgo.Record{Topic: c.plan.Changelog, Partition: t.partition, Key: k, Value: v, Headers: hdr}, cl)
+		pd.records++
+		if silent {
+			if err := mark(k, []byte{}); err != nil {
+				return err
+			}
+		} else if c.plan.SinkTopic != "" {
+			out := agg.Render(k, v, buf[len(buf):])
+			p.Produce(&kgo.Record{Topic: c.plan.SinkTopic, Key: k, Value: out, Partition: -1}, pd.promise)
+			pd.records++
+			c.recordsOut++
+		}
+		keys++
+		return nil
+	}
+	// flushPending emits the keys folded by earlier backlog checkpoints that sort before key (all
+	// of them when key is nil) with their stored state; a pending key equal to key is consumed
+	// (the fold of key emits it).
+	var pst []byte
+	flushPending := func(key []byte) error {
+		for pend != nil {
+			pk, ok := pend.peek()
+			if !ok {
+				return pend.err()
+			}
+			if key != nil {
+				if c := bytes.Compare(pk, key); c > 0 {
+					return nil
+				} else if c == 0 {
+					pend.next()
+					return nil
+				}
+			}
+			v, ok, err := t.d.Store.Get(c.ns, pk, pst[:0])
+			if err != nil {
+				return err
+			}
+			pst = v
+			if ok && len(v) == size {
+				if err := emit(pk, v, false); err != nil {
+					return err
+				}
+			}
+			pend.next()
+		}
+		return nil
+	}
 	for it.Next() {
 		if !have || !bytes.Equal(it.Key(), key) {
 			if have {
-				if err := emitK(); err != nil {
+				if err := emit(key, st, true); err != nil {
 					return err
 				}
 			}
 			key = append(key[:0], it.Key()...)
+			if err := flushPending(key); err != nil {
+				return err
+			}
 			v, ok, err := t.d.Store.Get(c.ns, key, st[:0])
 			if err != nil {
 				return err
@@ -254,14 +311,37 @@ func (t *Task) fold(c *chain, p Producer, pd *Pending) error {
 		return fmt.Errorf("task %d: merge: %w", t.partition, err)
 	}
 	if have {
-		if err := emitK(); err != nil {
+		if err := emit(key, st, true); err != nil {
 			return err
 		}
 	}
-	t.d.Metrics.recordsOut(c.plan.SinkTopic, int(keys))
+	if err := flushPending(nil); err != nil {
+		return err
+	}
+	if !silent {
+		t.d.Metrics.recordsOut(c.plan.SinkTopic, int(keys))
+	}
 	pd.folded = append(pd.folded, c)
 	pd.keys[c] = keys
+	pd.silent[c] = silent
 	return nil
+}
+
+// writer returns how a fold writes ns: a bulk loader (an sstable ingested after the commit) for
+// large folds, the checkpoint's batch otherwise.
+func (t *Task) writer(ns state.Namespace, bulk bool, pd *Pending) (func(k, v []byte) error, error) {
+	if bulk {
+		ld, err := t.d.Store.NewLoader(ns)
+		if err != nil {
+			return nil, err
+		}
+		pd.loaders[ns] = ld
+		return ld.Add, nil
+	}
+	if pd.batch == nil {
+		pd.batch = t.d.Store.NewBatch()
+	}
+	return func(k, v []byte) error { return pd.batch.Set(ns, k, v) }, nil
 }
 
 // Committed applies a checkpoint whose transaction committed: the state and the changelog
@@ -280,9 +360,16 @@ func (t *Task) Committed(pd *Pending) error {
 			return err
 		}
 	}
-	for _, ld := range pd.loaders {
-		if err := ld.Commit(); err != nil {
-			return fmt.Errorf("task %d: ingest: %w", t.partition, err)
+	// Pending marks first: a crash before the state's ingest replays the changelog (which
+	// carries the marks) from the older offset; the reverse order could lose marks.
+	for _, pass := range []bool{true, false} {
+		for ns, ld := range pd.loaders {
+			if strings.HasSuffix(ns.Operator, "#pending") != pass {
+				continue
+			}
+			if err := ld.Commit(); err != nil {
+				return fmt.Errorf("task %d: ingest: %w", t.partition, err)
+			}
 		}
 	}
 	if pd.batch != nil {
@@ -307,7 +394,23 @@ func (t *Task) Committed(pd *Pending) error {
 		if err := c.sorter.Reset(); err != nil {
 			return err
 		}
-		t.leaveBacklog(c, pd.keys[c])
+		if pd.silent[c] {
+			c.hasPending = true
+			c.lastBackCkpt = t.d.Clock()
+			t.log.Info("backlog checkpoint", "operator", c.plan.Agg.Name, "keys", pd.keys[c], "offset", pd.Offsets[c.plan.Source.Topic])
+			continue
+		}
+		if c.hasPending {
+			// Every pending key has had its output now (a crash before this drop repeats some
+			// outputs, with the same values, at the next switch).
+			if err := t.d.Store.Drop(c.pendNS); err != nil {
+				return err
+			}
+			c.hasPending = false
+		}
+		if c.inBack {
+			t.leaveBacklog(c, pd.keys[c])
+		}
 	}
 	for _, c := range t.chains {
 		if off, ok := pd.Offsets[c.plan.Source.Topic]; ok && off > c.committed {
@@ -378,9 +481,12 @@ func (t *Task) abortPending(pd *Pending) {
 	}
 }
 
-// untouchedByAbort reports whether the aborted checkpoint pd held nothing of this task: all its
-// chains are keyed, in backlog, with no dirty cache entries and no fold in pd.
+// untouchedByAbort reports whether the aborted checkpoint pd held nothing of this task: no
+// record, no offset, and all its chains keyed, in backlog, with no dirty entries and no fold.
 func (t *Task) untouchedByAbort(pd *Pending) bool {
+	if pd != nil && (pd.records > 0 || len(pd.Offsets) > 0) {
+		return false // its dead letters or its offset were in the transaction
+	}
 	for _, c := range t.chains {
 		if c.ops.agg == nil || !c.inBack || !c.det.Backlog() || len(c.dirty) > 0 {
 			return false
@@ -390,4 +496,55 @@ func (t *Task) untouchedByAbort(pd *Pending) bool {
 		}
 	}
 	return len(t.chains) > 0
+}
+
+// pendingScan streams the keys of a pending namespace in order, from a goroutine running
+// Store.Scan, so the switch can merge-join them with the sorted backlog without holding them all.
+// Not safe for concurrent use; close stops and joins the goroutine.
+type pendingScan struct {
+	keys chan []byte
+	stop chan struct{}
+	done chan struct{}
+	cur  []byte
+	ok   bool
+	e    error
+}
+
+func scanPending(st state.Store, ns state.Namespace) *pendingScan {
+	s := &pendingScan{keys: make(chan []byte, 256), stop: make(chan struct{}), done: make(chan struct{})}
+	stopped := errors.New("stopped")
+	go func() {
+		defer close(s.done)
+		defer close(s.keys)
+		err := st.Scan(ns, func(k, _ []byte) error {
+			select {
+			case s.keys <- bytes.Clone(k):
+				return nil
+			case <-s.stop:
+				return stopped
+			}
+		})
+		if err != nil && !errors.Is(err, stopped) {
+			s.e = err
+		}
+	}()
+	s.next()
+	return s
+}
+
+func (s *pendingScan) peek() ([]byte, bool) { return s.cur, s.ok }
+
+func (s *pendingScan) next() { s.cur, s.ok = <-s.keys }
+
+// err is valid once peek reports the end.
+func (s *pendingScan) err() error {
+	<-s.done
+	return s.e
+}
+
+func (s *pendingScan) close() {
+	close(s.stop)
+	for range s.keys {
+	}
+	<-s.done
 }

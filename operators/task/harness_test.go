@@ -87,12 +87,18 @@ func (p *fakeProducer) lastByKey(topic string) map[string]string {
 // testConfig returns the YAML of the test pipeline: one source, one aggregate with every
 // aggregate function over amount, one sink.
 func testConfig(mode string, enter, exit int64, cacheKeys int) string {
+	return testConfigEvery(mode, enter, exit, cacheKeys, "0s")
+}
+
+// testConfigEvery is testConfig with backlog.checkpoint_interval (the step clock advances 1ms
+// per reading, so "5ms" folds the sorted backlog every few batches).
+func testConfigEvery(mode string, enter, exit int64, cacheKeys int, every string) string {
 	return fmt.Sprintf(`
 kafka: {brokers: [127.0.0.1:9092]}
 group: %s
 instance_id: i-0
 processing: {guarantee: exactly_once, commit_interval: 100ms, state_dir: ./data, cache_keys: %d}
-backlog: {enter_lag: %d, exit_lag: %d, sort_memory: 1MiB, mode: %s, progress_interval: 0s}
+backlog: {enter_lag: %d, exit_lag: %d, sort_memory: 1MiB, mode: %s, progress_interval: 0s, checkpoint_interval: %s}
 sources:
   orders: {topic: %s, format: json, key: customer_id, timestamp: ts}
 operators:
@@ -108,7 +114,7 @@ operators:
     output: out
 sinks:
   out: {topic: %s, format: json}
-`, testGroup, cacheKeys, enter, exit, mode, testTopic, testOp, testSink)
+`, testGroup, cacheKeys, enter, exit, mode, every, testTopic, testOp, testSink)
 }
 
 func mustPlan(t testing.TB, doc string) *Plan {

@@ -156,7 +156,8 @@ type modeSpec struct {
 	enter     int64
 	exit      int64
 	cacheKeys int
-	loader    int // LoaderThreshold
+	every     string // backlog.checkpoint_interval
+	loader    int    // LoaderThreshold
 	pebble    bool
 	pFail     float64 // probability that a produced record fails
 	lag       func(d *driver, end int) int64
@@ -165,7 +166,11 @@ type modeSpec struct {
 func runMode(t *testing.T, seed uint64, ms modeSpec, in genInput) runResult {
 	t.Helper()
 	rng := rand.New(rand.NewPCG(seed, uint64(len(ms.name))*7919))
-	plan := mustPlan(t, testConfig(ms.mode, ms.enter, ms.exit, ms.cacheKeys))
+	every := ms.every
+	if every == "" {
+		every = "0s"
+	}
+	plan := mustPlan(t, testConfigEvery(ms.mode, ms.enter, ms.exit, ms.cacheKeys, every))
 	var store state.Store
 	if ms.pebble {
 		db, err := state.Open(state.Options{Dir: t.TempDir(), CacheSize: 1 << 20})
@@ -265,15 +270,17 @@ func oneAnswer(t *testing.T, seed uint64, pebble bool) {
 	huge := int64(1) << 40
 	realtime := modeSpec{name: "realtime", mode: "never", enter: 50, exit: 10, cacheKeys: cacheKeys,
 		lag: func(d *driver, end int) int64 { return int64(len(d.input) - end) }}
+	every := []string{"0s", "0s", "3ms", "40ms"}
 	backlog := modeSpec{name: "backlog", mode: "always", enter: 50, exit: 10, cacheKeys: cacheKeys, loader: loader,
-		lag: func(d *driver, end int) int64 { return huge }}
+		every: every[rng.IntN(len(every))],
+		lag:   func(d *driver, end int) int64 { return huge }}
 	enter := int64(2 + rng.IntN(60))
 	exit := int64(rng.IntN(int(enter)))
 	stick := 0.5 + rng.Float64()/2
 	var cur int64
 	lagPoints := []int64{0, exit - 1, exit, exit + 1, enter - 1, enter, enter + 1, huge}
 	switching := modeSpec{name: "switching", mode: "auto", enter: enter, exit: exit, cacheKeys: []int{1, 2, 5, 100000}[rng.IntN(4)],
-		loader: loader, pebble: pebble, pFail: []float64{0, 0, 0.001, 0.01}[rng.IntN(4)],
+		loader: loader, pebble: pebble, pFail: []float64{0, 0, 0.001, 0.01}[rng.IntN(4)], every: every[rng.IntN(len(every))],
 		lag: func(d *driver, end int) int64 {
 			if d.rng.Float64() > stick {
 				cur = max(lagPoints[d.rng.IntN(len(lagPoints))], 0)

@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluice-dev/sluice/backlog"
+	"github.com/sluice-dev/sluice/changelog"
 	"github.com/sluice-dev/sluice/operators"
 	"github.com/sluice-dev/sluice/sorter"
 	"github.com/sluice-dev/sluice/state"
@@ -79,6 +80,11 @@ type chain struct {
 	rec     operators.Record
 	scratch []byte
 
+	// backlog checkpoints (backlog.checkpoint_interval): keys folded without their output yet
+	pendNS       state.Namespace
+	hasPending   bool // pendNS may hold keys
+	lastBackCkpt time.Time
+
 	// backlog bookkeeping for progress and the switch log line
 	backStart   time.Time
 	backRecords int64
@@ -131,6 +137,7 @@ func New(plan *Plan, topic string, partition int32, d Deps) (*Task, error) {
 		c := &chain{plan: cp, ops: ops, next: -1, committed: -1}
 		if ops.agg != nil {
 			c.ns = state.Namespace{Operator: cp.Agg.Name, Partition: partition}
+			c.pendNS = changelog.PendingNamespace(c.ns)
 			c.det = backlog.NewDetector(backlog.Options{
 				Mode: mode, EnterLag: cfg.Backlog.EnterLag, ExitLag: cfg.Backlog.ExitLag,
 				EnterTimeLag: cfg.Backlog.EnterTimeLag, ExitTimeLag: cfg.Backlog.ExitTimeLag,
@@ -149,6 +156,10 @@ func New(plan *Plan, topic string, partition int32, d Deps) (*Task, error) {
 		t.byTopic[cp.Source.Topic] = append(t.byTopic[cp.Source.Topic], c)
 	}
 	t.topic = topic
+	if err := t.Restored(); err != nil {
+		t.Close()
+		return nil, err
+	}
 	t.publish()
 	return t, nil
 }
@@ -186,6 +197,10 @@ func (t *Task) Observe(topic string, lag int64, timeLag time.Duration) (needChec
 		case first && attr.Backlog:
 			t.log.Info("task starts in backlog mode", "operator", c.plan.Agg.Name, "lag", lag, "time_lag", timeLag)
 			t.enterBacklog(c)
+		case first && c.hasPending:
+			// Starting in real-time with outputs still due from backlog checkpoints (of an
+			// earlier owner, or before an abort): emit them before streaming.
+			needCheckpoint = true
 		case changed && attr.Backlog:
 			t.d.Metrics.switched("to_backlog")
 			t.log.Info("switch to backlog mode", "operator", c.plan.Agg.Name, "lag", lag, "time_lag", timeLag)
@@ -194,7 +209,7 @@ func (t *Task) Observe(topic string, lag int64, timeLag time.Duration) (needChec
 			}
 			t.enterBacklog(c)
 		case changed && !attr.Backlog:
-			if c.sorter == nil || c.sorter.Len() == 0 {
+			if (c.sorter == nil || c.sorter.Len() == 0) && !c.hasPending {
 				t.leaveBacklog(c, 0)
 			} else {
 				needCheckpoint = true // the checkpoint folds the sorted backlog, then streams
@@ -209,6 +224,7 @@ func (t *Task) enterBacklog(c *chain) {
 	c.inBack = true
 	c.backStart = t.d.Clock()
 	c.lastLog = c.backStart
+	c.lastBackCkpt = c.backStart
 	c.backRecords = 0
 	t.d.Metrics.setBacklog(c, true)
 }
@@ -291,6 +307,9 @@ func (t *Task) processChain(c *chain, recs []*kgo.Record) error {
 				return fmt.Errorf("task %d: sorter: %w", t.partition, err)
 			}
 			c.backRecords++
+			if t.backlogCheckpointDue(c) {
+				t.needCkpt = true
+			}
 			continue
 		}
 		e, err := t.load(c, c.rec.Key)
@@ -341,6 +360,29 @@ func (t *Task) load(c *chain, key []byte) (*entry, error) {
 	}
 	c.cache[string(e.key)] = e
 	return e, nil
+}
+
+// backlogCheckpointDue reports whether a chain in backlog should fold its sorted records into
+// state now (backlog.checkpoint_interval) to bound the re-work after a crash.
+func (t *Task) backlogCheckpointDue(c *chain) bool {
+	every := t.plan.Config.Backlog.CheckpointInterval
+	return every > 0 && c.inBack && c.det.Backlog() && c.sorter.Len() > 0 && t.d.Clock().Sub(c.lastBackCkpt) >= every
+}
+
+// Restored tells the task its state is up to date (after the changelog restore), so it can
+// learn whether earlier backlog checkpoints left keys whose output is still due.
+func (t *Task) Restored() error {
+	for _, c := range t.chains {
+		if c.ops.agg == nil {
+			continue
+		}
+		has, err := changelog.HasAny(t.d.Store, c.pendNS)
+		if err != nil {
+			return err
+		}
+		c.hasPending = has
+	}
+	return nil
 }
 
 // NeedsCheckpoint reports whether the task asked for a checkpoint as soon as possible (a mode
