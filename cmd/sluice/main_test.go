@@ -86,3 +86,23 @@ func writeFile(t *testing.T, path, s string) {
 		t.Fatal(err)
 	}
 }
+
+// TestDemoAtLeastOnce runs the same pipeline with processing.guarantee=at_least_once (idempotent
+// producer, offsets committed after the records are acknowledged): without failures the totals
+// are exact too.
+func TestDemoAtLeastOnce(t *testing.T) {
+	if testing.Short() {
+		t.Skip("short")
+	}
+	t.Setenv("SLUICE_HTTP__LISTEN", "off")
+	t.Setenv("SLUICE_BACKLOG__ENTER_LAG", "2000")
+	t.Setenv("SLUICE_PROCESSING__GUARANTEE", "at_least_once")
+	var out, errb bytes.Buffer
+	code := realMain([]string{"demo", "--duration", "5s", "--records", "60000", "--keys", "1500", "--rate", "1000"}, &out, &errb)
+	if code != 0 || !strings.Contains(out.String(), "verify: all 1500 customers' totals equal exactly") {
+		t.Fatalf("demo exit %d\nstdout:\n%s\nstderr:\n%s", code, out.String(), errb.String())
+	}
+	if !strings.Contains(errb.String(), "guarantee=at_least_once") {
+		t.Errorf("the pipeline did not run at-least-once:\n%s", errb.String())
+	}
+}
