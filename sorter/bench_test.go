@@ -51,50 +51,59 @@ func setKey(k []byte, id int) {
 	}
 }
 
-// BenchmarkAdd measures Add without spills (the sorter is Reset every 1M entries, off the
-// clock). The key is rewritten in place each time, as a decoder would hand it over.
-// allocs/op must be 0: chunks are taken every few MiB only.
+// BenchmarkAdd measures Add, resetting the sorter every 1M entries off the clock. The key is
+// rewritten in place each time, as a decoder would hand it over. "fastpath" uses one 128 MiB
+// chunk, so it measures the copy alone; "chunk=4MiB" (the default) includes the sort and the
+// sorted copy of each chunk as it fills, which Add does when it takes the next chunk. No
+// spills happen. allocs/op must be 0: a chunk is taken every few MiB only.
 func BenchmarkAdd(b *testing.B) {
-	key := make([]byte, 16)
-	payload := []byte("0123456789abcdef")
-	s, err := New(Options{Dir: b.TempDir(), Budget: NewBudget(256 << 20)})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer func() { _ = s.Close() }()
-	b.SetBytes(int64(len(key) + len(payload)))
-	b.ReportAllocs()
-	b.ResetTimer()
-	var cpu time.Duration
-	c0 := cpuTime()
-	for i := 0; i < b.N; i++ {
-		j := i & (1<<20 - 1)
-		if j == 0 && i > 0 {
-			b.StopTimer()
-			cpu += cpuTime() - c0
-			if err := s.Reset(); err != nil {
+	for _, bc := range []struct {
+		name  string
+		chunk int
+	}{{"fastpath", 128 << 20}, {"chunk=4MiB", 0}} {
+		b.Run(bc.name, func(b *testing.B) {
+			key := make([]byte, 16)
+			payload := []byte("0123456789abcdef")
+			s, err := New(Options{Dir: b.TempDir(), Budget: NewBudget(256 << 20), ChunkSize: bc.chunk})
+			if err != nil {
 				b.Fatal(err)
 			}
-			c0 = cpuTime()
-			b.StartTimer()
-		}
-		setKey(key, (i*7919)%100_000)
-		if err := s.Add(key, int64(i), int64(i), payload); err != nil {
-			b.Fatal(err)
-		}
-	}
-	b.StopTimer()
-	cpu += cpuTime() - c0
-	b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/op")
-	if s.Stats().Runs != 0 {
-		b.Fatal("unexpected spill")
+			defer func() { _ = s.Close() }()
+			b.SetBytes(int64(len(key) + len(payload)))
+			b.ReportAllocs()
+			b.ResetTimer()
+			var cpu time.Duration
+			c0 := cpuTime()
+			for i := 0; i < b.N; i++ {
+				j := i & (1<<20 - 1)
+				if j == 0 && i > 0 {
+					b.StopTimer()
+					cpu += cpuTime() - c0
+					if err := s.Reset(); err != nil {
+						b.Fatal(err)
+					}
+					c0 = cpuTime()
+					b.StartTimer()
+				}
+				setKey(key, (i*7919)%100_000)
+				if err := s.Add(key, int64(i), int64(i), payload); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			cpu += cpuTime() - c0
+			b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/op")
+			if s.Stats().Runs != 0 {
+				b.Fatal("unexpected spill")
+			}
+		})
 	}
 }
 
-// fillOneSegment adds n entries to a sorter whose single index segment holds them all and
-// returns it with a copy of the unsorted segment.
-func fillOneSegment(b *testing.B, keys [][]byte, n int) (*Sorter, []entry) {
-	s, err := New(Options{Dir: b.TempDir(), Budget: NewBudget(1 << 30), ChunkSize: 64 << 20})
+// fillOneChunk adds n entries to a sorter whose single chunk holds them all and returns it
+// with a copy of the unsorted slots.
+func fillOneChunk(b *testing.B, keys [][]byte, n int) (*Sorter, []entry) {
+	s, err := New(Options{Dir: b.TempDir(), Budget: NewBudget(1 << 30), ChunkSize: 128 << 20})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -105,13 +114,13 @@ func fillOneSegment(b *testing.B, keys [][]byte, n int) (*Sorter, []entry) {
 			b.Fatal(err)
 		}
 	}
-	if len(s.segs) != 0 {
-		b.Fatal("more than one segment")
+	if len(s.chunks) != 1 {
+		b.Fatal("more than one chunk")
 	}
-	return s, slices.Clone(s.seg)
+	return s, slices.Clone(s.cur.slots())
 }
 
-// BenchmarkSort1M sorts one index segment of 1M entries (16-byte keys, 16-byte payloads)
+// BenchmarkSort1M sorts the slots of one chunk of 1M entries (16-byte keys, 16-byte payloads)
 // with the radix sort and with slices.SortFunc (pdqsort), for keys with a long common prefix
 // ("customer-0000042", 100k and 1M distinct) and for random keys. "pdq-nolcp" skips the
 // common-prefix normalization, to show what it buys.
@@ -125,24 +134,25 @@ func BenchmarkSort1M(b *testing.B) {
 		{"customer1M", benchKeys(1_000_000)},
 		{"random1M", randomKeys(1_000_000)},
 	} {
-		s, unsorted := fillOneSegment(b, ks.keys, n)
+		s, unsorted := fillOneChunk(b, ks.keys, n)
+		c := s.cur
 		for _, alg := range []string{"radix", "pdq", "pdq-nolcp"} {
 			b.Run(ks.name+"/"+alg, func(b *testing.B) {
 				b.ReportMetric(0, "ns/op")
 				var total, cpu time.Duration
 				for i := 0; i < b.N; i++ {
 					b.StopTimer()
-					copy(s.seg, unsorted)
+					copy(c.slots(), unsorted)
 					b.StartTimer()
 					start, c0 := time.Now(), cpuTime()
 					switch alg {
 					case "radix":
-						sortSegment(s.chunks, s.seg, true)
+						sortSlots(c.buf, c.slots(), true)
 					case "pdq":
-						sortSegment(s.chunks, s.seg, false)
+						sortSlots(c.buf, c.slots(), false)
 					default:
-						ss := segSorter{chunks: s.chunks}
-						slices.SortFunc(s.seg, ss.cmp)
+						ss := segSorter{buf: c.buf}
+						slices.SortFunc(c.slots(), ss.cmp)
 					}
 					total += time.Since(start)
 					cpu += cpuTime() - c0
@@ -155,53 +165,60 @@ func BenchmarkSort1M(b *testing.B) {
 	}
 }
 
-// BenchmarkMergeInMemory adds 1M entries with the default chunk size (8 index segments) and
-// times Merge (sorting the segments) plus a full iteration.
+// BenchmarkMergeInMemory adds 1M entries with the default chunk size (no spill) and times
+// the Add phase (which sorts each chunk as it fills) and Merge plus a full iteration,
+// with and without the sorted copy of full chunks ("permute").
 func BenchmarkMergeInMemory(b *testing.B) {
-	keys := benchKeys(100_000)
-	rng := rand.New(rand.NewPCG(5, 6))
+	key := make([]byte, 16)
 	payload := []byte("0123456789abcdef")
-	var cpu time.Duration
-	for i := 0; i < b.N; i++ {
-		b.StopTimer()
-		s, err := New(Options{Dir: b.TempDir(), Budget: NewBudget(256 << 20)})
-		if err != nil {
-			b.Fatal(err)
-		}
-		for j := range 1_000_000 {
-			if err := s.Add(keys[rng.IntN(len(keys))], int64(j), int64(j), payload); err != nil {
-				b.Fatal(err)
+	for _, permute := range []bool{true, false} {
+		b.Run(fmt.Sprintf("permute=%v", permute), func(b *testing.B) {
+			var addCPU, mergeCPU time.Duration
+			rng := rand.New(rand.NewPCG(5, 6))
+			for i := 0; i < b.N; i++ {
+				s, err := New(Options{Dir: b.TempDir(), Budget: NewBudget(256 << 20)})
+				if err != nil {
+					b.Fatal(err)
+				}
+				s.permute = permute
+				c0 := cpuTime()
+				for j := range 1_000_000 {
+					setKey(key, rng.IntN(100_000))
+					if err := s.Add(key, int64(j), int64(j), payload); err != nil {
+						b.Fatal(err)
+					}
+				}
+				c1 := cpuTime()
+				it, err := s.Merge()
+				if err != nil {
+					b.Fatal(err)
+				}
+				m := 0
+				for it.Next() {
+					m++
+				}
+				if it.Err() != nil || m != 1_000_000 {
+					b.Fatal(it.Err(), m)
+				}
+				mergeCPU += cpuTime() - c1
+				addCPU += c1 - c0
+				_ = s.Close()
 			}
-		}
-		b.StartTimer()
-		c0 := cpuTime()
-		it, err := s.Merge()
-		if err != nil {
-			b.Fatal(err)
-		}
-		m := 0
-		for it.Next() {
-			m++
-		}
-		if it.Err() != nil || m != 1_000_000 {
-			b.Fatal(it.Err(), m)
-		}
-		cpu += cpuTime() - c0
-		b.StopTimer()
-		_ = s.Close()
+			b.ReportMetric(0, "ns/op")
+			b.ReportMetric(float64(addCPU.Nanoseconds())/float64(b.N)/1e6, "add_cpu-ns/entry")
+			b.ReportMetric(float64(mergeCPU.Nanoseconds())/float64(b.N)/1e6, "merge_cpu-ns/entry")
+		})
 	}
-	b.ReportMetric(1e6*float64(b.N)/b.Elapsed().Seconds()/1e6, "Mentries/s")
-	b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N)/1e6, "cpu-ns/entry")
 }
 
-// BenchmarkMergeSpilled adds 10M entries (16-byte keys, 16-byte payloads, uniform over the
-// key set) under a 64 MiB budget, then merges the runs and the memory. It reports the add
+// BenchmarkMergeSpilled adds 10M entries (16-byte keys "customer-0000042", 16-byte payloads,
+// uniform over 100k or 5M keys) under a 64 MiB budget, then merges the runs and the memory. It reports the add
 // phase (including sorting and spilling) and the merge phase separately.
 func BenchmarkMergeSpilled(b *testing.B) {
 	const n = 10_000_000
 	for _, nkeys := range []int{100_000, 5_000_000} {
 		b.Run(fmt.Sprintf("keys=%d", nkeys), func(b *testing.B) {
-			keys := benchKeys(nkeys)
+			key := make([]byte, 16)
 			payload := []byte("0123456789abcdef")
 			var addDur, mergeDur, addCPU, mergeCPU time.Duration
 			var st Stats
@@ -213,7 +230,8 @@ func BenchmarkMergeSpilled(b *testing.B) {
 				rng := rand.New(rand.NewPCG(7, 8))
 				start, c0 := time.Now(), cpuTime()
 				for j := range n {
-					if err := s.Add(keys[rng.IntN(nkeys)], int64(j), int64(j), payload); err != nil {
+					setKey(key, rng.IntN(nkeys))
+					if err := s.Add(key, int64(j), int64(j), payload); err != nil {
 						b.Fatal(err)
 					}
 				}

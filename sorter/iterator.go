@@ -5,7 +5,7 @@ import (
 	"errors"
 )
 
-// source is one sorted input of a merge: a run file or a sorted in-memory index segment.
+// source is one sorted input of a merge: a run file or a sorted in-memory chunk.
 type source struct {
 	order int // position among the merge's inputs; breaks exact ties (older first)
 
@@ -13,15 +13,15 @@ type source struct {
 	key, payload []byte
 	ts, off      int64
 
-	// in-memory segment
-	seg    []entry
-	i      int
-	chunks [][]byte
-	touch  byte // sink of the look-ahead loads (see next)
-	la     int
+	// in-memory chunk: sorted slots and the records they point to
+	seg []entry
+	i   int
+	buf []byte
 
 	// run file
 	run *runReader
+
+	done bool // exhausted
 }
 
 // next advances to the source's next entry.
@@ -34,21 +34,16 @@ func (s *source) next() (bool, error) {
 	}
 	e := &s.seg[s.i]
 	s.i++
-	// The sorted index visits the arena in random order: load a record a few entries ahead
-	// so that its cache miss overlaps with the work on this one.
-	if j := s.i + s.la; s.la > 0 && j < len(s.seg) {
-		q := s.seg[j].pos
-		s.touch += s.chunks[q>>32][uint32(q)]
-	}
-	s.key, s.payload = record(s.chunks, e.pos)
+	s.key, s.payload = record(s.buf, e.pos)
 	s.ts, s.off = e.ts, e.off
 	return true, nil
 }
 
-// lookAhead is how far ahead of the current entry a memory source touches the arena.
-const lookAhead = 8
-
+// less orders the current entries of two sources; an exhausted source is greater than all.
 func less(a, b *source) bool {
+	if a.done || b.done {
+		return !a.done && b.done
+	}
 	if c := bytes.Compare(a.key, b.key); c != 0 {
 		return c < 0
 	}
@@ -66,9 +61,15 @@ func less(a, b *source) bool {
 //
 // An Iterator is not safe for concurrent use. The memory returned by Key and Payload is owned
 // by the iterator and valid until the next call to Next, NextKey or Close. The iterator
-// becomes invalid (Next returns false) when its Sorter is Reset or Closed or merged again.
+// becomes invalid (Next returns false, Err says why) when its Sorter is Reset, Closed or
+// merged again.
 type Iterator struct {
-	h       []*source // min-heap; h[0] is the current entry once started
+	// srcs are the merge inputs; tree is a tournament (loser) tree over them: tree[0] is the
+	// winner, the source holding the current entry, and tree[1:] hold the losers of the
+	// matches, so that advancing the winner costs log2(len(srcs)) comparisons.
+	srcs    []*source
+	tree    []int
+	cur     *source
 	runs    []*runReader
 	started bool
 	err     error
@@ -77,91 +78,85 @@ type Iterator struct {
 	owner   *Sorter
 }
 
-// newIterator primes every source and builds the heap. On error it closes the runs.
+// newIterator primes every source and builds the tree. On error it closes the runs.
 func newIterator(srcs []*source, runs []*runReader) (*Iterator, error) {
-	it := &Iterator{runs: runs, h: make([]*source, 0, len(srcs))}
+	it := &Iterator{srcs: srcs, runs: runs}
 	for _, s := range srcs {
 		ok, err := s.next()
 		if err != nil {
 			_ = it.Close()
 			return nil, err
 		}
-		if ok {
-			it.h = append(it.h, s)
+		s.done = !ok
+	}
+	k := len(srcs)
+	if k == 0 {
+		return it, nil
+	}
+	it.tree = make([]int, k)
+	win := make([]int, 2*k)
+	for i := range k {
+		win[k+i] = i
+	}
+	for n := k - 1; n >= 1; n-- {
+		l, r := win[2*n], win[2*n+1]
+		if less(srcs[r], srcs[l]) {
+			l, r = r, l
 		}
+		win[n], it.tree[n] = l, r
 	}
-	for i := len(it.h)/2 - 1; i >= 0; i-- {
-		it.down(i)
+	if k == 1 {
+		win[1] = 0
 	}
+	it.tree[0] = win[1]
+	it.cur = srcs[win[1]]
 	return it, nil
 }
 
-func (it *Iterator) down(i int) {
-	h := it.h
-	n := len(h)
-	x := h[i]
-	for {
-		l := 2*i + 1
-		if l >= n {
-			break
+// replay re-runs the matches on the path of source w, which has advanced.
+func (it *Iterator) replay(w int) {
+	t, srcs := it.tree, it.srcs
+	for n := (len(srcs) + w) / 2; n >= 1; n /= 2 {
+		if less(srcs[t[n]], srcs[w]) {
+			t[n], w = w, t[n]
 		}
-		c := l
-		if r := l + 1; r < n && less(h[r], h[l]) {
-			c = r
-		}
-		if !less(h[c], x) {
-			break
-		}
-		h[i] = h[c]
-		i = c
 	}
-	h[i] = x
+	t[0] = w
+	it.cur = srcs[w]
 }
 
 // Next advances to the next entry and reports whether there is one. At the end, or on an
 // error (see Err), it returns false.
 func (it *Iterator) Next() bool {
-	if it.closed || it.err != nil {
+	if it.closed || it.err != nil || it.cur == nil {
 		return false
 	}
 	if !it.started {
 		it.started = true
-		return len(it.h) > 0
+		return !it.cur.done
 	}
-	if len(it.h) == 0 {
+	if it.cur.done {
 		return false
 	}
-	top := it.h[0]
-	ok, err := top.next()
+	ok, err := it.cur.next()
 	if err != nil {
 		it.err = err
-		it.h = it.h[:0]
 		return false
 	}
-	if !ok {
-		last := len(it.h) - 1
-		it.h[0] = it.h[last]
-		it.h[last] = nil
-		it.h = it.h[:last]
-		if last == 0 {
-			return false
-		}
-	}
-	if len(it.h) > 1 {
-		it.down(0)
-	}
-	return true
+	it.cur.done = !ok
+	it.replay(it.tree[0])
+	return !it.cur.done
 }
 
 // NextKey advances to the first entry of the next distinct key, skipping the rest of the
 // current key's entries. Before the first Next it behaves like Next.
 func (it *Iterator) NextKey() bool {
-	if !it.started || len(it.h) == 0 {
+	if !it.started || it.cur == nil || it.cur.done {
 		return it.Next()
 	}
-	it.keyBuf = append(it.keyBuf[:0], it.h[0].key...)
+	it.keyBuf = append(it.keyBuf[:0], it.cur.key...)
 	for it.Next() {
-		if !bytes.Equal(it.h[0].key, it.keyBuf) {
+		if !bytes.Equal(it.cur.key, it.keyBuf) {
 			return true
 		}
 	}
@@ -169,17 +164,17 @@ func (it *Iterator) NextKey() bool {
 }
 
 // Key returns the current entry's key (owned by the iterator, valid until the next Next).
-func (it *Iterator) Key() []byte { return it.h[0].key }
+func (it *Iterator) Key() []byte { return it.cur.key }
 
 // Time returns the current entry's event time.
-func (it *Iterator) Time() int64 { return it.h[0].ts }
+func (it *Iterator) Time() int64 { return it.cur.ts }
 
 // Offset returns the current entry's offset.
-func (it *Iterator) Offset() int64 { return it.h[0].off }
+func (it *Iterator) Offset() int64 { return it.cur.off }
 
 // Payload returns the current entry's payload (owned by the iterator, valid until the next
 // Next).
-func (it *Iterator) Payload() []byte { return it.h[0].payload }
+func (it *Iterator) Payload() []byte { return it.cur.payload }
 
 // Err returns the error that stopped the iteration, if any. Errors about damaged run files
 // wrap ErrCorrupt.
@@ -191,7 +186,6 @@ func (it *Iterator) Close() error {
 		return nil
 	}
 	it.closed = true
-	it.h = nil
 	var errs []error
 	for _, r := range it.runs {
 		errs = append(errs, r.close())

@@ -136,6 +136,7 @@ func TestRandomized(t *testing.T) {
 			t.Fatal(err)
 		}
 		s.radix = rng.IntN(2) == 0
+		s.permute = rng.IntN(3) != 0
 		s.maxRuns = 2 + rng.IntN(10)
 		n := rng.IntN(2000)
 		es := randomEntries(rng, n)
@@ -318,6 +319,84 @@ func TestIteratorInvalidated(t *testing.T) {
 	}
 }
 
+// TestCompactionBounded starves a sorter (its budget is taken by another) so that it spills
+// a run every few KiB (hundreds of runs), and checks that compaction keeps the runs under
+// maxRuns while rewriting each byte only a few times.
+func TestCompactionBounded(t *testing.T) {
+	budget := NewBudget(1 << 20)
+	dir := t.TempDir()
+	hog, err := New(Options{Dir: filepath.Join(dir, "hog"), Budget: budget, ChunkSize: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = hog.Close() }()
+	if err := hog.Add([]byte("k"), 0, 0, nil); err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(Options{Dir: filepath.Join(dir, "s"), Budget: budget, ChunkSize: 4 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = s.Close() }()
+	rng := newRand(9)
+	es := randomEntries(rng, 20000)
+	for _, e := range es {
+		if err := s.Add(e.key, e.ts, e.off, e.payload); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st := s.Stats()
+	if st.Runs >= int64(s.maxRuns) || budget.Used() != 1<<20 {
+		t.Fatalf("stats %+v, budget used %d", st, budget.Used())
+	}
+	amp := float64(s.written) / float64(st.SpilledBytes)
+	t.Logf("stats %+v, written %d, amplification %.1f", st, s.written, amp)
+	if amp > 4 {
+		t.Fatalf("each byte written %.1f times on average", amp)
+	}
+	check(t, s, sortedCopy(es), false)
+}
+
+// TestStarvedPrivateChunk checks that a sorter that gets nothing from the budget holds at
+// most one small private chunk (plus an oversized record's own chunk).
+func TestStarvedPrivateChunk(t *testing.T) {
+	budget := NewBudget(16 << 20)
+	dir := t.TempDir()
+	hog, err := New(Options{Dir: filepath.Join(dir, "hog"), Budget: budget})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = hog.Close() }()
+	for budget.Used() < budget.Limit() {
+		if err := hog.Add(make([]byte, 1<<20), 0, 0, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s, err := New(Options{Dir: filepath.Join(dir, "s"), Budget: budget})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = s.Close() }()
+	for i := range 5000 {
+		if err := s.Add([]byte("customer-0000042"), 0, int64(i), []byte("0123456789abcdef")); err != nil {
+			t.Fatal(err)
+		}
+		if m := s.Stats().MemBytes; m > maxPrivateChunk {
+			t.Fatalf("starved sorter holds %d bytes", m)
+		}
+	}
+	big := make([]byte, 200<<10)
+	if err := s.Add([]byte("big"), 0, 0, big); err != nil {
+		t.Fatal(err)
+	}
+	if m := s.Stats().MemBytes; m > int64(len(big))+1024 {
+		t.Fatalf("starved sorter holds %d bytes after a %d-byte record", m, len(big))
+	}
+	if budget.Used() != budget.Limit() || s.Stats().Runs == 0 {
+		t.Fatalf("budget %d/%d, stats %+v", budget.Used(), budget.Limit(), s.Stats())
+	}
+}
+
 func TestNewValidates(t *testing.T) {
 	dir := t.TempDir()
 	for _, o := range []Options{
@@ -334,8 +413,8 @@ func TestNewValidates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.chunk != 250 {
-		t.Errorf("default chunk for a 1000-byte budget = %d, want 250", s.chunk)
+	if s.chunk != 224 {
+		t.Errorf("default chunk for a 1000-byte budget = %d, want 224 (250 rounded down to slots)", s.chunk)
 	}
 	s, err = New(Options{Dir: dir, Budget: NewBudget(1 << 30)})
 	if err != nil {

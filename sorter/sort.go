@@ -4,22 +4,26 @@ import (
 	"bytes"
 	"encoding/binary"
 	"slices"
+	"unsafe"
 )
 
-// entry is one 32-byte slot of the in-memory index. The record it points to lives in an
-// arena chunk: uvarint key length, uvarint payload length, key, payload.
+// entry is one 32-byte index slot. Slots live at the back of their chunk; the record they
+// point to lives at the front of the same chunk: uvarint key length, uvarint payload length,
+// key, payload.
 type entry struct {
 	// prefix is the normalized key: big-endian key bytes [lcp, lcp+8) zero-padded, where lcp
-	// is the segment's common key prefix length (0 until the segment is sorted).
+	// is the chunk's common key prefix length (0 until the chunk is sorted).
 	prefix uint64
 	ts     int64
 	off    int64
-	pos    uint64 // arena chunk index << 32 | byte offset in the chunk; insertion order
+	pos    uint64 // byte offset of the record in the chunk; increases with insertion order
 }
 
-const entrySize = 32 // unsafe.Sizeof(entry{})
+const entrySize = 32
 
-func makePos(chunk, off int) uint64 { return uint64(chunk)<<32 | uint64(off) }
+// Compile-time check that entrySize is unsafe.Sizeof(entry{}): a negative constant would not
+// convert to uintptr.
+const _ = uintptr(entrySize-unsafe.Sizeof(entry{})) + uintptr(unsafe.Sizeof(entry{})-entrySize)
 
 // prefixAt returns the big-endian uint64 of key[from:from+8], zero-padded.
 func prefixAt(key []byte, from int) uint64 {
@@ -44,41 +48,56 @@ func uvarintLen(v uint64) int {
 	return n
 }
 
-// record decodes the record at pos. The returned slices alias the arena.
-func record(chunks [][]byte, pos uint64) (key, payload []byte) {
-	c := chunks[pos>>32]
-	p := int(uint32(pos))
-	var kl, pl int
-	if b := c[p]; b < 0x80 {
-		kl = int(b)
-		p++
+// putUvarint is binary.PutUvarint with a fast path for one byte.
+func putUvarint(b []byte, v uint64) int {
+	if v < 0x80 {
+		b[0] = byte(v)
+		return 1
+	}
+	return binary.PutUvarint(b, v)
+}
+
+// lengths decodes the two length prefixes of the record at the start of b and returns them
+// with the header size.
+func lengths(b []byte) (kl, pl, hdr int) {
+	if c := b[0]; c < 0x80 {
+		kl = int(c)
+		hdr = 1
 	} else {
-		v, n := binary.Uvarint(c[p:])
+		v, n := binary.Uvarint(b)
 		kl = int(v)
-		p += n
+		hdr = n
 	}
-	if b := c[p]; b < 0x80 {
-		pl = int(b)
-		p++
+	if c := b[hdr]; c < 0x80 {
+		pl = int(c)
+		hdr++
 	} else {
-		v, n := binary.Uvarint(c[p:])
+		v, n := binary.Uvarint(b[hdr:])
 		pl = int(v)
-		p += n
+		hdr += n
 	}
+	return kl, pl, hdr
+}
+
+// record decodes the record at pos in buf. The returned slices alias buf.
+func record(buf []byte, pos uint64) (key, payload []byte) {
+	b := buf[pos:]
+	kl, pl, p := lengths(b)
 	k := p + kl
 	e := k + pl
-	return c[p:k:k], c[k:e:e]
+	return b[p:k:k], b[k:e:e]
 }
 
 // recordKey is record without the payload.
-func recordKey(chunks [][]byte, pos uint64) []byte {
-	k, _ := record(chunks, pos)
-	return k
+func recordKey(buf []byte, pos uint64) []byte {
+	b := buf[pos:]
+	kl, _, p := lengths(b)
+	return b[p : p+kl : p+kl]
 }
 
-// segSorter sorts one index segment by (key, ts, offset, insertion order).
+// segSorter sorts the slots of one chunk by (key, ts, offset, insertion order).
 type segSorter struct {
-	chunks [][]byte
+	buf []byte // the chunk's records
 	// decisive: equal prefixes mean equal keys (all keys have the same length and fit in
 	// lcp+8 bytes), so the arena is never touched.
 	decisive bool
@@ -92,7 +111,7 @@ func (ss *segSorter) cmp(a, b entry) int {
 		return 1
 	}
 	if !ss.decisive {
-		if c := bytes.Compare(recordKey(ss.chunks, a.pos), recordKey(ss.chunks, b.pos)); c != 0 {
+		if c := bytes.Compare(recordKey(ss.buf, a.pos), recordKey(ss.buf, b.pos)); c != 0 {
 			return c
 		}
 	}
@@ -116,17 +135,17 @@ func (ss *segSorter) cmp(a, b entry) int {
 	return 0
 }
 
-// normalize computes the segment's common key prefix and rewrites the entries' prefixes to
+// normalize computes the chunk's common key prefix and rewrites the entries' prefixes to
 // the 8 key bytes that follow it, so keys such as "customer-0000042" still sort on the
 // fast path. It sets ss.decisive.
 func (ss *segSorter) normalize(seg []entry) {
 	if len(seg) == 0 {
 		return
 	}
-	first := recordKey(ss.chunks, seg[0].pos)
+	first := recordKey(ss.buf, seg[0].pos)
 	lcp, minLen, maxLen := len(first), len(first), len(first)
 	for i := 1; i < len(seg); i++ {
-		k := recordKey(ss.chunks, seg[i].pos)
+		k := recordKey(ss.buf, seg[i].pos)
 		if len(k) < minLen {
 			minLen = len(k)
 		}
@@ -144,15 +163,15 @@ func (ss *segSorter) normalize(seg []entry) {
 	}
 	if lcp > 0 {
 		for i := range seg {
-			seg[i].prefix = prefixAt(recordKey(ss.chunks, seg[i].pos), lcp)
+			seg[i].prefix = prefixAt(recordKey(ss.buf, seg[i].pos), lcp)
 		}
 	}
 	ss.decisive = minLen == maxLen && maxLen <= lcp+8
 }
 
-// sortSegment sorts seg in place.
-func sortSegment(chunks [][]byte, seg []entry, radix bool) {
-	ss := segSorter{chunks: chunks}
+// sortSlots sorts a chunk's slots in place.
+func sortSlots(buf []byte, seg []entry, radix bool) {
+	ss := segSorter{buf: buf}
 	ss.normalize(seg)
 	if radix {
 		ss.radix(seg, 56)
@@ -161,15 +180,32 @@ func sortSegment(chunks [][]byte, seg []entry, radix bool) {
 	slices.SortFunc(seg, ss.cmp)
 }
 
-// radixCutoff is the bucket size below which the radix sort hands over to a comparison sort.
-const radixCutoff = 64
+// radixCutoff is the bucket size below which the radix sort hands over to insertion sort.
+const radixCutoff = 24
+
+// less is cmp < 0 with the prefix test inlined.
+func (ss *segSorter) less(a, b *entry) bool {
+	if a.prefix != b.prefix {
+		return a.prefix < b.prefix
+	}
+	return ss.cmp(*a, *b) < 0
+}
+
+// insertion sorts a small bucket.
+func (ss *segSorter) insertion(es []entry) {
+	for i := 1; i < len(es); i++ {
+		for j := i; j > 0 && ss.less(&es[j], &es[j-1]); j-- {
+			es[j], es[j-1] = es[j-1], es[j]
+		}
+	}
+}
 
 // radix is an in-place MSD radix sort (American flag sort) on the prefix byte at shift,
 // finishing small buckets and full-prefix ties with the comparison sort.
 func (ss *segSorter) radix(es []entry, shift uint) {
 	for {
 		if len(es) <= radixCutoff {
-			slices.SortFunc(es, ss.cmp)
+			ss.insertion(es)
 			return
 		}
 		var count [256]int

@@ -6,13 +6,17 @@
 // calls Merge and reads the records back ordered by (key bytes, event time, offset), so that
 // it can fold each key once. Exact ties are returned in insertion order.
 //
-// Memory: records are copied into large byte arenas, and a compact 32-byte index entry per
-// record (normalized 8-byte key prefix, time, offset, arena position) is kept in fixed-size
-// index segments. Arenas and segments are reserved chunk by chunk from a Budget shared by all
-// sorters of the process (backlog.sort_memory). When a reservation fails, the sorter sorts
-// its buffer, writes it to a run file in its directory, releases its memory and goes on; an
-// empty sorter that still gets nothing falls back to a small private chunk rather than
-// waiting. Merge is a streaming k-way merge of the run files and the sorted segments.
+// Memory is reserved chunk by chunk from a Budget shared by all sorters of the process
+// (backlog.sort_memory). A chunk is a slotted page: records (key, payload) are appended at its
+// front and a compact 32-byte index slot per record (normalized 8-byte key prefix, time,
+// offset, record position) at its back. When a chunk is full the sorter sorts its slots (an
+// MSD radix sort on the normalized prefix) and copies its records, in sorted order, into the
+// next chunk it reserves; the old memory becomes the new chunk to fill. The merge then reads
+// each chunk sequentially, and that costs no memory beyond the chunks themselves.
+// When a reservation fails, the sorter merges its chunks into a run file in its directory,
+// releases its memory and goes on; an empty sorter that still gets nothing falls back to a
+// small private chunk rather than waiting. Merge is a streaming k-way merge of the run files
+// and the sorted chunks.
 //
 // Run files are scratch: they are never fsynced, and a crash leaves them to be removed at
 // start-up by New or Clean. Their format is described in run.go.
@@ -31,16 +35,17 @@ import (
 const (
 	// DefaultChunkSize is the default reservation unit.
 	DefaultChunkSize = 4 << 20
-	// MinChunkSize is the smallest ChunkSize accepted.
+	// MinChunkSize and MaxChunkSize bound Options.ChunkSize.
 	MinChunkSize = 64
+	MaxChunkSize = 1 << 30
 	// maxPrivateChunk caps the private chunk an empty, starved sorter allocates outside the
 	// budget (the "small constant").
 	maxPrivateChunk = 64 << 10
-	// defaultMaxRuns is the number of run files that triggers a compaction of the newer half
-	// into one run, bounding the merge fan-in (one read buffer per run).
+	// defaultMaxRuns bounds the number of run files, hence the merge fan-in (one read buffer
+	// per run); see nextCompaction.
 	defaultMaxRuns = 64
-	// maxRecord is the largest arena record (offsets in a chunk are 32-bit).
-	maxRecord = 1<<32 - 1
+	// maxRecord bounds an entry's size so that it fits a run block (see maxBlockLen).
+	maxRecord = maxBlockLen - 64
 )
 
 // Sentinel errors.
@@ -58,8 +63,9 @@ type Options struct {
 	Dir string
 	// Budget is the shared sort memory. Required.
 	Budget *Budget
-	// ChunkSize is the number of bytes reserved from the budget at a time. Zero means
-	// DefaultChunkSize, clamped to Budget.Limit()/4 (at least MinChunkSize) for small budgets.
+	// ChunkSize is the number of bytes reserved from the budget at a time, rounded down to a
+	// multiple of 32. Zero means DefaultChunkSize, clamped to Budget.Limit()/4 (at least
+	// MinChunkSize) for small budgets. A record larger than a chunk gets a chunk of its own.
 	ChunkSize int
 }
 
@@ -88,25 +94,21 @@ type Sorter struct {
 	chunk   int // reservation unit
 	private int // size of a private (unbudgeted) chunk
 	maxRuns int
-	radix   bool // sort algorithm for segments (see BenchmarkSort1M)
+	radix   bool // sort algorithm for chunks (see BenchmarkSort1M)
+	permute bool // copy full chunks in sorted order (see BenchmarkMergeInMemory)
 	st      state
 
-	// Arena: chunks[i] are full-length views; cur is the last chunk, len(cur) = bytes used.
-	chunks [][]byte
-	cur    []byte
-	// Index: full segments, then seg, the segment being filled.
-	segs [][]entry
-	seg  []entry
-
+	chunks   []*chunk // in insertion order; the last one is cur
+	cur      *chunk
 	reserved int64 // bytes reserved from budget
 	privMem  int64 // bytes allocated outside the budget
 	memN     int64 // entries in memory
 	n        int64 // entries since Reset
-	sorted   bool  // memory segments are sorted (after Merge)
 
 	runs    []runFile
 	seq     int
 	spilled int64 // bytes in current run files
+	written int64 // bytes written to run files since Reset, compactions included
 
 	it *Iterator // the open iterator of the last Merge
 }
@@ -135,9 +137,10 @@ func New(o Options) (*Sorter, error) {
 	case chunk == 0:
 		chunk = int(min(int64(DefaultChunkSize), o.Budget.Limit()/4))
 		chunk = max(chunk, MinChunkSize)
-	case chunk < MinChunkSize:
-		return nil, fmt.Errorf("sorter: Options.ChunkSize %d is below the minimum %d", chunk, MinChunkSize)
+	case chunk < MinChunkSize || chunk > MaxChunkSize:
+		return nil, fmt.Errorf("sorter: Options.ChunkSize %d is outside [%d, %d]", chunk, MinChunkSize, MaxChunkSize)
 	}
+	chunk -= chunk % entrySize
 	if err := os.MkdirAll(o.Dir, 0o755); err != nil {
 		return nil, fmt.Errorf("sorter: create dir: %w", err)
 	}
@@ -151,12 +154,14 @@ func New(o Options) (*Sorter, error) {
 		private: min(chunk, maxPrivateChunk),
 		maxRuns: defaultMaxRuns,
 		radix:   true,
+		permute: true,
 	}, nil
 }
 
 // Add copies an entry into the sorter. When the in-memory buffer cannot grow because the
 // budget is exhausted, Add sorts the buffer, writes it as a run file, releases its memory and
-// continues. Add does not allocate except when it takes a new chunk.
+// continues. Add does not allocate except when it takes a new chunk; when it does, it also
+// sorts the chunk just filled.
 func (s *Sorter) Add(key []byte, ts int64, offset int64, payload []byte) error {
 	if s.st != adding {
 		if s.st == closed {
@@ -165,52 +170,48 @@ func (s *Sorter) Add(key []byte, ts int64, offset int64, payload []byte) error {
 		return ErrMerged
 	}
 	need := uvarintLen(uint64(len(key))) + uvarintLen(uint64(len(payload))) + len(key) + len(payload)
-	if len(s.seg) == cap(s.seg) || cap(s.cur)-len(s.cur) < need {
-		if err := s.grow(need); err != nil {
+	c := s.cur
+	if c == nil || c.room() < need+entrySize {
+		if err := s.grow(need + entrySize); err != nil {
 			return err
 		}
+		c = s.cur
 	}
-	pos := makePos(len(s.chunks)-1, len(s.cur))
-	c := s.cur
-	c = appendUvarint(c, uint64(len(key)))
-	c = appendUvarint(c, uint64(len(payload)))
-	c = append(c, key...)
-	c = append(c, payload...)
-	s.cur = c
-	s.seg = append(s.seg, entry{prefix: prefixAt(key, 0), ts: ts, off: offset, pos: pos})
+	p := c.used
+	b := c.buf[p : p+need]
+	n := putUvarint(b, uint64(len(key)))
+	n += putUvarint(b[n:], uint64(len(payload)))
+	n += copy(b[n:], key)
+	copy(b[n:], payload)
+	c.used = p + need
+	c.slot--
+	c.ents[c.slot] = entry{prefix: prefixAt(key, 0), ts: ts, off: offset, pos: uint64(p)}
 	s.memN++
 	s.n++
 	return nil
 }
 
-func appendUvarint(b []byte, v uint64) []byte {
-	if v < 0x80 {
-		return append(b, byte(v))
+// grow makes a chunk with full free bytes current, spilling if the budget says no.
+func (s *Sorter) grow(full int) error {
+	if full > maxRecord {
+		return fmt.Errorf("%w: %d bytes", ErrTooLarge, full)
 	}
-	for v >= 0x80 {
-		b = append(b, byte(v)|0x80)
-		v >>= 7
+	own := (full + entrySize - 1) / entrySize * entrySize // a chunk of its own
+	size, private := s.chunk, s.private
+	if full > size {
+		size = own
 	}
-	return append(b, byte(v))
-}
-
-// grow makes room for one index entry and need arena bytes, spilling if the budget says no.
-func (s *Sorter) grow(need int) error {
-	if need > maxRecord {
-		return fmt.Errorf("%w: %d bytes", ErrTooLarge, need)
+	if full > private {
+		private = own
 	}
 	for {
-		if s.tryGrow(need) {
+		if s.budget.tryReserve(int64(size)) {
+			s.addChunk(size, true)
 			return nil
 		}
 		if s.memN == 0 {
 			// Starved: even an empty sorter gets no chunk. Use private memory.
-			if len(s.seg) == cap(s.seg) {
-				s.addSeg(s.private, false)
-			}
-			if cap(s.cur)-len(s.cur) < need {
-				s.addChunk(max(s.private, need), false)
-			}
+			s.addChunk(private, false)
 			return nil
 		}
 		if err := s.spill(); err != nil {
@@ -219,37 +220,30 @@ func (s *Sorter) grow(need int) error {
 	}
 }
 
-// tryGrow reserves what is missing from the budget.
-func (s *Sorter) tryGrow(need int) bool {
-	if len(s.seg) == cap(s.seg) {
-		if !s.budget.tryReserve(int64(s.chunk)) {
-			return false
+// addChunk makes a new chunk of size bytes current. The chunk it replaces is sorted and, when
+// the sizes allow, copied into the new memory in sorted order; the old memory is then reused
+// as the current chunk.
+func (s *Sorter) addChunk(size int, reserved bool) {
+	s.account(int64(size), reserved)
+	nc := newChunk(size, reserved)
+	old := s.cur
+	switch {
+	case old == nil:
+	case old.len() == 0:
+		// Too small for the record that is coming: drop it.
+		s.account(-old.size(), old.reserved)
+		s.chunks = s.chunks[:len(s.chunks)-1]
+	default:
+		old.sort(s.radix)
+		if s.permute && old.size() == nc.size() && old.reserved == nc.reserved {
+			old.permuteInto(nc)
+			s.chunks[len(s.chunks)-1] = nc
+			old.reset()
+			nc = old
 		}
-		s.addSeg(s.chunk, true)
 	}
-	if cap(s.cur)-len(s.cur) < need {
-		size := max(s.chunk, need)
-		if !s.budget.tryReserve(int64(size)) {
-			return false
-		}
-		s.addChunk(size, true)
-	}
-	return true
-}
-
-func (s *Sorter) addSeg(bytes int, reserved bool) {
-	if len(s.seg) > 0 {
-		s.segs = append(s.segs, s.seg)
-	}
-	s.seg = make([]entry, 0, max(bytes/entrySize, 1))
-	s.account(int64(bytes), reserved)
-}
-
-func (s *Sorter) addChunk(bytes int, reserved bool) {
-	c := make([]byte, bytes)
-	s.chunks = append(s.chunks, c)
-	s.cur = c[:0]
-	s.account(int64(bytes), reserved)
+	s.chunks = append(s.chunks, nc)
+	s.cur = nc
 }
 
 func (s *Sorter) account(n int64, reserved bool) {
@@ -267,38 +261,23 @@ func (s *Sorter) freeMemory() {
 	clear(s.chunks)
 	s.chunks = s.chunks[:0]
 	s.cur = nil
-	clear(s.segs)
-	s.segs = s.segs[:0]
-	s.seg = nil
 	s.memN = 0
-	s.sorted = false
 }
 
-// segments returns the non-empty index segments in insertion order.
-func (s *Sorter) segments() [][]entry {
-	all := s.segs
-	if len(s.seg) > 0 {
-		all = append(all[:len(all):len(all)], s.seg)
-	}
-	return all
-}
-
+// sortMemory sorts the chunks not sorted yet (the current one).
 func (s *Sorter) sortMemory() {
-	if s.sorted {
-		return
+	for _, c := range s.chunks {
+		c.sort(s.radix)
 	}
-	for _, seg := range s.segments() {
-		sortSegment(s.chunks, seg, s.radix)
-	}
-	s.sorted = true
 }
 
-// memorySources returns one merge source per sorted segment, ordered after the first ones.
+// memorySources returns one merge source per non-empty chunk, ordered after the first ones.
 func (s *Sorter) memorySources(first int) []*source {
-	segs := s.segments()
-	srcs := make([]*source, len(segs))
-	for i, seg := range segs {
-		srcs[i] = &source{order: first + i, seg: seg, chunks: s.chunks}
+	srcs := make([]*source, 0, len(s.chunks))
+	for _, c := range s.chunks {
+		if c.len() > 0 {
+			srcs = append(srcs, &source{order: first + len(srcs), seg: c.slots(), buf: c.buf})
+		}
 	}
 	return srcs
 }
@@ -314,10 +293,15 @@ func (s *Sorter) spill() error {
 		return err
 	}
 	s.freeMemory()
-	if len(s.runs) >= s.maxRuns {
-		return s.compact()
+	for {
+		from, k, ok := s.nextCompaction()
+		if !ok {
+			return nil
+		}
+		if err := s.compact(from, k); err != nil {
+			return err
+		}
 	}
-	return nil
 }
 
 // writeRun writes the iterator's entries to a new run file inserted at runs[at].
@@ -349,14 +333,55 @@ func (s *Sorter) writeRun(it *Iterator, at int) (err error) {
 	}
 	s.runs = slices.Insert(s.runs, at, runFile{path: path, size: w.size, entries: w.entries})
 	s.spilled += w.size
+	s.written += w.size
 	return nil
 }
 
-// compact merges the newer half of the runs into one, keeping their relative order.
-func (s *Sorter) compact() error {
-	from := len(s.runs) - max(s.maxRuns/2, 2)
-	from = max(from, 0)
-	old := slices.Clone(s.runs[from:])
+// nextCompaction picks adjacent runs to merge into one, if any are due. Nothing is merged
+// while there are fewer than maxRuns/2 runs, so the usual backlog (a handful of
+// budget-sized runs) is written once. Beyond that, runs are merged like tiers of an LSM
+// tree: the newest maxRuns/4 runs once their sizes are within a factor 4 of each other. At
+// maxRuns, a fallback picks the window (of 2 to maxRuns/2 runs) that costs the fewest bytes
+// per run removed. A starved sorter spilling tiny runs thus rewrites each byte about
+// log(runs)/log(maxRuns/4) times, and a merge never opens more than maxRuns files. Merging
+// adjacent runs keeps exact ties in insertion order.
+func (s *Sorter) nextCompaction() (from, k int, ok bool) {
+	n := len(s.runs)
+	f := max(s.maxRuns/4, 2)
+	if n >= max(s.maxRuns/2, f) {
+		lo, hi := s.runs[n-f].size, s.runs[n-f].size
+		for _, r := range s.runs[n-f:] {
+			lo, hi = min(lo, r.size), max(hi, r.size)
+		}
+		if hi <= 4*lo {
+			return n - f, f, true
+		}
+	}
+	if n < s.maxRuns {
+		return 0, 0, false
+	}
+	var best float64
+	for l := 2; l <= max(s.maxRuns/2, 2) && l <= n; l++ {
+		var sum int64
+		for i, r := range s.runs {
+			sum += r.size
+			if i >= l {
+				sum -= s.runs[i-l].size
+			}
+			if i < l-1 {
+				continue
+			}
+			if c := float64(sum) / float64(l-1); k == 0 || c <= best {
+				best, from, k = c, i-l+1, l
+			}
+		}
+	}
+	return from, k, true
+}
+
+// compact merges runs[from:from+k] into one run at the same place.
+func (s *Sorter) compact(from, k int) error {
+	old := slices.Clone(s.runs[from : from+k])
 	srcs, readers, err := openRuns(old, 0)
 	if err != nil {
 		return err
@@ -365,9 +390,10 @@ func (s *Sorter) compact() error {
 	if err != nil {
 		return err
 	}
-	s.runs = s.runs[:from]
+	all := s.runs
+	s.runs = slices.Delete(slices.Clone(all), from, from+k)
 	if err := s.writeRun(it, from); err != nil {
-		s.runs = append(s.runs, old...)
+		s.runs = all
 		return err
 	}
 	var errs []error
@@ -404,7 +430,7 @@ func (s *Sorter) Len() int64 { return s.n }
 // Merge returns an iterator over all entries, in memory and in runs, in (key, event time,
 // offset) order. After Merge, Add fails until Reset. The iterator holds one block buffer
 // (~64 KiB) per run file. Merge may be called again; that invalidates the previous iterator.
-// The caller closes the iterator; Reset and Close also do.
+// The caller closes the iterator; Reset and Close also do. After an error, Reset the sorter.
 func (s *Sorter) Merge() (*Iterator, error) {
 	if s.st == closed {
 		return nil, ErrClosed
@@ -453,7 +479,7 @@ func (s *Sorter) Reset() error {
 		}
 	}
 	s.runs = s.runs[:0]
-	s.spilled = 0
+	s.spilled, s.written = 0, 0
 	s.n = 0
 	s.st = adding
 	return errors.Join(errs...)
@@ -467,7 +493,7 @@ func (s *Sorter) Close() error {
 	}
 	err := s.Reset()
 	s.st = closed
-	s.chunks, s.segs, s.runs = nil, nil, nil
+	s.chunks, s.runs = nil, nil
 	return err
 }
 

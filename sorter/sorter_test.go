@@ -18,191 +18,202 @@ import (
 //	    a new sorter in <root>/<name>; budget=N makes a new shared Budget, otherwise the
 //	    previous one is shared
 //	add [name=s] [key=K ts=T off=O payload=P]  and/or input lines "key=K ts=T off=O payload=P"
-//	    prints "spill: runs=N" whenever the number of runs changes
+//	    prints "spill: runs=N" whenever run files are written (spills and compactions)
 //	stats [name=s] | merge [name=s] [nextkey] | reset [name=s] | close [name=s] | spill [name=s]
 //	corrupt [name=s] run=I byte=B | truncate [name=s] run=I size=N
 //	files                 lists the files under <root>
 //	touch path=P          creates a file under <root>
 //	clean                 runs Clean(<root>)
 func TestDataDriven(t *testing.T) {
-	datadriven.Walk(t, "testdata", func(t *testing.T, path string) {
-		root := t.TempDir()
-		var budget *Budget
-		sorters := map[string]*Sorter{}
-		defer func() {
-			for _, s := range sorters {
+	files, err := os.ReadDir("testdata")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		if f.Type().IsRegular() { // not testdata/fuzz
+			t.Run(f.Name(), func(t *testing.T) { runDataDriven(t, filepath.Join("testdata", f.Name())) })
+		}
+	}
+}
+
+// runDataDriven runs one testdata file in a fresh root directory.
+func runDataDriven(t *testing.T, path string) {
+	root := t.TempDir()
+	var budget *Budget
+	sorters := map[string]*Sorter{}
+	defer func() {
+		for _, s := range sorters {
+			_ = s.Close()
+		}
+	}()
+	clean := func(err error) string {
+		return "error: " + strings.ReplaceAll(err.Error(), root, "<root>")
+	}
+	datadriven.RunTest(t, path, func(t *testing.T, td *datadriven.TestData) string {
+		name := "s"
+		td.MaybeScanArgs(t, "name", &name)
+		s := sorters[name]
+		needSorter := func() {
+			if s == nil {
+				td.Fatalf(t, "no sorter %q", name)
+			}
+		}
+		switch td.Cmd {
+		case "new":
+			if td.HasArg("budget") {
+				var n int64
+				td.ScanArgs(t, "budget", &n)
+				budget = NewBudget(n)
+			}
+			o := Options{Dir: filepath.Join(root, name), Budget: budget}
+			td.MaybeScanArgs(t, "chunk", &o.ChunkSize)
+			ns, err := New(o)
+			if err != nil {
+				return clean(err)
+			}
+			td.MaybeScanArgs(t, "maxruns", &ns.maxRuns)
+			if td.HasArg("sort") {
+				var alg string
+				td.ScanArgs(t, "sort", &alg)
+				ns.radix = alg == "radix"
+			}
+			if s != nil {
 				_ = s.Close()
 			}
-		}()
-		clean := func(err error) string {
-			return "error: " + strings.ReplaceAll(err.Error(), root, "<root>")
-		}
-		datadriven.RunTest(t, path, func(t *testing.T, td *datadriven.TestData) string {
-			name := "s"
-			td.MaybeScanArgs(t, "name", &name)
-			s := sorters[name]
-			needSorter := func() {
-				if s == nil {
-					td.Fatalf(t, "no sorter %q", name)
+			sorters[name] = ns
+			return fmt.Sprintf("chunk=%d", ns.chunk)
+
+		case "add":
+			needSorter()
+			var lines []string
+			if td.HasArg("key") {
+				var b strings.Builder
+				for _, a := range td.CmdArgs {
+					if a.Key != "name" {
+						fmt.Fprintf(&b, "%s=%s ", a.Key, strings.Join(a.Vals, ","))
+					}
+				}
+				lines = []string{b.String()}
+			}
+			for l := range strings.SplitSeq(td.Input, "\n") {
+				if strings.TrimSpace(l) != "" {
+					lines = append(lines, l)
 				}
 			}
-			switch td.Cmd {
-			case "new":
-				if td.HasArg("budget") {
-					var n int64
-					td.ScanArgs(t, "budget", &n)
-					budget = NewBudget(n)
-				}
-				o := Options{Dir: filepath.Join(root, name), Budget: budget}
-				td.MaybeScanArgs(t, "chunk", &o.ChunkSize)
-				ns, err := New(o)
-				if err != nil {
-					return clean(err)
-				}
-				td.MaybeScanArgs(t, "maxruns", &ns.maxRuns)
-				if td.HasArg("sort") {
-					var alg string
-					td.ScanArgs(t, "sort", &alg)
-					ns.radix = alg == "radix"
-				}
-				if s != nil {
-					_ = s.Close()
-				}
-				sorters[name] = ns
-				return fmt.Sprintf("chunk=%d", ns.chunk)
-
-			case "add":
-				needSorter()
-				var lines []string
-				if td.HasArg("key") {
-					var b strings.Builder
-					for _, a := range td.CmdArgs {
-						if a.Key != "name" {
-							fmt.Fprintf(&b, "%s=%s ", a.Key, strings.Join(a.Vals, ","))
-						}
-					}
-					lines = []string{b.String()}
-				}
-				for l := range strings.SplitSeq(td.Input, "\n") {
-					if strings.TrimSpace(l) != "" {
-						lines = append(lines, l)
-					}
-				}
-				var out strings.Builder
-				for _, l := range lines {
-					key, ts, off, payload := parseEntry(t, l)
-					runs := s.Stats().Runs
-					if err := s.Add(key, ts, off, payload); err != nil {
-						fmt.Fprintln(&out, clean(err))
-						continue
-					}
-					if r := s.Stats().Runs; r != runs {
-						fmt.Fprintf(&out, "spill: runs=%d\n", r)
-					}
-				}
-				return out.String()
-
-			case "stats":
-				needSorter()
-				st := s.Stats()
-				return fmt.Sprintf("entries=%d mem=%d spilled=%d runs=%d budget=%d/%d",
-					st.Entries, st.MemBytes, st.SpilledBytes, st.Runs, budget.Used(), budget.Limit())
-
-			case "merge":
-				needSorter()
-				it, err := s.Merge()
-				if err != nil {
-					return clean(err)
-				}
-				defer func() { _ = it.Close() }()
-				next := it.Next
-				if td.HasArg("nextkey") {
-					next = it.NextKey
-				}
-				var out strings.Builder
-				n := 0
-				for next() {
-					fmt.Fprintf(&out, "%s %d %d %s\n", show(it.Key()), it.Time(), it.Offset(), show(it.Payload()))
-					n++
-				}
-				if err := it.Err(); err != nil {
+			var out strings.Builder
+			for _, l := range lines {
+				key, ts, off, payload := parseEntry(t, l)
+				seq := s.seq
+				if err := s.Add(key, ts, off, payload); err != nil {
 					fmt.Fprintln(&out, clean(err))
-				} else {
-					fmt.Fprintf(&out, "(%d entries)\n", n)
+					continue
 				}
-				return out.String()
-
-			case "reset":
-				needSorter()
-				if err := s.Reset(); err != nil {
-					return clean(err)
+				if s.seq != seq {
+					fmt.Fprintf(&out, "spill: runs=%d (run files written: %d)\n", len(s.runs), s.seq)
 				}
-				return "ok"
-
-			case "close":
-				needSorter()
-				if err := s.Close(); err != nil {
-					return clean(err)
-				}
-				return "ok"
-
-			case "spill":
-				needSorter()
-				if err := s.spill(); err != nil {
-					return clean(err)
-				}
-				return fmt.Sprintf("runs=%d", len(s.runs))
-
-			case "corrupt", "truncate":
-				needSorter()
-				var run int
-				td.ScanArgs(t, "run", &run)
-				if run >= len(s.runs) {
-					return fmt.Sprintf("no run %d (%d runs)", run, len(s.runs))
-				}
-				p := s.runs[run].path
-				data, err := os.ReadFile(p)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if td.Cmd == "corrupt" {
-					var b int
-					td.ScanArgs(t, "byte", &b)
-					data[b] ^= 0xff
-				} else {
-					var n int
-					td.ScanArgs(t, "size", &n)
-					data = data[:n]
-				}
-				if err := os.WriteFile(p, data, 0o644); err != nil {
-					t.Fatal(err)
-				}
-				return fmt.Sprintf("%s (%d bytes)", filepath.Base(p), len(data))
-
-			case "files":
-				return listFiles(t, root)
-
-			case "touch":
-				var p string
-				td.ScanArgs(t, "path", &p)
-				full := filepath.Join(root, p)
-				if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
-					t.Fatal(err)
-				}
-				if err := os.WriteFile(full, []byte("stale"), 0o644); err != nil {
-					t.Fatal(err)
-				}
-				return "ok"
-
-			case "clean":
-				if err := Clean(root); err != nil {
-					return clean(err)
-				}
-				return listFiles(t, root)
 			}
-			td.Fatalf(t, "unknown command %q", td.Cmd)
-			return ""
-		})
+			return out.String()
+
+		case "stats":
+			needSorter()
+			st := s.Stats()
+			return fmt.Sprintf("entries=%d mem=%d spilled=%d runs=%d budget=%d/%d",
+				st.Entries, st.MemBytes, st.SpilledBytes, st.Runs, budget.Used(), budget.Limit())
+
+		case "merge":
+			needSorter()
+			it, err := s.Merge()
+			if err != nil {
+				return clean(err)
+			}
+			defer func() { _ = it.Close() }()
+			next := it.Next
+			if td.HasArg("nextkey") {
+				next = it.NextKey
+			}
+			var out strings.Builder
+			n := 0
+			for next() {
+				fmt.Fprintf(&out, "%s %d %d %s\n", show(it.Key()), it.Time(), it.Offset(), show(it.Payload()))
+				n++
+			}
+			if err := it.Err(); err != nil {
+				fmt.Fprintln(&out, clean(err))
+			} else {
+				fmt.Fprintf(&out, "(%d entries)\n", n)
+			}
+			return out.String()
+
+		case "reset":
+			needSorter()
+			if err := s.Reset(); err != nil {
+				return clean(err)
+			}
+			return "ok"
+
+		case "close":
+			needSorter()
+			if err := s.Close(); err != nil {
+				return clean(err)
+			}
+			return "ok"
+
+		case "spill":
+			needSorter()
+			if err := s.spill(); err != nil {
+				return clean(err)
+			}
+			return fmt.Sprintf("runs=%d", len(s.runs))
+
+		case "corrupt", "truncate":
+			needSorter()
+			var run int
+			td.ScanArgs(t, "run", &run)
+			if run >= len(s.runs) {
+				return fmt.Sprintf("no run %d (%d runs)", run, len(s.runs))
+			}
+			p := s.runs[run].path
+			data, err := os.ReadFile(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if td.Cmd == "corrupt" {
+				var b int
+				td.ScanArgs(t, "byte", &b)
+				data[b] ^= 0xff
+			} else {
+				var n int
+				td.ScanArgs(t, "size", &n)
+				data = data[:n]
+			}
+			if err := os.WriteFile(p, data, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			return fmt.Sprintf("%s (%d bytes)", filepath.Base(p), len(data))
+
+		case "files":
+			return listFiles(t, root)
+
+		case "touch":
+			var p string
+			td.ScanArgs(t, "path", &p)
+			full := filepath.Join(root, p)
+			if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(full, []byte("stale"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			return "ok"
+
+		case "clean":
+			if err := Clean(root); err != nil {
+				return clean(err)
+			}
+			return listFiles(t, root)
+		}
+		td.Fatalf(t, "unknown command %q", td.Cmd)
+		return ""
 	})
 }
 
