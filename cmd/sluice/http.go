@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"net/http"
+	"net/http/pprof"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -10,7 +11,8 @@ import (
 	"github.com/sluice-dev/sluice/consumer"
 )
 
-// httpHandler serves /metrics, /healthz, /readyz and /status.
+// httpHandler serves /metrics, /healthz, /readyz, /status and /debug/pprof/ (Go profiles: the
+// listener is loopback by default).
 func httpHandler(eng *consumer.Engine, reg *prometheus.Registry) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
@@ -30,5 +32,9 @@ func httpHandler(eng *consumer.Engine, reg *prometheus.Registry) http.Handler {
 		enc.SetIndent("", "  ")
 		enc.Encode(map[string]any{"ready": eng.Ready(), "tasks": eng.Status()})
 	})
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	return mux
 }

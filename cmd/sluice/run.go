@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -42,6 +43,9 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	return runPipeline(ctx, cfg, newLogger(cfg, stderr), runOpts{})
 }
 
+// memAllowance is the memory beyond backlog.sort_memory the process plans for (GOMEMLIMIT).
+const memAllowance = 200 << 20
+
 // runOpts are the hooks demo and tests use around a pipeline run.
 type runOpts struct {
 	kafkaOpts []kgo.Opt
@@ -64,6 +68,14 @@ func runPipeline(ctx context.Context, cfg *configs.Config, log *slog.Logger, ro 
 		defer c.Close()
 		cfg.Kafka.Brokers = c.ListenAddrs()
 		log.Info("embedded broker started", "addr", cfg.Kafka.Brokers)
+	}
+	if os.Getenv("GOMEMLIMIT") == "" {
+		// The sort budget is live heap; Go's default pacing would let the heap reach twice the
+		// live size. A soft limit keeps the process near sort_memory plus a fixed allowance for
+		// fetch and produce buffers, Pebble's memtables and cache.
+		limit := int64(cfg.Backlog.SortMemory) + memAllowance
+		debug.SetMemoryLimit(limit)
+		log.Debug("memory limit set", "bytes", limit)
 	}
 	if err := os.MkdirAll(cfg.Processing.StateDir, 0o755); err != nil {
 		return fmt.Errorf("state dir: %w", err)
