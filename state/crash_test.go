@@ -29,6 +29,8 @@ func crashOnce(t *testing.T, seed uint64) {
 	rng := rand.New(rand.NewPCG(seed, 7))
 	fs := vfs.NewCrashableMem()
 	d := openDB(t, Options{Dir: "/state", fs: fs})
+	d.loaderFileSize = 512 // with tiny blocks, loads span several sstables, ingested together
+	d.sstOpts.BlockSize = 64
 	spaces := []Namespace{{"x", 0}, {"x", 1}}
 
 	model := NewMem() // the state each namespace should hold right now

@@ -28,39 +28,39 @@
 // 'n' + operator + 0x00 + partition is prefix-free: operator "a" partition 1, "a" partition 10 and
 // "ab" partition 1 occupy disjoint ranges. A namespace's state keys form the single contiguous
 // range [prefix+'s', prefix+'t'), which Scan iterates, Drop deletes with one DeleteRange and the
-// loader writes into one sstable; within it, state keys sort exactly as the user keys do. The
+// loader writes into its sstables; within it, state keys sort exactly as the user keys do. The
 // offset key sorts apart, just before that range, so it is never seen by Scan, never overlaps the
-// loader's state sstable, and never interleaves with state keys.
+// loader's state sstables, and never interleaves with state keys.
 //
 // # Durability
 //
 // The Kafka transaction is the source of truth; Pebble may lag behind it. Options.Sync defaults to
-// false, so batches commit with pebble.NoSync: a crash (of the process or the machine) may lose the
-// last batches. That is safe because a namespace's state and its offset are written in one batch
-// and Pebble recovers its write-ahead log as a prefix: after a crash each namespace holds the
-// state and offset of some committed batch (or an older one), never newer state with an older
-// offset's claims missing, never an offset that claims more than the state holds. The runtime then
-// replays the changelog from that (possibly older) offset; changelog records carry full values, so
-// replaying records that are already applied is idempotent. Set Options.Sync to fsync every commit
-// when a shorter replay after a machine crash is worth the latency.
+// false, so batches commit with pebble.NoSync: a crash (of the process or the machine) may lose
+// the last batches. That is safe because a namespace's state and its offset are written in the
+// same batch and Pebble recovers its write-ahead log as a prefix of the committed batches: after a
+// crash each namespace holds the state and the offset of the same (possibly older) batch, so the
+// offset never claims more than the state holds. The runtime then replays the changelog from that
+// older offset; changelog records carry full values, so replaying records that were already
+// applied is idempotent. Set Options.Sync to fsync every commit when a shorter replay after a
+// machine crash is worth the latency. TestCrash checks all of this on a crashable file system.
 //
 // # Bulk loads
 //
-// A Loader writes one namespace's keys, in strictly increasing order, into an sstable file under
-// <Dir>/ingest/ with bounded memory (the sstable writer buffers one block at a time). Commit
-// finishes and fsyncs that file, writes the offset (if set) into a second one-key sstable, and
-// ingests both with one DB.Ingest call. Pebble ingests a set of sstables atomically ("semantically
-// equivalent to a single batch"), and the two files cannot overlap (the offset key sorts just below
-// the state range), so state and offset become visible, and durable, together. An ingest that
-// overlaps unflushed writes of the same namespace (its offset key always does, if the namespace
-// was written by a batch since the last flush) either waits for those memtables to flush or
-// appends a synced write-ahead-log record after them, so a durable ingest is never followed, after
-// a crash, by the loss of that namespace's older batches. Leftover files from a crash during a load
-// are removed by the next Open. Ingested keys overwrite existing keys; keys the load does not
-// mention keep their values.
+// A Loader writes one namespace's keys, in strictly increasing order, into sstable files under
+// <Dir>/ingest/, starting a new file every 64 MiB, so memory stays bounded whatever the number of
+// keys. Commit finishes and fsyncs the files, writes the offset (if set) into one more one-key
+// sstable, and ingests them all with one DB.Ingest call. The offset is in the ingest, not in a
+// batch applied after it, because Pebble ingests a set of sstables atomically ("semantically
+// equivalent to a single batch"): state and offset become visible, and durable, together. The
+// files cannot overlap (keys increase, and the offset key sorts just below the state range).
+// Before ingesting, Commit syncs the write-ahead log (one empty synced record), so that every
+// batch committed before the load is durable when the load is: a crash can never keep the load
+// and lose an older batch whose keys the load did not overwrite. Leftover files of a load
+// interrupted by a crash are removed by the next Open. Ingested keys overwrite existing keys;
+// keys the load does not mention keep their values.
 //
 // # Files
 //
 // Options.Dir holds <Dir>/pebble (the Pebble database) and <Dir>/ingest (loader scratch files).
-// Other packages may keep their own sub-directories of the same state_dir.
+// Open fsyncs Dir and its parent, so the store's directory entries survive a machine crash.
 package state

@@ -32,32 +32,28 @@ type Options struct {
 	tune func(*pebble.Options)
 }
 
-// DefaultCacheSize is the block cache size used when Options.CacheSize is zero.
-const DefaultCacheSize = 64 << 20
+// defaultCacheSize is the block cache size used when Options.CacheSize is zero or negative.
+const defaultCacheSize = 64 << 20
 
-// Pebble tuning for write-heavy bulk loads, measured with BenchmarkBulkLoad (see bench_test.go).
-const (
-	memTableSize          = 64 << 20 // Pebble default 4 MiB: fewer, larger flushes
-	memTableStopWrites    = 4        // default 2: room for a flush to overlap incoming batches
-	l0CompactionThreshold = 4        // default
-	l0StopWritesThreshold = 24       // default 12: bulk loads fill L0 faster than one core compacts
-	lBaseMaxBytes         = 256 << 20
-	l0TargetFileSize      = 16 << 20 // default 2 MiB: fewer L0 files per flush
-)
+// memTableSize replaces Pebble's 4 MiB default; it is the only Pebble knob we change, measured
+// with BenchmarkBulkLoad and BenchmarkMemTable (bench_test.go). 1M keys (16+48 bytes) in batches
+// of 10k: 64 MiB commits and flushes 0.6-1.4M keys/s against 0.2-0.6M with 4 MiB (CPU 1.3-1.5M vs
+// 0.4-0.5M keys/cpu-s): small memtables flush constantly and stall writes. Batches of 1000
+// sequential keys: 16-64 MiB ~1.1M keys/cpu-s, 4 MiB ~0.8-1.0M. Batches of 1000 random keys
+// (real-time checkpoints): 4-64 MiB all ~0.3M keys/cpu-s. Pebble keeps at most
+// MemTableStopWritesThreshold (default 2) memtables, so this costs up to 128 MiB under write
+// load. Tried in ad hoc runs and left at Pebble's defaults: L0 stop-writes 24 and 16 MiB L0
+// files (5M sequential keys: no gain), bloom filters (GetMiss over 1M keys: no gain).
+const memTableSize = 64 << 20
 
 func pebbleOptions(o Options, fs vfs.FS, cache *pebble.Cache) *pebble.Options {
 	po := &pebble.Options{
-		FS:                          fs,
-		Cache:                       cache,
-		FormatMajorVersion:          pebble.FormatNewest,
-		MemTableSize:                memTableSize,
-		MemTableStopWritesThreshold: memTableStopWrites,
-		L0CompactionThreshold:       l0CompactionThreshold,
-		L0StopWritesThreshold:       l0StopWritesThreshold,
-		LBaseMaxBytes:               lBaseMaxBytes,
-		Logger:                      quietLogger{},
+		FS:                 fs,
+		Cache:              cache,
+		FormatMajorVersion: pebble.FormatNewest,
+		MemTableSize:       memTableSize,
+		Logger:             quietLogger{},
 	}
-	po.TargetFileSizes[0] = l0TargetFileSize
 	if o.tune != nil {
 		o.tune(po)
 	}
@@ -88,6 +84,9 @@ type DB struct {
 	wo        *pebble.WriteOptions
 	sstOpts   sstable.WriterOptions // for loader files, in the DB's table format
 	loaderSeq atomic.Uint64
+	keyBufs   sync.Pool // *[]byte scratch for encoded keys (Pebble's Get lets its key escape)
+	// loaderFileSize starts as the loaderFileSize constant; tests lower it.
+	loaderFileSize int64
 
 	// mu makes Close wait for calls in flight; every other method holds it for reading.
 	mu struct {
@@ -113,7 +112,10 @@ func Open(o Options) (*DB, error) {
 		dir:       o.Dir,
 		ingestDir: fs.PathJoin(o.Dir, "ingest"),
 		wo:        pebble.NoSync,
+
+		loaderFileSize: loaderFileSize,
 	}
+	d.keyBufs.New = func() any { b := make([]byte, 0, 64); return &b }
 	if o.Sync {
 		d.wo = pebble.Sync
 	}
@@ -122,7 +124,7 @@ func Open(o Options) (*DB, error) {
 	}
 	size := o.CacheSize
 	if size <= 0 {
-		size = DefaultCacheSize
+		size = defaultCacheSize
 	}
 	cache := pebble.NewCache(size)
 	defer cache.Unref() // the DB holds its own reference
@@ -213,9 +215,11 @@ func (d *DB) Get(ns Namespace, key []byte, dst []byte) ([]byte, bool, error) {
 	if err := checkNS(ns); err != nil {
 		return dst, false, err
 	}
-	var buf [128]byte
-	k := appendStateKey(buf[:0], ns, key)
-	return d.get(ns, k, dst)
+	bp := d.keyBufs.Get().(*[]byte)
+	*bp = appendStateKey((*bp)[:0], ns, key)
+	val, ok, err := d.get(ns, *bp, dst)
+	d.keyBufs.Put(bp)
+	return val, ok, err
 }
 
 func (d *DB) get(ns Namespace, k, dst []byte) ([]byte, bool, error) {
@@ -242,9 +246,11 @@ func (d *DB) Offset(ns Namespace) (int64, bool, error) {
 	if err := checkNS(ns); err != nil {
 		return 0, false, err
 	}
-	var kbuf [64]byte
 	var vbuf [8]byte
-	v, ok, err := d.get(ns, appendOffsetKey(kbuf[:0], ns), vbuf[:0])
+	bp := d.keyBufs.Get().(*[]byte)
+	*bp = appendOffsetKey((*bp)[:0], ns)
+	v, ok, err := d.get(ns, *bp, vbuf[:0])
+	d.keyBufs.Put(bp)
 	if err != nil || !ok {
 		return 0, false, err
 	}
@@ -426,7 +432,12 @@ func (d *DB) NewLoader(ns Namespace) (Loader, error) {
 	}, nil
 }
 
-// dbLoader writes one namespace's keys into an sstable. Not safe for concurrent use.
+// loaderFileSize is the size at which a loader starts a new sstable: it bounds the loader's
+// memory (the bloom filter writer keeps 4 bytes per key of the open file) and keeps ingested files
+// at a size compactions handle well. All files of one load are ingested together, atomically.
+const loaderFileSize = 64 << 20
+
+// dbLoader writes one namespace's keys into sstables. Not safe for concurrent use.
 type dbLoader struct {
 	d      *DB
 	ns     Namespace
@@ -434,13 +445,15 @@ type dbLoader struct {
 	off    int64
 	offSet bool // SetOffset was called
 
-	path string          // the state sstable, once the first key is added
-	w    *sstable.Writer // nil until the first Add, and after finish
-	err  error           // sticky I/O error from the writer
-	key  []byte          // the last added key, with prefix
-	tmp  []byte
-	n    int
-	done bool
+	paths []string        // the load's sstables in key order; the last is open while w != nil
+	w     *sstable.Writer // the open sstable, or nil
+	err   error           // sticky I/O error
+	key   []byte          // the last added key, with prefix
+	tmp   []byte
+	n     int
+	// unchecked counts input bytes since the file size was last checked.
+	unchecked int64
+	done      bool
 }
 
 func (l *dbLoader) Add(key, val []byte) error {
@@ -460,7 +473,8 @@ func (l *dbLoader) Add(key, val []byte) error {
 			l.err = err
 			return err
 		}
-		l.w, l.path = w, path
+		l.w = w
+		l.paths = append(l.paths, path)
 	}
 	if err := l.w.Set(l.tmp, val); err != nil {
 		l.err = fmt.Errorf("state: loader %s: %w", l.ns, err)
@@ -468,6 +482,29 @@ func (l *dbLoader) Add(key, val []byte) error {
 	}
 	l.key, l.tmp = l.tmp, l.key
 	l.n++
+	// EstimatedSize is not free (7% of a load's CPU when asked for every key): ask after every
+	// 1/64 of the file size of input.
+	l.unchecked += int64(len(l.key) + len(val))
+	if l.unchecked >= l.d.loaderFileSize/64 {
+		l.unchecked = 0
+		if l.w.Raw().EstimatedSize() < uint64(l.d.loaderFileSize) {
+			return nil
+		}
+		if err := l.finishFile(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// finishFile closes (and fsyncs) the open sstable.
+func (l *dbLoader) finishFile() error {
+	w := l.w
+	l.w = nil
+	if err := w.Close(); err != nil {
+		l.err = fmt.Errorf("state: loader %s: %w", l.ns, err)
+		return l.err
+	}
 	return nil
 }
 
@@ -494,53 +531,45 @@ func (l *dbLoader) Commit() error {
 		return err
 	}
 	defer l.d.mu.RUnlock()
-	l.done = true
-	var paths []string
-	cleanup := func() {
-		for _, p := range paths {
-			_ = l.d.fs.Remove(p)
-		}
+	fail := func(err error) error {
+		_ = l.Abort()
+		return err
 	}
 	if l.w != nil {
-		w := l.w
-		l.w = nil
-		paths = append(paths, l.path)
-		if err := w.Close(); err != nil { // finishes and fsyncs the file
-			cleanup()
-			return fmt.Errorf("state: loader %s: %w", l.ns, err)
+		if err := l.finishFile(); err != nil {
+			return fail(err)
 		}
 	}
 	if l.offSet {
 		w, path, err := l.d.createSST(l.ns, "offset")
 		if err != nil {
-			cleanup()
-			return err
+			return fail(err)
 		}
-		paths = append(paths, path)
+		l.paths = append(l.paths, path)
 		var v [8]byte
 		err = w.Set(appendOffsetKey(nil, l.ns), encodeOffset(v[:0], l.off))
 		if cerr := w.Close(); err == nil {
 			err = cerr
 		}
 		if err != nil {
-			cleanup()
-			return fmt.Errorf("state: loader %s: offset: %w", l.ns, err)
+			return fail(fmt.Errorf("state: loader %s: offset: %w", l.ns, err))
 		}
 	}
-	if len(paths) == 0 {
+	if len(l.paths) == 0 {
+		l.done = true
 		return nil
 	}
 	// Make every earlier batch durable first (one synced WAL record; closed WALs are synced), so
 	// a durable load is never followed, after a crash, by the loss of writes it overwrote.
 	if err := l.d.db.LogData(nil, pebble.Sync); err != nil {
-		cleanup()
-		return fmt.Errorf("state: loader %s: sync wal: %w", l.ns, err)
+		return fail(fmt.Errorf("state: loader %s: sync wal: %w", l.ns, err))
 	}
-	// One Ingest of both files is atomic (see the package doc). On success Pebble has moved them.
-	if err := l.d.db.Ingest(context.Background(), paths); err != nil {
-		cleanup()
-		return fmt.Errorf("state: loader %s: ingest: %w", l.ns, err)
+	// One Ingest of all the files is atomic (see the package doc). On success Pebble has moved
+	// them.
+	if err := l.d.db.Ingest(context.Background(), l.paths); err != nil {
+		return fail(fmt.Errorf("state: loader %s: ingest: %w", l.ns, err))
 	}
+	l.done, l.paths = true, nil
 	return nil
 }
 
@@ -549,15 +578,18 @@ func (l *dbLoader) Abort() error {
 		return nil
 	}
 	l.done = true
-	if l.w == nil {
-		return nil
+	if l.w != nil {
+		_ = l.w.Close() // the file is discarded either way
+		l.w = nil
 	}
-	_ = l.w.Close() // the file is discarded either way
-	l.w = nil
-	if err := l.d.fs.Remove(l.path); err != nil {
-		return fmt.Errorf("state: loader %s: abort: %w", l.ns, err)
+	var err error
+	for _, p := range l.paths {
+		if rerr := l.d.fs.Remove(p); rerr != nil && err == nil {
+			err = fmt.Errorf("state: loader %s: abort: %w", l.ns, rerr)
+		}
 	}
-	return nil
+	l.paths = nil
+	return err
 }
 
 // createSST creates a new sstable for ingestion in the ingest directory.

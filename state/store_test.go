@@ -725,6 +725,41 @@ func TestReopen(t *testing.T) {
 	wantOffset(t, d, nsAB1, 22)
 }
 
+// TestLoaderManyFiles (Pebble only): a load larger than loaderFileSize spans several sstables,
+// committed together; an abort removes all of them.
+func TestLoaderManyFiles(t *testing.T) {
+	d := openDB(t, Options{Dir: t.TempDir()})
+	defer d.Close()
+	d.loaderFileSize = 4 << 10
+	load := func(n int, off int64) *dbLoader {
+		l, err := d.NewLoader(nsA1)
+		must(t, err)
+		for i := range n {
+			must(t, l.Add(fmt.Appendf(nil, "k%05d", i), fmt.Appendf(nil, "v%d-%d", off, i)))
+		}
+		l.SetOffset(off)
+		return l.(*dbLoader)
+	}
+	l := load(5000, 1)
+	if len(l.paths) < 3 {
+		t.Fatalf("load of 5000 keys wrote %d files; want several", len(l.paths))
+	}
+	must(t, l.Commit())
+	wantOffset(t, d, nsA1, 1)
+	keys := scan(t, d, nsA1)
+	if len(keys) != 5000 || keys[0] != "k00000=v1-0" || keys[4999] != "k04999=v1-4999" {
+		t.Fatalf("scan has %d keys, first %q", len(keys), keys[0])
+	}
+
+	l = load(5000, 2)
+	must(t, l.Abort())
+	if names, _ := d.fs.List(d.ingestDir); len(names) != 0 {
+		t.Fatalf("ingest dir after abort holds %q", names)
+	}
+	wantOffset(t, d, nsA1, 1)
+	wantGet(t, d, nsA1, "k04999", "v1-4999")
+}
+
 func TestOpenErrors(t *testing.T) {
 	if _, err := Open(Options{}); err == nil {
 		t.Fatal("Open with no Dir succeeded")

@@ -80,7 +80,7 @@ func runPipeline(ctx context.Context, cfg *configs.Config, log *slog.Logger, ro 
 	if err := os.MkdirAll(cfg.Processing.StateDir, 0o755); err != nil {
 		return fmt.Errorf("state dir: %w", err)
 	}
-	store, err := state.Open(state.Options{Dir: filepath.Join(cfg.Processing.StateDir, "pebble")})
+	store, err := state.Open(state.Options{Dir: cfg.Processing.StateDir})
 	if err != nil {
 		return err
 	}
