@@ -47,6 +47,7 @@ type runner struct {
 	cancel   context.CancelFunc
 	restored atomic.Bool
 	first    int64 // first offset dispatched since assignment or the last abort, -1 if none (guarded by Engine.mu)
+	observed bool  // the task has seen its first batch (task goroutine only)
 }
 
 func (r *runner) isRestored() bool { return r.restored.Load() }
@@ -156,7 +157,14 @@ func (e *Engine) run(ctx context.Context, cl *kgo.Client, r *runner) {
 			if b.epoch != e.currentEpoch() {
 				continue // fetched before an abort rewound the consumer
 			}
-			if r.t.Observe(r.key.topic, b.lag, b.timeLag) {
+			// A new task judges its first batch by what is left including the batch (a backlog
+			// may arrive in one fetch); afterwards by what is left after it, so that a batch that
+			// grew while the task waited in a checkpoint does not look like a backlog.
+			lag, timeLag := b.lagAfter, b.timeLagAfter
+			if !r.observed {
+				lag, timeLag, r.observed = b.lag, b.timeLag, true
+			}
+			if r.t.Observe(r.key.topic, lag, timeLag) {
 				// A mode switch needs a checkpoint before this batch is processed.
 				signal(e.urgent)
 				select {

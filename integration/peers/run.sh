@@ -22,7 +22,6 @@ BROKERS=""
 PORT=19592
 OUT=""
 KEEP=0
-SMOKE=0
 HARNESS_ARGS=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -30,7 +29,7 @@ while [[ $# -gt 0 ]]; do
     --port) PORT="$2"; shift 2 ;;
     --out) OUT="$2"; shift 2 ;;
     --keep) KEEP=1; shift ;;
-    --smoke) SMOKE=1; HARNESS_ARGS+=(-smoke); shift ;;
+    --smoke) HARNESS_ARGS+=(-smoke); shift ;;
     --records|--keys|--contenders|--timeout|--latency-rate|--latency-duration|--latency-backlog|--java-heap|--seed)
       HARNESS_ARGS+=("-${1#--}" "$2"); shift 2 ;;
     --*=*) HARNESS_ARGS+=("-${1#--}"); shift ;;

@@ -25,6 +25,8 @@ type launch struct {
 	in, out string // input and output topics
 	group   string // consumer group / application id / transactional id prefix
 	dir     string // a fresh directory for this run's state and config
+	// enterLag and exitLag are sluice's backlog.enter_lag and exit_lag for this run.
+	enterLag, exitLag int64
 }
 
 // contender is one system under test.
@@ -125,13 +127,14 @@ func (h *harness) contenders() []contender {
 		},
 		{
 			name:  "sluice-never",
-			setup: fmt.Sprintf("backlog.mode=never, exactly_once, commit 100 ms"),
+			setup: "backlog.mode=never, exactly_once, commit 100 ms",
 			done:  doneGroup,
 			argv:  sluice("never"),
 		},
 		{
-			name:    "sluice-auto",
-			setup:   fmt.Sprintf("backlog.mode=auto (enter_lag %d, exit_lag %d, sort_memory %s), exactly_once, commit 100 ms", c.enterLag, c.exitLag, c.sortMemory),
+			name: "sluice-auto",
+			setup: fmt.Sprintf("backlog.mode=auto (enter_lag %d, exit_lag %d, sort_memory %s; latency phase: enter_lag %d, exit_lag %d), exactly_once, commit 100 ms",
+				c.enterLag, c.exitLag, c.sortMemory, c.latEnterLag, c.latExitLag),
 			done:    doneGroup,
 			latency: true,
 			argv:    sluice("auto"),
@@ -159,7 +162,7 @@ operators:
     output: totals_out
 sinks:
   totals_out: {topic: %s, format: json}
-`, strings.Join(brokers, ", "), l.group, stateDir, c.enterLag, c.exitLag, c.sortMemory, mode, httpPort, l.in, l.out)
+`, strings.Join(brokers, ", "), l.group, stateDir, l.enterLag, l.exitLag, c.sortMemory, mode, httpPort, l.in, l.out)
 }
 
 // freePort returns a loopback TCP port that was free a moment ago.

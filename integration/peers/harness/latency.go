@@ -97,8 +97,9 @@ func (t *tracker) stats() latencyStats {
 }
 
 // watchOutputs consumes topic from the given offsets with read_committed and reports every
-// output to t until ctx is done.
-func watchOutputs(ctx context.Context, seeds []string, topic string, from offsets, t *tracker) error {
+// output to t until ctx is done. With inputs set, topic holds the live records themselves (the
+// broker floor): each record counts one for its key instead of carrying an "orders" count.
+func watchOutputs(ctx context.Context, seeds []string, topic string, from offsets, t *tracker, inputs bool) error {
 	start := map[int32]kgo.Offset{}
 	for p, o := range from {
 		start[p] = kgo.NewOffset().At(o)
@@ -114,6 +115,7 @@ func watchOutputs(ctx context.Context, seeds []string, topic string, from offset
 	}
 	defer cl.Close()
 	var p fastjson.Parser
+	seen := map[string]int64{}
 	for {
 		fetches := cl.PollFetches(ctx)
 		if ctx.Err() != nil {
@@ -131,6 +133,11 @@ func watchOutputs(ctx context.Context, seeds []string, topic string, from offset
 		}
 		var perr error
 		fetches.EachRecord(func(r *kgo.Record) {
+			if inputs {
+				seen[string(r.Key)]++
+				t.visible(string(r.Key), seen[string(r.Key)], now)
+				return
+			}
 			v, err := p.ParseBytes(r.Value)
 			if err != nil {
 				perr = fmt.Errorf("latency: output %q: %w", r.Value, err)

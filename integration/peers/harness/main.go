@@ -20,6 +20,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -61,6 +62,8 @@ type config struct {
 	flinkParallelism int
 	enterLag         int64
 	exitLag          int64
+	latEnterLag      int64
+	latExitLag       int64
 	sortMemory       string
 }
 
@@ -104,7 +107,7 @@ func parseFlags(args []string) (*config, error) {
 	fs.StringVar(&c.out, "out", "", "write the report as Markdown to this file")
 	fs.StringVar(&c.workDir, "work", "", "directory for logs, configs and state (default a new temp dir)")
 	fs.StringVar(&c.command, "command", "", "the command line to print in the report")
-	fs.DurationVar(&c.timeout, "timeout", 0, "per-contender limit (default 90s + records/2000 s)")
+	fs.DurationVar(&c.timeout, "timeout", 0, "per-contender limit (default 90s + records/2000 s; smoke 1m)")
 	fs.BoolVar(&c.latency, "latency", true, "run the real-time latency phase")
 	fs.IntVar(&c.latRate, "latency-rate", 20_000, "live records per second in the latency phase")
 	fs.DurationVar(&c.latDur, "latency-duration", 30*time.Second, "length of the latency phase")
@@ -118,6 +121,8 @@ func parseFlags(args []string) (*config, error) {
 	fs.IntVar(&c.flinkParallelism, "flink-parallelism", 2, "Flink parallelism")
 	fs.Int64Var(&c.enterLag, "sluice-enter-lag", -1, "sluice backlog.enter_lag (default 50000; smoke 1000)")
 	fs.Int64Var(&c.exitLag, "sluice-exit-lag", -1, "sluice backlog.exit_lag (default 500; smoke 100)")
+	fs.Int64Var(&c.latEnterLag, "sluice-latency-enter-lag", 50_000, "sluice backlog.enter_lag in the latency phase")
+	fs.Int64Var(&c.latExitLag, "sluice-latency-exit-lag", 500, "sluice backlog.exit_lag in the latency phase")
 	fs.StringVar(&c.sortMemory, "sluice-sort-memory", "256MiB", "sluice backlog.sort_memory")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -133,6 +138,9 @@ func parseFlags(args []string) (*config, error) {
 		}
 		if !set["latency-duration"] {
 			c.latDur = 5 * time.Second
+		}
+		if !set["timeout"] {
+			c.timeout = time.Minute
 		}
 		if c.enterLag < 0 {
 			c.enterLag = 1000
@@ -178,13 +186,15 @@ func parseFlags(args []string) (*config, error) {
 
 // harness holds one benchmark run. Not safe for concurrent use.
 type harness struct {
-	cfg   *config
-	runID string
-	seeds []string
-	cl    *kgo.Client
-	adm   *kadm.Client
-	spec  workload.Spec
-	want  map[string]workload.Total
+	cfg      *config
+	runID    string
+	seeds    []string
+	cl       *kgo.Client
+	adm      *kadm.Client
+	spec     workload.Spec
+	want     map[string]workload.Total
+	floor    *latencyStats // the broker's own produce-to-consume latency at the live rate
+	floorErr string
 }
 
 // result is one contender's catch-up measurement.
@@ -272,9 +282,17 @@ func run(ctx context.Context, cfg *config) (bool, error) {
 		logf("%-18s %s", c.name, r.summary())
 		results = append(results, r)
 	}
+	if cfg.latency && slices.ContainsFunc(selected, func(c contender) bool { return c.latency }) {
+		h.floorPhase(ctx)
+	}
 	if cfg.latency {
 		for i, c := range selected {
 			if !c.latency || ctx.Err() != nil {
+				continue
+			}
+			if r := results[i]; !r.ok() && r.status != "DISAGREES" {
+				r.latErr = "skipped: the catch-up run failed"
+				logf("%-18s latency: %s", c.name, r.latErr)
 				continue
 			}
 			h.latencyPhase(ctx, c, results[i])
@@ -338,7 +356,10 @@ func (h *harness) prefill(ctx context.Context) error {
 func (h *harness) catchUp(ctx context.Context, c contender) *result {
 	r := &result{name: c.name, setup: c.setup, records: h.cfg.records}
 	group := "peers-" + h.runID + "-" + c.name
-	l := launch{in: h.cfg.topic, out: group + "-out", group: group, dir: filepath.Join(h.cfg.workDir, c.name)}
+	l := launch{
+		in: h.cfg.topic, out: group + "-out", group: group, dir: filepath.Join(h.cfg.workDir, c.name),
+		enterLag: h.cfg.enterLag, exitLag: h.cfg.exitLag,
+	}
 	end, err := endOffsets(ctx, h.adm, l.in)
 	if err != nil {
 		r.status = "failed: " + err.Error()
@@ -464,7 +485,10 @@ func (h *harness) latencyPhase(ctx context.Context, c contender, r *result) {
 	cfg := h.cfg
 	fail := func(format string, args ...any) { r.latErr = fmt.Sprintf(format, args...) }
 	group := "peers-" + h.runID + "-" + c.name + "-lat"
-	l := launch{in: group + "-in", out: group + "-out", group: group, dir: filepath.Join(cfg.workDir, c.name+"-lat")}
+	l := launch{
+		in: group + "-in", out: group + "-out", group: group, dir: filepath.Join(cfg.workDir, c.name+"-lat"),
+		enterLag: cfg.latEnterLag, exitLag: cfg.latExitLag,
+	}
 	spec := workload.Spec{Records: cfg.latBacklog, Keys: cfg.keys, Partitions: int32(cfg.partitions), Seed: cfg.seed + 1}
 	if err := createTopic(ctx, h.adm, l.in, int32(cfg.partitions), false); err != nil {
 		fail("%v", err)
@@ -500,7 +524,7 @@ func (h *harness) latencyPhase(ctx context.Context, c contender, r *result) {
 	t := newTracker()
 	wctx, stopWatch := context.WithCancel(ctx)
 	watchErr := make(chan error, 1)
-	go func() { watchErr <- watchOutputs(wctx, h.seeds, l.out, outEnd, t) }()
+	go func() { watchErr <- watchOutputs(wctx, h.seeds, l.out, outEnd, t, false) }()
 	defer func() {
 		stopWatch()
 		<-watchErr
@@ -542,6 +566,57 @@ func (h *harness) latencyPhase(ctx context.Context, c contender, r *result) {
 	case len(diff) > 0:
 		fail("final totals disagree: %s", strings.Join(diff, "; "))
 	}
+}
+
+// floorPhase measures the latency floor: the live load produced to a fresh topic and read back
+// from that same topic with read_committed, with no processing in between.
+func (h *harness) floorPhase(ctx context.Context) {
+	cfg := h.cfg
+	topic := "peers-" + h.runID + "-floor"
+	if err := createTopic(ctx, h.adm, topic, int32(cfg.partitions), false); err != nil {
+		h.floorErr = err.Error()
+		return
+	}
+	from, err := endOffsets(ctx, h.adm, topic)
+	if err != nil {
+		h.floorErr = err.Error()
+		return
+	}
+	t := newTracker()
+	wctx, stopWatch := context.WithCancel(ctx)
+	watchErr := make(chan error, 1)
+	go func() { watchErr <- watchOutputs(wctx, h.seeds, topic, from, t, true) }()
+	defer func() {
+		stopWatch()
+		<-watchErr
+	}()
+	live, err := kgo.NewClient(kgo.SeedBrokers(h.seeds...), kgo.ProducerLinger(0))
+	if err != nil {
+		h.floorErr = err.Error()
+		return
+	}
+	defer live.Close()
+	spec := workload.Spec{Keys: cfg.keys, Partitions: int32(cfg.partitions), Seed: cfg.seed + 2}
+	n, achieved, err := liveLoad(ctx, live, topic, spec, cfg.latRate, cfg.latDur, map[string]workload.Total{}, t)
+	if err != nil {
+		h.floorErr = err.Error()
+		return
+	}
+	drain := time.Now().Add(30 * time.Second)
+	for t.outstanding() > 0 && time.Now().Before(drain) {
+		if err := pause(ctx, 50*time.Millisecond); err != nil {
+			h.floorErr = err.Error()
+			return
+		}
+	}
+	s := t.stats()
+	s.produced, s.rate = n, achieved
+	h.floor = &s
+	if s.seen < n {
+		h.floorErr = fmt.Sprintf("%d of %d live records never read back", n-s.seen, n)
+	}
+	logf("%-18s latency p50 %s p99 %s max %s (%d/%d live records seen, %.0f rec/s produced)",
+		"floor", ms(s.p50), ms(s.p99), ms(s.max), s.seen, s.produced, s.rate)
 }
 
 func (r *result) summary() string {

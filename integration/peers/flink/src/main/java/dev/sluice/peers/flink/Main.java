@@ -1,12 +1,9 @@
 package dev.sluice.peers.flink;
 
-import java.io.IOException;
 import java.math.BigDecimal;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
-import java.util.Comparator;
-import java.util.stream.Stream;
 
 import org.apache.flink.api.common.JobExecutionResult;
 import org.apache.flink.api.common.RuntimeExecutionMode;
@@ -258,11 +255,22 @@ public final class Main {
     System.exit(exit);
   }
 
+  /**
+   * Removes dir and everything below it, best effort: files that vanish meanwhile (the runtime
+   * cleans up after itself concurrently) or cannot be removed are skipped.
+   */
   private static void deleteTree(Path dir) {
-    try (Stream<Path> s = Files.walk(dir)) {
-      s.sorted(Comparator.reverseOrder()).forEach(f -> f.toFile().delete());
-    } catch (IOException e) {
-      System.err.println("flink: removing " + dir + ": " + e);
+    java.io.File[] children = dir.toFile().listFiles();
+    if (children != null) {
+      for (java.io.File c : children) {
+        if (c.isDirectory() && !Files.isSymbolicLink(c.toPath())) {
+          deleteTree(c.toPath());
+        } else {
+          c.delete();
+        }
+      }
     }
+    dir.toFile().delete();
   }
+
 }

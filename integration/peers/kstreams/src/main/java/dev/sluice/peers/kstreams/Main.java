@@ -7,10 +7,8 @@ import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.time.Duration;
-import java.util.Comparator;
 import java.util.Properties;
 import java.util.concurrent.CountDownLatch;
-import java.util.stream.Stream;
 
 import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.common.serialization.Deserializer;
@@ -270,11 +268,22 @@ public final class Main {
     }
   }
 
+  /**
+   * Removes dir and everything below it, best effort: files that vanish meanwhile (the runtime
+   * cleans up after itself concurrently) or cannot be removed are skipped.
+   */
   private static void deleteTree(Path dir) {
-    try (Stream<Path> s = Files.walk(dir)) {
-      s.sorted(Comparator.reverseOrder()).forEach(f -> f.toFile().delete());
-    } catch (IOException e) {
-      System.err.println("kstreams: removing " + dir + ": " + e);
+    java.io.File[] children = dir.toFile().listFiles();
+    if (children != null) {
+      for (java.io.File c : children) {
+        if (c.isDirectory() && !Files.isSymbolicLink(c.toPath())) {
+          deleteTree(c.toPath());
+        } else {
+          c.delete();
+        }
+      }
     }
+    dir.toFile().delete();
   }
+
 }
