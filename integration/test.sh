@@ -21,6 +21,12 @@ go vet ./...
 echo "== tests (race detector on)"
 status=0
 go test -race -count=1 -timeout 30m ./... || status=$?
+if ((status == 0)); then
+  # The side-by-side harness (Kafka Streams, Flink, sluice) on a small backlog: every contender
+  # must start and agree exactly, so the harness cannot rot.
+  echo "== peers smoke"
+  bash integration/peers/run.sh --smoke --brokers "$SLUICE_TEST_KAFKA" || status=$?
+fi
 if ((status != 0)) && [[ -f integration/kafka/run/node-1/server.log ]]; then
   echo "== tests failed ($status); last broker log lines:"
   tail -n 30 integration/kafka/run/node-1/server.log || true
