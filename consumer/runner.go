@@ -179,8 +179,7 @@ func (e *Engine) run(ctx context.Context, cl *kgo.Client, r *runner) {
 					continue
 				}
 			}
-			if err := r.t.Process(r.key.topic, b.recs); err != nil {
-				e.fail(err)
+			if !e.process(ctx, r, b) {
 				return
 			}
 			// The lag left after the batch: a task that has caught up asks for the checkpoint
@@ -221,4 +220,39 @@ func (e *Engine) currentEpoch() uint64 {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.epoch
+}
+
+// slice is how many records a task processes between chances to checkpoint. A fetch can carry
+// tens of thousands of records per partition; a task whose cache fills with dirty keys (or whose
+// backlog checkpoint is due) checkpoints within the batch, so neither its dirty set nor the open
+// transaction's age grows with the fetch size.
+const slice = 2048
+
+// process runs batch b through the task in slices. It returns false if the goroutine must exit.
+func (e *Engine) process(ctx context.Context, r *runner, b batch) bool {
+	recs := b.recs
+	for len(recs) > 0 {
+		n := min(len(recs), slice)
+		if err := r.t.Process(r.key.topic, recs[:n]); err != nil {
+			e.fail(err)
+			return false
+		}
+		recs = recs[n:]
+		if len(recs) == 0 || !r.t.NeedsCheckpoint() {
+			continue
+		}
+		signal(e.urgent)
+		select {
+		case <-ctx.Done():
+			return false
+		case q := <-r.ckpt:
+			if !e.serveCheckpoint(ctx, r, q) {
+				return false
+			}
+		}
+		if b.epoch != e.currentEpoch() {
+			return true // aborted: the consumer was rewound; the rest is fetched again
+		}
+	}
+	return true
 }

@@ -2,9 +2,391 @@ package main
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
 	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sluice-dev/sluice/configs"
+	"github.com/sluice-dev/sluice/integration/workload"
 )
 
-func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	return &usageError{"bench is not built yet"}
+// benchBinaryEnv names the sluice binary bench runs as its children. Unset, bench runs itself
+// (os.Executable); tests set it, since their executable is the test binary.
+const benchBinaryEnv = "SLUICE_BENCH_BINARY"
+
+// benchOpts are bench's flags.
+type benchOpts struct {
+	records        int64
+	keys           int
+	partitions     int
+	sortMemory     configs.Size
+	cache          int
+	enterLag       int64
+	brokers        string
+	keep           bool
+	commitInterval time.Duration
+	timeout        time.Duration
+	stall          time.Duration
+}
+
+// benchRun is the measurement of one child run.
+type benchRun struct {
+	mode    string
+	seconds float64
+	rssKiB  int64
+	sink    string
+	log     string
+}
+
+// cmdBench prefills the orders backlog, runs the same aggregate pipeline as a child `sluice
+// run` with backlog.mode=never and then auto, verifies both final results against each other
+// and against the workload's expected totals, and prints one line per run and the speedup.
+func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
+	o := benchOpts{sortMemory: 256 * configs.MiB}
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.Int64Var(&o.records, "records", 2_000_000, "orders in the backlog")
+	fs.IntVar(&o.keys, "keys", 100_000, "distinct customers (keys)")
+	fs.IntVar(&o.partitions, "partitions", 8, "partitions of the orders topic")
+	fs.TextVar(&o.sortMemory, "sort-memory", o.sortMemory, "backlog.sort_memory of each run")
+	fs.IntVar(&o.cache, "cache", 0, "processing.cache_keys per task (0: 100000/partitions, i.e. 100000 keys in all)")
+	fs.Int64Var(&o.enterLag, "enter-lag", 0, "backlog.enter_lag (0: 50000, or less for a small backlog so that auto enters backlog mode)")
+	fs.StringVar(&o.brokers, "brokers", "", "comma-separated brokers of a real cluster (default: an embedded broker)")
+	fs.BoolVar(&o.keep, "keep", false, "keep the temp dir (configs, state, child logs)")
+	fs.DurationVar(&o.commitInterval, "commit-interval", 100*time.Millisecond, "processing.commit_interval of each run")
+	fs.DurationVar(&o.timeout, "timeout", 30*time.Minute, "give up on a run after this long")
+	fs.DurationVar(&o.stall, "stall", 10*time.Minute, "give up on a run whose /status shows no progress for this long (status moves per fetched batch, which can take minutes with a small cache)")
+	if err := parseFlags(fs, args, stderr); err != nil {
+		return err
+	}
+	if o.records < 1 || o.keys < 1 || o.partitions < 1 || o.cache < 0 || o.enterLag < 0 || o.commitInterval <= 0 || o.timeout <= 0 || o.stall <= 0 {
+		return &usageError{"bench: --records, --keys and --partitions must be >= 1; --cache and --enter-lag >= 0; --commit-interval, --timeout and --stall > 0"}
+	}
+	if o.cache == 0 {
+		o.cache = max(1, (100_000+o.partitions-1)/o.partitions)
+	}
+	if o.enterLag == 0 {
+		// A task is in backlog when its lag exceeds enter_lag; keep the product default unless
+		// the backlog per partition is too small to ever count as one.
+		o.enterLag = min(50_000, max(1_000, o.records/int64(o.partitions)/4))
+	}
+
+	dir, err := os.MkdirTemp("", "sluice-bench-")
+	if err != nil {
+		return fmt.Errorf("bench: %w", err)
+	}
+	defer func() {
+		// A failure names a child's log in the temp dir: keep it to be read.
+		if o.keep || err != nil {
+			fmt.Fprintf(stderr, "bench: keeping %s\n", dir)
+			return
+		}
+		os.RemoveAll(dir)
+	}()
+
+	// The broker, and names that cannot collide with an earlier bench on a real cluster.
+	topic, prefix := "orders", "bench"
+	var brokers []string
+	if o.brokers == "" {
+		c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(int32(o.partitions), topic))
+		if err != nil {
+			return fmt.Errorf("bench: embedded broker: %w", err)
+		}
+		defer c.Close()
+		brokers = c.ListenAddrs()
+	} else {
+		brokers = strings.Split(o.brokers, ",")
+		prefix = "sluice-bench-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+		topic = prefix + "-orders"
+	}
+	cl, err := kgo.NewClient(append(workload.ProducerOpts(), kgo.SeedBrokers(brokers...))...)
+	if err != nil {
+		return fmt.Errorf("bench: %w", err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	if o.brokers != "" {
+		if _, err := adm.CreateTopic(ctx, int32(o.partitions), -1, nil, topic); err != nil {
+			return fmt.Errorf("bench: create %s: %w", topic, err)
+		}
+		if !o.keep {
+			defer func() {
+				dctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				defer cancel()
+				adm.DeleteTopics(dctx, topic, prefix+"-never-totals", prefix+"-auto-totals")
+			}()
+		}
+	}
+
+	broker := "embedded"
+	if o.brokers != "" {
+		broker = o.brokers
+	}
+	fmt.Fprintf(stdout, "bench: broker=%s records=%d keys=%d partitions=%d cache_keys=%d/task sort_memory=%v enter_lag=%d commit_interval=%v\n",
+		broker, o.records, o.keys, o.partitions, o.cache, o.sortMemory, o.enterLag, o.commitInterval)
+
+	spec := workload.Spec{Records: o.records, Keys: o.keys, Partitions: int32(o.partitions), Seed: 1}
+	if err := workload.Produce(ctx, cl, topic, spec); err != nil {
+		return fmt.Errorf("bench: prefill: %w", err)
+	}
+	ends, err := adm.ListEndOffsets(ctx, topic)
+	if err != nil {
+		return fmt.Errorf("bench: end offsets of %s: %w", topic, err)
+	}
+	end := map[int32]int64{}
+	var total int64
+	var endErr error
+	ends.Each(func(l kadm.ListedOffset) {
+		if l.Err != nil {
+			endErr = l.Err
+		}
+		end[l.Partition] = l.Offset
+		total += l.Offset
+	})
+	if endErr != nil || total != o.records {
+		return fmt.Errorf("bench: %s holds %d records after the prefill, want %d: %v", topic, total, o.records, endErr)
+	}
+
+	var runs []benchRun
+	for _, mode := range []string{configs.ModeNever, configs.ModeAuto} {
+		r, err := benchChild(ctx, o, mode, dir, prefix, topic, brokers, adm, end)
+		if err != nil {
+			return err
+		}
+		runs = append(runs, r)
+		fmt.Fprintf(stdout, "mode=%s records=%d seconds=%.2f rate=%.0f/s peak_rss=%dMiB\n",
+			mode, o.records, r.seconds, float64(o.records)/r.seconds, (r.rssKiB+512)/1024)
+	}
+
+	// Verify: both runs' final totals equal each other and what was produced, exactly.
+	want := spec.Expected()
+	vctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	equivalent := true
+	var got []map[string]workload.Total
+	for _, r := range runs {
+		g, err := workload.ReadTotals(vctx, brokers, r.sink, "amount", "orders")
+		if err != nil {
+			return fmt.Errorf("bench: verify mode=%s: %w", r.mode, err)
+		}
+		got = append(got, g)
+		if d := workload.Diff(want, g, 5); len(d) > 0 {
+			equivalent = false
+			fmt.Fprintf(stderr, "bench: mode=%s differs from the produced totals (log %s):\n  %s\n", r.mode, r.log, strings.Join(d, "\n  "))
+		}
+	}
+	if d := workload.Diff(got[0], got[1], 5); len(d) > 0 {
+		equivalent = false
+		fmt.Fprintf(stderr, "bench: mode=auto differs from mode=never:\n  %s\n", strings.Join(d, "\n  "))
+	}
+	fmt.Fprintf(stdout, "speedup=%.2f equivalent=%t\n", runs[0].seconds/runs[1].seconds, equivalent)
+	if !equivalent {
+		return errors.New("bench: the runs are not equivalent")
+	}
+	return nil
+}
+
+// benchChild runs the pipeline in mode as a child `sluice run` until its group has committed
+// every input offset, then stops it with SIGTERM and returns its time (start to done) and
+// peak RSS.
+func benchChild(ctx context.Context, o benchOpts, mode, dir, prefix, topic string, brokers []string, adm *kadm.Client, end map[int32]int64) (benchRun, error) {
+	group := prefix + "-" + mode
+	r := benchRun{mode: mode, sink: group + "-totals", log: filepath.Join(dir, mode+".log")}
+	port, err := freePort()
+	if err != nil {
+		return r, fmt.Errorf("bench: %w", err)
+	}
+	cfg := fmt.Sprintf(`# sluice bench, mode=%[1]s
+group: %[2]s
+instance_id: %[1]s-0
+processing: {guarantee: exactly_once, commit_interval: %[3]s, state_dir: %[4]q, cache_keys: %[5]d}
+backlog: {mode: %[1]s, enter_lag: %[6]d, exit_lag: %[7]d, sort_memory: %[8]q}
+http: {listen: "127.0.0.1:%[9]d"}
+log: {level: info, format: text}
+sources:
+  orders: {topic: %[10]q, format: json, key: customer_id, timestamp: ts}
+operators:
+  - name: totals
+    aggregate:
+      input: orders
+      fields: {amount: {sum: amount}, orders: {count: {}}}
+    output: totals_out
+sinks:
+  totals_out: {topic: %[11]q, format: json}
+`, mode, group, o.commitInterval, filepath.Join(dir, mode+"-state"), o.cache, o.enterLag, min(500, o.enterLag/2),
+		o.sortMemory.String(), port, topic, r.sink)
+	env := childEnv(os.Environ(), "SLUICE_KAFKA__BROKERS="+strings.Join(brokers, ","))
+	if _, err := configs.Parse([]byte(cfg), env); err != nil {
+		return r, fmt.Errorf("bench: child config: %w", err)
+	}
+	cfgPath := filepath.Join(dir, mode+".yaml")
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
+		return r, fmt.Errorf("bench: %w", err)
+	}
+	logf, err := os.Create(r.log)
+	if err != nil {
+		return r, fmt.Errorf("bench: %w", err)
+	}
+	defer logf.Close()
+	bin := os.Getenv(benchBinaryEnv)
+	if bin == "" {
+		if bin, err = os.Executable(); err != nil {
+			return r, fmt.Errorf("bench: %w", err)
+		}
+	}
+
+	cmd := exec.Command(bin, "run", "-c", cfgPath)
+	cmd.Env = env
+	cmd.Stdout, cmd.Stderr = logf, logf
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		return r, fmt.Errorf("bench: start %s: %w", bin, err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	stop := func() error {
+		cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case err := <-exited:
+			return err
+		case <-time.After(time.Minute):
+			cmd.Process.Kill()
+			<-exited
+			return errors.New("did not stop within a minute of SIGTERM; killed")
+		}
+	}
+
+	tctx, cancel := context.WithTimeout(ctx, o.timeout)
+	defer cancel()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	var (
+		lastProgress int64 = -1
+		progressAt         = start
+		nextStatus         = start
+		status       string
+	)
+	for done := false; !done; {
+		select {
+		case <-tctx.Done():
+			stop()
+			return r, fmt.Errorf("bench: mode=%s did not commit the whole input: %w; last status: %s (log %s)", mode, tctx.Err(), status, r.log)
+		case err := <-exited:
+			return r, fmt.Errorf("bench: mode=%s exited before it committed the whole input: %v (log %s)", mode, err, r.log)
+		case now := <-tick.C:
+			done = committedAll(tctx, adm, group, topic, end)
+			if done || now.Before(nextStatus) {
+				continue
+			}
+			nextStatus = now.Add(time.Second)
+			var p int64
+			if p, status = childStatus(tctx, port); p != lastProgress {
+				lastProgress, progressAt = p, now
+			} else if now.Sub(progressAt) > o.stall {
+				stop()
+				return r, fmt.Errorf("bench: mode=%s made no progress for %v: %s (log %s)", mode, o.stall, status, r.log)
+			}
+		}
+	}
+	r.seconds = time.Since(start).Seconds()
+	if err := stop(); err != nil {
+		return r, fmt.Errorf("bench: mode=%s on SIGTERM: %w (log %s)", mode, err, r.log)
+	}
+	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
+		r.rssKiB = ru.Maxrss // KiB on Linux
+	}
+	return r, nil
+}
+
+// committedAll reports whether group's committed offsets on topic reach end on every partition.
+func committedAll(ctx context.Context, adm *kadm.Client, group, topic string, end map[int32]int64) bool {
+	offs, err := adm.FetchOffsets(ctx, group)
+	if err != nil {
+		return false // the group may not exist yet
+	}
+	for p, e := range end {
+		c, ok := offs.Lookup(topic, p)
+		if e > 0 && (!ok || c.Err != nil || c.At < e) {
+			return false
+		}
+	}
+	return true
+}
+
+// childStatus reads the child's /status and returns a progress measure (records read plus
+// offsets committed, over every task) and a one-line summary of its tasks.
+func childStatus(ctx context.Context, port int) (int64, string) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d/status", port), nil)
+	if err != nil {
+		return -1, err.Error()
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return -1, "no /status: " + err.Error()
+	}
+	defer resp.Body.Close()
+	var st struct {
+		Ready bool `json:"ready"`
+		Tasks []struct {
+			Partition int32 `json:"partition"`
+			Chains    []struct {
+				Mode      string `json:"mode"`
+				Lag       int64  `json:"lag"`
+				Next      int64  `json:"next_offset"`
+				Committed int64  `json:"committed_offset"`
+				In        int64  `json:"records_in"`
+			} `json:"chains"`
+		} `json:"tasks"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		return -1, "bad /status: " + err.Error()
+	}
+	var progress int64
+	parts := []string{fmt.Sprintf("ready=%t", st.Ready)}
+	for _, t := range st.Tasks {
+		for _, c := range t.Chains {
+			progress += c.In + max(c.Committed, 0)
+			parts = append(parts, fmt.Sprintf("p%d{mode=%s in=%d next=%d committed=%d lag=%d}", t.Partition, c.Mode, c.In, c.Next, c.Committed, c.Lag))
+		}
+	}
+	return progress, strings.Join(parts, " ")
+}
+
+// childEnv returns environ without its sluice configuration variables (a child's config is
+// exactly what bench wrote), plus extra.
+func childEnv(environ []string, extra ...string) []string {
+	out := make([]string, 0, len(environ)+len(extra))
+	for _, kv := range environ {
+		if strings.HasPrefix(kv, "SLUICE_") && !strings.HasPrefix(kv, "SLUICE_TEST_") && !strings.HasPrefix(kv, "SLUICE_REQUIRE_") {
+			continue
+		}
+		out = append(out, kv)
+	}
+	return append(out, extra...)
+}
+
+// freePort returns a loopback TCP port that was free a moment ago.
+func freePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
 }

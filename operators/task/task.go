@@ -332,14 +332,18 @@ func (t *Task) load(c *chain, key []byte) (*entry, error) {
 		return e, nil
 	}
 	if len(c.cache) >= t.cacheCap {
-		evict := len(c.cache)/8 + 1
-		for k, e := range c.cache {
-			if evict == 0 {
-				break
-			}
-			if !e.dirty {
-				delete(c.cache, k)
-				evict--
+		// Evict an eighth of the clean entries in one pass (amortized); with none clean, ask
+		// for a checkpoint, which makes every entry clean.
+		if clean := len(c.cache) - len(c.dirty); clean > 0 {
+			evict := clean/8 + 1
+			for k, e := range c.cache {
+				if evict == 0 {
+					break
+				}
+				if !e.dirty {
+					delete(c.cache, k)
+					evict--
+				}
 			}
 		}
 		if len(c.dirty) >= t.cacheCap {
