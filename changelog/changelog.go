@@ -136,9 +136,9 @@ func (r *Restorer) Restore(ctx context.Context, topic string, ns state.Namespace
 	if err != nil {
 		return st, fmt.Errorf("changelog: %s: list start offsets: %w", topic, err)
 	}
-	ends, err := retry(ctx, func() (kadm.ListedOffsets, error) { return r.Admin.ListCommittedOffsets(ctx, topic) }) // last stable offsets
+	ends, err := r.stableEnd(ctx, topic, ns.Partition)
 	if err != nil {
-		return st, fmt.Errorf("changelog: %s: list end offsets: %w", topic, err)
+		return st, err
 	}
 	lo, ok1 := starts.Lookup(topic, ns.Partition)
 	hi, ok2 := ends.Lookup(topic, ns.Partition)
@@ -275,6 +275,42 @@ func isPending(r *kgo.Record) bool {
 		}
 	}
 	return false
+}
+
+// stableEnd returns the partition's last stable offset once no transaction is open on it
+// (last stable offset = high watermark). Only a task's owner writes its changelog partition, so
+// an open transaction there is the previous owner's last checkpoint: the new owner's committed
+// input offset (fetched with RequireStable) will include it if it commits, so the restore must
+// include its changelog records too. It waits at most until ctx ends (an abandoned transaction
+// is aborted by the broker after its transaction timeout).
+func (r *Restorer) stableEnd(ctx context.Context, topic string, p int32) (kadm.ListedOffsets, error) {
+	wait := 20 * time.Millisecond
+	logged := false
+	for {
+		lso, err := retry(ctx, func() (kadm.ListedOffsets, error) { return r.Admin.ListCommittedOffsets(ctx, topic) })
+		if err != nil {
+			return nil, fmt.Errorf("changelog: %s: list stable offsets: %w", topic, err)
+		}
+		hwm, err := retry(ctx, func() (kadm.ListedOffsets, error) { return r.Admin.ListEndOffsets(ctx, topic) })
+		if err != nil {
+			return nil, fmt.Errorf("changelog: %s: list end offsets: %w", topic, err)
+		}
+		a, _ := lso.Lookup(topic, p)
+		b, _ := hwm.Lookup(topic, p)
+		if a.Offset >= b.Offset {
+			return lso, nil
+		}
+		if !logged && wait >= 640*time.Millisecond {
+			r.log().Info("waiting for the previous owner's open transaction on the changelog", "topic", topic, "partition", p, "stable", a.Offset, "end", b.Offset)
+			logged = true
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, time.Second)
+	}
 }
 
 // retry lists offsets, retrying retriable errors (a topic that was just created may not be

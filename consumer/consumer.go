@@ -211,19 +211,27 @@ func (e *Engine) dispatch(ctx context.Context, fs kgo.Fetches, next time.Time) (
 	timer := time.NewTimer(time.Until(next))
 	defer timer.Stop()
 	var derr error
+	// Every batch of this fetch belongs to the epoch it was polled in: if a checkpoint aborts
+	// while the fetch is being dispatched, the consumer is rewound and the rest of the fetch is
+	// stale (dispatching it under the new epoch would count its records twice).
+	e.mu.Lock()
+	epoch := e.epoch
+	e.mu.Unlock()
 	fs.EachPartition(func(fp kgo.FetchTopicPartition) {
 		if derr != nil || len(fp.Records) == 0 {
 			return
 		}
 		e.mu.Lock()
 		r := e.runs[tp{fp.Topic, fp.Partition}]
-		epoch := e.epoch
+		if e.epoch != epoch {
+			r = nil
+		}
 		if r != nil && r.first < 0 {
 			r.first = fp.Records[0].Offset
 		}
 		e.mu.Unlock()
 		if r == nil {
-			return // revoked meanwhile
+			return // revoked meanwhile, or stale after an abort
 		}
 		end := fp.LastStableOffset
 		if end < 0 {
