@@ -65,6 +65,9 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 	default:
 		err = &usageError{fmt.Sprintf("unknown command %q", args[0])}
 	}
+	if err != nil && ctx.Err() != nil && errors.Is(err, context.Canceled) {
+		err = nil // interrupted (SIGTERM, Ctrl-C) while starting or stopping: a clean exit
+	}
 	return exitCode(err, stderr)
 }
 

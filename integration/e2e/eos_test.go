@@ -25,9 +25,19 @@ func TestExactlyOnceKill9Fake(t *testing.T) {
 	kill9Scenario(t, brokers, kill9Size{first: 40_000, second: 20_000, keys: 1_000})
 }
 
+// TestExactlyOnceKill9BacklogCheckpoints is the kill -9 scenario with backlog checkpoints every
+// 10ms: kills land between backlog checkpoints (state folded, offsets committed, outputs still
+// due) and the switch, and every key's final output must still be exact.
+func TestExactlyOnceKill9BacklogCheckpoints(t *testing.T) {
+	brokers := kafkatest.Brokers(t)
+	kill9Scenario(t, brokers, kill9Size{first: 200_000, second: 50_000, keys: 5_000,
+		env: []string{"SLUICE_BACKLOG__CHECKPOINT_INTERVAL=10ms"}})
+}
+
 type kill9Size struct {
 	first, second int64 // orders before the first start, and while instances run
 	keys          int
+	env           []string // extra settings for every instance
 }
 
 func kill9Scenario(t *testing.T, brokers string, size kill9Size) {
@@ -40,7 +50,7 @@ func kill9Scenario(t *testing.T, brokers string, size kill9Size) {
 	t.Logf("random seed %d", seed)
 	rng := rand.New(rand.NewPCG(uint64(seed), 7))
 
-	p := newPipeline(t, brokers, pipelineOpts{partitions: parts, keys: size.keys, enterLag: 5000, exitLag: 500})
+	p := newPipeline(t, brokers, pipelineOpts{partitions: parts, keys: size.keys, enterLag: 5000, exitLag: 500, extraEnv: size.env})
 	if err := p.produce(ctx, first); err != nil {
 		t.Fatal(err)
 	}
@@ -97,14 +107,18 @@ func kill9Scenario(t *testing.T, brokers string, size kill9Size) {
 	t.Logf("caught up %v after the last kill; %d kills in total", time.Since(start).Round(time.Millisecond), kills)
 	// Backlog mode and the switch must really have happened (enter_lag 5000 is far below the
 	// prefill per partition).
-	var toBacklog, toRealTime int
+	var toBacklog, toRealTime, backlogCkpts int
 	for _, in := range ins {
 		toBacklog += len(in.logLines(0, "switch to backlog mode"))
 		toRealTime += len(in.logLines(0, "switch to real-time mode"))
+		backlogCkpts += len(in.logLines(0, "backlog checkpoint"))
 	}
-	t.Logf("mode switches logged: %d to backlog, %d to real-time", toBacklog, toRealTime)
+	t.Logf("mode switches logged: %d to backlog, %d to real-time; %d backlog checkpoints", toBacklog, toRealTime, backlogCkpts)
 	if toRealTime == 0 {
 		t.Errorf("no instance logged \"switch to real-time mode\": the backlog path was not exercised")
+	}
+	if len(size.env) > 0 && backlogCkpts == 0 {
+		t.Errorf("backlog checkpoints were configured but none was logged")
 	}
 	ids := make([]string, len(ins))
 	for i, in := range ins {

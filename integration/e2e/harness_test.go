@@ -264,9 +264,21 @@ func (in *instance) kill() {
 	in.stop(syscall.SIGKILL, 10*time.Second)
 }
 
-// term sends SIGTERM (checkpoint and leave) and waits up to a minute for a clean exit 0.
+// term sends SIGTERM (checkpoint and leave) and waits up to a minute for a clean exit 0. A
+// process that was just (re)started gets the signal only once it has logged its first line: a
+// SIGTERM before the Go runtime has installed its handler kills it like any unhandled signal.
 func (in *instance) term() {
 	in.p.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		in.mu.Lock()
+		started := len(in.runAt) > 0 && in.logs.Len() > in.runAt[len(in.runAt)-1]+64
+		in.mu.Unlock()
+		if started || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond) // polling the child's log; bounded by deadline
+	}
 	if err := in.stop(syscall.SIGTERM, time.Minute); err != nil {
 		in.p.t.Errorf("instance %s after SIGTERM: %v", in.id, err)
 	}
