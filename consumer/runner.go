@@ -143,6 +143,10 @@ func (e *Engine) run(ctx context.Context, cl *kgo.Client, r *runner) {
 		}
 	}
 	e.m.restoreSeconds.Observe(time.Since(start).Seconds())
+	if err := r.t.Restored(); err != nil { // learn of outputs still due from backlog checkpoints
+		e.fail(fmt.Errorf("consumer: task %s[%d]: %w", r.key.topic, r.key.p, err))
+		return
+	}
 	r.restored.Store(true)
 	cl.ResumeFetchPartitions(map[string][]int32{r.key.topic: {r.key.p}})
 	for {
