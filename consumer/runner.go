@@ -161,11 +161,13 @@ func (e *Engine) run(ctx context.Context, cl *kgo.Client, r *runner) {
 			if b.epoch != e.currentEpoch() {
 				continue // fetched before an abort rewound the consumer
 			}
-			// A new task judges its first batch by what is left including the batch (a backlog
-			// may arrive in one fetch); afterwards by what is left after it, so that a batch that
-			// grew while the task waited in a checkpoint does not look like a backlog.
+			// The mode this batch runs in. A new task, or one in backlog, judges by what is left
+			// including the batch (a backlog may arrive in one fetch, and a large last batch of a
+			// backlog is still sorted); a streaming task enters backlog only if what lies beyond
+			// the batch is a backlog too, so a batch that grew while it waited in a checkpoint
+			// does not make it flap. Leaving backlog is decided after the batch (below).
 			lag, timeLag := b.lagAfter, b.timeLagAfter
-			if !r.observed {
+			if !r.observed || r.t.InBacklog(r.key.topic) {
 				lag, timeLag, r.observed = b.lag, b.timeLag, true
 			}
 			if r.t.Observe(r.key.topic, lag, timeLag) {

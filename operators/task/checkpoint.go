@@ -216,6 +216,11 @@ func (t *Task) fold(c *chain, p Producer, pd *Pending, silent bool) error {
 	}
 	cl := pd.changelogPromise(c.ns)
 	size := agg.StateSize()
+	// A bootstrap (no state yet for this operator and partition) needs no reads at all.
+	hasState, err := changelog.HasAny(t.d.Store, c.ns)
+	if err != nil {
+		return err
+	}
 	var (
 		key  []byte
 		st   = make([]byte, 0, size)
@@ -293,9 +298,11 @@ func (t *Task) fold(c *chain, p Producer, pd *Pending, silent bool) error {
 			if err := flushPending(key); err != nil {
 				return err
 			}
-			v, ok, err := t.d.Store.Get(c.ns, key, st[:0])
-			if err != nil {
-				return err
+			v, ok := st[:0], false
+			if hasState {
+				if v, ok, err = t.d.Store.Get(c.ns, key, st[:0]); err != nil {
+					return err
+				}
 			}
 			if ok && len(v) == size {
 				st = v

@@ -389,6 +389,16 @@ func (t *Task) Restored() error {
 	return nil
 }
 
+// InBacklog reports whether any keyed chain reading topic is in backlog mode.
+func (t *Task) InBacklog(topic string) bool {
+	for _, c := range t.byTopic[topic] {
+		if c.inBack {
+			return true
+		}
+	}
+	return false
+}
+
 // NeedsCheckpoint reports whether the task asked for a checkpoint as soon as possible (a mode
 // switch is waiting, or the cache is full of dirty entries).
 func (t *Task) NeedsCheckpoint() bool { return t.needCkpt }
