@@ -94,6 +94,9 @@ func Open(o Options) (*Session, error) {
 		kgo.ProducerBatchMaxBytes(4 << 20),
 		kgo.MaxBufferedRecords(50000),
 		kgo.ProducerLinger(5 * time.Millisecond),
+		// Large fetches keep a backlog flowing (smaller ones cost round trips: see the fetch
+		// sizing figures in BENCHMARKS.md); decoded records in flight stay within the memory
+		// target with up to four batches queued per task.
 		kgo.FetchMaxBytes(64 << 20),
 		kgo.FetchMaxPartitionBytes(8 << 20),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
