@@ -82,6 +82,10 @@ type Kafka struct {
 	Brokers            []string      `koanf:"brokers"`             // required; ["embedded"] = in-process broker
 	TransactionTimeout time.Duration `koanf:"transaction_timeout"` // default 2m, >= 1s
 	ReplicationFactor  int16         `koanf:"replication_factor"`  // internal topics; default -1 (broker default)
+	// FetchMaxBytes bounds one fetch response (default 32MiB, 1MiB..1GiB). Records stay in
+	// their response's buffer until processed and the client prefetches the next response, so
+	// about three responses are in memory: larger catches up faster, smaller uses less memory.
+	FetchMaxBytes Size `koanf:"fetch_max_bytes"`
 }
 
 // EmbeddedBroker is the broker list entry that asks for an in-process broker.
@@ -336,6 +340,7 @@ func defaults() Config {
 		Kafka: Kafka{
 			TransactionTimeout: 2 * time.Minute,
 			ReplicationFactor:  -1,
+			FetchMaxBytes:      32 * MiB,
 		},
 		Processing: Processing{
 			Guarantee:      ExactlyOnce,

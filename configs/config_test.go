@@ -180,7 +180,7 @@ func TestDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := Config{
-		Kafka:      Kafka{Brokers: []string{"127.0.0.1:9092"}, TransactionTimeout: 2 * time.Minute, ReplicationFactor: -1},
+		Kafka:      Kafka{Brokers: []string{"127.0.0.1:9092"}, TransactionTimeout: 2 * time.Minute, ReplicationFactor: -1, FetchMaxBytes: 32 * MiB},
 		Group:      "revenue",
 		InstanceID: "pod-0",
 		Processing: Processing{Guarantee: "exactly_once", CommitInterval: 100 * time.Millisecond, StateDir: "./data", CacheKeys: 100000},

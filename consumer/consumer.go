@@ -132,6 +132,7 @@ func (e *Engine) Run(ctx context.Context) error {
 		TransactionTimeout: cfg.Kafka.TransactionTimeout,
 		Guarantee:          g,
 		Topics:             e.o.Plan.Topics(),
+		FetchMaxBytes:      int64(cfg.Kafka.FetchMaxBytes),
 		Logger:             e.log,
 		Extra: append([]kgo.Opt{
 			kgo.OnPartitionsAssigned(func(_ context.Context, cl *kgo.Client, a map[string][]int32) { e.assigned(runCtx, cl, a) }),

@@ -74,7 +74,7 @@ func (e *Engine) assigned(ctx context.Context, cl *kgo.Client, a map[string][]in
 				return
 			}
 			rctx, cancel := context.WithCancel(ctx)
-			r := &runner{key: k, t: t, in: make(chan batch, 4), ckpt: make(chan *ckptReq, 1), done: make(chan struct{}), cancel: cancel, first: -1}
+			r := &runner{key: k, t: t, in: make(chan batch, 1), ckpt: make(chan *ckptReq, 1), done: make(chan struct{}), cancel: cancel, first: -1}
 			e.runs[k] = r
 			pause[topic] = append(pause[topic], p)
 			r.ctx = rctx

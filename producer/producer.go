@@ -43,6 +43,7 @@ type Options struct {
 	TransactionTimeout time.Duration
 	Guarantee          Guarantee
 	Topics             []string // topics to consume
+	FetchMaxBytes      int64    // bound of one fetch response (kafka.fetch_max_bytes); 0: 32 MiB
 	Logger             *slog.Logger
 	// Extra are appended to the client options (callbacks, tuning, test hooks).
 	Extra []kgo.Opt
@@ -79,6 +80,10 @@ func Partitioner() kgo.Partitioner {
 
 // Open creates the client. It does not block on the network.
 func Open(o Options) (*Session, error) {
+	fetchMax := o.FetchMaxBytes
+	if fetchMax <= 0 {
+		fetchMax = 32 << 20
+	}
 	opts := []kgo.Opt{
 		kgo.SeedBrokers(o.Brokers...),
 		kgo.ConsumerGroup(o.Group),
@@ -94,11 +99,11 @@ func Open(o Options) (*Session, error) {
 		kgo.ProducerBatchMaxBytes(4 << 20),
 		kgo.MaxBufferedRecords(50000),
 		kgo.ProducerLinger(5 * time.Millisecond),
-		// Large fetches keep a backlog flowing (smaller ones cost round trips: see the fetch
-		// sizing figures in BENCHMARKS.md); decoded records in flight stay within the memory
-		// target with up to four batches queued per task.
-		kgo.FetchMaxBytes(64 << 20),
-		kgo.FetchMaxPartitionBytes(8 << 20),
+		// Large fetches keep a backlog flowing (smaller ones cost round trips), but records stay
+		// in their response's buffer until processed: see kafka.fetch_max_bytes and the fetch
+		// sizing figures in BENCHMARKS.md.
+		kgo.FetchMaxBytes(int32(fetchMax)),
+		kgo.FetchMaxPartitionBytes(int32(min(fetchMax, 8<<20))),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 	}
 	if o.InstanceID != "" {

@@ -44,7 +44,9 @@ const defaultCacheSize = 64 << 20
 // MemTableStopWritesThreshold (default 2) memtables, so this costs up to 128 MiB under write
 // load. Tried in ad hoc runs and left at Pebble's defaults: L0 stop-writes 24 and 16 MiB L0
 // files (5M sequential keys: no gain), bloom filters (GetMiss over 1M keys: no gain).
-const memTableSize = 64 << 20
+// 32 MiB: as fast as 64 MiB in those runs, and Pebble's memtables are allocated outside the Go
+// heap, so they count fully against the process's memory target (sort_memory + 256 MiB).
+const memTableSize = 32 << 20
 
 func pebbleOptions(o Options, fs vfs.FS, cache *pebble.Cache) *pebble.Options {
 	po := &pebble.Options{

@@ -44,7 +44,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 }
 
 // memAllowance is the memory beyond backlog.sort_memory the process plans for (GOMEMLIMIT).
-const memAllowance = 200 << 20
+const memAllowance = 128 << 20
 
 // runOpts are the hooks demo and tests use around a pipeline run.
 type runOpts struct {
@@ -80,7 +80,9 @@ func runPipeline(ctx context.Context, cfg *configs.Config, log *slog.Logger, ro 
 	if err := os.MkdirAll(cfg.Processing.StateDir, 0o755); err != nil {
 		return fmt.Errorf("state dir: %w", err)
 	}
-	store, err := state.Open(state.Options{Dir: cfg.Processing.StateDir})
+	// A 32 MiB block cache: Pebble's cache and memtables live outside the Go heap (and outside
+	// the memory limit below), within the process's sort_memory + 256 MiB target.
+	store, err := state.Open(state.Options{Dir: cfg.Processing.StateDir, CacheSize: 32 << 20})
 	if err != nil {
 		return err
 	}
