@@ -17,6 +17,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strconv"
+
+	"github.com/sluice-dev/sluice/producer"
 )
 
 // DefaultStartTS is the event time of the first order when Spec.StartTS is 0:
@@ -240,39 +242,5 @@ func (s Spec) Counts() []int64 {
 // StickyKeyPartitioner(nil)) chooses for a non-empty key among n partitions:
 // (murmur2(key) & 0x7fffffff) % n.
 func Partition(key []byte, n int32) int32 {
-	return int32(murmur2(key)&0x7fffffff) % n
-}
-
-// murmur2 is Kafka's hash for record keys (org.apache.kafka.common.utils.Utils.murmur2).
-func murmur2(b []byte) uint32 {
-	const (
-		seed uint32 = 0x9747b28c
-		m    uint32 = 0x5bd1e995
-		r           = 24
-	)
-	h := seed ^ uint32(len(b))
-	for len(b) >= 4 {
-		k := uint32(b[0]) | uint32(b[1])<<8 | uint32(b[2])<<16 | uint32(b[3])<<24
-		b = b[4:]
-		k *= m
-		k ^= k >> r
-		k *= m
-		h *= m
-		h ^= k
-	}
-	switch len(b) {
-	case 3:
-		h ^= uint32(b[2]) << 16
-		fallthrough
-	case 2:
-		h ^= uint32(b[1]) << 8
-		fallthrough
-	case 1:
-		h ^= uint32(b[0])
-		h *= m
-	}
-	h ^= h >> 13
-	h *= m
-	h ^= h >> 15
-	return h
+	return int32(producer.Murmur2(key)&0x7fffffff) % n
 }

@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sluice-dev/sluice/producer"
 )
 
 func digest(t *testing.T, s Spec) string {
@@ -207,7 +209,7 @@ func TestMurmur2(t *testing.T) {
 		"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8": -58897971,
 		"abc": 479470107,
 	} {
-		if got := int32(murmur2([]byte(in))); got != want {
+		if got := int32(producer.Murmur2([]byte(in))); got != want {
 			t.Errorf("murmur2(%q) = %d, want %d", in, got, want)
 		}
 	}
