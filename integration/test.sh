@@ -20,13 +20,25 @@ echo "== vet"
 go vet ./...
 echo "== tests (race detector on)"
 status=0
-go test -race -count=1 -timeout 30m ./... || status=$?
+log=$(mktemp)
+go test -race -count=1 -timeout 30m ./... 2>&1 | tee "$log" || true
+status=${PIPESTATUS[0]}
+passed=$(grep -c '^ok ' "$log" || true)
+failed=$(grep -c '^FAIL	' "$log" || true)
 if ((status == 0)); then
   # The side-by-side harness (Kafka Streams, Flink, sluice) on a small backlog: every contender
   # must start and agree exactly, so the harness cannot rot.
   echo "== peers smoke"
-  bash integration/peers/run.sh --smoke --brokers "$SLUICE_TEST_KAFKA" || status=$?
+  if bash integration/peers/run.sh --smoke --brokers "$SLUICE_TEST_KAFKA"; then
+    passed=$((passed + 1))
+  else
+    status=1
+    failed=$((failed + 1))
+  fi
 fi
+rm -f "$log"
+((status == 0 || failed > 0)) || failed=1 # a failure without a FAIL line (build error, timeout)
+echo "tests: $passed passed, $failed failed"
 if ((status != 0)) && [[ -f integration/kafka/run/node-1/server.log ]]; then
   echo "== tests failed ($status); last broker log lines:"
   tail -n 30 integration/kafka/run/node-1/server.log || true
