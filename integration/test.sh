@@ -21,8 +21,10 @@ go vet ./...
 echo "== tests (race detector on)"
 status=0
 log=$(mktemp)
-go test -race -count=1 -timeout 30m ./... 2>&1 | tee "$log" || true
+set +e
+go test -race -count=1 -timeout 30m ./... 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
+set -e
 passed=$(grep -c '^ok ' "$log" || true)
 failed=$(grep -c '^FAIL	' "$log" || true)
 if ((status == 0)); then
