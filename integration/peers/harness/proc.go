@@ -22,7 +22,7 @@ type proc struct {
 	exited  chan struct{} // closed when Wait returned
 	waitErr error         // valid once exited is closed
 	exitAt  time.Time     // valid once exited is closed
-	peakKiB atomic.Int64  // highest VmHWM seen, or the rusage max RSS after exit
+	peakKiB atomic.Int64  // highest VmHWM sampled; the rusage max RSS only if never sampled
 	log     *os.File
 }
 
@@ -54,7 +54,10 @@ func startProc(argv, env []string, dir, logPath string) (*proc, error) {
 func (p *proc) wait() {
 	err := p.cmd.Wait()
 	p.exitAt = time.Now()
-	if ru, ok := p.cmd.ProcessState.SysUsage().(*syscall.Rusage); ok && ru != nil {
+	// The sampled VmHWM is the process's own peak. wait4's ru_maxrss was seen to report far
+	// more (2.8 GiB for a sluice run whose VmHWM peaked at 458 MiB), so it is only a fallback
+	// for a process too short-lived to be sampled.
+	if ru, ok := p.cmd.ProcessState.SysUsage().(*syscall.Rusage); ok && ru != nil && p.peakKiB.Load() == 0 {
 		p.notePeak(ru.Maxrss) // KiB on Linux
 	}
 	p.waitErr = err
