@@ -163,19 +163,9 @@ func parseDecimal(b []byte) (dec, error) {
 		if v == 0 {
 			return dec{}, nil
 		}
-		shift := point - nDig
-		if shift > 38 {
+		hi, lo, ok := scale10(0, v, point-nDig)
+		if !ok {
 			return dec{}, errNumberRange
-		}
-		var hi, lo uint64 = 0, v
-		for shift > 0 {
-			s := min(shift, 19)
-			var ok bool
-			hi, lo, ok = mul128(hi, lo, pow10[s])
-			if !ok {
-				return dec{}, errNumberRange
-			}
-			shift -= s
 		}
 		return finishDec(hi, lo, neg)
 	}
@@ -198,18 +188,9 @@ func parseDecimal(b []byte) (dec, error) {
 	}
 	if point > nDig {
 		if hi|lo != 0 {
-			shift := point - nDig
-			if shift > 38 {
+			var ok bool
+			if hi, lo, ok = scale10(hi, lo, point-nDig); !ok {
 				return dec{}, errNumberRange
-			}
-			for shift > 0 {
-				s := min(shift, 19)
-				var ok bool
-				hi, lo, ok = mul128(hi, lo, pow10[s])
-				if !ok {
-					return dec{}, errNumberRange
-				}
-				shift -= s
 			}
 		}
 	} else if point >= 0 && point < nDig {
@@ -393,4 +374,21 @@ func appendAvg(dst []byte, s int192, n uint64) []byte {
 		s.w2, _ = bits.Add64(s.w2, 0, c)
 	}
 	return appendUnits(dst, neg, s.w2, s.w1, s.w0)
+}
+
+// scale10 multiplies the unsigned 128-bit value hi:lo by 10^shift (shift >= 0); ok is false on
+// overflow.
+func scale10(hi, lo uint64, shift int) (uint64, uint64, bool) {
+	if shift > 38 {
+		return 0, 0, false
+	}
+	for shift > 0 {
+		s := min(shift, 19)
+		var ok bool
+		if hi, lo, ok = mul128(hi, lo, pow10[s]); !ok {
+			return 0, 0, false
+		}
+		shift -= s
+	}
+	return hi, lo, true
 }
