@@ -245,6 +245,38 @@ func (a *Aggregate) Fold(state, input []byte) {
 	binary.LittleEndian.PutUint64(state[1:], n+1)
 }
 
+// Merge folds the partial state src into dst, in place: the result is the state of folding
+// dst's inputs and src's inputs, byte for byte whatever the split (sums add, counts add, min and
+// max compare, an empty side changes nothing). It lets backlog mode pre-aggregate a key's
+// records in memory and combine the partial with the stored state later. It does not allocate.
+func (a *Aggregate) Merge(dst, src []byte) {
+	_, _ = dst[a.stateSize-1], src[a.stateSize-1]
+	nd := binary.LittleEndian.Uint64(dst[1:])
+	ns := binary.LittleEndian.Uint64(src[1:])
+	if ns == 0 {
+		return
+	}
+	for k := range a.specs {
+		s := &a.specs[k]
+		switch s.kind {
+		case aggSum, aggAvg:
+			d := dst[s.off : s.off+sumSize]
+			storeSum(d, loadSum(d).plus(loadSum(src[s.off:])))
+		case aggMin:
+			v := loadDec(src[s.off:])
+			if d := dst[s.off : s.off+decSize]; nd == 0 || v.cmp(loadDec(d)) < 0 {
+				storeDec(d, v)
+			}
+		case aggMax:
+			v := loadDec(src[s.off:])
+			if d := dst[s.off : s.off+decSize]; nd == 0 || v.cmp(loadDec(d)) > 0 {
+				storeDec(d, v)
+			}
+		}
+	}
+	binary.LittleEndian.PutUint64(dst[1:], nd+ns)
+}
+
 // Render appends the output JSON value for key's state to dst:
 //
 //	{"key":"c-1","amount":123.45,"avg_amount":41.15,"max_amount":99.1,"min_amount":1,"orders":3}

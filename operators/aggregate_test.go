@@ -267,3 +267,36 @@ func unitsString(u *big.Int) string {
 	}
 	return s
 }
+
+// TestMergeEqualsFold: merging the partial states of any split of the inputs gives the bytes of
+// folding them all (what backlog pre-aggregation relies on), including empty sides.
+func TestMergeEqualsFold(t *testing.T) {
+	a := mustAggregate(t, ordersAgg())
+	rng := rand.New(rand.NewPCG(3, 4))
+	for trial := range 300 {
+		n := rng.IntN(30)
+		values := make([]string, n)
+		for i := range values {
+			values[i] = `{"amount":` + randomNumber(rng) + `}`
+		}
+		want := foldValues(t, a, values...)
+		// Split into up to 4 parts (some possibly empty), fold each, merge in a random order.
+		parts := make([][]string, 1+rng.IntN(4))
+		for _, v := range values {
+			k := rng.IntN(len(parts))
+			parts[k] = append(parts[k], v)
+		}
+		rng.Shuffle(len(parts), func(i, j int) { parts[i], parts[j] = parts[j], parts[i] })
+		got := make([]byte, a.StateSize())
+		a.InitState(got)
+		for _, p := range parts {
+			a.Merge(got, foldValues(t, a, p...))
+		}
+		if !bytes.Equal(got, want) {
+			t.Fatalf("trial %d (%d values in %d parts): merged state differs from folded:\n%x\n%x", trial, n, len(parts), got, want)
+		}
+		if !a.ValidState(got) {
+			t.Fatalf("trial %d: merged state invalid: %x", trial, got)
+		}
+	}
+}

@@ -329,6 +329,15 @@ func (s int192) add(d dec) int192 {
 	return s
 }
 
+// plus adds another int192 (two's complement, wrapping like add).
+func (s int192) plus(o int192) int192 {
+	var c uint64
+	s.w0, c = bits.Add64(s.w0, o.w0, 0)
+	s.w1, c = bits.Add64(s.w1, o.w1, c)
+	s.w2, _ = bits.Add64(s.w2, o.w2, c)
+	return s
+}
+
 func (s int192) neg() bool { return int64(s.w2) < 0 }
 
 func (s int192) negate() int192 {
