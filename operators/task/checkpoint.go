@@ -105,7 +105,7 @@ func (t *Task) Checkpoint(p Producer) (*Pending, error) {
 					t.abortPending(pd)
 					return nil, err
 				}
-			case !c.det.Backlog() && (c.sorter.Len() > 0 || c.hasPending):
+			case !c.det.Backlog() && (c.buffered() > 0 || c.hasPending):
 				if err := t.fold(c, p, pd, false); err != nil {
 					t.abortPending(pd)
 					return nil, err
@@ -118,7 +118,7 @@ func (t *Task) Checkpoint(p Producer) (*Pending, error) {
 			}
 		}
 		// The offset moves only when nothing before it is still waiting in a sorter.
-		if c.next > c.committed && (c.sorter == nil || c.sorter.Len() == 0 || foldedIn(pd, c)) {
+		if c.next > c.committed && (c.buffered() == 0 || foldedIn(pd, c)) {
 			if cur, ok := pd.Offsets[c.plan.Source.Topic]; !ok || c.next < cur {
 				pd.Offsets[c.plan.Source.Topic] = c.next
 			}
@@ -128,7 +128,7 @@ func (t *Task) Checkpoint(p Producer) (*Pending, error) {
 	// records the offset stays put, and a rewind would produce the same dead letters again.
 	held := false
 	for _, c := range t.chains {
-		if c.sorter != nil && c.sorter.Len() > 0 && !foldedIn(pd, c) {
+		if c.buffered() > 0 && !foldedIn(pd, c) {
 			held = true
 		}
 	}
@@ -141,7 +141,7 @@ func (t *Task) Checkpoint(p Producer) (*Pending, error) {
 	}
 	// Two chains on one topic: commit the smaller offset (both have processed up to it).
 	for _, c := range t.chains {
-		if _, ok := pd.Offsets[c.plan.Source.Topic]; ok && c.sorter != nil && c.sorter.Len() > 0 && !foldedIn(pd, c) {
+		if _, ok := pd.Offsets[c.plan.Source.Topic]; ok && c.buffered() > 0 && !foldedIn(pd, c) {
 			delete(pd.Offsets, c.plan.Source.Topic)
 		}
 	}
@@ -196,7 +196,7 @@ func (t *Task) fold(c *chain, p Producer, pd *Pending, silent bool) error {
 		return fmt.Errorf("task %d: merge: %w", t.partition, err)
 	}
 	defer it.Close()
-	bulk := c.sorter.Len() >= int64(t.d.LoaderThreshold)
+	bulk := c.buffered() >= int64(t.d.LoaderThreshold)
 	put, err := t.writer(c.ns, bulk, pd)
 	if err != nil {
 		return err
@@ -287,35 +287,62 @@ func (t *Task) fold(c *chain, p Producer, pd *Pending, silent bool) error {
 		}
 		return nil
 	}
-	for it.Next() {
-		if !have || !bytes.Equal(it.Key(), key) {
-			if have {
-				if err := emit(key, st, true); err != nil {
-					return err
-				}
-			}
-			key = append(key[:0], it.Key()...)
-			if err := flushPending(key); err != nil {
+	// start emits the previous key and begins k: its stored state (read once), merged with its
+	// pre-aggregated partial if it has one. Keys arrive in byte order from two sorted sources,
+	// the partials' keys and the sorter's merge; a key in both starts once.
+	pkeys := c.part.sortedKeys()
+	start := func(k []byte) error {
+		if have {
+			if err := emit(key, st, true); err != nil {
 				return err
 			}
-			v, ok := st[:0], false
-			if hasState {
-				if v, ok, err = t.d.Store.Get(c.ns, key, st[:0]); err != nil {
-					return err
+		}
+		key = append(key[:0], k...)
+		if err := flushPending(key); err != nil {
+			return err
+		}
+		v, ok := st[:0], false
+		if hasState {
+			if v, ok, err = t.d.Store.Get(c.ns, key, st[:0]); err != nil {
+				return err
+			}
+		}
+		if ok && len(v) == size {
+			st = v
+		} else {
+			st = st[:size]
+			agg.InitState(st)
+		}
+		if ps, ok := c.part.get(key); ok {
+			agg.Merge(st, ps)
+		}
+		have = true
+		return nil
+	}
+	for it.Next() {
+		if !have || !bytes.Equal(it.Key(), key) {
+			ik := it.Key()
+			for len(pkeys) > 0 && pkeys[0] <= string(ik) {
+				if pkeys[0] < string(ik) {
+					if err := start([]byte(pkeys[0])); err != nil {
+						return err
+					}
 				}
+				pkeys = pkeys[1:]
 			}
-			if ok && len(v) == size {
-				st = v
-			} else {
-				st = st[:size]
-				agg.InitState(st)
+			if err := start(ik); err != nil {
+				return err
 			}
-			have = true
 		}
 		agg.Fold(st, it.Payload())
 	}
 	if err := it.Err(); err != nil {
 		return fmt.Errorf("task %d: merge: %w", t.partition, err)
+	}
+	for _, k := range pkeys {
+		if err := start([]byte(k)); err != nil {
+			return err
+		}
 	}
 	if have {
 		if err := emit(key, st, true); err != nil {
@@ -401,6 +428,7 @@ func (t *Task) Committed(pd *Pending) error {
 		if err := c.sorter.Reset(); err != nil {
 			return err
 		}
+		c.part.reset()
 		if pd.silent[c] {
 			c.hasPending = true
 			c.lastBackCkpt = t.d.Clock()
@@ -460,6 +488,9 @@ func (t *Task) Aborted(pd *Pending) map[string]int64 {
 		c.dirty = c.dirty[:0]
 		if c.sorter != nil {
 			_ = c.sorter.Reset()
+		}
+		if c.part != nil {
+			c.part.reset()
 		}
 		if c.det != nil {
 			if c.inBack {

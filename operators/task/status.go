@@ -32,13 +32,17 @@ type ChainStatus struct {
 
 // BacklogStatus is the progress of a chain in backlog mode.
 type BacklogStatus struct {
-	SortedRecords int64   `json:"sorted_records"`
-	Progress      float64 `json:"progress"` // 0..1: sorted / (sorted + lag)
-	RatePerSec    float64 `json:"rate_per_sec"`
-	ETASeconds    float64 `json:"eta_seconds"`
-	SorterMem     int64   `json:"sorter_mem_bytes"`
-	SpilledBytes  int64   `json:"spilled_bytes"`
-	Runs          int64   `json:"runs"`
+	SortedRecords int64 `json:"sorted_records"` // records taken in backlog (pre-aggregated or sorted)
+	// PreAggregatedKeys are the keys whose records are aggregated in memory (up to
+	// processing.cache_keys); records of other keys are sorted.
+	PreAggregatedKeys  int     `json:"pre_aggregated_keys"`
+	PreAggregatedBytes int64   `json:"pre_aggregated_bytes"`
+	Progress           float64 `json:"progress"` // 0..1: sorted / (sorted + lag)
+	RatePerSec         float64 `json:"rate_per_sec"`
+	ETASeconds         float64 `json:"eta_seconds"`
+	SorterMem          int64   `json:"sorter_mem_bytes"`
+	SpilledBytes       int64   `json:"spilled_bytes"`
+	Runs               int64   `json:"runs"`
 }
 
 // Status returns the latest snapshot. Safe for concurrent use.
@@ -75,6 +79,9 @@ func (t *Task) publish() {
 				if b.RatePerSec > 0 {
 					b.ETASeconds = float64(c.lag) / b.RatePerSec
 				}
+			}
+			if c.part != nil {
+				b.PreAggregatedKeys, b.PreAggregatedBytes = c.part.len(), c.part.memBytes()
 			}
 			if c.sorter != nil {
 				ss := c.sorter.Stats()

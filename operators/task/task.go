@@ -66,8 +66,9 @@ type chain struct {
 	ops    *chainOps
 	ns     state.Namespace
 	det    *backlog.Detector
-	inBack bool // current mode: backlog (records go to the sorter)
+	inBack bool // current mode: backlog (records go to the partials, or beyond them the sorter)
 	sorter *sorter.Sorter
+	part   *partials // backlog pre-aggregation of the first cache_keys keys
 
 	cache map[string]*entry // real-time write-back cache
 	dirty []*entry
@@ -143,6 +144,7 @@ func New(plan *Plan, topic string, partition int32, d Deps) (*Task, error) {
 				EnterTimeLag: cfg.Backlog.EnterTimeLag, ExitTimeLag: cfg.Backlog.ExitTimeLag,
 			})
 			c.cache = make(map[string]*entry)
+			c.part = newPartials(ops.agg.StateSize(), t.cacheCap)
 			if d.Budget != nil {
 				dir := filepath.Join(d.SortDir, fmt.Sprintf("%s-%d", cp.Agg.Name, partition))
 				c.sorter, err = sorter.New(sorter.Options{Dir: dir, Budget: d.Budget})
@@ -209,7 +211,7 @@ func (t *Task) Observe(topic string, lag int64, timeLag time.Duration) (needChec
 			}
 			t.enterBacklog(c)
 		case changed && !attr.Backlog:
-			if (c.sorter == nil || c.sorter.Len() == 0) && !c.hasPending {
+			if c.buffered() == 0 && !c.hasPending {
 				t.leaveBacklog(c, 0)
 			} else {
 				needCheckpoint = true // the checkpoint folds the sorted backlog, then streams
@@ -302,7 +304,10 @@ func (t *Task) processChain(c *chain, recs []*kgo.Record) error {
 		}
 		c.scratch = in
 		if c.inBack {
-			if err := c.sorter.Add(c.rec.Key, c.rec.Time, kr.Offset, in); err != nil {
+			// Keys that fit the table are aggregated in memory; the rest are sorted.
+			if st, ok := c.part.slot(c.rec.Key, ops.agg.InitState); ok {
+				ops.agg.Fold(st, in)
+			} else if err := c.sorter.Add(c.rec.Key, c.rec.Time, kr.Offset, in); err != nil {
 				// The sorter could not spill (disk full?): a task failure, not a bad record.
 				return fmt.Errorf("task %d: sorter: %w", t.partition, err)
 			}
@@ -370,7 +375,20 @@ func (t *Task) load(c *chain, key []byte) (*entry, error) {
 // state now (backlog.checkpoint_interval) to bound the re-work after a crash.
 func (t *Task) backlogCheckpointDue(c *chain) bool {
 	every := t.plan.Config.Backlog.CheckpointInterval
-	return every > 0 && c.inBack && c.det.Backlog() && c.sorter.Len() > 0 && t.d.Clock().Sub(c.lastBackCkpt) >= every
+	return every > 0 && c.inBack && c.det.Backlog() && c.buffered() > 0 && t.d.Clock().Sub(c.lastBackCkpt) >= every
+}
+
+// buffered is how much a keyed chain holds of a backlog not yet folded into state: records in
+// the sorter plus pre-aggregated keys.
+func (c *chain) buffered() int64 {
+	var n int64
+	if c.sorter != nil {
+		n += c.sorter.Len()
+	}
+	if c.part != nil {
+		n += int64(c.part.len())
+	}
+	return n
 }
 
 // Restored tells the task its state is up to date (after the changelog restore), so it can
