@@ -244,17 +244,28 @@ func (e *Engine) process(ctx context.Context, r *runner, b batch) bool {
 			return false
 		}
 		recs = recs[n:]
-		if len(recs) == 0 || !r.t.NeedsCheckpoint() {
+		if len(recs) == 0 {
 			continue
 		}
-		signal(e.urgent)
-		select {
-		case <-ctx.Done():
-			return false
-		case q := <-r.ckpt:
-			if !e.serveCheckpoint(ctx, r, q) {
+		// A checkpoint is a barrier across all tasks: serve one that is waiting between slices,
+		// so no task holds the others up for the rest of a large batch.
+		var q *ckptReq
+		if r.t.NeedsCheckpoint() {
+			signal(e.urgent)
+			select {
+			case <-ctx.Done():
 				return false
+			case q = <-r.ckpt:
 			}
+		} else {
+			select {
+			case q = <-r.ckpt:
+			default:
+				continue
+			}
+		}
+		if !e.serveCheckpoint(ctx, r, q) {
+			return false
 		}
 		if b.epoch != e.currentEpoch() {
 			return true // aborted: the consumer was rewound; the rest is fetched again
