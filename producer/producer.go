@@ -20,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -57,6 +58,9 @@ type Session struct {
 	txn  *kgo.GroupTransactSession // exactly-once
 	cl   *kgo.Client
 	open bool
+	// produced is set by Produce (any goroutine) and cleared by End: whether the open
+	// transaction holds records.
+	produced atomic.Bool
 }
 
 // Partitioner places records: a record with a partition set (>= 0: changelog records, which
@@ -163,6 +167,7 @@ func (s *Session) Begin() error {
 // Produce sends r; promise gets the result. Records for which the promise reports an error
 // must make the caller end the checkpoint with commit=false.
 func (s *Session) Produce(r *kgo.Record, promise func(*kgo.Record, error)) {
+	s.produced.Store(true)
 	s.cl.Produce(context.Background(), r, promise)
 }
 
@@ -183,7 +188,15 @@ func (s *Session) End(ctx context.Context, offsets map[string]map[int32]int64, c
 	if !s.open {
 		return true, nil
 	}
+	if len(offsets) == 0 && !s.produced.Load() {
+		// Nothing to commit or abort (a checkpoint while every task sorts a backlog): keep the
+		// transaction open rather than end an empty one. franz-go ends a transaction without
+		// offsets as if the broker lacked KIP-447 and holds its session lock for 500 ms after
+		// it, which stalled the next checkpoint and every task waiting at its barrier.
+		return commit, nil
+	}
 	s.open = false
+	s.produced.Store(false)
 	ctx = kgo.PreTxnCommitFnContext(ctx, func(req *kmsg.TxnOffsetCommitRequest) error {
 		req.Topics = req.Topics[:0]
 		for topic, parts := range offsets {
