@@ -22,6 +22,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluice-dev/sluice/configs"
+	"github.com/sluice-dev/sluice/integration/procstat"
 	"github.com/sluice-dev/sluice/integration/workload"
 )
 
@@ -303,11 +304,11 @@ sinks:
 		}
 	}
 	r.seconds = time.Since(start).Seconds()
+	// The child's own peak, read before it stops (wait4's maxrss would include the RSS this
+	// process, with the embedded broker's data, had when it forked the child).
+	r.rssKiB, _ = procstat.PeakRSS(cmd.Process.Pid)
 	if err := stop(); err != nil {
 		return r, fmt.Errorf("bench: mode=%s on SIGTERM: %w (log %s)", mode, err, r.log)
-	}
-	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
-		r.rssKiB = ru.Maxrss // KiB on Linux
 	}
 	return r, nil
 }

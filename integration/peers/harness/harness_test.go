@@ -1,8 +1,6 @@
 package main
 
 import (
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -34,30 +32,6 @@ func TestTrackerMatchesOutputsByCount(t *testing.T) {
 	// Latencies: 100, 90, 100, 200 ms.
 	if s.seen != 4 || s.p50 != 100*time.Millisecond || s.max != 200*time.Millisecond || s.p99 != 200*time.Millisecond {
 		t.Fatalf("stats = %+v", s)
-	}
-}
-
-func TestVmHWM(t *testing.T) {
-	dir := t.TempDir()
-	for _, tc := range []struct {
-		name, text string
-		want       int64
-		ok         bool
-	}{
-		{"present", "Name:\tjava\nVmPeak:\t  9000 kB\nVmHWM:\t  123456 kB\nVmRSS:\t 100 kB\n", 123456, true},
-		{"missing", "Name:\tjava\nVmRSS:\t 100 kB\n", 0, false},
-		{"garbage", "VmHWM:\t  lots kB\n", 0, false},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			p := filepath.Join(dir, tc.name)
-			if err := os.WriteFile(p, []byte(tc.text), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			got, ok := vmHWM(p)
-			if got != tc.want || ok != tc.ok {
-				t.Fatalf("vmHWM = %d, %v; want %d, %v", got, ok, tc.want, tc.ok)
-			}
-		})
 	}
 }
 

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -11,6 +9,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/sluice-dev/sluice/integration/procstat"
 )
 
 // proc is one running contender process. It is started in its own process group with
@@ -71,7 +71,7 @@ func (p *proc) sample() {
 	t := time.NewTicker(100 * time.Millisecond)
 	defer t.Stop()
 	for {
-		if kib, ok := vmHWM(path); ok {
+		if kib, ok := procstat.VmHWM(path); ok {
 			p.notePeak(kib)
 		}
 		select {
@@ -89,28 +89,6 @@ func (p *proc) notePeak(kib int64) {
 			return
 		}
 	}
-}
-
-// vmHWM reads the VmHWM line of a /proc/<pid>/status file, in KiB.
-func vmHWM(path string) (int64, bool) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return 0, false
-	}
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	for sc.Scan() {
-		line := sc.Bytes()
-		if !bytes.HasPrefix(line, []byte("VmHWM:")) {
-			continue
-		}
-		f := bytes.Fields(line[len("VmHWM:"):])
-		if len(f) == 0 {
-			return 0, false
-		}
-		n, err := strconv.ParseInt(string(f[0]), 10, 64)
-		return n, err == nil
-	}
-	return 0, false
 }
 
 // done reports whether the process has exited.
