@@ -227,10 +227,19 @@ func (t *Task) fold(c *chain, p Producer, pd *Pending, silent bool) error {
 		have bool
 		keys int64
 	)
-	// emit writes one key's changelog record and (unless silent) its output. One allocation
-	// holds the key, the state and the rendered output; the producer owns it until the promise.
+	// emit writes one key's changelog record and (unless silent) its output. One allocation of
+	// exactly their size holds the key, the state and the rendered output (rendered into a
+	// scratch buffer first); the producer owns it until the promise. A switch emits millions of
+	// keys, and this is most of what it allocates.
+	var scratch []byte
 	emit := func(key, st []byte, write bool) error {
-		buf := make([]byte, 0, len(key)+size+len(key)+16*size)
+		n := len(key) + len(st)
+		render := !silent && c.plan.SinkTopic != ""
+		if render {
+			scratch = agg.Render(key, st, scratch[:0])
+			n += len(scratch)
+		}
+		buf := make([]byte, 0, n)
 		buf = append(buf, key...)
 		k := buf[:len(key):len(key)]
 		buf = append(buf, st...)
@@ -246,8 +255,8 @@ func (t *Task) fold(c *chain, p Producer, pd *Pending, silent bool) error {
 			if err := mark(k, []byte{}); err != nil {
 				return err
 			}
-		} else if c.plan.SinkTopic != "" {
-			out := agg.Render(k, v, buf[len(buf):])
+		} else if render {
+			out := append(buf[len(buf):], scratch...)
 			p.Produce(&kgo.Record{Topic: c.plan.SinkTopic, Key: k, Value: out, Partition: -1}, pd.promise)
 			pd.records++
 			c.recordsOut++
