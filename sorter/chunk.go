@@ -1,6 +1,12 @@
 package sorter
 
-import "unsafe"
+import (
+	"sync/atomic"
+	"unsafe"
+)
+
+// chunkAllocs counts chunk memory allocations (tests check that spills reuse it).
+var chunkAllocs atomic.Int64
 
 // chunk is one slotted page of memory: records from the front, index slots from the back.
 type chunk struct {
@@ -12,10 +18,14 @@ type chunk struct {
 	sorted   bool // ents[slot:] is in merge order
 }
 
-// newChunk allocates a chunk of size bytes (a multiple of entrySize). Its memory holds no
-// pointers, so viewing it both as slots and as bytes is safe.
-func newChunk(size int, reserved bool) *chunk {
-	ents := make([]entry, size/entrySize)
+// newChunk makes a chunk of size bytes (a multiple of entrySize) over mem, or over new memory
+// if mem is nil. Its memory holds no pointers, so viewing it both as slots and as bytes is safe.
+func newChunk(size int, reserved bool, mem []entry) *chunk {
+	ents := mem
+	if len(ents) != size/entrySize {
+		ents = make([]entry, size/entrySize)
+		chunkAllocs.Add(1)
+	}
 	buf := unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(ents))), len(ents)*entrySize)
 	return &chunk{ents: ents, buf: buf, slot: len(ents), reserved: reserved}
 }

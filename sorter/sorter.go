@@ -205,13 +205,13 @@ func (s *Sorter) grow(full int) error {
 		private = own
 	}
 	for {
-		if s.budget.tryReserve(int64(size)) {
-			s.addChunk(size, true)
+		if mem, ok := s.budget.tryReserve(size); ok {
+			s.addChunk(size, true, mem)
 			return nil
 		}
 		if s.memN == 0 {
 			// Starved: even an empty sorter gets no chunk. Use private memory.
-			s.addChunk(private, false)
+			s.addChunk(private, false, nil)
 			return nil
 		}
 		if err := s.spill(); err != nil {
@@ -223,15 +223,18 @@ func (s *Sorter) grow(full int) error {
 // addChunk makes a new chunk of size bytes current. The chunk it replaces is sorted and, when
 // the sizes allow, copied into the new memory in sorted order; the old memory is then reused
 // as the current chunk.
-func (s *Sorter) addChunk(size int, reserved bool) {
+func (s *Sorter) addChunk(size int, reserved bool, mem []entry) {
 	s.account(int64(size), reserved)
-	nc := newChunk(size, reserved)
+	nc := newChunk(size, reserved, mem)
 	old := s.cur
 	switch {
 	case old == nil:
 	case old.len() == 0:
-		// Too small for the record that is coming: drop it.
+		// Too small for the record that is coming: drop it (and give its reservation back).
 		s.account(-old.size(), old.reserved)
+		if old.reserved {
+			s.budget.release(old.size(), old.ents)
+		}
 		s.chunks = s.chunks[:len(s.chunks)-1]
 	default:
 		old.sort(s.radix)
@@ -256,7 +259,13 @@ func (s *Sorter) account(n int64, reserved bool) {
 
 // freeMemory drops the in-memory buffer and returns its reservation to the budget.
 func (s *Sorter) freeMemory() {
-	s.budget.release(s.reserved)
+	mems := make([][]entry, 0, len(s.chunks))
+	for _, c := range s.chunks {
+		if c.reserved {
+			mems = append(mems, c.ents)
+		}
+	}
+	s.budget.release(s.reserved, mems...)
 	s.reserved, s.privMem = 0, 0
 	clear(s.chunks)
 	s.chunks = s.chunks[:0]
@@ -472,6 +481,7 @@ func (s *Sorter) Reset() error {
 	}
 	s.invalidate()
 	s.freeMemory()
+	s.budget.trimIfIdle()
 	var errs []error
 	for _, r := range s.runs {
 		if err := os.Remove(r.path); err != nil && !errors.Is(err, fs.ErrNotExist) {

@@ -276,3 +276,48 @@ func listFiles(t *testing.T, root string) string {
 	}
 	return strings.Join(out, "\n")
 }
+
+// TestSpillReusesMemory: a sorter that spills again and again reuses the chunks its spills
+// released instead of allocating new ones, within the budget; once nothing is reserved after a
+// Reset, the kept memory is dropped.
+func TestSpillReusesMemory(t *testing.T) {
+	budget := NewBudget(64 << 10)
+	s, err := New(Options{Dir: t.TempDir(), Budget: budget, ChunkSize: 16 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	payload := make([]byte, 40)
+	key := make([]byte, 12)
+	add := func(n int) {
+		for i := range n {
+			copy(key, fmt.Sprintf("k-%010d", i*7919%100000))
+			if err := s.Add(key, 0, int64(i), payload); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	add(3000) // several spills of the 64 KiB budget
+	if s.Stats().Runs < 2 {
+		t.Fatalf("want spills, got %d runs", s.Stats().Runs)
+	}
+	before, runs := chunkAllocs.Load(), s.Stats().Runs
+	add(3000)
+	if s.Stats().Runs <= runs {
+		t.Fatalf("no spill in the second round")
+	}
+	// The budget holds 4 chunks; the second round may allocate at most what the first left
+	// unallocated, never a new set per spill.
+	if n := chunkAllocs.Load() - before; n > 4 {
+		t.Fatalf("%d chunk allocations over %d spills: spilled memory is not reused", n, s.Stats().Runs-runs)
+	}
+	if u, k := budget.Used(), budget.kept(); u+k > budget.Limit() {
+		t.Fatalf("used %d + kept %d > limit %d", u, k, budget.Limit())
+	}
+	if err := s.Reset(); err != nil {
+		t.Fatal(err)
+	}
+	if budget.Used() != 0 || budget.kept() != 0 {
+		t.Fatalf("after Reset: used %d, kept %d; want 0, 0", budget.Used(), budget.kept())
+	}
+}
