@@ -105,9 +105,12 @@ func Open(o Options) (*Session, error) {
 		kgo.ProducerLinger(5 * time.Millisecond),
 		// Large fetches keep a backlog flowing (smaller ones cost round trips), but records stay
 		// in their response's buffer until processed: see kafka.fetch_max_bytes and the fetch
-		// sizing figures in BENCHMARKS.md.
+		// sizing figures in BENCHMARKS.md. Per partition a fetch brings at most 2 MiB (~20k
+		// records): a task has at most two batches in hand (one queued), so that bounds the
+		// decoded records alive per task, and one fetch serves many partitions at once (with
+		// 8 MiB per partition, four partitions filled a fetch and starved the others).
 		kgo.FetchMaxBytes(int32(fetchMax)),
-		kgo.FetchMaxPartitionBytes(int32(min(fetchMax, 8<<20))),
+		kgo.FetchMaxPartitionBytes(int32(min(fetchMax, 2<<20))),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 	}
 	if o.InstanceID != "" {
