@@ -170,7 +170,9 @@ func (s *Session) Begin() error {
 // Produce sends r; promise gets the result. Records for which the promise reports an error
 // must make the caller end the checkpoint with commit=false.
 func (s *Session) Produce(r *kgo.Record, promise func(*kgo.Record, error)) {
-	s.produced.Store(true)
+	if !s.produced.Load() { // a store on every record made the tasks fight over the line
+		s.produced.Store(true)
+	}
 	s.cl.Produce(context.Background(), r, promise)
 }
 

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -231,8 +232,26 @@ func (t *Task) fold(c *chain, p Producer, pd *Pending, silent bool) error {
 	// exactly their size holds the key, the state and the rendered output (rendered into a
 	// scratch buffer first); the producer owns it until the promise. A switch emits millions of
 	// keys, and this is most of what it allocates.
-	var scratch []byte
+	// Records come from slabs (an allocation per 256 rather than per record) and carry one
+	// timestamp per 1024 keys (franz-go would read the clock for each).
+	var (
+		scratch []byte
+		slab    []kgo.Record
+		now     time.Time
+	)
+	record := func(topic string, partition int32, k, v []byte) *kgo.Record {
+		if len(slab) == 0 {
+			slab = make([]kgo.Record, 256)
+		}
+		r := &slab[0]
+		slab = slab[1:]
+		r.Topic, r.Partition, r.Key, r.Value, r.Timestamp = topic, partition, k, v, now
+		return r
+	}
 	emit := func(key, st []byte, write bool) error {
+		if keys%1024 == 0 {
+			now = time.Now()
+		}
 		n := len(key) + len(st)
 		render := !silent && c.plan.SinkTopic != ""
 		if render {
@@ -249,7 +268,9 @@ func (t *Task) fold(c *chain, p Producer, pd *Pending, silent bool) error {
 				return err
 			}
 		}
-		p.Produce(&kgo.Record{Topic: c.plan.Changelog, Partition: t.partition, Key: k, Value: v, Headers: hdr}, cl)
+		cr := record(c.plan.Changelog, t.partition, k, v)
+		cr.Headers = hdr
+		p.Produce(cr, cl)
 		pd.records++
 		if silent {
 			if err := mark(k, []byte{}); err != nil {
@@ -257,7 +278,7 @@ func (t *Task) fold(c *chain, p Producer, pd *Pending, silent bool) error {
 			}
 		} else if render {
 			out := append(buf[len(buf):], scratch...)
-			p.Produce(&kgo.Record{Topic: c.plan.SinkTopic, Key: k, Value: out, Partition: -1}, pd.promise)
+			p.Produce(record(c.plan.SinkTopic, -1, k, out), pd.promise)
 			pd.records++
 			c.recordsOut++
 		}

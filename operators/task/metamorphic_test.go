@@ -158,6 +158,7 @@ type modeSpec struct {
 	cacheKeys int
 	every     string // backlog.checkpoint_interval
 	loader    int    // LoaderThreshold
+	window    int64  // hit-rate window of the backlog pre-aggregation table (0: the default)
 	pebble    bool
 	pFail     float64 // probability that a produced record fails
 	lag       func(d *driver, end int) int64
@@ -183,6 +184,13 @@ func runMode(t *testing.T, seed uint64, ms modeSpec, in genInput) runResult {
 		store = state.NewMem()
 	}
 	tk := newTestTask(t, plan, store, 64<<10, ms.loader)
+	if ms.window > 0 {
+		for _, c := range tk.chains {
+			if c.part != nil {
+				c.part.window = ms.window // a full table may stop being consulted mid-backlog
+			}
+		}
+	}
 	if ms.pebble {
 		tk.d.Metrics = NewMetrics(prometheus.NewRegistry()) // the metrics code runs too, once
 	}
@@ -228,8 +236,8 @@ func runMode(t *testing.T, seed uint64, ms modeSpec, in genInput) runResult {
 	if ok {
 		r.stored = off
 	}
-	r.summary = fmt.Sprintf("%s: batch<=%d pCkpt=%.2f pAbort=%.2f(max %d) cache=%d loader=%d pebble=%v pFail=%v: processed %d, %d commits, %d aborts, %d forced by a switch",
-		ms.name, d.maxBatch, d.pCkpt, d.pAbort, d.maxAborts, ms.cacheKeys, ms.loader, ms.pebble, ms.pFail, d.processed, d.commits, d.aborts, d.switchTo)
+	r.summary = fmt.Sprintf("%s: batch<=%d pCkpt=%.2f pAbort=%.2f(max %d) cache=%d window=%d loader=%d pebble=%v pFail=%v: processed %d, %d commits, %d aborts, %d forced by a switch",
+		ms.name, d.maxBatch, d.pCkpt, d.pAbort, d.maxAborts, ms.cacheKeys, ms.window, ms.loader, ms.pebble, ms.pFail, d.processed, d.commits, d.aborts, d.switchTo)
 	return r
 }
 
@@ -287,6 +295,8 @@ func oneAnswer(t *testing.T, seed uint64, pebble bool) {
 			}
 			return cur
 		}}
+	backlog.window = []int64{0, 4, 16}[rng.IntN(3)]
+	switching.window = []int64{0, 4, 16}[rng.IntN(3)]
 	var res []runResult
 	for _, ms := range []modeSpec{realtime, backlog, switching} {
 		res = append(res, runMode(t, seed, ms, in))

@@ -9,6 +9,11 @@ import "slices"
 // state (Aggregate.Merge) together with its sorted records: the aggregate's state depends only
 // on the multiset of inputs, so the split changes no byte of the result.
 //
+// Once the table is full, it watches its hit rate: when fewer than a quarter of the records of
+// a window hit it (far more keys than the table holds), it stops being consulted until the
+// backlog ends, and every record goes to the sorter. A key then has both a partial and sorted
+// records, which the fold handles like any other.
+//
 // States live in one arena of fixed-size slots; the index maps a key to its slot. Not safe for
 // concurrent use.
 type partials struct {
@@ -17,21 +22,42 @@ type partials struct {
 	idx   map[string]int32
 	arena []byte
 	kb    int64 // bytes of the keys held
+
+	window     int64 // records per hit-rate window once full
+	seen, hits int64 // in the current window
+	bypass     bool  // the table is not consulted (until reset)
 }
 
+// defaultWindow is the hit-rate window of a full table.
+const defaultWindow = 1 << 16
+
 func newPartials(stateSize, limit int) *partials {
-	return &partials{size: stateSize, limit: limit, idx: make(map[string]int32)}
+	return &partials{size: stateSize, limit: limit, idx: make(map[string]int32), window: defaultWindow}
 }
 
 // slot returns key's partial state, creating it with init when the key is new and the table
 // has room; ok is false when the key is absent and the table is full.
 func (p *partials) slot(key []byte, init func([]byte)) (st []byte, ok bool) {
-	if i, ok := p.idx[string(key)]; ok {
+	if p.bypass {
+		return nil, false
+	}
+	i, hit := p.idx[string(key)]
+	if full := len(p.idx) >= p.limit; full {
+		p.seen++
+		if hit {
+			p.hits++
+		}
+		if p.seen >= p.window {
+			p.bypass = p.hits*4 < p.seen
+			p.seen, p.hits = 0, 0
+		}
+		if !hit {
+			return nil, false
+		}
+	}
+	if hit {
 		off := int(i) * p.size
 		return p.arena[off : off+p.size : off+p.size], true
-	}
-	if len(p.idx) >= p.limit {
-		return nil, false
 	}
 	off := len(p.arena)
 	p.arena = slices.Grow(p.arena, p.size)[:off+p.size]
@@ -75,4 +101,5 @@ func (p *partials) reset() {
 	clear(p.idx)
 	p.arena = p.arena[:0]
 	p.kb = 0
+	p.seen, p.hits, p.bypass = 0, 0, false
 }

@@ -1,0 +1,52 @@
+package task
+
+import (
+	"fmt"
+	"testing"
+)
+
+func TestPartialsBypassWhenMostlyMissing(t *testing.T) {
+	init := func(b []byte) { clear(b) }
+	p := newPartials(8, 4)
+	p.window = 100
+	for i := range 4 {
+		if _, ok := p.slot(fmt.Appendf(nil, "k%d", i), init); !ok {
+			t.Fatalf("key %d refused by a table with room", i)
+		}
+	}
+	// Full: a window in which half the records hit keeps the table in use.
+	for i := range 100 {
+		key := fmt.Appendf(nil, "k%d", i%8) // k0..k3 hit, k4..k7 miss
+		_, ok := p.slot(key, init)
+		if ok != (i%8 < 4) {
+			t.Fatalf("record %d (%s): ok=%v", i, key, ok)
+		}
+	}
+	if p.bypass {
+		t.Fatal("bypassed at a 50% hit rate")
+	}
+	// A window with a 10% hit rate turns the table off, even for its own keys.
+	for i := range 100 {
+		key := fmt.Appendf(nil, "x%d", i)
+		if i%10 == 0 {
+			key = []byte("k0")
+		}
+		p.slot(key, init)
+	}
+	if !p.bypass {
+		t.Fatal("not bypassed at a 10% hit rate")
+	}
+	if _, ok := p.slot([]byte("k0"), init); ok {
+		t.Fatal("a bypassed table still took a record")
+	}
+	if st, ok := p.get([]byte("k0")); !ok || len(st) != 8 {
+		t.Fatal("a bypassed table lost its partial")
+	}
+	p.reset()
+	if p.bypass || p.len() != 0 {
+		t.Fatal("reset kept the bypass or the keys")
+	}
+	if _, ok := p.slot([]byte("k0"), init); !ok {
+		t.Fatal("reset table refused a key")
+	}
+}
