@@ -131,6 +131,9 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 		if _, err := adm.CreateTopic(ctx, int32(o.partitions), -1, nil, topic); err != nil {
 			return fmt.Errorf("bench: create %s: %w", topic, err)
 		}
+		if err := topicReady(ctx, adm, topic, o.partitions); err != nil {
+			return err
+		}
 		if !o.keep {
 			defer func() {
 				dctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -424,4 +427,30 @@ func selfCPU() float64 {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
+}
+
+// topicReady waits until every partition of a new topic has a leader in the metadata: a
+// produce right after CreateTopic can otherwise meet UNKNOWN_TOPIC_OR_PARTITION.
+func topicReady(ctx context.Context, adm *kadm.Client, topic string, partitions int) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for {
+		td, err := adm.ListTopics(ctx, topic)
+		if err == nil {
+			if d, ok := td[topic]; ok && d.Err == nil && len(d.Partitions) == partitions {
+				ready := true
+				for _, p := range d.Partitions {
+					ready = ready && p.Err == nil && p.Leader >= 0
+				}
+				if ready {
+					return nil
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("bench: topic %s has no leader for every partition after 30s", topic)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
