@@ -99,7 +99,7 @@ type Processing struct {
 	Guarantee      string        `koanf:"guarantee"`       // exactly_once (default) | at_least_once
 	CommitInterval time.Duration `koanf:"commit_interval"` // default 100ms, > 0
 	StateDir       string        `koanf:"state_dir"`       // default ./data
-	CacheKeys      int           `koanf:"cache_keys"`      // write-back cache entries per task; default 100000, >= 1
+	CacheKeys      int           `koanf:"cache_keys"`      // per task: real-time write-back cache entries, backlog pre-aggregated keys; default 100000, >= 1
 }
 
 // Guarantee values.

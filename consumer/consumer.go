@@ -25,6 +25,7 @@ import (
 	"log/slog"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -65,6 +66,7 @@ type Engine struct {
 	m    engineMetrics
 
 	urgent  chan struct{} // a task asks for a checkpoint now (mode switch, full cache)
+	folding atomic.Int32  // tasks folding a backlog ahead of a checkpoint (Task.Prepare)
 	blocked chan struct{} // franz-go wants to rebalance
 	failed  chan error    // a task goroutine failed
 
@@ -166,7 +168,11 @@ func (e *Engine) loop(ctx context.Context) error {
 		if err := e.sess.Begin(); err != nil {
 			return err
 		}
-		pollCtx, cancel := context.WithDeadline(ctx, next)
+		deadline := next
+		if e.folding.Load() > 0 && !time.Now().Before(next) {
+			deadline = time.Now().Add(foldPoll) // a checkpoint waits for the fold: poll on meanwhile
+		}
+		pollCtx, cancel := context.WithDeadline(ctx, deadline)
 		fs := e.sess.Poll(pollCtx)
 		cancel()
 		if ctx.Err() != nil {
@@ -185,7 +191,10 @@ func (e *Engine) loop(ctx context.Context) error {
 			e.sess.AllowRebalance()
 			return err
 		}
-		if due || !time.Now().Before(next) || pending(e.urgent) || pending(e.blocked) {
+		// No checkpoint starts while a task folds a backlog: the fold's records are in the open
+		// transaction, and the barrier would hold every other task for the fold's duration.
+		// (One that started before the fold waits for it: the folding task replies after it.)
+		if (due || !time.Now().Before(next) || pending(e.urgent) || pending(e.blocked)) && e.folding.Load() == 0 {
 			drain(e.urgent)
 			drain(e.blocked)
 			if err := e.checkpoint(ctx); err != nil {
@@ -202,6 +211,9 @@ func (e *Engine) loop(ctx context.Context) error {
 		}
 	}
 }
+
+// foldPoll is how often the poll loop looks again while a checkpoint waits for a fold.
+const foldPoll = 20 * time.Millisecond
 
 // dispatch hands every fetched partition to its task, in order. While a task's channel is full
 // it still serves checkpoints (a task waiting for one would otherwise deadlock the loop). It
@@ -264,7 +276,12 @@ func (e *Engine) dispatch(ctx context.Context, fs kgo.Fetches, next time.Time) (
 				derr = nil
 				return
 			}
-			// A checkpoint is needed while this task's channel is full.
+			// A checkpoint is needed while this task's channel is full (not while a task
+			// folds: the folding task signals urgent when it is done).
+			if e.folding.Load() > 0 {
+				timer.Reset(foldPoll)
+				continue
+			}
 			if err := e.checkpoint(ctx); err != nil {
 				derr = err
 				return
@@ -346,6 +363,11 @@ func (e *Engine) checkpoint(ctx context.Context) error {
 	}
 	committed, err := e.sess.End(ctx, offsets, commit)
 	if err != nil {
+		return err
+	}
+	// Open the next transaction before any task hears the outcome: a task may produce as soon
+	// as it has (a fold, stateless outputs).
+	if err := e.sess.Begin(); err != nil {
 		return err
 	}
 	if !committed && len(offsets)+records > 0 {

@@ -172,14 +172,8 @@ func (e *Engine) run(ctx context.Context, cl *kgo.Client, r *runner) {
 			}
 			if r.t.Observe(r.key.topic, lag, timeLag) {
 				// A mode switch needs a checkpoint before this batch is processed.
-				signal(e.urgent)
-				select {
-				case <-ctx.Done():
+				if !e.switchNow(ctx, r) {
 					return
-				case q := <-r.ckpt:
-					if !e.serveCheckpoint(ctx, r, q) {
-						return
-					}
 				}
 				if b.epoch != e.currentEpoch() {
 					continue
@@ -188,13 +182,39 @@ func (e *Engine) run(ctx context.Context, cl *kgo.Client, r *runner) {
 			if !e.process(ctx, r, b) {
 				return
 			}
-			// The lag left after the batch: a task that has caught up asks for the checkpoint
-			// that folds its backlog (records arriving meanwhile still go to its sorter).
+			// The lag left after the batch: a task that has caught up folds its backlog and
+			// waits for the checkpoint that commits it.
 			r.t.Observe(r.key.topic, b.lagAfter, b.timeLagAfter)
-			if r.t.NeedsCheckpoint() {
+			if r.t.WantsFold() {
+				if !e.switchNow(ctx, r) {
+					return
+				}
+			} else if r.t.NeedsCheckpoint() {
 				signal(e.urgent)
 			}
 		}
+	}
+}
+
+// switchNow does the task's part of a mode switch: it folds the backlogs that end now (Prepare,
+// outside the checkpoint barrier, while the poll loop holds back checkpoints and the other tasks
+// go on), asks for a checkpoint and serves it. It returns false if the goroutine must exit.
+func (e *Engine) switchNow(ctx context.Context, r *runner) bool {
+	if r.t.WantsFold() {
+		e.folding.Add(1)
+		err := r.t.Prepare(e.sess)
+		e.folding.Add(-1)
+		if err != nil {
+			e.fail(err)
+			return false
+		}
+	}
+	signal(e.urgent)
+	select {
+	case <-ctx.Done():
+		return false
+	case q := <-r.ckpt:
+		return e.serveCheckpoint(ctx, r, q)
 	}
 }
 

@@ -16,7 +16,7 @@ import (
 )
 
 // Pending is one task's checkpoint in flight: its records are in the open transaction; its state
-// writes wait for the transaction's outcome. Promises update it concurrently (mu); everything
+// writes wait for the transaction's outcome. (A fold done by Prepare starts one early.) Promises update it concurrently (mu); everything
 // else belongs to the task goroutine.
 type Pending struct {
 	// Offsets are the next offsets to commit for this task's partition, by topic. Topics whose
@@ -89,17 +89,15 @@ func (pd *Pending) changelogPromise(ns state.Namespace) func(*kgo.Record, error)
 // whose Offsets the caller commits in the same transaction. The task's state is unchanged until
 // Committed or Aborted; the caller must call exactly one of them before Process.
 func (t *Task) Checkpoint(p Producer) (*Pending, error) {
-	pd := &Pending{
-		Offsets: map[string]int64{},
-		clNext:  map[state.Namespace]int64{},
-		loaders: map[state.Namespace]state.Loader{},
-		keys:    map[*chain]int64{},
-		silent:  map[*chain]bool{},
-		inline:  t.out,
+	pd := t.prep
+	t.prep = nil
+	if pd == nil {
+		pd = newPending()
 	}
+	pd.inline = t.out
 	t.out = &errTracker{}
 	for _, c := range t.chains {
-		if c.ops.agg != nil {
+		if c.ops.agg != nil && !foldedIn(pd, c) {
 			switch {
 			case len(c.dirty) > 0:
 				if err := t.flush(c, p, pd); err != nil {
@@ -147,6 +145,57 @@ func (t *Task) Checkpoint(p Producer) (*Pending, error) {
 		}
 	}
 	return pd, nil
+}
+
+func newPending() *Pending {
+	return &Pending{
+		Offsets: map[string]int64{},
+		clNext:  map[state.Namespace]int64{},
+		loaders: map[state.Namespace]state.Loader{},
+		keys:    map[*chain]int64{},
+		silent:  map[*chain]bool{},
+	}
+}
+
+// leaving reports whether a chain is due to fold its backlog and stream: its detector left
+// backlog and it holds backlog records or outputs owed by backlog checkpoints.
+func (c *chain) leaving() bool {
+	return c.ops.agg != nil && len(c.dirty) == 0 && !c.det.Backlog() && (c.buffered() > 0 || c.hasPending)
+}
+
+// WantsFold reports whether a chain of the task is due to fold its backlog (the expensive part
+// of a switch), which Prepare can do ahead of the checkpoint.
+func (t *Task) WantsFold() bool {
+	for _, c := range t.chains {
+		if c.leaving() && (t.prep == nil || !foldedIn(t.prep, c)) {
+			return true
+		}
+	}
+	return false
+}
+
+// Prepare folds the backlogs of the chains that leave backlog now, ahead of the next
+// checkpoint: their records go into the open transaction through p and their state writes
+// wait in a pending checkpoint that the next Checkpoint completes and returns. It lets the
+// caller do a switch's work without holding every other task at the checkpoint barrier. The
+// task must not process records between Prepare and Checkpoint (they would miss the fold), and
+// the transaction must not end in between (the caller's checkpoint includes the task's reply,
+// which comes after Prepare).
+func (t *Task) Prepare(p Producer) error {
+	for _, c := range t.chains {
+		if !c.leaving() || (t.prep != nil && foldedIn(t.prep, c)) {
+			continue
+		}
+		if t.prep == nil {
+			t.prep = newPending()
+		}
+		if err := t.fold(c, p, t.prep, false); err != nil {
+			t.abortPending(t.prep)
+			t.prep = nil
+			return err
+		}
+	}
+	return nil
 }
 
 func foldedIn(pd *Pending, c *chain) bool {
@@ -364,7 +413,11 @@ func (t *Task) fold(c *chain, p Producer, pd *Pending, silent bool) error {
 				return err
 			}
 		}
-		agg.Fold(st, it.Payload())
+		if p := it.Payload(); p[0] == tagPartial {
+			agg.Merge(st, p[1:])
+		} else {
+			agg.Fold(st, p[1:])
+		}
 	}
 	if err := it.Err(); err != nil {
 		return fmt.Errorf("task %d: merge: %w", t.partition, err)

@@ -182,6 +182,15 @@ type driver struct {
 
 func (d *driver) checkpoint(mayAbort bool) (aborted bool) {
 	d.t.Helper()
+	if d.task.WantsFold() && d.rng.IntN(2) == 0 {
+		// The engine folds a switch ahead of the checkpoint (outside its barrier).
+		if err := d.task.Prepare(d.prod); err != nil {
+			d.t.Fatalf("Prepare: %v", err)
+		}
+		if d.task.WantsFold() {
+			d.t.Fatalf("WantsFold after Prepare")
+		}
+	}
 	pd, err := d.task.Checkpoint(d.prod)
 	if err != nil {
 		d.t.Fatalf("Checkpoint: %v", err)

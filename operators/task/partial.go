@@ -11,8 +11,8 @@ import "slices"
 //
 // Once the table is full, it watches its hit rate: when fewer than a quarter of the records of
 // a window hit it (far more keys than the table holds), it stops being consulted until the
-// backlog ends, and every record goes to the sorter. A key then has both a partial and sorted
-// records, which the fold handles like any other.
+// backlog ends: its partial states move into the sorter (Task.spillPartials), its memory is
+// freed, and every record goes to the sorter.
 //
 // States live in one arena of fixed-size slots; the index maps a key to its slot. Not safe for
 // concurrent use.
@@ -94,6 +94,13 @@ func (p *partials) sortedKeys() []string {
 // memBytes estimates the table's memory: the arena, the keys and the index's buckets.
 func (p *partials) memBytes() int64 {
 	return int64(cap(p.arena)) + p.kb + 48*int64(len(p.idx)) // string header, bucket slot, value
+}
+
+// drop empties the table and frees its memory, leaving it bypassed until reset.
+func (p *partials) drop() {
+	p.idx = make(map[string]int32)
+	p.arena = nil
+	p.kb = 0
 }
 
 // reset empties the table, keeping the arena's memory for the next backlog.

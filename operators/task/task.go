@@ -55,6 +55,7 @@ type Task struct {
 	needCkpt  bool
 	log       *slog.Logger
 	out       *errTracker // produce results of records sent outside a checkpoint (stateless outputs)
+	prep      *Pending    // folds done by Prepare, completed by the next Checkpoint
 
 	mu     sync.Mutex // guards status
 	status Status
@@ -297,7 +298,8 @@ func (t *Task) processChain(c *chain, recs []*kgo.Record) error {
 			}
 			continue
 		}
-		in, err := ops.agg.Project(&c.rec, c.scratch[:0])
+		// The projected input follows a tag byte: sorted entries are inputs or partial states.
+		in, err := ops.agg.Project(&c.rec, append(c.scratch[:0], tagInput))
 		if err != nil {
 			t.deadLetter(c, kr, ops.agg.Name(), err)
 			continue
@@ -306,10 +308,17 @@ func (t *Task) processChain(c *chain, recs []*kgo.Record) error {
 		if c.inBack {
 			// Keys that fit the table are aggregated in memory; the rest are sorted.
 			if st, ok := c.part.slot(c.rec.Key, ops.agg.InitState); ok {
-				ops.agg.Fold(st, in)
-			} else if err := c.sorter.Add(c.rec.Key, c.rec.Time, kr.Offset, in); err != nil {
-				// The sorter could not spill (disk full?): a task failure, not a bad record.
-				return fmt.Errorf("task %d: sorter: %w", t.partition, err)
+				ops.agg.Fold(st, in[1:])
+			} else {
+				if c.part.bypass && c.part.len() > 0 {
+					if err := t.spillPartials(c); err != nil {
+						return err
+					}
+				}
+				if err := c.sorter.Add(c.rec.Key, c.rec.Time, kr.Offset, in); err != nil {
+					// The sorter could not spill (disk full?): a task failure, not a bad record.
+					return fmt.Errorf("task %d: sorter: %w", t.partition, err)
+				}
 			}
 			c.backRecords++
 			if t.backlogCheckpointDue(c) {
@@ -321,7 +330,7 @@ func (t *Task) processChain(c *chain, recs []*kgo.Record) error {
 		if err != nil {
 			return fmt.Errorf("task %d: state: %w", t.partition, err)
 		}
-		ops.agg.Fold(e.state, in)
+		ops.agg.Fold(e.state, in[1:])
 		if !e.dirty {
 			e.dirty = true
 			c.dirty = append(c.dirty, e)
@@ -376,6 +385,28 @@ func (t *Task) load(c *chain, key []byte) (*entry, error) {
 func (t *Task) backlogCheckpointDue(c *chain) bool {
 	every := t.plan.Config.Backlog.CheckpointInterval
 	return every > 0 && c.inBack && c.det.Backlog() && c.buffered() > 0 && t.d.Clock().Sub(c.lastBackCkpt) >= every
+}
+
+// Sorted entries' payloads start with a tag: a record's projected input, or a key's partial
+// state moved out of the pre-aggregation table.
+const (
+	tagInput   = 0
+	tagPartial = 1
+)
+
+// spillPartials moves the pre-aggregation table's partial states into the sorter (tagged) and
+// frees the table: it has stopped being consulted, and its memory is better spent sorting.
+func (t *Task) spillPartials(c *chain) error {
+	var buf []byte
+	for k, i := range c.part.idx {
+		off := int(i) * c.part.size
+		buf = append(append(buf[:0], tagPartial), c.part.arena[off:off+c.part.size]...)
+		if err := c.sorter.Add([]byte(k), 0, 0, buf); err != nil {
+			return fmt.Errorf("task %d: sorter: %w", t.partition, err)
+		}
+	}
+	c.part.drop()
+	return nil
 }
 
 // buffered is how much a keyed chain holds of a backlog not yet folded into state: records in
@@ -442,6 +473,10 @@ func (t *Task) deadLetter(c *chain, kr *kgo.Record, op string, err error) {
 
 // Close releases the task's sorters (dropping anything buffered: nothing of it was committed).
 func (t *Task) Close() {
+	if t.prep != nil {
+		t.abortPending(t.prep)
+		t.prep = nil
+	}
 	for _, c := range t.chains {
 		if c.sorter != nil {
 			_ = c.sorter.Close()
