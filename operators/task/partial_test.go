@@ -2,6 +2,7 @@ package task
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 )
 
@@ -48,5 +49,43 @@ func TestPartialsBypassWhenMostlyMissing(t *testing.T) {
 	}
 	if _, ok := p.slot([]byte("k0"), init); !ok {
 		t.Fatal("reset table refused a key")
+	}
+}
+
+// TestPartialsShortAndLongKeys: keys of up to 15 bytes live inline, longer ones as strings;
+// both kinds (and the empty key, and keys differing only in trailing zero bytes) stay distinct
+// and come back sorted and complete.
+func TestPartialsShortAndLongKeys(t *testing.T) {
+	init := func(b []byte) { clear(b) }
+	p := newPartials(1, 100)
+	keys := []string{"", "a", "a\x00", "customer-000001", "customer-0000001", "customer-00000010", "zz", "\x00"}
+	for n, k := range keys {
+		st, ok := p.slot([]byte(k), init)
+		if !ok {
+			t.Fatalf("%q refused", k)
+		}
+		st[0] = byte(n + 1)
+	}
+	if p.len() != len(keys) {
+		t.Fatalf("len %d, want %d", p.len(), len(keys))
+	}
+	for n, k := range keys {
+		st, ok := p.get([]byte(k))
+		if !ok || st[0] != byte(n+1) {
+			t.Fatalf("get(%q) = %v, %v; want state %d", k, st, ok, n+1)
+		}
+	}
+	sorted := p.sortedKeys()
+	want := append([]string(nil), keys...)
+	slices.Sort(want)
+	if !slices.Equal(sorted, want) {
+		t.Fatalf("sortedKeys = %q, want %q", sorted, want)
+	}
+	seen := map[string]byte{}
+	if err := p.each(func(k, st []byte) error { seen[string(k)] = st[0]; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if len(seen) != len(keys) {
+		t.Fatalf("each saw %d keys, want %d", len(seen), len(keys))
 	}
 }

@@ -398,12 +398,12 @@ const (
 // frees the table: it has stopped being consulted, and its memory is better spent sorting.
 func (t *Task) spillPartials(c *chain) error {
 	var buf []byte
-	for k, i := range c.part.idx {
-		off := int(i) * c.part.size
-		buf = append(append(buf[:0], tagPartial), c.part.arena[off:off+c.part.size]...)
-		if err := c.sorter.Add([]byte(k), 0, 0, buf); err != nil {
-			return fmt.Errorf("task %d: sorter: %w", t.partition, err)
-		}
+	err := c.part.each(func(key, st []byte) error {
+		buf = append(append(buf[:0], tagPartial), st...)
+		return c.sorter.Add(key, 0, 0, buf)
+	})
+	if err != nil {
+		return fmt.Errorf("task %d: sorter: %w", t.partition, err)
 	}
 	c.part.drop()
 	return nil
