@@ -188,6 +188,8 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 		modes = []string{o.only}
 	}
 	for _, mode := range modes {
+		// Collect the prefill's (or the previous run's) garbage now rather than during the run.
+		runtime.GC()
 		before := selfCPU()
 		r, err := benchChild(ctx, o, mode, dir, prefix, topic, brokers, adm, end)
 		if err != nil {
@@ -221,7 +223,6 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 			dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 			adm.DeleteTopics(dctx, r.sink, group+"-totals-changelog", group+"-dlq")
 			cancel()
-			runtime.GC()
 		}
 	}
 	if len(runs) == 1 {
