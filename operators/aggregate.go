@@ -231,15 +231,9 @@ func (a *Aggregate) Fold(state, input []byte) {
 			st := state[s.off : s.off+sumSize]
 			storeSum(st, loadSum(st).add(loadDec(input[s.in:])))
 		case aggMin:
-			v := loadDec(input[s.in:])
-			if st := state[s.off : s.off+decSize]; n == 0 || v.cmp(loadDec(st)) < 0 {
-				storeDec(st, v)
-			}
+			keepIf(state[s.off:s.off+decSize], loadDec(input[s.in:]), n == 0, -1)
 		case aggMax:
-			v := loadDec(input[s.in:])
-			if st := state[s.off : s.off+decSize]; n == 0 || v.cmp(loadDec(st)) > 0 {
-				storeDec(st, v)
-			}
+			keepIf(state[s.off:s.off+decSize], loadDec(input[s.in:]), n == 0, 1)
 		}
 	}
 	binary.LittleEndian.PutUint64(state[1:], n+1)
@@ -263,18 +257,20 @@ func (a *Aggregate) Merge(dst, src []byte) {
 			d := dst[s.off : s.off+sumSize]
 			storeSum(d, loadSum(d).plus(loadSum(src[s.off:])))
 		case aggMin:
-			v := loadDec(src[s.off:])
-			if d := dst[s.off : s.off+decSize]; nd == 0 || v.cmp(loadDec(d)) < 0 {
-				storeDec(d, v)
-			}
+			keepIf(dst[s.off:s.off+decSize], loadDec(src[s.off:]), nd == 0, -1)
 		case aggMax:
-			v := loadDec(src[s.off:])
-			if d := dst[s.off : s.off+decSize]; nd == 0 || v.cmp(loadDec(d)) > 0 {
-				storeDec(d, v)
-			}
+			keepIf(dst[s.off:s.off+decSize], loadDec(src[s.off:]), nd == 0, 1)
 		}
 	}
 	binary.LittleEndian.PutUint64(dst[1:], nd+ns)
+}
+
+// keepIf stores v as the min (want -1) or max (want 1) held in st, when st holds none yet
+// (empty) or v beats it.
+func keepIf(st []byte, v dec, empty bool, want int) {
+	if empty || v.cmp(loadDec(st)) == want {
+		storeDec(st, v)
+	}
 }
 
 // Render appends the output JSON value for key's state to dst:
