@@ -65,6 +65,7 @@ type Engine struct {
 	tm   *task.Metrics
 	m    engineMetrics
 
+	sessSet chan struct{} // closed once sess is set: rebalance callbacks may fire before Open returns
 	urgent  chan struct{} // a task asks for a checkpoint now (mode switch, full cache)
 	folding atomic.Int32  // tasks folding a backlog ahead of a checkpoint (Task.Prepare)
 	blocked chan struct{} // franz-go wants to rebalance
@@ -95,6 +96,7 @@ func New(o Options) (*Engine, error) {
 	e := &Engine{
 		o:       o,
 		log:     o.Logger,
+		sessSet: make(chan struct{}),
 		urgent:  make(chan struct{}, 1),
 		blocked: make(chan struct{}, 1),
 		failed:  make(chan error, 1),
@@ -146,6 +148,7 @@ func (e *Engine) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	close(e.sessSet)
 	e.log.Info("joining group", "group", cfg.Group, "instance_id", cfg.InstanceID, "topics", e.o.Plan.Topics(), "guarantee", cfg.Processing.Guarantee)
 	err = e.loop(ctx)
 	// Shutdown: checkpoint what was processed (if the session is healthy), stop the tasks, leave.

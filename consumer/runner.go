@@ -55,6 +55,9 @@ func (r *runner) isRestored() bool { return r.restored.Load() }
 // assigned starts a task goroutine per new partition. It runs in a franz-go callback: it only
 // starts goroutines and pauses the partitions until their state is restored.
 func (e *Engine) assigned(ctx context.Context, cl *kgo.Client, a map[string][]int32) {
+	// The client joins the group as soon as it exists, so this can run before Run has stored
+	// the session its tasks produce through.
+	<-e.sessSet
 	pause := map[string][]int32{}
 	var start []*runner
 	e.mu.Lock()
