@@ -4,6 +4,14 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sluice-dev/sluice/sorter"
+	"github.com/sluice-dev/sluice/state"
 )
 
 func TestPartialsBypassWhenMostlyMissing(t *testing.T) {
@@ -87,5 +95,40 @@ func TestPartialsShortAndLongKeys(t *testing.T) {
 	}
 	if len(seen) != len(keys) {
 		t.Fatalf("each saw %d keys, want %d", len(seen), len(keys))
+	}
+}
+
+// TestPreAggregationIsVisible: a task in backlog reports its pre-aggregated keys in /status and
+// in sluice_backlog_preaggregated_keys, and sorts only the keys beyond cache_keys.
+func TestPreAggregationIsVisible(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	plan := mustPlan(t, testConfig("always", 50, 10, 2)) // cache_keys 2
+	tk, err := New(plan, testTopic, 0, Deps{
+		Store: state.NewMem(), Budget: sorter.NewBudget(1 << 20), SortDir: t.TempDir(),
+		Logger: discardLogger(), Metrics: NewMetrics(reg),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tk.Close()
+	var recs []*kgo.Record
+	for i, k := range []string{"c-1", "c-2", "c-1", "c-3", "c-2", "c-3"} {
+		recs = append(recs, &kgo.Record{Topic: testTopic, Offset: int64(i), Key: []byte(k),
+			Value: []byte(`{"customer_id":"` + k + `","amount":1,"ts":1}`), Timestamp: time.UnixMilli(1)})
+	}
+	tk.Observe(testTopic, 1<<40, 0)
+	if err := tk.Process(testTopic, recs); err != nil {
+		t.Fatal(err)
+	}
+	b := tk.Status().Chains[0].Backlog
+	if b == nil || b.PreAggregatedKeys != 2 || b.SortedRecords != 6 {
+		t.Fatalf("backlog status %+v, want 2 pre-aggregated keys of 6 records", b)
+	}
+	if got := tk.chains[0].sorter.Len(); got != 2 {
+		t.Fatalf("sorter holds %d records, want the 2 of c-3 (beyond cache_keys)", got)
+	}
+	var v dto.Metric
+	if err := tk.d.Metrics.preKeys.WithLabelValues(testOp, "0").Write(&v); err != nil || v.GetGauge().GetValue() != 2 {
+		t.Fatalf("sluice_backlog_preaggregated_keys = %v (%v), want 2", v.GetGauge().GetValue(), err)
 	}
 }

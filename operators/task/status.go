@@ -137,6 +137,7 @@ type Metrics struct {
 	spilled  *prometheus.GaugeVec
 	runs     *prometheus.GaugeVec
 	progress *prometheus.GaugeVec
+	preKeys  *prometheus.GaugeVec
 }
 
 // NewMetrics registers the task metrics with reg.
@@ -152,8 +153,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		spilled:  prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "sluice_sorter_spilled_bytes", Help: "Bytes spilled to sorted runs in the current backlog."}, []string{"operator", "partition"}),
 		runs:     prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "sluice_sorter_runs", Help: "Sorted runs on disk in the current backlog."}, []string{"operator", "partition"}),
 		progress: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "sluice_backlog_progress_ratio", Help: "Backlog progress: sorted / (sorted + lag)."}, []string{"operator", "partition"}),
+		preKeys:  prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "sluice_backlog_preaggregated_keys", Help: "Keys aggregated in memory in the current backlog (the rest is sorted)."}, []string{"operator", "partition"}),
 	}
-	reg.MustRegister(m.in, m.out, m.dead, m.switches, m.backlog, m.lag, m.sortMem, m.spilled, m.runs, m.progress)
+	reg.MustRegister(m.in, m.out, m.dead, m.switches, m.backlog, m.lag, m.sortMem, m.spilled, m.runs, m.progress, m.preKeys)
 	for _, d := range []string{"to_backlog", "to_realtime"} {
 		m.switches.WithLabelValues(d)
 	}
@@ -204,10 +206,12 @@ func (m *Metrics) observe(p int32, c *chain, cs ChainStatus) {
 		return
 	}
 	labels := []string{c.plan.Agg.Name, itoa(p)}
-	var mem, spill, runs, prog float64
+	var mem, spill, runs, prog, pre float64
 	if b := cs.Backlog; b != nil {
 		mem, spill, runs, prog = float64(b.SorterMem), float64(b.SpilledBytes), float64(b.Runs), b.Progress
+		pre = float64(b.PreAggregatedKeys)
 	}
+	m.preKeys.WithLabelValues(labels...).Set(pre)
 	m.sortMem.WithLabelValues(labels...).Set(mem)
 	m.spilled.WithLabelValues(labels...).Set(spill)
 	m.runs.WithLabelValues(labels...).Set(runs)
@@ -225,6 +229,7 @@ func (m *Metrics) forget(c *chain) {
 	m.spilled.DeleteLabelValues(labels...)
 	m.runs.DeleteLabelValues(labels...)
 	m.progress.DeleteLabelValues(labels...)
+	m.preKeys.DeleteLabelValues(labels...)
 	m.lag.DeleteLabelValues(c.plan.Source.Topic, itoa(c.ns.Partition))
 }
 
