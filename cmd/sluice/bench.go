@@ -221,7 +221,7 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 		if !o.keep {
 			group := prefix + "-" + mode
 			dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-			adm.DeleteTopics(dctx, r.sink, group+"-totals-changelog", group+"-dlq")
+			adm.DeleteTopics(dctx, r.sink, group+"-"+workload.PipelineOperator+"-changelog", group+"-dlq")
 			cancel()
 		}
 	}
@@ -258,18 +258,8 @@ processing: {guarantee: exactly_once, commit_interval: %[3]s, state_dir: %[4]q, 
 backlog: {mode: %[1]s, enter_lag: %[6]d, exit_lag: %[7]d, sort_memory: %[8]q}
 http: {listen: "127.0.0.1:%[9]d"}
 log: {level: info, format: text}
-sources:
-  orders: {topic: %[10]q, format: json, key: customer_id, timestamp: ts}
-operators:
-  - name: totals
-    aggregate:
-      input: orders
-      fields: {amount: {sum: amount}, orders: {count: {}}}
-    output: totals_out
-sinks:
-  totals_out: {topic: %[11]q, format: json}
 `, mode, group, o.commitInterval, filepath.Join(dir, mode+"-state"), o.cache, o.enterLag, min(500, o.enterLag/2),
-		o.sortMemory.String(), port, topic, r.sink)
+		o.sortMemory.String(), port) + workload.Pipeline(topic, r.sink)
 	env := childEnv(os.Environ(), "SLUICE_KAFKA__BROKERS="+strings.Join(brokers, ","))
 	if _, err := configs.Parse([]byte(cfg), env); err != nil {
 		return r, fmt.Errorf("bench: child config: %w", err)

@@ -125,17 +125,7 @@ processing: {guarantee: exactly_once, commit_interval: 100ms, state_dir: ./unset
 backlog: {enter_lag: %d, exit_lag: %d, sort_memory: 64MiB, checkpoint_interval: 0s, mode: auto}
 http: {listen: "off"}
 log: {level: info, format: json}
-sources:
-  orders: {topic: %s, format: json, key: customer_id, timestamp: ts}
-operators:
-  - name: totals
-    aggregate:
-      input: orders
-      fields: {amount: {sum: amount}, orders: {count: {}}}
-    output: totals_out
-sinks:
-  totals_out: {topic: %s, format: json}
-`, t.Name(), strings.Join(kafkatest.SplitBrokers(brokers), ", "), p.group, o.enterLag, o.exitLag, p.topic, p.sink)
+`, t.Name(), strings.Join(kafkatest.SplitBrokers(brokers), ", "), p.group, o.enterLag, o.exitLag) + workload.Pipeline(p.topic, p.sink)
 	if err := os.WriteFile(p.cfgPath, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/sluice-dev/sluice/configs"
 	"github.com/sluice-dev/sluice/producer"
 )
 
@@ -345,4 +346,17 @@ func BenchmarkEach(b *testing.B) {
 		return nil
 	})
 	b.SetBytes(int64(n / max(b.N, 1)))
+}
+
+// TestPipelineParses: the pipeline that computes the workload's totals is a valid sluice
+// config once kafka and group are added, with the aggregate the changelog name relies on.
+func TestPipelineParses(t *testing.T) {
+	doc := "kafka: {brokers: [127.0.0.1:1]}\ngroup: g\n" + Pipeline("orders-x", "totals-x")
+	cfg, err := configs.Parse([]byte(doc), nil)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, doc)
+	}
+	if got := cfg.ChangelogTopic(PipelineOperator); got != "g-totals-changelog" {
+		t.Fatalf("changelog topic %q", got)
+	}
 }

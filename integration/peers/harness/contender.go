@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/sluice-dev/sluice/integration/workload"
 )
 
 // doneRule says how the harness knows a contender has caught up.
@@ -152,17 +154,7 @@ instance_id: peers-0
 processing: {guarantee: exactly_once, commit_interval: 100ms, state_dir: %s}
 backlog: {enter_lag: %d, exit_lag: %d, sort_memory: %s, checkpoint_interval: 0s, mode: %s}
 http: {listen: 127.0.0.1:%d}
-sources:
-  orders: {topic: %s, format: json, key: customer_id, timestamp: ts}
-operators:
-  - name: totals
-    aggregate:
-      input: orders
-      fields: {amount: {sum: amount}, orders: {count: {}}}
-    output: totals_out
-sinks:
-  totals_out: {topic: %s, format: json}
-`, strings.Join(brokers, ", "), l.group, stateDir, l.enterLag, l.exitLag, c.sortMemory, mode, httpPort, l.in, l.out)
+`, strings.Join(brokers, ", "), l.group, stateDir, l.enterLag, l.exitLag, c.sortMemory, mode, httpPort) + workload.Pipeline(l.in, l.out)
 }
 
 // freePort returns a loopback TCP port that was free a moment ago.
