@@ -104,7 +104,7 @@ func (t *Task) Checkpoint(p Producer) (*Pending, error) {
 					t.abortPending(pd)
 					return nil, err
 				}
-			case !c.det.Backlog() && (c.buffered() > 0 || c.hasPending):
+			case c.leaving():
 				if err := t.fold(c, p, pd, false); err != nil {
 					t.abortPending(pd)
 					return nil, err
