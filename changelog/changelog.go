@@ -38,6 +38,21 @@ func PendingNamespace(ns state.Namespace) state.Namespace {
 	return state.Namespace{Operator: ns.Operator + "#pending", Partition: ns.Partition}
 }
 
+// WatermarkHeader marks the changelog record that carries a windowed operator's watermark
+// (8 bytes, big-endian, the event time in ms) as of the input offset committed with it; its key is
+// WatermarkKey, shorter than any window key, so compaction keeps it apart from the states. A
+// restore stores it under WatermarkNamespace, so that a task restored anywhere decides lateness
+// exactly as the task before it would have.
+const WatermarkHeader = "sluice.watermark"
+
+// WatermarkKey is the changelog key of the watermark record, and its key in WatermarkNamespace.
+var WatermarkKey = []byte("wm")
+
+// WatermarkNamespace is where the task stores its committed watermark.
+func WatermarkNamespace(ns state.Namespace) state.Namespace {
+	return state.Namespace{Operator: ns.Operator + "#watermark", Partition: ns.Partition}
+}
+
 // HasAny reports whether ns holds at least one key.
 func HasAny(st state.Store, ns state.Namespace) (bool, error) {
 	found := errors.New("found")
@@ -159,6 +174,9 @@ func (r *Restorer) Restore(ctx context.Context, topic string, ns state.Namespace
 		if err := r.Store.Drop(PendingNamespace(ns)); err != nil {
 			return st, err
 		}
+		if err := r.Store.Drop(WatermarkNamespace(ns)); err != nil {
+			return st, err
+		}
 		from, st.Full = lo.Offset, true
 	}
 	st.From, st.To = from, hi.Offset
@@ -222,7 +240,11 @@ func (r *Restorer) Restore(ctx context.Context, topic string, ns state.Namespace
 				return
 			}
 			st.Records++
-			if isPending(rec) {
+			if hasHeader(rec, WatermarkHeader) {
+				aerr = b.Set(WatermarkNamespace(ns), WatermarkKey, rec.Value)
+				return
+			}
+			if hasHeader(rec, PendingHeader) {
 				marks = true
 				if aerr = b.Set(pendNS, rec.Key, []byte{}); aerr != nil {
 					return
@@ -268,9 +290,9 @@ func (r *Restorer) log() *slog.Logger {
 
 func ptr[T any](v T) *T { return &v }
 
-func isPending(r *kgo.Record) bool {
+func hasHeader(r *kgo.Record, key string) bool {
 	for _, h := range r.Headers {
-		if h.Key == PendingHeader {
+		if h.Key == key {
 			return true
 		}
 	}

@@ -148,6 +148,16 @@ type Source struct {
 	Format    string `koanf:"format"`    // json (only, default)
 	Key       string `koanf:"key"`       // field path "a.b" or "" = Kafka record key
 	Timestamp string `koanf:"timestamp"` // field path or "" = record timestamp
+	// Watermark sets how event time advances for the windows of operators reading this source.
+	Watermark Watermark `koanf:"watermark"`
+}
+
+// Watermark is a source's event-time progress: the watermark of an input partition is the
+// largest event time seen in it minus MaxDelay. IdleAfter (0 = never) lets an input with no
+// records for that long stop holding back the watermark of an operator with several inputs.
+type Watermark struct {
+	MaxDelay  time.Duration `koanf:"max_delay"`  // default 0, >= 0
+	IdleAfter time.Duration `koanf:"idle_after"` // default 0 (never), >= 0
 }
 
 // Sink is one output topic.
@@ -207,7 +217,34 @@ type Map struct {
 type Aggregate struct {
 	Input  string                    `koanf:"input"`
 	Fields map[string]map[string]any `koanf:"fields"` // raw YAML: {amount: {sum: amount}, orders: {count: {}}}
-	Emit   string                    `koanf:"emit"`   // updates (default) | final
+	Emit   string                    `koanf:"emit"`   // updates (default) | final (needs a window)
+	Window *Window                   `koanf:"window"` // nil: one result per key, never closed
+}
+
+// Window is an aggregate's event-time window: exactly one of Tumbling, Hopping (with Advance) and
+// Session is set. Tumbling and hopping windows are aligned to the epoch, [start, end); a window
+// closes when the watermark reaches end + Grace.
+type Window struct {
+	Tumbling time.Duration `koanf:"tumbling"` // window size
+	Hopping  time.Duration `koanf:"hopping"`  // window size; a window starts every Advance
+	Advance  time.Duration `koanf:"advance"`  // hopping only; must divide Hopping
+	Session  time.Duration `koanf:"session"`  // inactivity gap
+	Grace    time.Duration `koanf:"grace"`    // default 0
+}
+
+// Kind returns "tumbling", "hopping", "session", or "" when none is set.
+func (w *Window) Kind() string {
+	switch {
+	case w == nil:
+		return ""
+	case w.Tumbling > 0:
+		return "tumbling"
+	case w.Hopping > 0:
+		return "hopping"
+	case w.Session > 0:
+		return "session"
+	}
+	return ""
 }
 
 // Emit values.

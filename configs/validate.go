@@ -190,6 +190,12 @@ func (c *Config) validateSources() *Error {
 				return errorf(key+".timestamp", "%s; or leave it out to use the record timestamp", msg)
 			}
 		}
+		if s.Watermark.MaxDelay < 0 {
+			return errorf(key+".watermark.max_delay", "must not be negative, got %s", fmtDuration(s.Watermark.MaxDelay))
+		}
+		if s.Watermark.IdleAfter < 0 {
+			return errorf(key+".watermark.idle_after", "must not be negative (0: never idle), got %s", fmtDuration(s.Watermark.IdleAfter))
+		}
 	}
 	return nil
 }
@@ -356,7 +362,69 @@ func checkAggregate(kp string, a *Aggregate) *Error {
 			return errorf(key, "%s", msg)
 		}
 	}
-	return checkEnum(kp+".emit", a.Emit, EmitUpdates, EmitFinal)
+	if err := checkEnum(kp+".emit", a.Emit, EmitUpdates, EmitFinal); err != nil {
+		return err
+	}
+	if a.Window == nil {
+		if a.Emit == EmitFinal {
+			return errorf(kp+".emit", `"final" needs a window (a result per key without a window never closes); add window: {tumbling: 1m} or use emit: updates`)
+		}
+		return nil
+	}
+	return checkWindow(kp+".window", a.Window)
+}
+
+func checkWindow(kp string, w *Window) *Error {
+	var kinds []string
+	for _, k := range []struct {
+		name string
+		v    time.Duration
+	}{{"tumbling", w.Tumbling}, {"hopping", w.Hopping}, {"session", w.Session}} {
+		if k.v < 0 {
+			return errorf(kp+"."+k.name, "must be a positive duration, got %s", fmtDuration(k.v))
+		}
+		if k.v > 0 {
+			kinds = append(kinds, k.name)
+		}
+	}
+	switch len(kinds) {
+	case 0:
+		return errorf(kp, "needs one of tumbling, hopping (with advance) or session, e.g. window: {tumbling: 1m}")
+	case 1:
+	default:
+		return errorf(kp, "has %s; a window is exactly one of tumbling, hopping or session", strings.Join(kinds, " and "))
+	}
+	for _, d := range []struct {
+		key string
+		v   time.Duration
+	}{{"tumbling", w.Tumbling}, {"hopping", w.Hopping}, {"advance", w.Advance}, {"session", w.Session}} {
+		if d.v%time.Millisecond != 0 {
+			return errorf(kp+"."+d.key, "must be a whole number of milliseconds (event time is in ms), got %s", d.v)
+		}
+	}
+	if w.Grace < 0 {
+		return errorf(kp+".grace", "must not be negative, got %s", fmtDuration(w.Grace))
+	}
+	switch kinds[0] {
+	case "hopping":
+		switch {
+		case w.Advance <= 0:
+			return errorf(kp+".advance", "required for a hopping window: how often a window starts, e.g. {hopping: 5m, advance: 1m}")
+		case w.Advance > w.Hopping:
+			return errorf(kp+".advance", "must not exceed the window size (%s), got %s", fmtDuration(w.Hopping), fmtDuration(w.Advance))
+		case w.Hopping%w.Advance != 0:
+			return errorf(kp+".advance", "must divide the window size (%s), got %s", fmtDuration(w.Hopping), fmtDuration(w.Advance))
+		case w.Hopping/w.Advance > 100:
+			return errorf(kp+".advance", "gives %d windows per record (at most 100), got %s", w.Hopping/w.Advance, fmtDuration(w.Advance))
+		}
+	case "session":
+		return errorf(kp+".session", "session windows are not supported yet (allowed: tumbling, hopping)")
+	default:
+		if w.Advance != 0 {
+			return errorf(kp+".advance", "only a hopping window takes advance")
+		}
+	}
+	return nil
 }
 
 // validateTopics checks that user topics do not collide with each other or with internal

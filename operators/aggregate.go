@@ -3,6 +3,7 @@ package operators
 import (
 	"encoding/binary"
 	"fmt"
+	"strconv"
 
 	"github.com/sluice-dev/sluice/configs"
 )
@@ -135,7 +136,7 @@ func (a *Aggregate) Name() string { return a.name }
 
 // Attributes: InternalSorter and OutputOnCheckpoint always; OutputOnlyAtEnd when emit=final.
 func (a *Aggregate) Attributes() Attributes {
-	return Attributes{InternalSorter: true, OutputOnCheckpoint: true, OutputOnlyAtEnd: a.emit == "final"}
+	return Attributes{InternalSorter: true, OutputOnCheckpoint: a.emit != "final", OutputOnlyAtEnd: a.emit == "final"}
 }
 
 // Emit returns "updates" or "final".
@@ -282,6 +283,25 @@ func keepIf(st []byte, v dec, empty bool, want int) {
 func (a *Aggregate) Render(key, state, dst []byte) []byte {
 	dst = append(dst, `{"key":`...)
 	dst = appendJSONBytes(dst, key)
+	return a.renderFields(state, dst)
+}
+
+// RenderWindow appends the output JSON value of a window's state to dst: Render's value with
+// "window_start" and "window_end" (epoch ms) after "key":
+//
+//	{"key":"c-1","window_start":1767225600000,"window_end":1767229200000,"amount":12.5,"orders":2}
+func (a *Aggregate) RenderWindow(key []byte, start, end int64, state, dst []byte) []byte {
+	dst = append(dst, `{"key":`...)
+	dst = appendJSONBytes(dst, key)
+	dst = append(dst, `,"window_start":`...)
+	dst = strconv.AppendInt(dst, start, 10)
+	dst = append(dst, `,"window_end":`...)
+	dst = strconv.AppendInt(dst, end, 10)
+	return a.renderFields(state, dst)
+}
+
+// renderFields appends each field of state and the closing brace.
+func (a *Aggregate) renderFields(state, dst []byte) []byte {
 	n := binary.LittleEndian.Uint64(state[1:])
 	for k := range a.specs {
 		s := &a.specs[k]

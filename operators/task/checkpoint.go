@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluice-dev/sluice/changelog"
+	"github.com/sluice-dev/sluice/operators"
 	"github.com/sluice-dev/sluice/state"
 )
 
@@ -31,9 +32,10 @@ type Pending struct {
 
 	batch   state.Batch
 	loaders map[state.Namespace]state.Loader
-	flushed []*chain        // chains whose dirty cache entries were written
-	folded  []*chain        // chains that folded their sorted backlog
-	silent  map[*chain]bool // folds of a backlog checkpoint: no outputs, the chain stays in backlog
+	flushed []*chain         // chains whose dirty cache entries were written
+	folded  []*chain         // chains that folded their sorted backlog
+	silent  map[*chain]bool  // folds of a backlog checkpoint: no outputs, the chain stays in backlog
+	wm      map[*chain]int64 // windowed chains' watermarks written with their offsets
 	keys    map[*chain]int64
 	records int
 }
@@ -99,6 +101,11 @@ func (t *Task) Checkpoint(p Producer) (*Pending, error) {
 	for _, c := range t.chains {
 		if c.ops.agg != nil && !foldedIn(pd, c) {
 			switch {
+			case len(c.dirty) > 0 && c.win != nil:
+				if err := t.flushWindows(c, p, pd); err != nil {
+					t.abortPending(pd)
+					return nil, err
+				}
 			case len(c.dirty) > 0:
 				if err := t.flush(c, p, pd); err != nil {
 					t.abortPending(pd)
@@ -144,6 +151,12 @@ func (t *Task) Checkpoint(p Producer) (*Pending, error) {
 			delete(pd.Offsets, c.plan.Source.Topic)
 		}
 	}
+	for _, c := range t.chains {
+		if err := t.checkpointWatermark(c, p, pd); err != nil {
+			t.abortPending(pd)
+			return nil, err
+		}
+	}
 	return pd, nil
 }
 
@@ -154,13 +167,14 @@ func newPending() *Pending {
 		loaders: map[state.Namespace]state.Loader{},
 		keys:    map[*chain]int64{},
 		silent:  map[*chain]bool{},
+		wm:      map[*chain]int64{},
 	}
 }
 
 // leaving reports whether a chain is due to fold its backlog and stream: its detector left
 // backlog and it holds backlog records or outputs owed by backlog checkpoints.
 func (c *chain) leaving() bool {
-	return c.ops.agg != nil && len(c.dirty) == 0 && !c.det.Backlog() && (c.buffered() > 0 || c.hasPending)
+	return c.ops.agg != nil && len(c.dirty) == 0 && (!c.det.Backlog() || c.ended) && (c.buffered() > 0 || c.hasPending || c.ended && c.inBack)
 }
 
 // WantsFold reports whether a chain of the task is due to fold its backlog (the expensive part
@@ -272,11 +286,27 @@ func (t *Task) fold(c *chain, p Producer, pd *Pending, silent bool) error {
 		return err
 	}
 	var (
-		key  []byte
-		st   = make([]byte, 0, size)
-		have bool
-		keys int64
+		key    []byte
+		st     = make([]byte, 0, size)
+		have   bool
+		stored bool // key's state was in the store
+		keys   int64
 	)
+	// Windowed chains: the backlog's final watermark closes windows; closed lists the stored
+	// windows the fold closed, which the timer sweep after it must not emit again.
+	wm := c.wm
+	final := agg.Emit() == "final"
+	var closed map[string]struct{}
+	if c.win != nil {
+		closed = map[string]struct{}{}
+	}
+	del := func(ns state.Namespace, k []byte) error {
+		if pd.batch == nil {
+			pd.batch = t.d.Store.NewBatch()
+		}
+		return pd.batch.Delete(ns, k)
+	}
+	var tk []byte
 	// emit writes one key's changelog record and (unless silent) its output. One allocation of
 	// exactly their size holds the key, the state and the rendered output (rendered into a
 	// scratch buffer first); the producer owns it until the promise. A switch emits millions of
@@ -297,9 +327,69 @@ func (t *Task) fold(c *chain, p Producer, pd *Pending, silent bool) error {
 		r.Topic, r.Partition, r.Key, r.Value, r.Timestamp = topic, partition, k, v, now
 		return r
 	}
-	emit := func(key, st []byte, write bool) error {
+	// emitWindow is emit for a window key: a window the watermark has closed emits its final
+	// value and is deleted (if it was stored), an open one is written with its timer (if new)
+	// and emits its value only with emit: updates.
+	emitWindow := func(wk, st []byte, write, stored bool) error {
+		gk, start, _ := operators.SplitWindowKey(wk)
+		closing := !silent && c.win.Close(start) <= wm
+		render := !silent && c.plan.SinkTopic != "" && (closing || !final)
+		n := len(wk) + len(st)
+		if render {
+			scratch = agg.RenderWindow(gk, start, start+c.win.Size, st, scratch[:0])
+			n += len(scratch)
+		}
+		buf := make([]byte, 0, n)
+		buf = append(buf, wk...)
+		k := buf[:len(wk):len(wk)]
+		if render {
+			out := append(buf[len(buf):], scratch...)
+			buf = buf[:len(buf)+len(out)]
+			p.Produce(record(c.plan.SinkTopic, -1, k[:len(gk):len(gk)], out), pd.promise)
+			pd.records++
+			c.recordsOut++
+		}
+		keys++
+		if closing {
+			if !stored {
+				return nil
+			}
+			closed[string(k)] = struct{}{}
+			p.Produce(record(c.plan.Changelog, t.partition, k, nil), cl)
+			pd.records++
+			return del(c.ns, k)
+		}
+		buf = append(buf, st...)
+		v := buf[len(buf)-len(st) : len(buf) : len(buf)]
+		if write {
+			if err := put(k, v); err != nil {
+				return err
+			}
+		}
+		cr := record(c.plan.Changelog, t.partition, k, v)
+		cr.Headers = hdr
+		p.Produce(cr, cl)
+		pd.records++
+		if silent {
+			if err := mark(k, []byte{}); err != nil {
+				return err
+			}
+		}
+		if !stored {
+			tk = appendTimerKey(tk[:0], c.win.Close(start), k)
+			if pd.batch == nil {
+				pd.batch = t.d.Store.NewBatch()
+			}
+			return pd.batch.Set(c.timerNS, tk, nil)
+		}
+		return nil
+	}
+	emit := func(key, st []byte, write, stored bool) error {
 		if keys%1024 == 0 {
-			now = time.Now()
+			now = t.d.Clock()
+		}
+		if c.win != nil {
+			return emitWindow(key, st, write, stored)
 		}
 		n := len(key) + len(st)
 		render := !silent && c.plan.SinkTopic != ""
@@ -358,7 +448,7 @@ func (t *Task) fold(c *chain, p Producer, pd *Pending, silent bool) error {
 			}
 			pst = v
 			if ok && len(v) == size {
-				if err := emit(pk, v, false); err != nil {
+				if err := emit(pk, v, false, true); err != nil {
 					return err
 				}
 			}
@@ -372,7 +462,7 @@ func (t *Task) fold(c *chain, p Producer, pd *Pending, silent bool) error {
 	pkeys := c.part.sortedKeys()
 	start := func(k []byte) error {
 		if have {
-			if err := emit(key, st, true); err != nil {
+			if err := emit(key, st, true, stored); err != nil {
 				return err
 			}
 		}
@@ -386,7 +476,8 @@ func (t *Task) fold(c *chain, p Producer, pd *Pending, silent bool) error {
 				return err
 			}
 		}
-		if ok && len(v) == size {
+		stored = ok && len(v) == size
+		if stored {
 			st = v
 		} else {
 			st = st[:size]
@@ -428,12 +519,18 @@ func (t *Task) fold(c *chain, p Producer, pd *Pending, silent bool) error {
 		}
 	}
 	if have {
-		if err := emit(key, st, true); err != nil {
+		if err := emit(key, st, true, stored); err != nil {
 			return err
 		}
 	}
+	hadPending := pend != nil
 	if err := flushPending(nil); err != nil {
 		return err
+	}
+	if c.win != nil && !silent && (hasState || hadPending) {
+		if err := t.sweepTimers(c, wm, closed, p, pd); err != nil {
+			return err
+		}
 	}
 	if !silent {
 		t.d.Metrics.recordsOut(c.plan.SinkTopic, int(keys))
@@ -495,7 +592,13 @@ func (t *Task) Committed(pd *Pending) error {
 		}
 		pd.batch.Close()
 	}
+	for c, wm := range pd.wm {
+		c.wmCommitted = wm
+	}
 	for _, c := range pd.flushed {
+		if c.win != nil {
+			c.committedWindows()
+		}
 		for _, e := range c.dirty {
 			e.dirty = false
 		}
@@ -505,6 +608,9 @@ func (t *Task) Committed(pd *Pending) error {
 	for _, c := range t.chains {
 		if c.inBack && len(c.cache) > 0 {
 			clear(c.cache) // backlog mode folds from the store; the cache must not shadow it
+		}
+		if c.win != nil {
+			c.tm.reset() // the windows of the heap are stored now, with their timers
 		}
 	}
 	for _, c := range pd.folded {
@@ -581,6 +687,11 @@ func (t *Task) Aborted(pd *Pending) map[string]int64 {
 			}
 			c.inBack = false
 			c.det = c.det.Fresh()
+		}
+		if c.win != nil {
+			c.wm = c.wmCommitted
+			c.ended = false
+			c.tm.reset()
 		}
 		if c.committed >= 0 {
 			c.next = c.committed

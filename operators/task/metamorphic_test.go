@@ -148,6 +148,9 @@ type runResult struct {
 	clNext  int64             // next changelog offset after the last committed changelog record
 	stored  int64             // changelog offset recorded in the store
 	summary string
+	outs    []*kgo.Record     // every committed output, in order
+	reasons map[string]string // committed dead letter offset -> sluice.error
+	ended   bool              // EndInput was called after the input (windowed: every window closed)
 }
 
 type modeSpec struct {
@@ -162,6 +165,8 @@ type modeSpec struct {
 	pebble    bool
 	pFail     float64 // probability that a produced record fails
 	lag       func(d *driver, end int) int64
+	config    func(mode string, enter, exit int64, cacheKeys int, every string) string // nil: testConfigEvery
+	end       bool                                                                     // call EndInput after the input and checkpoint
 }
 
 func runMode(t *testing.T, seed uint64, ms modeSpec, in genInput) runResult {
@@ -171,7 +176,11 @@ func runMode(t *testing.T, seed uint64, ms modeSpec, in genInput) runResult {
 	if every == "" {
 		every = "0s"
 	}
-	plan := mustPlan(t, testConfigEvery(ms.mode, ms.enter, ms.exit, ms.cacheKeys, every))
+	cfg := testConfigEvery
+	if ms.config != nil {
+		cfg = ms.config
+	}
+	plan := mustPlan(t, cfg(ms.mode, ms.enter, ms.exit, ms.cacheKeys, every))
 	var store state.Store
 	if ms.pebble {
 		db, err := state.Open(state.Options{Dir: t.TempDir(), CacheSize: 1 << 20})
@@ -212,21 +221,32 @@ func runMode(t *testing.T, seed uint64, ms modeSpec, in genInput) runResult {
 		}
 	}
 	d.run()
-	r := runResult{name: ms.name, state: scanState(t, store), last: d.prod.lastByKey(testSink), offset: d.offset, clLast: map[string]string{}}
+	if ms.end {
+		d.end()
+	}
+	r := runResult{name: ms.name, state: scanState(t, store), last: d.prod.lastByKey(testSink), offset: d.offset, clLast: map[string]string{},
+		outs: d.prod.committed(testSink), reasons: map[string]string{}, ended: ms.end}
 	for _, dl := range d.prod.committed(testGroup + "-dlq") {
-		var off, op string
+		var off, op, reason string
 		for _, h := range dl.Headers {
 			switch h.Key {
 			case "sluice.source.offset":
 				off = string(h.Value)
 			case "sluice.operator":
 				op = string(h.Value)
+			case "sluice.error":
+				reason = string(h.Value)
 			}
 		}
 		r.dead = append(r.dead, off+" "+op)
+		r.reasons[off] = reason
 	}
 	for _, cl := range d.prod.committed(testGroup + "-" + testOp + "-changelog") {
-		r.clLast[string(cl.Key)] = fmt.Sprintf("%x", cl.Value)
+		if cl.Value == nil {
+			delete(r.clLast, string(cl.Key)) // a tombstone: the window closed
+		} else {
+			r.clLast[string(cl.Key)] = fmt.Sprintf("%x", cl.Value)
+		}
 		r.clNext = cl.Offset + 1
 	}
 	off, ok, err := store.Offset(state.Namespace{Operator: testOp, Partition: 0})

@@ -50,12 +50,6 @@ func NewPlan(cfg *configs.Config) (*Plan, error) {
 			}
 		}
 		consumers[in] = i
-		if op.Aggregate != nil && op.Aggregate.Emit == "final" {
-			return nil, &configs.Error{
-				Key: fmt.Sprintf("operators[%d].aggregate.emit", i),
-				Msg: `"final" needs a window, and windows are not supported yet (allowed: updates)`,
-			}
-		}
 	}
 	p := &Plan{Config: cfg}
 	names := make([]string, 0, len(cfg.Sources))
@@ -161,6 +155,10 @@ func (p *Plan) Describe(w io.Writer) {
 			}
 			fmt.Fprintf(w, "  -> aggregate %s [%s] emit=%s attributes{InternalSorter:%v OutputOnlyAtEnd:%v OutputOnCheckpoint:%v}\n",
 				c.Agg.Name, strings.Join(specs, " "), orDefault(c.Agg.Aggregate.Emit, "updates"), a.InternalSorter, a.OutputOnlyAtEnd, a.OutputOnCheckpoint)
+			if win, _ := operators.NewWindows(c.Agg.Aggregate.Window); win != nil {
+				fmt.Fprintf(w, "     window %s; watermark = max event time - %v; timers: one per open (key, window) at end+grace, in Pebble; late records -> dead letters\n",
+					win, c.Source.Watermark.MaxDelay)
+			}
 		}
 		if c.SinkTopic != "" {
 			fmt.Fprintf(w, "  -> sink %s (topic %s)\n", c.Sink, c.SinkTopic)

@@ -1,6 +1,7 @@
 package task
 
 import (
+	"math"
 	"strconv"
 	"time"
 
@@ -27,6 +28,9 @@ type ChainStatus struct {
 	RecordsOut      int64          `json:"records_out"`
 	DeadLetters     int64          `json:"dead_letters"`
 	CachedKeys      int            `json:"cached_keys"`
+	Window          string         `json:"window,omitempty"`
+	WatermarkMs     *int64         `json:"watermark_ms,omitempty"` // windowed: event time, ms (absent before any record)
+	LateRecords     int64          `json:"late_records,omitempty"`
 	Backlog         *BacklogStatus `json:"backlog,omitempty"`
 }
 
@@ -67,6 +71,13 @@ func (t *Task) publish() {
 		if c.plan.Agg != nil {
 			cs.Operator = c.plan.Agg.Name
 			cs.Mode = "real-time"
+		}
+		if c.win != nil {
+			cs.Window, cs.LateRecords = c.win.String(), c.late
+			if c.wm != math.MinInt64 {
+				wm := c.wm
+				cs.WatermarkMs = &wm
+			}
 		}
 		if c.inBack {
 			cs.Mode = "backlog"
@@ -138,6 +149,7 @@ type Metrics struct {
 	runs     *prometheus.GaugeVec
 	progress *prometheus.GaugeVec
 	preKeys  *prometheus.GaugeVec
+	late     *prometheus.CounterVec
 }
 
 // NewMetrics registers the task metrics with reg.
@@ -155,7 +167,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		progress: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "sluice_backlog_progress_ratio", Help: "Backlog progress: sorted / (sorted + lag)."}, []string{"operator", "partition"}),
 		preKeys:  prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "sluice_backlog_preaggregated_keys", Help: "Keys aggregated in memory in the current backlog (the rest is sorted)."}, []string{"operator", "partition"}),
 	}
-	reg.MustRegister(m.in, m.out, m.dead, m.switches, m.backlog, m.lag, m.sortMem, m.spilled, m.runs, m.progress, m.preKeys)
+	m.late = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_late_records_total", Help: "Records whose every window was closed when they arrived (sent to the dead-letter topic), by operator."}, []string{"operator"})
+	reg.MustRegister(m.in, m.out, m.dead, m.switches, m.backlog, m.lag, m.sortMem, m.spilled, m.runs, m.progress, m.preKeys, m.late)
 	for _, d := range []string{"to_backlog", "to_realtime"} {
 		m.switches.WithLabelValues(d)
 	}
@@ -177,6 +190,12 @@ func (m *Metrics) recordsOut(topic string, n int) {
 func (m *Metrics) deadLetter(op string) {
 	if m != nil {
 		m.dead.WithLabelValues(op).Inc()
+	}
+}
+
+func (m *Metrics) lateRecord(op string) {
+	if m != nil {
+		m.late.WithLabelValues(op).Inc()
 	}
 }
 

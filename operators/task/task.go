@@ -2,8 +2,10 @@ package task
 
 import (
 	"bytes"
+	"container/heap"
 	"fmt"
 	"log/slog"
+	"math"
 	"path/filepath"
 	"strconv"
 	"sync"
@@ -82,6 +84,17 @@ type chain struct {
 	rec     operators.Record
 	scratch []byte
 
+	// event time (windowed aggregates only; see window.go)
+	win         *operators.Windows // nil: unwindowed
+	maxDelay    int64              // the source's watermark.max_delay, ms
+	wm          int64              // watermark at next (math.MinInt64 before any record)
+	wmCommitted int64              // watermark at committed
+	timerNS     state.Namespace
+	tm          timers
+	wk          []byte // scratch window key
+	ended       bool   // the input ended (bounded run): the watermark is +infinity
+	late        int64
+
 	// backlog checkpoints (backlog.checkpoint_interval): keys folded without their output yet
 	pendNS       state.Namespace
 	hasPending   bool // pendNS may hold keys
@@ -96,9 +109,12 @@ type chain struct {
 }
 
 type entry struct {
-	key   []byte
-	state []byte
-	dirty bool
+	key     []byte
+	state   []byte
+	dirty   bool // to be written at the next checkpoint
+	updated bool // windowed: records folded since the last checkpoint
+	stored  bool // windowed: the state (and its timer) are in the store
+	closing bool // windowed: the window closed; the next checkpoint emits it and deletes it
 }
 
 // New creates the task for partition of topic in plan, with fresh operator instances for the
@@ -146,6 +162,13 @@ func New(plan *Plan, topic string, partition int32, d Deps) (*Task, error) {
 			})
 			c.cache = make(map[string]*entry)
 			c.part = newPartials(ops.agg.StateSize(), t.cacheCap)
+			if c.win, err = operators.NewWindows(cp.Agg.Aggregate.Window); err != nil {
+				t.Close()
+				return nil, err
+			}
+			c.maxDelay = cp.Source.Watermark.MaxDelay.Milliseconds()
+			c.timerNS = timerNamespace(c.ns)
+			c.wm, c.wmCommitted = math.MinInt64, math.MinInt64
 			if d.Budget != nil {
 				dir := filepath.Join(d.SortDir, fmt.Sprintf("%s-%d", cp.Agg.Name, partition))
 				c.sorter, err = sorter.New(sorter.Options{Dir: dir, Budget: d.Budget})
@@ -276,6 +299,7 @@ func (t *Task) processChain(c *chain, recs []*kgo.Record) error {
 			t.deadLetter(c, kr, "source "+c.plan.SourceName, err)
 			continue
 		}
+		c.observeTime(c.rec.Time)
 		keep := true
 		for _, st := range ops.stages {
 			var err error
@@ -305,43 +329,72 @@ func (t *Task) processChain(c *chain, recs []*kgo.Record) error {
 			continue
 		}
 		c.scratch = in
+		if c.win != nil {
+			err = t.applyWindows(c, kr, in)
+		} else {
+			err = t.apply(c, c.rec.Key, kr.Offset, in, 0)
+		}
+		if err != nil {
+			return err
+		}
 		if c.inBack {
-			// Keys that fit the table are aggregated in memory; the rest are sorted.
-			if st, ok := c.part.slot(c.rec.Key, ops.agg.InitState); ok {
-				ops.agg.Fold(st, in[1:])
-			} else {
-				if c.part.bypass && c.part.len() > 0 {
-					if err := t.spillPartials(c); err != nil {
-						return err
-					}
-				}
-				if err := c.sorter.Add(c.rec.Key, c.rec.Time, kr.Offset, in); err != nil {
-					// The sorter could not spill (disk full?): a task failure, not a bad record.
-					return fmt.Errorf("task %d: sorter: %w", t.partition, err)
-				}
-			}
 			c.backRecords++
 			if t.backlogCheckpointDue(c) {
 				t.needCkpt = true
 			}
-			continue
-		}
-		e, err := t.load(c, c.rec.Key)
-		if err != nil {
-			return fmt.Errorf("task %d: state: %w", t.partition, err)
-		}
-		ops.agg.Fold(e.state, in[1:])
-		if !e.dirty {
-			e.dirty = true
-			c.dirty = append(c.dirty, e)
+		} else if c.win != nil {
+			if err := t.fireTimers(c); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
 }
 
+// apply folds one projected input (after its tag byte) into key's state: in backlog, into the
+// key's pre-aggregated partial while the table has room for it, else into the sorter; in
+// real-time, into the key's cache entry. start is the window's start (windowed chains).
+func (t *Task) apply(c *chain, key []byte, offset int64, in []byte, start int64) error {
+	agg := c.ops.agg
+	if c.inBack {
+		// Keys that fit the table are aggregated in memory; the rest are sorted.
+		if st, ok := c.part.slot(key, agg.InitState); ok {
+			agg.Fold(st, in[1:])
+			return nil
+		}
+		if c.part.bypass && c.part.len() > 0 {
+			if err := t.spillPartials(c); err != nil {
+				return err
+			}
+		}
+		if err := c.sorter.Add(key, c.rec.Time, offset, in); err != nil {
+			// The sorter could not spill (disk full?): a task failure, not a bad record.
+			return fmt.Errorf("task %d: sorter: %w", t.partition, err)
+		}
+		return nil
+	}
+	e, err := t.load(c, key, true)
+	if err != nil {
+		return fmt.Errorf("task %d: state: %w", t.partition, err)
+	}
+	agg.Fold(e.state, in[1:])
+	if !e.dirty {
+		e.dirty = true
+		c.dirty = append(c.dirty, e)
+	}
+	if c.win != nil {
+		if !e.stored && !e.updated {
+			heap.Push(&c.tm.added, timer{at: c.win.Close(start), key: string(e.key)})
+		}
+		e.updated = true
+	}
+	return nil
+}
+
 // load returns key's cache entry, reading the store on a miss and evicting clean entries when
-// the cache is full. A cache full of dirty entries asks for a checkpoint.
-func (t *Task) load(c *chain, key []byte) (*entry, error) {
+// the cache is full. A key in neither gets a new empty state, or, unless create, nil. A cache
+// full of dirty entries asks for a checkpoint.
+func (t *Task) load(c *chain, key []byte, create bool) (*entry, error) {
 	if e, ok := c.cache[string(key)]; ok {
 		return e, nil
 	}
@@ -370,9 +423,13 @@ func (t *Task) load(c *chain, key []byte) (*entry, error) {
 	if err != nil {
 		return nil, err
 	}
-	if ok && len(v) == size {
+	switch {
+	case ok && len(v) == size:
 		e.state = v
-	} else {
+		e.stored = true
+	case !create:
+		return nil, nil
+	default:
 		e.state = e.state[:size]
 		c.ops.agg.InitState(e.state)
 	}
@@ -434,6 +491,11 @@ func (t *Task) Restored() error {
 			return err
 		}
 		c.hasPending = has
+		if c.win != nil {
+			if err := t.restoreWindows(c); err != nil {
+				return fmt.Errorf("task %d: %w", t.partition, err)
+			}
+		}
 	}
 	return nil
 }
@@ -453,6 +515,12 @@ func (t *Task) InBacklog(topic string) bool {
 func (t *Task) NeedsCheckpoint() bool { return t.needCkpt }
 
 func (t *Task) deadLetter(c *chain, kr *kgo.Record, op string, err error) {
+	t.deadLetterReason(c, kr, op, err.Error(), nil)
+}
+
+// deadLetterReason holds kr for the dead-letter topic with header sluice.error = reason and the
+// extra headers.
+func (t *Task) deadLetterReason(c *chain, kr *kgo.Record, op, reason string, extra []kgo.RecordHeader) {
 	c.dead++
 	t.d.Metrics.deadLetter(op)
 	t.dlq = append(t.dlq, &kgo.Record{
@@ -460,14 +528,14 @@ func (t *Task) deadLetter(c *chain, kr *kgo.Record, op string, err error) {
 		Key:       bytes.Clone(kr.Key),
 		Value:     bytes.Clone(kr.Value),
 		Partition: -1,
-		Headers: []kgo.RecordHeader{
-			{Key: "sluice.error", Value: []byte(err.Error())},
+		Headers: append([]kgo.RecordHeader{
+			{Key: "sluice.error", Value: []byte(reason)},
 			{Key: "sluice.operator", Value: []byte(op)},
 			{Key: "sluice.source.topic", Value: []byte(kr.Topic)},
 			{Key: "sluice.source.partition", Value: []byte(strconv.Itoa(int(kr.Partition)))},
 			{Key: "sluice.source.offset", Value: []byte(strconv.FormatInt(kr.Offset, 10))},
 			{Key: "sluice.source.timestamp", Value: []byte(strconv.FormatInt(kr.Timestamp.UnixMilli(), 10))},
-		},
+		}, extra...),
 	})
 }
 

@@ -1,0 +1,397 @@
+package task
+
+import (
+	"container/heap"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sluice-dev/sluice/changelog"
+	"github.com/sluice-dev/sluice/operators"
+	"github.com/sluice-dev/sluice/state"
+)
+
+// Event time, windows and timers of a windowed aggregate.
+//
+// Watermark. A chain's watermark is the largest event time of the records decoded from its
+// input partition, minus the source's watermark.max_delay. It moves with the offsets processed,
+// in offset order, in both modes; so does every decision taken from it: a record is late for a
+// window when the watermark, including the record itself, has reached the window's end + grace.
+// Lateness is decided when a record is processed (real-time) or taken into the backlog (before
+// it is sorted), so both modes drop the same records, and a (key, window) receives the same
+// records in both. The watermark is committed with the input offsets: in the store
+// (changelog.WatermarkNamespace) and as a changelog record, so a restore anywhere resumes it.
+//
+// Windows. A record's windows are folded as composite keys, the group key followed by the
+// window start (operators.AppendWindowKey): the cache, pre-aggregation, the sorter, the store
+// and the changelog handle them like plain keys.
+//
+// Timers. A window's timer is its close time, end + grace. Timers of committed windows live in
+// the store (namespace <operator>#timers, key = close time then window key, so a scan visits
+// them in time order), written and deleted in the checkpoint batch that writes and deletes the
+// window's state; timers of windows created since the last commit wait in a heap. In real-time
+// mode, the timers up to the watermark fire after each record: the window is marked closing,
+// and the next checkpoint emits its final result (emit: final), tombstones its changelog
+// record and deletes its state and timer. In backlog mode the fold closes each window whose
+// close time the backlog's final watermark has reached as it passes the window's key, then
+// fires the stored timers up to that watermark of windows the backlog did not touch (sweep).
+// The store's timers are rebuilt from the state when a task starts (Restored), so a restore
+// from the changelog (which carries states, not timers) has them too.
+
+// timerNamespace is where a windowed chain's timers live ("#" cannot occur in operator names).
+func timerNamespace(ns state.Namespace) state.Namespace {
+	return state.Namespace{Operator: ns.Operator + "#timers", Partition: ns.Partition}
+}
+
+// appendTimerKey appends the timer key of window key wk closing at: the close time (big-endian,
+// sign bit flipped, so byte order is time order), then wk.
+func appendTimerKey(dst []byte, at int64, wk []byte) []byte {
+	dst = binary.BigEndian.AppendUint64(dst, uint64(at)^(1<<63))
+	return append(dst, wk...)
+}
+
+func splitTimerKey(tk []byte) (at int64, wk []byte) {
+	return int64(binary.BigEndian.Uint64(tk) ^ (1 << 63)), tk[8:]
+}
+
+// timer is a window's close time and key.
+type timer struct {
+	at  int64
+	key string
+}
+
+// timerHeap orders timers by close time, then key.
+type timerHeap []timer
+
+func (h timerHeap) Len() int { return len(h) }
+func (h timerHeap) Less(i, j int) bool {
+	if h[i].at != h[j].at {
+		return h[i].at < h[j].at
+	}
+	return h[i].key < h[j].key
+}
+func (h timerHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *timerHeap) Push(x any)   { *h = append(*h, x.(timer)) }
+func (h *timerHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}
+
+// timers is a real-time windowed chain's timer service: the heap of windows created since the
+// last commit, and the earliest time a stored timer may fire.
+type timers struct {
+	added  timerHeap
+	stored int64 // no stored timer is due before this; math.MinInt64: scan to find out
+}
+
+// reset forgets the heap (after a commit its windows' timers are stored; after an abort the
+// windows are gone) and makes the next advance scan the store.
+func (tm *timers) reset() {
+	tm.added = tm.added[:0]
+	tm.stored = math.MinInt64
+}
+
+var errStopScan = errors.New("task: stop scan")
+
+// observeTime advances a windowed chain's watermark with the event time of a decoded record.
+func (c *chain) observeTime(ts int64) {
+	if c.win == nil || c.ended {
+		return
+	}
+	w := ts - c.maxDelay
+	if w > ts { // underflow
+		w = math.MinInt64
+	}
+	if w > c.wm {
+		c.wm = w
+	}
+}
+
+// applyWindows folds input in into every window of the record's event time that is still open
+// at the watermark; a record with no open window is late and becomes a dead letter.
+func (t *Task) applyWindows(c *chain, kr *kgo.Record, in []byte) error {
+	var err error
+	open := 0
+	c.win.Assign(c.rec.Time, c.wm, func(start int64) {
+		if err != nil {
+			return
+		}
+		open++
+		c.wk = operators.AppendWindowKey(c.wk[:0], c.rec.Key, start)
+		err = t.apply(c, c.wk, kr.Offset, in, start)
+	})
+	if err != nil {
+		return err
+	}
+	if open == 0 {
+		c.late++
+		t.d.Metrics.lateRecord(c.plan.Agg.Name)
+		t.deadLetterReason(c, kr, c.plan.Agg.Name, "late", []kgo.RecordHeader{
+			{Key: "sluice.watermark", Value: fmt.Appendf(nil, "%d", c.wm)},
+		})
+	}
+	return nil
+}
+
+// fireTimers closes, in real-time mode, every window whose close time the watermark has
+// reached: the windows created since the last commit (heap), then the stored ones (a scan of
+// the timer namespace in time order, only when the earliest stored timer may be due).
+func (t *Task) fireTimers(c *chain) error {
+	for len(c.tm.added) > 0 && c.tm.added[0].at <= c.wm {
+		tm := heap.Pop(&c.tm.added).(timer)
+		if err := t.closeWindow(c, []byte(tm.key)); err != nil {
+			return err
+		}
+	}
+	if c.tm.stored > c.wm {
+		return nil
+	}
+	next := int64(math.MaxInt64)
+	err := t.d.Store.Scan(c.timerNS, func(k, _ []byte) error {
+		at, wk := splitTimerKey(k)
+		if at > c.wm {
+			next = at
+			return errStopScan
+		}
+		return t.closeWindow(c, wk)
+	})
+	if err != nil && !errors.Is(err, errStopScan) {
+		return fmt.Errorf("task %d: timers: %w", t.partition, err)
+	}
+	c.tm.stored = next
+	return nil
+}
+
+// closeWindow marks window key wk closing: the next checkpoint emits its final result and
+// deletes it. A window already closing, or gone (closed and committed), is left alone.
+func (t *Task) closeWindow(c *chain, wk []byte) error {
+	e, err := t.load(c, wk, false)
+	if err != nil {
+		return fmt.Errorf("task %d: state: %w", t.partition, err)
+	}
+	if e == nil || e.closing {
+		return nil
+	}
+	e.closing = true
+	if !e.dirty {
+		e.dirty = true
+		c.dirty = append(c.dirty, e)
+	}
+	return nil
+}
+
+// flushWindows writes a real-time windowed chain's dirty windows: an open window's state,
+// changelog record and (new) timer, and its current value (emit: updates); a closing window's
+// final value (emit: final, or emit: updates when it changed since the last checkpoint), its
+// changelog tombstone and the deletion of its state and timer.
+func (t *Task) flushWindows(c *chain, p Producer, pd *Pending) error {
+	if pd.batch == nil {
+		pd.batch = t.d.Store.NewBatch()
+	}
+	agg := c.ops.agg
+	final := agg.Emit() == "final"
+	cl := pd.changelogPromise(c.ns)
+	var tk []byte
+	out := 0
+	for _, e := range c.dirty {
+		gk, start, _ := operators.SplitWindowKey(e.key)
+		at := c.win.Close(start)
+		if c.plan.SinkTopic != "" && (e.closing && final || !final && e.updated) {
+			v := agg.RenderWindow(gk, start, start+c.win.Size, e.state, nil)
+			p.Produce(&kgo.Record{Topic: c.plan.SinkTopic, Key: gk, Value: v, Partition: -1}, pd.promise)
+			c.recordsOut++
+			pd.records++
+			out++
+		}
+		tk = appendTimerKey(tk[:0], at, e.key)
+		if e.closing {
+			if !e.stored {
+				continue // never written: nothing to delete
+			}
+			p.Produce(&kgo.Record{Topic: c.plan.Changelog, Partition: t.partition, Key: e.key}, cl)
+			pd.records++
+			if err := pd.batch.Delete(c.ns, e.key); err != nil {
+				return err
+			}
+			if err := pd.batch.Delete(c.timerNS, tk); err != nil {
+				return err
+			}
+			continue
+		}
+		p.Produce(&kgo.Record{Topic: c.plan.Changelog, Partition: t.partition, Key: e.key, Value: e.state}, cl)
+		pd.records++
+		if err := pd.batch.Set(c.ns, e.key, e.state); err != nil {
+			return err
+		}
+		if !e.stored {
+			if err := pd.batch.Set(c.timerNS, tk, nil); err != nil {
+				return err
+			}
+		}
+	}
+	t.d.Metrics.recordsOut(c.plan.SinkTopic, out)
+	pd.flushed = append(pd.flushed, c)
+	return nil
+}
+
+// committedWindows applies a committed flush to the cache: closed windows leave it, the others
+// are stored and clean.
+func (c *chain) committedWindows() {
+	for _, e := range c.dirty {
+		if e.closing {
+			delete(c.cache, string(e.key))
+			continue
+		}
+		e.stored = true
+		e.updated = false
+	}
+}
+
+// checkpointWatermark writes a windowed chain's watermark when its offset moves in this
+// checkpoint: a changelog record and the store, so both match the offset committed with them.
+func (t *Task) checkpointWatermark(c *chain, p Producer, pd *Pending) error {
+	if c.win == nil || c.wm == c.wmCommitted {
+		return nil
+	}
+	if _, ok := pd.Offsets[c.plan.Source.Topic]; !ok {
+		return nil
+	}
+	v := binary.BigEndian.AppendUint64(nil, uint64(c.wm))
+	p.Produce(&kgo.Record{
+		Topic: c.plan.Changelog, Partition: t.partition, Key: changelog.WatermarkKey, Value: v,
+		Headers: []kgo.RecordHeader{{Key: changelog.WatermarkHeader, Value: []byte{}}},
+	}, pd.changelogPromise(c.ns))
+	pd.records++
+	if pd.batch == nil {
+		pd.batch = t.d.Store.NewBatch()
+	}
+	if err := pd.batch.Set(changelog.WatermarkNamespace(c.ns), changelog.WatermarkKey, v); err != nil {
+		return err
+	}
+	pd.wm[c] = c.wm
+	return nil
+}
+
+// restoreWindows loads a windowed chain's committed watermark and rebuilds its timers from its
+// stored windows (a changelog restore brings states, not timers).
+func (t *Task) restoreWindows(c *chain) error {
+	c.wm, c.wmCommitted = math.MinInt64, math.MinInt64
+	v, ok, err := t.d.Store.Get(changelog.WatermarkNamespace(c.ns), changelog.WatermarkKey, nil)
+	if err != nil {
+		return err
+	}
+	if ok {
+		if len(v) != 8 {
+			return fmt.Errorf("task %d: %s: stored watermark is %d bytes, want 8", t.partition, c.plan.Agg.Name, len(v))
+		}
+		c.wm = int64(binary.BigEndian.Uint64(v))
+		c.wmCommitted = c.wm
+	}
+	if err := t.d.Store.Drop(c.timerNS); err != nil {
+		return err
+	}
+	b := t.d.Store.NewBatch()
+	defer b.Close()
+	var tk []byte
+	err = t.d.Store.Scan(c.ns, func(k, _ []byte) error {
+		_, start, ok := operators.SplitWindowKey(k)
+		if !ok {
+			return fmt.Errorf("task %d: %s: stored key %q is not a window key", t.partition, c.plan.Agg.Name, k)
+		}
+		tk = appendTimerKey(tk[:0], c.win.Close(start), k)
+		if err := b.Set(c.timerNS, tk, nil); err != nil {
+			return err
+		}
+		if b.Len() >= 10000 {
+			if err := b.Commit(); err != nil {
+				return err
+			}
+			b.Close()
+			b = t.d.Store.NewBatch()
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	c.tm.reset()
+	return b.Commit()
+}
+
+// sweepTimers fires, at the end of a backlog fold, the stored timers up to the backlog's final
+// watermark wm of windows the fold did not close (closed: the windows it closed that were stored).
+// Their final values go out (emit: final), their changelog records are tombstoned and their
+// state deleted; every swept timer is deleted.
+func (t *Task) sweepTimers(c *chain, wm int64, closed map[string]struct{}, p Producer, pd *Pending) error {
+	if pd.batch == nil {
+		pd.batch = t.d.Store.NewBatch()
+	}
+	agg := c.ops.agg
+	final := agg.Emit() == "final"
+	cl := pd.changelogPromise(c.ns)
+	out := 0
+	var st []byte
+	err := t.d.Store.Scan(c.timerNS, func(k, _ []byte) error {
+		at, wk := splitTimerKey(k)
+		if at > wm {
+			return errStopScan
+		}
+		if err := pd.batch.Delete(c.timerNS, k); err != nil {
+			return err
+		}
+		if _, done := closed[string(wk)]; done {
+			return nil
+		}
+		v, ok, err := t.d.Store.Get(c.ns, wk, st[:0])
+		if err != nil || !ok {
+			return err
+		}
+		st = v
+		gk, start, _ := operators.SplitWindowKey(wk)
+		if final && c.plan.SinkTopic != "" {
+			r := agg.RenderWindow(gk, start, start+c.win.Size, v, nil)
+			p.Produce(&kgo.Record{Topic: c.plan.SinkTopic, Key: append([]byte(nil), gk...), Value: r, Partition: -1}, pd.promise)
+			c.recordsOut++
+			pd.records++
+			out++
+		}
+		k2 := append([]byte(nil), wk...)
+		p.Produce(&kgo.Record{Topic: c.plan.Changelog, Partition: t.partition, Key: k2}, cl)
+		pd.records++
+		return pd.batch.Delete(c.ns, wk)
+	})
+	if err != nil && !errors.Is(err, errStopScan) {
+		return fmt.Errorf("task %d: timers: %w", t.partition, err)
+	}
+	t.d.Metrics.recordsOut(c.plan.SinkTopic, out)
+	return nil
+}
+
+// EndInput tells the task that topic's input has ended (a bounded run reached the end offsets
+// it had at start): the watermark of its windowed chains becomes +infinity, so every window
+// closes, and chains in backlog fold and stream. The caller then checkpoints.
+func (t *Task) EndInput(topic string) error {
+	for _, c := range t.byTopic[topic] {
+		if c.ops.agg == nil {
+			continue
+		}
+		c.ended = true
+		t.needCkpt = true
+		if c.win == nil {
+			continue
+		}
+		c.wm = math.MaxInt64
+		if !c.inBack {
+			if err := t.fireTimers(c); err != nil {
+				return err
+			}
+		}
+	}
+	t.publish()
+	return nil
+}

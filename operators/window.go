@@ -1,0 +1,103 @@
+package operators
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/sluice-dev/sluice/configs"
+)
+
+// Windows assigns records to event-time windows: tumbling (Advance == Size) or hopping
+// windows, aligned to the epoch, [start, start+Size). A window closes when the watermark
+// reaches its end plus Grace; a record whose every window is closed when it arrives is late.
+//
+// A windowed operator keeps one state per (key, window). Its state key is the group key
+// followed by the window start (WindowKey): the runtime caches, sorts, pre-aggregates, stores
+// and changelogs that composite key like any other, so a windowed aggregate folds exactly as
+// an unwindowed one does. Windows is a plain immutable value, safe for concurrent use.
+type Windows struct {
+	Size    int64 // ms
+	Advance int64 // ms; Size for tumbling windows
+	Grace   int64 // ms
+}
+
+// NewWindows returns the assigner of w, or nil for an unwindowed aggregate (w == nil). w must
+// have been validated (session windows are not supported).
+func NewWindows(w *configs.Window) (*Windows, error) {
+	switch w.Kind() {
+	case "":
+		return nil, nil
+	case "tumbling":
+		size := w.Tumbling.Milliseconds()
+		return &Windows{Size: size, Advance: size, Grace: w.Grace.Milliseconds()}, nil
+	case "hopping":
+		return &Windows{Size: w.Hopping.Milliseconds(), Advance: w.Advance.Milliseconds(), Grace: w.Grace.Milliseconds()}, nil
+	}
+	return nil, fmt.Errorf("operators: %s windows are not supported", w.Kind())
+}
+
+// String describes the windows ("tumbling 1m0s grace 10s").
+func (w *Windows) String() string {
+	ms := func(v int64) time.Duration { return time.Duration(v) * time.Millisecond }
+	if w.Advance == w.Size {
+		return fmt.Sprintf("tumbling %v grace %v", ms(w.Size), ms(w.Grace))
+	}
+	return fmt.Sprintf("hopping %v advance %v grace %v", ms(w.Size), ms(w.Advance), ms(w.Grace))
+}
+
+// floorDiv is a/b rounded towards -inf (b > 0).
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b != 0 && a < 0 {
+		q--
+	}
+	return q
+}
+
+// Close returns the watermark at which the window starting at start closes: end + grace
+// (saturating at MaxInt64).
+func (w *Windows) Close(start int64) int64 {
+	c := start + w.Size + w.Grace
+	if c < start { // overflow
+		return math.MaxInt64
+	}
+	return c
+}
+
+// Assign calls fn with the start of every window containing ts that is still open at
+// watermark wm (Close(start) > wm), in increasing order, and returns how many windows contain
+// ts (open or not): fn called fewer times means the record is late for some windows, never
+// called means it is late.
+func (w *Windows) Assign(ts, wm int64, fn func(start int64)) (windows int) {
+	last := floorDiv(ts, w.Advance) * w.Advance
+	first := last - w.Size + w.Advance
+	for s := first; s <= last; s += w.Advance {
+		windows++
+		if w.Close(s) > wm {
+			fn(s)
+		}
+	}
+	return windows
+}
+
+// WindowKeySize is the number of bytes a window start adds to a key.
+const WindowKeySize = 8
+
+// AppendWindowKey appends key followed by the window start (big-endian with the sign bit
+// flipped, so byte order is time order) to dst.
+func AppendWindowKey(dst, key []byte, start int64) []byte {
+	dst = append(dst, key...)
+	return binary.BigEndian.AppendUint64(dst, uint64(start)^(1<<63))
+}
+
+// SplitWindowKey returns the group key and window start of a composite key made by
+// AppendWindowKey; ok is false when wk is too short.
+func SplitWindowKey(wk []byte) (key []byte, start int64, ok bool) {
+	if len(wk) < WindowKeySize {
+		return nil, 0, false
+	}
+	n := len(wk) - WindowKeySize
+	return wk[:n:n], int64(binary.BigEndian.Uint64(wk[n:]) ^ (1 << 63)), true
+}
