@@ -272,7 +272,9 @@ func (d *driver) end() {
 			d.t.Fatalf("EndInput: %v", err)
 		}
 		if d.checkpoint(false) {
+			offset := d.offset
 			d.run() // aborted: re-feed from the last commit, then end again
+			d.offset = max(d.offset, offset)
 			continue
 		}
 		if !d.task.WantsFold() && !d.task.NeedsCheckpoint() {
