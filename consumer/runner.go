@@ -131,7 +131,7 @@ func (e *Engine) stopAll() {
 // run is a task goroutine: restore, then process batches and take part in checkpoints.
 func (e *Engine) run(ctx context.Context, cl *kgo.Client, r *runner) {
 	defer close(r.done)
-	start := time.Now()
+	start := e.o.Clock()
 	for ns, topic := range r.t.Namespaces() {
 		st, err := e.rest.Restore(ctx, topic, ns)
 		if err != nil {
@@ -145,7 +145,7 @@ func (e *Engine) run(ctx context.Context, cl *kgo.Client, r *runner) {
 			e.log.Info("state restored", "operator", ns.Operator, "partition", ns.Partition, "records", st.Records, "from", st.From, "to", st.To, "full", st.Full, "duration", st.Duration.Round(time.Millisecond))
 		}
 	}
-	e.m.restoreSeconds.Observe(time.Since(start).Seconds())
+	e.m.restoreSeconds.Observe(e.o.Clock().Sub(start).Seconds())
 	if err := r.t.Restored(); err != nil { // learn of outputs still due from backlog checkpoints
 		e.fail(fmt.Errorf("consumer: task %s[%d]: %w", r.key.topic, r.key.p, err))
 		return

@@ -299,7 +299,7 @@ func (t *Task) fold(c *chain, p Producer, pd *Pending, silent bool) error {
 	}
 	emit := func(key, st []byte, write bool) error {
 		if keys%1024 == 0 {
-			now = time.Now()
+			now = t.d.Clock()
 		}
 		n := len(key) + len(st)
 		render := !silent && c.plan.SinkTopic != ""

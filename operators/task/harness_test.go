@@ -40,7 +40,7 @@ type fakeProducer struct {
 func newFakeProducer() *fakeProducer { return &fakeProducer{next: map[string]int64{}} }
 
 func (p *fakeProducer) Produce(r *kgo.Record, promise func(*kgo.Record, error)) {
-	c := &kgo.Record{Topic: r.Topic, Partition: r.Partition, Key: bytes.Clone(r.Key), Value: bytes.Clone(r.Value)}
+	c := &kgo.Record{Topic: r.Topic, Partition: r.Partition, Key: bytes.Clone(r.Key), Value: bytes.Clone(r.Value), Timestamp: r.Timestamp}
 	for _, h := range r.Headers {
 		c.Headers = append(c.Headers, kgo.RecordHeader{Key: h.Key, Value: bytes.Clone(h.Value)})
 	}
