@@ -455,7 +455,8 @@ func (e *Engine) ensureTopics(ctx context.Context) error {
 	return changelog.Ensure(ctx, e.adm, topics, cfg.Kafka.ReplicationFactor)
 }
 
-// Status returns every task's snapshot, sorted by topic and partition.
+// Status returns every task's snapshot, sorted by topic and partition. A task that is not
+// restored yet (or not even built) shows its chains in mode "restoring".
 func (e *Engine) Status() []task.Status {
 	e.mu.Lock()
 	runs := make([]*runner, 0, len(e.runs))
@@ -471,13 +472,11 @@ func (e *Engine) Status() []task.Status {
 	})
 	out := make([]task.Status, 0, len(runs))
 	for _, r := range runs {
-		st := r.t.Status()
-		if !r.isRestored() {
-			for i := range st.Chains {
-				st.Chains[i].Mode = "restoring"
-			}
+		if !r.isRestored() { // its task may not be built yet
+			out = append(out, task.RestoringStatus(e.o.Plan, r.key.topic, r.key.p))
+			continue
 		}
-		out = append(out, st)
+		out = append(out, r.t.Status())
 	}
 	return out
 }

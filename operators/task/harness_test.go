@@ -2,6 +2,7 @@ package task
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"strconv"
@@ -184,7 +185,7 @@ func (d *driver) checkpoint(mayAbort bool) (aborted bool) {
 	d.t.Helper()
 	if d.task.WantsFold() && d.rng.IntN(2) == 0 {
 		// The engine folds a switch ahead of the checkpoint (outside its barrier).
-		if err := d.task.Prepare(d.prod); err != nil {
+		if err := d.task.Prepare(context.Background(), d.prod); err != nil {
 			d.t.Fatalf("Prepare: %v", err)
 		}
 		if d.task.WantsFold() {
