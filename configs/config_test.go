@@ -60,6 +60,12 @@ func TestExamples(t *testing.T) {
 		"at-least-once.yaml": func(t *testing.T, c *Config) {
 			eq(t, "guarantee", c.Processing.Guarantee, AtLeastOnce)
 		},
+		"windowed.yaml": func(t *testing.T, c *Config) {
+			eq(t, "watermark", c.Sources["orders"].Watermark, Watermark{MaxDelay: 5 * time.Second})
+			eq(t, "window", *c.Operators[0].Aggregate.Window, Window{Tumbling: time.Hour, Grace: 10 * time.Second})
+			eq(t, "kind", c.Operators[0].Aggregate.Window.Kind(), "tumbling")
+			eq(t, "emit", c.Operators[0].Aggregate.Emit, EmitFinal)
+		},
 		"backlog-always.yaml": func(t *testing.T, c *Config) {
 			eq(t, "mode", c.Backlog.Mode, ModeAlways)
 			eq(t, "checkpoint_interval", c.Backlog.CheckpointInterval, 30*time.Second)

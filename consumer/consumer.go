@@ -49,7 +49,7 @@ type Options struct {
 	SortDir  string
 	Registry prometheus.Registerer
 	Logger   *slog.Logger
-	Clock    func() time.Time
+	Clock    func() time.Time // wall clock: commit interval, time lag, durations; nil means time.Now
 	// KafkaOpts are extra franz-go options for every client (tests: fault injection).
 	KafkaOpts []kgo.Opt
 }
@@ -166,16 +166,17 @@ func (e *Engine) Run(ctx context.Context) error {
 
 func (e *Engine) loop(ctx context.Context) error {
 	interval := e.o.Config.Processing.CommitInterval
-	next := time.Now().Add(interval)
+	next := e.o.Clock().Add(interval)
 	for {
 		if err := e.sess.Begin(); err != nil {
 			return err
 		}
-		deadline := next
-		if e.folding.Load() > 0 && !time.Now().Before(next) {
-			deadline = time.Now().Add(foldPoll) // a checkpoint waits for the fold: poll on meanwhile
+		// The poll's timeout comes from the injected clock: the time left until next.
+		wait := next.Sub(e.o.Clock())
+		if e.folding.Load() > 0 && wait <= 0 {
+			wait = foldPoll // a checkpoint waits for the fold: poll on meanwhile
 		}
-		pollCtx, cancel := context.WithDeadline(ctx, deadline)
+		pollCtx, cancel := context.WithTimeout(ctx, wait)
 		fs := e.sess.Poll(pollCtx)
 		cancel()
 		if ctx.Err() != nil {
@@ -197,14 +198,14 @@ func (e *Engine) loop(ctx context.Context) error {
 		// No checkpoint starts while a task folds a backlog: the fold's records are in the open
 		// transaction, and the barrier would hold every other task for the fold's duration.
 		// (One that started before the fold waits for it: the folding task replies after it.)
-		if (due || !time.Now().Before(next) || pending(e.urgent) || pending(e.blocked)) && e.folding.Load() == 0 {
+		if (due || !e.o.Clock().Before(next) || pending(e.urgent) || pending(e.blocked)) && e.folding.Load() == 0 {
 			drain(e.urgent)
 			drain(e.blocked)
 			if err := e.checkpoint(ctx); err != nil {
 				e.sess.AllowRebalance()
 				return err
 			}
-			next = time.Now().Add(interval)
+			next = e.o.Clock().Add(interval)
 		}
 		e.sess.AllowRebalance()
 		select {
@@ -224,7 +225,7 @@ const foldPoll = 20 * time.Millisecond
 func (e *Engine) dispatch(ctx context.Context, fs kgo.Fetches, next time.Time) (bool, error) {
 	now := e.o.Clock()
 	due := false
-	timer := time.NewTimer(time.Until(next))
+	timer := time.NewTimer(next.Sub(now))
 	defer timer.Stop()
 	var derr error
 	// Every batch of this fetch belongs to the epoch it was polled in: if a checkpoint aborts
@@ -303,7 +304,7 @@ func (e *Engine) dispatch(ctx context.Context, fs kgo.Fetches, next time.Time) (
 
 // checkpoint runs one checkpoint across all restored tasks. Only the poll loop calls it.
 func (e *Engine) checkpoint(ctx context.Context) error {
-	start := time.Now()
+	start := e.o.Clock()
 	if err := e.sess.Begin(); err != nil {
 		return err
 	}
@@ -426,7 +427,7 @@ func (e *Engine) checkpoint(ctx context.Context) error {
 	}
 	if committed && len(offsets)+records > 0 {
 		e.m.commits.Inc()
-		e.m.commitSeconds.Observe(time.Since(start).Seconds())
+		e.m.commitSeconds.Observe(e.o.Clock().Sub(start).Seconds())
 	}
 	return nil
 }
@@ -454,7 +455,8 @@ func (e *Engine) ensureTopics(ctx context.Context) error {
 	return changelog.Ensure(ctx, e.adm, topics, cfg.Kafka.ReplicationFactor)
 }
 
-// Status returns every task's snapshot, sorted by topic and partition.
+// Status returns every task's snapshot, sorted by topic and partition. A task that is not
+// restored yet (or not even built) shows its chains in mode "restoring".
 func (e *Engine) Status() []task.Status {
 	e.mu.Lock()
 	runs := make([]*runner, 0, len(e.runs))
@@ -470,13 +472,11 @@ func (e *Engine) Status() []task.Status {
 	})
 	out := make([]task.Status, 0, len(runs))
 	for _, r := range runs {
-		st := r.t.Status()
-		if !r.isRestored() {
-			for i := range st.Chains {
-				st.Chains[i].Mode = "restoring"
-			}
+		if !r.isRestored() { // its task may not be built yet
+			out = append(out, task.RestoringStatus(e.o.Plan, r.key.topic, r.key.p))
+			continue
 		}
-		out = append(out, st)
+		out = append(out, r.t.Status())
 	}
 	return out
 }

@@ -39,7 +39,7 @@ type ckptAck struct {
 // runner is the goroutine that owns one task.
 type runner struct {
 	key      tp
-	t        *task.Task
+	t        *task.Task      // built by the task goroutine; other goroutines read it only once restored
 	in       chan batch      // bounded: the poll loop blocks (and serves checkpoints) when full
 	ckpt     chan *ckptReq   // checkpoint requests from the poll loop
 	done     chan struct{}   // closed when the goroutine has exited
@@ -52,8 +52,10 @@ type runner struct {
 
 func (r *runner) isRestored() bool { return r.restored.Load() }
 
-// assigned starts a task goroutine per new partition. It runs in a franz-go callback: it only
-// starts goroutines and pauses the partitions until their state is restored.
+// assigned starts a task goroutine per new partition. It runs in a franz-go callback: under
+// Engine.mu it only registers the runners; it pauses the partitions (each goroutine builds its
+// task, restores it and resumes its partition) and starts the goroutines, and does no Pebble or
+// file-system work itself.
 func (e *Engine) assigned(ctx context.Context, cl *kgo.Client, a map[string][]int32) {
 	// The client joins the group as soon as it exists, so this can run before Run has stored
 	// the session its tasks produce through.
@@ -61,39 +63,33 @@ func (e *Engine) assigned(ctx context.Context, cl *kgo.Client, a map[string][]in
 	pause := map[string][]int32{}
 	var start []*runner
 	e.mu.Lock()
-	defer e.mu.Unlock()
 	for topic, ps := range a {
 		for _, p := range ps {
 			k := tp{topic, p}
 			if e.runs[k] != nil {
 				continue
 			}
-			t, err := task.New(e.o.Plan, topic, p, task.Deps{
-				Store: e.o.Store, Budget: e.o.Budget, SortDir: e.o.SortDir, Producer: e.sess,
-				Clock: e.o.Clock, Logger: e.log.With("topic", topic), Metrics: e.tm,
-			})
-			if err != nil {
-				e.fail(fmt.Errorf("consumer: task %s[%d]: %w", topic, p, err))
-				return
-			}
 			rctx, cancel := context.WithCancel(ctx)
-			r := &runner{key: k, t: t, in: make(chan batch, 1), ckpt: make(chan *ckptReq, 1), done: make(chan struct{}), cancel: cancel, first: -1}
+			r := &runner{key: k, in: make(chan batch, 1), ckpt: make(chan *ckptReq, 1), done: make(chan struct{}), cancel: cancel, first: -1}
 			e.runs[k] = r
 			pause[topic] = append(pause[topic], p)
 			r.ctx = rctx
 			start = append(start, r)
 		}
 	}
+	n := len(e.runs)
+	e.mu.Unlock()
 	// Pause before the goroutines start: each resumes its partition once restored.
 	cl.PauseFetchPartitions(pause)
 	for _, r := range start {
 		go e.run(r.ctx, cl, r)
 	}
-	e.m.tasks.Set(float64(len(e.runs)))
+	e.m.tasks.Set(float64(n))
 	e.log.Info("partitions assigned", "partitions", a)
 }
 
-// revoked stops the tasks of revoked or lost partitions and waits for their goroutines. Their
+// revoked stops the tasks of revoked or lost partitions and waits for their goroutines (a
+// cancelled goroutine stops its restore or fold promptly and closes its task). Their
 // uncommitted work is dropped: the next owner re-reads from the last committed offsets.
 func (e *Engine) revoked(rv map[string][]int32, how string) {
 	var stop []*runner
@@ -111,7 +107,6 @@ func (e *Engine) revoked(rv map[string][]int32, how string) {
 	for _, r := range stop {
 		r.cancel()
 		<-r.done
-		r.t.Close()
 	}
 	if len(rv) > 0 {
 		e.log.Info("partitions "+how, "partitions", rv)
@@ -128,10 +123,21 @@ func (e *Engine) stopAll() {
 	e.revoked(all, "released")
 }
 
-// run is a task goroutine: restore, then process batches and take part in checkpoints.
+// run is a task goroutine: build the task, restore it, then process batches and take part in
+// checkpoints. It closes the task when it exits.
 func (e *Engine) run(ctx context.Context, cl *kgo.Client, r *runner) {
 	defer close(r.done)
-	start := time.Now()
+	t, err := task.New(e.o.Plan, r.key.topic, r.key.p, task.Deps{
+		Store: e.o.Store, Budget: e.o.Budget, SortDir: e.o.SortDir, Producer: e.sess,
+		Clock: e.o.Clock, Logger: e.log.With("topic", r.key.topic), Metrics: e.tm,
+	})
+	if err != nil {
+		e.fail(fmt.Errorf("consumer: task %s[%d]: %w", r.key.topic, r.key.p, err))
+		return
+	}
+	defer t.Close()
+	r.t = t // published to other goroutines by r.restored
+	start := e.o.Clock()
 	for ns, topic := range r.t.Namespaces() {
 		st, err := e.rest.Restore(ctx, topic, ns)
 		if err != nil {
@@ -145,7 +151,7 @@ func (e *Engine) run(ctx context.Context, cl *kgo.Client, r *runner) {
 			e.log.Info("state restored", "operator", ns.Operator, "partition", ns.Partition, "records", st.Records, "from", st.From, "to", st.To, "full", st.Full, "duration", st.Duration.Round(time.Millisecond))
 		}
 	}
-	e.m.restoreSeconds.Observe(time.Since(start).Seconds())
+	e.m.restoreSeconds.Observe(e.o.Clock().Sub(start).Seconds())
 	if err := r.t.Restored(); err != nil { // learn of outputs still due from backlog checkpoints
 		e.fail(fmt.Errorf("consumer: task %s[%d]: %w", r.key.topic, r.key.p, err))
 		return
@@ -201,14 +207,18 @@ func (e *Engine) run(ctx context.Context, cl *kgo.Client, r *runner) {
 
 // switchNow does the task's part of a mode switch: it folds the backlogs that end now (Prepare,
 // outside the checkpoint barrier, while the poll loop holds back checkpoints and the other tasks
-// go on), asks for a checkpoint and serves it. It returns false if the goroutine must exit.
+// go on), asks for a checkpoint and serves it. It returns false if the goroutine must exit. A
+// revoke cancels ctx and with it the fold; that is no failure of the engine (the revoke aborts
+// the transaction that holds the fold's records).
 func (e *Engine) switchNow(ctx context.Context, r *runner) bool {
 	if r.t.WantsFold() {
 		e.folding.Add(1)
-		err := r.t.Prepare(e.sess)
+		err := r.t.Prepare(ctx, e.sess)
 		e.folding.Add(-1)
 		if err != nil {
-			e.fail(err)
+			if ctx.Err() == nil {
+				e.fail(err)
+			}
 			return false
 		}
 	}

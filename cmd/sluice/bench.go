@@ -22,9 +22,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/sluice-dev/sluice/cmd/sluice/procstat"
+	"github.com/sluice-dev/sluice/cmd/sluice/workload"
 	"github.com/sluice-dev/sluice/configs"
-	"github.com/sluice-dev/sluice/integration/procstat"
-	"github.com/sluice-dev/sluice/integration/workload"
 )
 
 // benchBinaryEnv names the sluice binary bench runs as its children. Unset, bench runs itself

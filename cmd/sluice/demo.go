@@ -14,9 +14,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/sluice-dev/sluice/cmd/sluice/workload"
 	"github.com/sluice-dev/sluice/configs"
 	"github.com/sluice-dev/sluice/consumer"
-	"github.com/sluice-dev/sluice/integration/workload"
 )
 
 // cmdDemo runs the embedded default: an in-process broker, a generated backlog of orders, then

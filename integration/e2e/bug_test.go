@@ -4,8 +4,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-dev/sluice/cmd/sluice/workload"
 	"github.com/sluice-dev/sluice/integration/kafkatest"
-	"github.com/sluice-dev/sluice/integration/workload"
 )
 
 // TestBacklogExitsWhenInputStops shows a sluice bug: a task that entered backlog mode while

@@ -10,8 +10,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/sluice-dev/sluice/cmd/sluice/workload"
 	"github.com/sluice-dev/sluice/integration/kafkatest"
-	"github.com/sluice-dev/sluice/integration/workload"
 )
 
 // TestBadRecordsGoToDLQ mixes four kinds of bad orders into good ones: every bad one must land

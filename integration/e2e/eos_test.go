@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-dev/sluice/cmd/sluice/workload"
 	"github.com/sluice-dev/sluice/integration/kafkatest"
-	"github.com/sluice-dev/sluice/integration/workload"
 )
 
 // TestExactlyOnceKill9 is the exactly-once scenario against the real broker: 300k orders over

@@ -21,8 +21,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/sluice-dev/sluice/cmd/sluice/workload"
 	"github.com/sluice-dev/sluice/integration/kafkatest"
-	"github.com/sluice-dev/sluice/integration/workload"
 )
 
 // sluiceBin is the path of the sluice binary TestMain builds once for every test. It is set

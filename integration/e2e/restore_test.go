@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-dev/sluice/cmd/sluice/workload"
 	"github.com/sluice-dev/sluice/integration/kafkatest"
-	"github.com/sluice-dev/sluice/integration/workload"
 )
 
 // TestRestoreFromChangelog runs one instance to completion, stops it cleanly, deletes its state

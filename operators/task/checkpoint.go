@@ -2,6 +2,7 @@ package task
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -112,12 +113,12 @@ func (t *Task) Checkpoint(p Producer) (*Pending, error) {
 					return nil, err
 				}
 			case c.leaving():
-				if err := t.fold(c, p, pd, false); err != nil {
+				if err := t.fold(context.Background(), c, p, pd, false); err != nil {
 					t.abortPending(pd)
 					return nil, err
 				}
 			case t.backlogCheckpointDue(c):
-				if err := t.fold(c, p, pd, true); err != nil {
+				if err := t.fold(context.Background(), c, p, pd, true); err != nil {
 					t.abortPending(pd)
 					return nil, err
 				}
@@ -194,8 +195,11 @@ func (t *Task) WantsFold() bool {
 // caller do a switch's work without holding every other task at the checkpoint barrier. The
 // task must not process records between Prepare and Checkpoint (they would miss the fold), and
 // the transaction must not end in between (the caller's checkpoint includes the task's reply,
-// which comes after Prepare).
-func (t *Task) Prepare(p Producer) error {
+// which comes after Prepare). A cancelled ctx stops the fold within 1024 keys: Prepare
+// then returns ctx.Err() and drops the pending state writes; the records already produced stay
+// in the open transaction, which the caller must abort (a revoke does), and the task must not be
+// used again but for Close.
+func (t *Task) Prepare(ctx context.Context, p Producer) error {
 	for _, c := range t.chains {
 		if !c.leaving() || (t.prep != nil && foldedIn(t.prep, c)) {
 			continue
@@ -203,7 +207,7 @@ func (t *Task) Prepare(p Producer) error {
 		if t.prep == nil {
 			t.prep = newPending()
 		}
-		if err := t.fold(c, p, t.prep, false); err != nil {
+		if err := t.fold(ctx, c, p, t.prep, false); err != nil {
 			t.abortPending(t.prep)
 			t.prep = nil
 			return err
@@ -253,7 +257,9 @@ func (t *Task) flush(c *chain, p Producer, pd *Pending) error {
 // emit one changelog record and one output. A silent fold (a backlog checkpoint) emits no output:
 // its changelog records carry changelog.PendingHeader and the keys are marked pending, so that
 // the final fold at the switch emits their outputs too (merge-joined with the sorted backlog).
-func (t *Task) fold(c *chain, p Producer, pd *Pending, silent bool) error {
+// The fold checks ctx every 1024 keys and returns ctx.Err() once it is cancelled. (Checkpoint
+// passes context.Background(): the consumer checkpoints while franz-go holds rebalances back.)
+func (t *Task) fold(ctx context.Context, c *chain, p Producer, pd *Pending, silent bool) error {
 	agg := c.ops.agg
 	it, err := c.sorter.Merge()
 	if err != nil {
@@ -386,6 +392,9 @@ func (t *Task) fold(c *chain, p Producer, pd *Pending, silent bool) error {
 	}
 	emit := func(key, st []byte, write, stored bool) error {
 		if keys%1024 == 0 {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
 			now = t.d.Clock()
 		}
 		if c.win != nil {

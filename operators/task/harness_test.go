@@ -2,6 +2,7 @@ package task
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"strconv"
@@ -40,7 +41,7 @@ type fakeProducer struct {
 func newFakeProducer() *fakeProducer { return &fakeProducer{next: map[string]int64{}} }
 
 func (p *fakeProducer) Produce(r *kgo.Record, promise func(*kgo.Record, error)) {
-	c := &kgo.Record{Topic: r.Topic, Partition: r.Partition, Key: bytes.Clone(r.Key), Value: bytes.Clone(r.Value)}
+	c := &kgo.Record{Topic: r.Topic, Partition: r.Partition, Key: bytes.Clone(r.Key), Value: bytes.Clone(r.Value), Timestamp: r.Timestamp}
 	for _, h := range r.Headers {
 		c.Headers = append(c.Headers, kgo.RecordHeader{Key: h.Key, Value: bytes.Clone(h.Value)})
 	}
@@ -184,7 +185,7 @@ func (d *driver) checkpoint(mayAbort bool) (aborted bool) {
 	d.t.Helper()
 	if d.task.WantsFold() && d.rng.IntN(2) == 0 {
 		// The engine folds a switch ahead of the checkpoint (outside its barrier).
-		if err := d.task.Prepare(d.prod); err != nil {
+		if err := d.task.Prepare(context.Background(), d.prod); err != nil {
 			d.t.Fatalf("Prepare: %v", err)
 		}
 		if d.task.WantsFold() {

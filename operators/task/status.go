@@ -19,7 +19,7 @@ type ChainStatus struct {
 	Source          string         `json:"source"`
 	Topic           string         `json:"topic"`
 	Operator        string         `json:"operator,omitempty"`
-	Mode            string         `json:"mode"` // backlog | real-time | stateless
+	Mode            string         `json:"mode"` // backlog | real-time | stateless | restoring
 	Lag             int64          `json:"lag"`
 	TimeLagMs       int64          `json:"time_lag_ms"`
 	NextOffset      int64          `json:"next_offset"`
@@ -56,6 +56,23 @@ func (t *Task) Status() Status {
 	s := t.status
 	s.Chains = append([]ChainStatus(nil), s.Chains...)
 	return s
+}
+
+// RestoringStatus returns the snapshot of a task of plan for partition of topic that is not
+// built or not restored yet: its chains, each in mode "restoring", with no offsets.
+func RestoringStatus(plan *Plan, topic string, partition int32) Status {
+	st := Status{Partition: partition}
+	for _, cp := range plan.Chains {
+		if cp.Source.Topic != topic {
+			continue
+		}
+		cs := ChainStatus{Source: cp.SourceName, Topic: topic, Mode: "restoring", NextOffset: -1, CommittedOffset: -1}
+		if cp.Agg != nil {
+			cs.Operator = cp.Agg.Name
+		}
+		st.Chains = append(st.Chains, cs)
+	}
+	return st
 }
 
 // publish refreshes the snapshot and the gauges; called by the task goroutine after each step.

@@ -34,7 +34,7 @@ type Deps struct {
 	Budget   *sorter.Budget
 	SortDir  string // spill directory root; each chain sorts under SortDir/<operator>-<partition>
 	Producer Producer
-	Clock    func() time.Time // wall clock for time lag and progress; never used for event time
+	Clock    func() time.Time // wall clock: time lag, progress, produced records' timestamps; never event time
 	Logger   *slog.Logger
 	Metrics  *Metrics
 	// LoaderThreshold is the number of keys from which a switch writes state through a bulk

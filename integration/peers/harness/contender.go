@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/sluice-dev/sluice/integration/workload"
+	"github.com/sluice-dev/sluice/cmd/sluice/workload"
 )
 
 // doneRule says how the harness knows a contender has caught up.

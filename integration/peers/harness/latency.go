@@ -13,7 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/valyala/fastjson"
 
-	"github.com/sluice-dev/sluice/integration/workload"
+	"github.com/sluice-dev/sluice/cmd/sluice/workload"
 )
 
 // latencyStats is the produce-to-visible latency of the live records of one contender.

@@ -1,6 +1,6 @@
 // Command harness runs sluice's side-by-side benchmark against its peers on one real Kafka
 // broker: a consume-only ceiling, Kafka Streams, Apache Flink (STREAMING and BATCH) and sluice
-// (backlog.mode never and auto). It prefills the "orders" workload of integration/workload once,
+// (backlog.mode never and auto). It prefills the "orders" workload of cmd/sluice/workload once,
 // starts each contender alone from offset 0, measures wall time from process start until the
 // contender has caught up (its group's committed offsets reach the end offsets, or the bounded
 // job exits) and its peak RSS, verifies its final per-key totals exactly, and prints one table
@@ -28,7 +28,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/sluice-dev/sluice/integration/workload"
+	"github.com/sluice-dev/sluice/cmd/sluice/workload"
 )
 
 // config is the harness's command line.

@@ -10,7 +10,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/sluice-dev/sluice/integration/procstat"
+	"github.com/sluice-dev/sluice/cmd/sluice/procstat"
 )
 
 // proc is one running contender process. It is started in its own process group with

@@ -1,5 +1,5 @@
 // Package procstat reads a process's own resource figures from /proc, for the benchmarks that
-// report a child's peak memory. (wait4's ru_maxrss is no use there: a child starts with the
+// report a child's peak memory (`sluice bench` and the peer harness, integration/peers/harness). (wait4's ru_maxrss is no use there: a child starts with the
 // maximum resident set its parent had when it forked, so a bench whose parent holds the
 // embedded broker's data reported that data as the child's peak.)
 package procstat

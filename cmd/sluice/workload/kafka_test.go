@@ -177,7 +177,7 @@ func TestReadTotalsEmptyAndMissing(t *testing.T) {
 // and each compression codec; $SLUICE_BENCH_RECORDS sets the records per run (default 1M).
 // Compare records/s. Each iteration writes a fresh 8-partition topic and deletes it afterwards:
 //
-//	SLUICE_TEST_KAFKA=127.0.0.1:19092 go test -run '^$' -bench Prefill -benchtime 1x ./integration/workload/
+//	SLUICE_TEST_KAFKA=127.0.0.1:19092 go test -run '^$' -bench Prefill -benchtime 1x ./cmd/sluice/workload/
 func BenchmarkPrefill(b *testing.B) {
 	records := int64(1_000_000)
 	if v := os.Getenv("SLUICE_BENCH_RECORDS"); v != "" {

@@ -1,7 +1,9 @@
 // Package workload owns the "orders" workload of sluice's benchmarks and integration tests
 // (DESIGN.md, "Benchmarks"): a deterministic generator of order records, the per-customer
 // totals those records must add up to, a fast producer that prefills a topic with them, and a
-// verifier that reads an aggregate output topic back and compares it exactly.
+// verifier that reads an aggregate output topic back and compares it exactly. It is product
+// code: the binary's `sluice bench` and `sluice demo` use it, and so do the end-to-end tests
+// (integration/e2e), the peer harness (integration/peers/harness) and operators/task's tests.
 //
 // An order is a JSON value of about 90 bytes,
 //
