@@ -23,6 +23,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -30,6 +31,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluice-dev/sluice/changelog"
@@ -52,6 +54,11 @@ type Options struct {
 	Clock    func() time.Time // wall clock: commit interval, time lag, durations; nil means time.Now
 	// KafkaOpts are extra franz-go options for every client (tests: fault injection).
 	KafkaOpts []kgo.Opt
+	// Bounded makes a run a batch job (sluice run --bounded): each input partition is processed
+	// up to the end offset (last stable offset) it had when Run started, its end is the end of
+	// its event time (every window closes), and Run returns nil once every assigned task has
+	// committed its end.
+	Bounded bool
 }
 
 // Engine runs a pipeline as one member of the group. Run is called once; Status and Ready are
@@ -75,6 +82,8 @@ type Engine struct {
 	runs   map[tp]*runner
 	epoch  uint64 // bumped on every abort; batches from an older epoch are dropped
 	joined bool
+
+	bounds map[tp]bound // Bounded: per input partition, where it starts and ends (set before the group is joined)
 }
 
 type tp struct {
@@ -120,6 +129,11 @@ func (e *Engine) Run(ctx context.Context) error {
 	if err := e.ensureTopics(ctx); err != nil {
 		return err
 	}
+	if e.o.Bounded {
+		if e.bounds, err = e.listBounds(ctx); err != nil {
+			return err
+		}
+	}
 	e.rest = &changelog.Restorer{Brokers: cfg.Kafka.Brokers, Store: e.o.Store, Admin: e.adm, Logger: e.log, Opts: e.o.KafkaOpts}
 
 	g := producer.AtLeastOnce
@@ -128,6 +142,10 @@ func (e *Engine) Run(ctx context.Context) error {
 	}
 	runCtx, cancelRuns := context.WithCancel(context.Background())
 	defer cancelRuns()
+	extra := e.o.KafkaOpts
+	if e.o.Bounded {
+		extra = append([]kgo.Opt{kgo.KeepControlRecords()}, extra...)
+	}
 	e.sess, err = producer.Open(producer.Options{
 		Brokers:            cfg.Kafka.Brokers,
 		Group:              cfg.Group,
@@ -143,7 +161,7 @@ func (e *Engine) Run(ctx context.Context) error {
 			kgo.OnPartitionsRevoked(func(_ context.Context, _ *kgo.Client, r map[string][]int32) { e.revoked(r, "revoked") }),
 			kgo.OnPartitionsLost(func(_ context.Context, _ *kgo.Client, l map[string][]int32) { e.revoked(l, "lost") }),
 			kgo.OnPartitionsCallbackBlocked(func(context.Context, *kgo.Client) { signal(e.blocked) }),
-		}, e.o.KafkaOpts...),
+		}, extra...),
 	})
 	if err != nil {
 		return err
@@ -213,6 +231,10 @@ func (e *Engine) loop(ctx context.Context) error {
 			return err
 		default:
 		}
+		if e.o.Bounded && e.finished() {
+			e.log.Info("bounded run: every input partition reached the end offset it had at start; exiting")
+			return nil
+		}
 	}
 }
 
@@ -254,14 +276,39 @@ func (e *Engine) dispatch(ctx context.Context, fs kgo.Fetches, next time.Time) (
 		if end < 0 {
 			end = fp.HighWatermark
 		}
+		recs := fp.Records
+		firstOff, lastOff := recs[0].Offset, recs[len(recs)-1].Offset
+		reached := false
+		if e.o.Bounded {
+			// A bounded run reads up to the end offset each partition had at start. It keeps
+			// transaction markers (KeepControlRecords) so that it sees when it reaches an end
+			// that lies after the last record, then drops them: tasks get data records only.
+			bd := e.bounds[tp{fp.Topic, fp.Partition}]
+			end = min(end, bd.end)
+			n := len(recs)
+			for n > 0 && recs[n-1].Offset >= bd.end {
+				n--
+			}
+			if n == 0 {
+				return
+			}
+			lastOff = recs[n-1].Offset
+			reached = lastOff+1 >= bd.end
+			recs = slices.DeleteFunc(slices.Clone(recs[:n]), func(r *kgo.Record) bool { return r.Attrs.IsControl() })
+			if len(recs) == 0 && !reached {
+				return
+			}
+		}
 		// Lag is what is left to process: before the batch (the batch itself plus what lies
 		// beyond it), which decides the mode the batch runs in, and after it, which lets a task
 		// leave backlog when the input stops.
-		first, last := fp.Records[0], fp.Records[len(fp.Records)-1]
 		b := batch{
-			recs: fp.Records, epoch: epoch,
-			lag: max(end-first.Offset, 0), timeLag: max(now.Sub(first.Timestamp), 0),
-			lagAfter: max(end-(last.Offset+1), 0), timeLagAfter: max(now.Sub(last.Timestamp), 0),
+			recs: recs, epoch: epoch, end: reached,
+			lag: max(end-firstOff, 0), lagAfter: max(end-(lastOff+1), 0),
+		}
+		if len(recs) > 0 {
+			b.timeLag = max(now.Sub(recs[0].Timestamp), 0)
+			b.timeLagAfter = max(now.Sub(recs[len(recs)-1].Timestamp), 0)
 		}
 		for {
 			select {
@@ -501,6 +548,63 @@ func (e *Engine) fail(err error) {
 	case e.failed <- err:
 	default:
 	}
+}
+
+// bound is where a bounded run starts and ends reading one input partition.
+type bound struct{ start, end int64 }
+
+// listBounds returns, per input partition, the offset the group resumes from (its committed
+// offset, or the log start) and the partition's last stable offset now.
+func (e *Engine) listBounds(ctx context.Context) (map[tp]bound, error) {
+	topics := e.o.Plan.Topics()
+	ends, err := e.adm.ListCommittedOffsets(ctx, topics...)
+	if err != nil {
+		return nil, fmt.Errorf("consumer: bounded run: list end offsets: %w", err)
+	}
+	starts, err := e.adm.ListStartOffsets(ctx, topics...)
+	if err != nil {
+		return nil, fmt.Errorf("consumer: bounded run: list start offsets: %w", err)
+	}
+	committed, err := e.adm.FetchOffsets(ctx, e.o.Config.Group)
+	if errors.Is(err, kerr.GroupIDNotFound) {
+		err = nil // a new group: every partition starts at its log start
+	}
+	if err != nil {
+		return nil, fmt.Errorf("consumer: bounded run: fetch the group's offsets: %w", err)
+	}
+	out := map[tp]bound{}
+	var ferr error
+	ends.Each(func(lo kadm.ListedOffset) {
+		if lo.Err != nil {
+			ferr = fmt.Errorf("consumer: bounded run: %s[%d]: %w", lo.Topic, lo.Partition, lo.Err)
+			return
+		}
+		b := bound{end: lo.Offset}
+		if s, ok := starts.Lookup(lo.Topic, lo.Partition); ok {
+			b.start = s.Offset
+		}
+		if c, ok := committed.Lookup(lo.Topic, lo.Partition); ok && c.Err == nil && c.At >= 0 {
+			b.start = c.At
+		}
+		out[tp{lo.Topic, lo.Partition}] = b
+	})
+	return out, ferr
+}
+
+// finished reports whether a bounded run is done: the member has tasks and each has committed
+// the end of its input.
+func (e *Engine) finished() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if len(e.runs) == 0 {
+		return false
+	}
+	for _, r := range e.runs {
+		if !r.finished.Load() {
+			return false
+		}
+	}
+	return true
 }
 
 func fetchErr(fs kgo.Fetches) error {

@@ -17,6 +17,7 @@ type batch struct {
 	lag, lagAfter         int64 // records left to process before and after the batch
 	timeLag, timeLagAfter time.Duration
 	epoch                 uint64
+	end                   bool // bounded run: the batch reaches the end offset the partition had at start
 }
 
 type ckptReq struct {
@@ -46,6 +47,7 @@ type runner struct {
 	ctx      context.Context // the task goroutine's context (set before it starts)
 	cancel   context.CancelFunc
 	restored atomic.Bool
+	finished atomic.Bool // bounded run: the task has committed the end of its input
 	first    int64 // first offset dispatched since assignment or the last abort, -1 if none (guarded by Engine.mu)
 	observed bool  // the task has seen its first batch (task goroutine only)
 }
@@ -158,6 +160,12 @@ func (e *Engine) run(ctx context.Context, cl *kgo.Client, r *runner) {
 	}
 	r.restored.Store(true)
 	cl.ResumeFetchPartitions(map[string][]int32{r.key.topic: {r.key.p}})
+	if bd, ok := e.bounds[r.key]; ok && bd.start >= bd.end {
+		// A bounded run with nothing to read here: the input ends now.
+		if !e.endInput(ctx, r) {
+			return
+		}
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -191,6 +199,12 @@ func (e *Engine) run(ctx context.Context, cl *kgo.Client, r *runner) {
 			if !e.process(ctx, r, b) {
 				return
 			}
+			if b.end && b.epoch == e.currentEpoch() {
+				if !e.endInput(ctx, r) {
+					return
+				}
+				continue
+			}
 			// The lag left after the batch: a task that has caught up folds its backlog and
 			// waits for the checkpoint that commits it.
 			r.t.Observe(r.key.topic, b.lagAfter, b.timeLagAfter)
@@ -203,6 +217,25 @@ func (e *Engine) run(ctx context.Context, cl *kgo.Client, r *runner) {
 			}
 		}
 	}
+}
+
+// endInput ends a bounded run's task: its input reached the end offset it had at start, so
+// every window closes and a backlog folds; it checkpoints that. It returns false if the
+// goroutine must exit. An aborted checkpoint leaves the task unfinished: the consumer rewinds
+// and the task ends its input again when it gets there.
+func (e *Engine) endInput(ctx context.Context, r *runner) bool {
+	if err := r.t.EndInput(r.key.topic); err != nil {
+		e.fail(err)
+		return false
+	}
+	if !e.switchNow(ctx, r) {
+		return false
+	}
+	if r.t.Finished() {
+		r.finished.Store(true)
+		e.log.Info("input ended", "topic", r.key.topic, "partition", r.key.p)
+	}
+	return true
 }
 
 // switchNow does the task's part of a mode switch: it folds the backlogs that end now (Prepare,

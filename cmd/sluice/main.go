@@ -30,7 +30,8 @@ func (e *usageError) Error() string { return e.msg }
 const usage = `usage: sluice <command> [flags]
 
 commands:
-  run -c FILE        run the pipeline of FILE (env SLUICE_* overrides keys)
+  run -c FILE        run the pipeline of FILE (env SLUICE_* overrides keys); --bounded: up to
+                     the end offsets at start, close every window, commit, exit 0
   demo               run the embedded example: an in-process broker, a backlog, live traffic
   validate -c FILE   check FILE and print the operator plan and internal topics
   bench              measure backlog mode against pure streaming on the orders workload

@@ -30,6 +30,7 @@ import (
 func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	path := configFlag(fs)
+	bounded := fs.Bool("bounded", false, "process each input up to the end offsets it has now, close every window, commit and exit 0 (a batch job)")
 	if err := parseFlags(fs, args, stderr); err != nil {
 		return err
 	}
@@ -40,7 +41,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
-	return runPipeline(ctx, cfg, newLogger(cfg, stderr), runOpts{})
+	return runPipeline(ctx, cfg, newLogger(cfg, stderr), runOpts{bounded: *bounded})
 }
 
 // memAllowance is the memory beyond backlog.sort_memory the process plans for (GOMEMLIMIT).
@@ -50,12 +51,18 @@ const memAllowance = 128 << 20
 type runOpts struct {
 	kafkaOpts []kgo.Opt
 	started   func(*consumer.Engine) // called once the engine exists
+	bounded   bool                   // sluice run --bounded
 }
 
 // runPipeline runs cfg's pipeline until ctx is done. It is the process composition: the
 // embedded broker (if configured), the state store, the sort budget, the engine and the HTTP
 // server, each a Run(ctx) in one errgroup.
 func runPipeline(ctx context.Context, cfg *configs.Config, log *slog.Logger, ro runOpts) error {
+	if ro.bounded && cfg.Backlog.Mode != configs.ModeAlways {
+		// A bounded run is a batch job: every task starts in backlog mode.
+		log.Info("bounded run: backlog.mode=always", "was", cfg.Backlog.Mode)
+		cfg.Backlog.Mode = configs.ModeAlways
+	}
 	plan, err := task.NewPlan(cfg)
 	if err != nil {
 		return err
@@ -96,7 +103,7 @@ func runPipeline(ctx context.Context, cfg *configs.Config, log *slog.Logger, ro 
 	eng, err := consumer.New(consumer.Options{
 		Config: cfg, Plan: plan, Store: store,
 		Budget:  sorter.NewBudget(int64(cfg.Backlog.SortMemory)),
-		SortDir: sortDir, Registry: reg, Logger: log, KafkaOpts: ro.kafkaOpts,
+		SortDir: sortDir, Registry: reg, Logger: log, KafkaOpts: ro.kafkaOpts, Bounded: ro.bounded,
 	})
 	if err != nil {
 		return err
@@ -105,7 +112,13 @@ func runPipeline(ctx context.Context, cfg *configs.Config, log *slog.Logger, ro 
 		ro.started(eng)
 	}
 	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return eng.Run(gctx) })
+	g.Go(func() error {
+		err := eng.Run(gctx)
+		if ro.bounded && err == nil && gctx.Err() == nil {
+			return errBoundedDone // the run ended by itself: stop the HTTP server too
+		}
+		return err
+	})
 	if cfg.HTTP.Enabled() {
 		ln, err := net.Listen("tcp", cfg.HTTP.Listen)
 		if err != nil {
@@ -126,8 +139,14 @@ func runPipeline(ctx context.Context, cfg *configs.Config, log *slog.Logger, ro 
 		})
 		log.Info("http listening", "addr", ln.Addr().String())
 	}
-	return g.Wait()
+	if err := g.Wait(); !errors.Is(err, errBoundedDone) {
+		return err
+	}
+	return nil
 }
+
+// errBoundedDone ends a bounded run's errgroup once the engine has finished.
+var errBoundedDone = errors.New("bounded run done")
 
 func newLogger(cfg *configs.Config, w io.Writer) *slog.Logger {
 	lv := slog.LevelInfo

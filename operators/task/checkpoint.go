@@ -357,6 +357,7 @@ func (t *Task) fold(ctx context.Context, c *chain, p Producer, pd *Pending, sile
 		}
 		keys++
 		if closing {
+			c.closedAt(c.win.Close(start))
 			if !stored {
 				return nil
 			}
@@ -697,9 +698,9 @@ func (t *Task) Aborted(pd *Pending) map[string]int64 {
 			c.inBack = false
 			c.det = c.det.Fresh()
 		}
+		c.ended = false
 		if c.win != nil {
 			c.wm = c.wmCommitted
-			c.ended = false
 			c.tm.reset()
 		}
 		if c.committed >= 0 {

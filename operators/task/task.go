@@ -93,6 +93,7 @@ type chain struct {
 	tm          timers
 	wk          []byte // scratch window key
 	ended       bool   // the input ended (bounded run): the watermark is +infinity
+	endWM       int64  // while ended: the watermark to commit (the data's, or the latest close of a window the end closed)
 	late        int64
 
 	// backlog checkpoints (backlog.checkpoint_interval): keys folded without their output yet

@@ -167,6 +167,14 @@ func (t *Task) fireTimers(c *chain) error {
 	return nil
 }
 
+// closedAt records that a window closing at at closed; after the end of input, the latest such
+// close is the watermark committed (see checkpointWatermark).
+func (c *chain) closedAt(at int64) {
+	if c.ended && at > c.endWM {
+		c.endWM = at
+	}
+}
+
 // closeWindow marks window key wk closing: the next checkpoint emits its final result and
 // deletes it. A window already closing, or gone (closed and committed), is left alone.
 func (t *Task) closeWindow(c *chain, wk []byte) error {
@@ -210,6 +218,7 @@ func (t *Task) flushWindows(c *chain, p Producer, pd *Pending) error {
 		}
 		tk = appendTimerKey(tk[:0], at, e.key)
 		if e.closing {
+			c.closedAt(at)
 			if !e.stored {
 				continue // never written: nothing to delete
 			}
@@ -258,10 +267,20 @@ func (t *Task) checkpointWatermark(c *chain, p Producer, pd *Pending) error {
 	if c.win == nil || c.wm == c.wmCommitted {
 		return nil
 	}
-	if _, ok := pd.Offsets[c.plan.Source.Topic]; !ok {
-		return nil
+	if _, ok := pd.Offsets[c.plan.Source.Topic]; !ok && !(c.ended && c.buffered() == 0) {
+		return nil // the watermark moves with the offset (an ended input has no offset to move)
 	}
-	v := binary.BigEndian.AppendUint64(nil, uint64(c.wm))
+	wm := c.wm
+	if c.ended {
+		// The end of input closed windows that the data's watermark had not: commit the latest
+		// of their close times, not +infinity, so that a later run treats records of those
+		// windows as late (each window has one final) and later windows as open.
+		wm = c.endWM
+		if wm == c.wmCommitted {
+			return nil
+		}
+	}
+	v := binary.BigEndian.AppendUint64(nil, uint64(wm))
 	p.Produce(&kgo.Record{
 		Topic: c.plan.Changelog, Partition: t.partition, Key: changelog.WatermarkKey, Value: v,
 		Headers: []kgo.RecordHeader{{Key: changelog.WatermarkHeader, Value: []byte{}}},
@@ -273,7 +292,7 @@ func (t *Task) checkpointWatermark(c *chain, p Producer, pd *Pending) error {
 	if err := pd.batch.Set(changelog.WatermarkNamespace(c.ns), changelog.WatermarkKey, v); err != nil {
 		return err
 	}
-	pd.wm[c] = c.wm
+	pd.wm[c] = wm
 	return nil
 }
 
@@ -344,6 +363,7 @@ func (t *Task) sweepTimers(c *chain, wm int64, closed map[string]struct{}, p Pro
 		if err := pd.batch.Delete(c.timerNS, k); err != nil {
 			return err
 		}
+		c.closedAt(at)
 		if _, done := closed[string(wk)]; done {
 			return nil
 		}
@@ -374,16 +394,20 @@ func (t *Task) sweepTimers(c *chain, wm int64, closed map[string]struct{}, p Pro
 
 // EndInput tells the task that topic's input has ended (a bounded run reached the end offsets
 // it had at start): the watermark of its windowed chains becomes +infinity, so every window
-// closes, and chains in backlog fold and stream. The caller then checkpoints.
+// closes, and chains in backlog fold and stream. The caller then checkpoints; Finished reports
+// when that checkpoint has committed everything.
 func (t *Task) EndInput(topic string) error {
 	for _, c := range t.byTopic[topic] {
+		c.ended = true
 		if c.ops.agg == nil {
 			continue
 		}
-		c.ended = true
 		t.needCkpt = true
 		if c.win == nil {
 			continue
+		}
+		if c.wm != math.MaxInt64 {
+			c.endWM = c.wm
 		}
 		c.wm = math.MaxInt64
 		if !c.inBack {
@@ -394,4 +418,16 @@ func (t *Task) EndInput(topic string) error {
 	}
 	t.publish()
 	return nil
+}
+
+// Finished reports whether every chain's input has ended (EndInput) and everything it
+// processed is committed: no backlog, no dirty state, no offset left to commit. An abort
+// after EndInput makes it false until the input is processed and ended again.
+func (t *Task) Finished() bool {
+	for _, c := range t.chains {
+		if !c.ended || c.inBack || len(c.dirty) > 0 || c.next > c.committed {
+			return false
+		}
+	}
+	return true
 }

@@ -1,0 +1,165 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sluice-dev/sluice/configs"
+)
+
+// TestRunBounded runs a windowed pipeline as a batch job (sluice run --bounded) over an
+// in-process broker: input written in transactions (so the end offsets lie after commit
+// markers), tumbling windows with emit: final. The run must exit by itself, having emitted
+// exactly one final per (key, window), including the windows the watermark had not closed (the
+// end of input closes them all). A second bounded run over unchanged input exits and emits
+// nothing new; after more input, a third one emits the new windows' finals only.
+func TestRunBounded(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "orders"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	brokers := c.ListenAddrs()
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+
+	// 3 partitions, 30 keys, event times over 5 minutes: 1-minute windows.
+	const base = int64(1_767_225_600_000)
+	want := map[string][2]int64{} // "key@start" -> {sum, count}
+	produce := func(from, n int) {
+		t.Helper()
+		cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.TransactionalID(fmt.Sprintf("in-%d", from)), kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cl.Close()
+		if err := cl.BeginTransaction(); err != nil {
+			t.Fatal(err)
+		}
+		for i := from; i < from+n; i++ {
+			key := fmt.Sprintf("c-%d", i%30)
+			ts := base + int64(i)*100
+			amount := int64(i%7 + 1)
+			start := ts - ts%60_000
+			w := want[fmt.Sprintf("%s@%d", key, start)]
+			want[fmt.Sprintf("%s@%d", key, start)] = [2]int64{w[0] + amount, w[1] + 1}
+			r := &kgo.Record{Topic: "orders", Key: []byte(key), Value: fmt.Appendf(nil, `{"customer_id":%q,"amount":%d,"ts":%d}`, key, amount, ts)}
+			if err := cl.ProduceSync(ctx, r).FirstErr(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
+			t.Fatal(err)
+		}
+	}
+	produce(0, 3000) // 5 minutes of event time
+
+	doc := fmt.Sprintf(`
+kafka: {brokers: [%s]}
+group: batch
+instance_id: i-0
+processing: {commit_interval: 50ms, state_dir: %s}
+backlog: {enter_lag: 100, exit_lag: 10, progress_interval: 0s}
+http: {listen: "off"}
+sources:
+  orders: {topic: orders, key: customer_id, timestamp: ts}
+operators:
+  - name: per_minute
+    aggregate:
+      input: orders
+      window: {tumbling: 1m}
+      emit: final
+      fields: {amount: {sum: amount}, orders: {count: {}}}
+    output: out
+sinks:
+  out: {topic: minute-totals}
+`, brokers[0], filepath.Join(t.TempDir(), "state"))
+	cfg, err := configs.Parse([]byte(doc), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	run := func() {
+		t.Helper()
+		done := make(chan error, 1)
+		go func() { done <- runPipeline(ctx, cfg, log, runOpts{bounded: true}) }()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("bounded run: %v", err)
+			}
+		case <-ctx.Done():
+			t.Fatal("the bounded run did not exit by itself")
+		}
+	}
+	finals := func() map[string][2]int64 {
+		t.Helper()
+		cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics("minute-totals"),
+			kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cl.Close()
+		got := map[string][2]int64{}
+		for idle := 0; idle < 3; {
+			pctx, pcancel := context.WithTimeout(ctx, 300*time.Millisecond)
+			fs := cl.PollFetches(pctx)
+			pcancel()
+			if fs.NumRecords() == 0 {
+				idle++
+				continue
+			}
+			fs.EachRecord(func(r *kgo.Record) {
+				var v struct {
+					Key         string `json:"key"`
+					WindowStart int64  `json:"window_start"`
+					Amount      int64  `json:"amount"`
+					Orders      int64  `json:"orders"`
+				}
+				if err := json.Unmarshal(r.Value, &v); err != nil {
+					t.Fatalf("output %s: %v", r.Value, err)
+				}
+				k := fmt.Sprintf("%s@%d", v.Key, v.WindowStart)
+				if _, dup := got[k]; dup {
+					t.Errorf("window %s emitted twice", k)
+				}
+				got[k] = [2]int64{v.Amount, v.Orders}
+			})
+		}
+		return got
+	}
+	check := func(what string) {
+		t.Helper()
+		got := finals()
+		if len(got) != len(want) {
+			t.Errorf("%s: %d finals, want %d", what, len(got), len(want))
+		}
+		var bad []string
+		for k, w := range want {
+			if got[k] != w {
+				bad = append(bad, fmt.Sprintf("%s: got %v want %v", k, got[k], w))
+			}
+		}
+		sort.Strings(bad)
+		if len(bad) > 0 {
+			t.Errorf("%s: %d windows wrong, e.g. %s", what, len(bad), bad[0])
+		}
+	}
+	run()
+	check("first run")
+	run()
+	check("second run over unchanged input")
+	produce(3000, 600) // one more minute, later in event time
+	run()
+	check("third run after more input")
+}
