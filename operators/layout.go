@@ -46,6 +46,36 @@ func (l Layout) Fingerprint() string {
 	return hex.EncodeToString(sum[:8])
 }
 
+// ParseLayout parses the text of String. It reports false for text String cannot produce.
+func ParseLayout(text string) (Layout, bool) {
+	var words []string
+	for rest := text; rest != ""; {
+		i := 0
+		for i < len(rest) && rest[i] != ' ' {
+			if rest[i] != '"' {
+				i++
+				continue
+			}
+			q, err := strconv.QuotedPrefix(rest[i:])
+			if err != nil {
+				return Layout{}, false
+			}
+			i += len(q)
+		}
+		words = append(words, rest[:i])
+		rest = strings.TrimPrefix(rest[i:], " ")
+	}
+	if len(words) == 0 {
+		return Layout{}, false
+	}
+	kind, v, ok := strings.Cut(words[0], "/v")
+	version, err := strconv.Atoi(v)
+	if !ok || err != nil || kind == "" {
+		return Layout{}, false
+	}
+	return Layout{Kind: kind, Version: version, Parts: words[1:]}, true
+}
+
 // LayoutPart formats one part of a layout as name=fn(args...), quoting any name or argument
 // that holds characters other than letters, digits, '_', '-' and '.' (so the text of distinct
 // layouts always differs).

@@ -108,3 +108,21 @@ func TestLayoutPartQuotes(t *testing.T) {
 		}
 	}
 }
+
+func TestParseLayout(t *testing.T) {
+	for _, l := range []Layout{
+		mustAggregate(t, ordersAgg()).Layout(),
+		{Kind: "aggregate", Version: 2, Parts: []string{LayoutPart("a b", "sum", "x \" y", "z"), LayoutPart("n", "count"), "window=tumbling:60000ms"}},
+		{Kind: "aggregate", Version: 1},
+	} {
+		got, ok := ParseLayout(l.String())
+		if !ok || got.String() != l.String() || len(got.Parts) != len(l.Parts) {
+			t.Errorf("ParseLayout(%s) = %q, %v", l, got.Parts, ok)
+		}
+	}
+	for _, bad := range []string{"", "aggregate", "aggregate/vx a=b()", "/v1", `aggregate/v1 a=sum("x)`} {
+		if l, ok := ParseLayout(bad); ok {
+			t.Errorf("ParseLayout(%q) = %+v, want false", bad, l)
+		}
+	}
+}
