@@ -2,8 +2,10 @@
 //
 // Every keyed operator writes, in the same transaction as its outputs and input offsets, one
 // changelog record per key it changed: key = the group key, value = the full state (so replaying
-// any suffix of the log is idempotent). The topic <group>-<operator>-changelog is compacted and
-// has exactly the input's partition count: partition p holds the state of task p.
+// any suffix of the log is idempotent), and a header with the fingerprint of the state's layout
+// (LayoutHeader: a restore refuses a state written under another layout). The topic
+// <group>-<operator>-changelog is compacted and has exactly the input's partition count:
+// partition p holds the state of task p.
 //
 // On assignment a task restores: it reads its changelog partition, read_committed, from the
 // offset stored beside the state in Pebble (the changelog offset the state reflects) to the end,
@@ -131,6 +133,9 @@ type Restorer struct {
 	// Valid reports whether a changelog value is a state the operator understands; a record that
 	// fails is an error (never silently dropped). Nil accepts everything.
 	Valid func(op string, val []byte) bool
+	// Layout returns the fingerprint and text of operator op's state layout in the running
+	// config; a record whose LayoutHeader differs is an error. Nil, or "", checks nothing.
+	Layout func(op string) (fingerprint, text string)
 	// Opts are extra client options (tests).
 	Opts []kgo.Opt
 }
@@ -214,6 +219,10 @@ func (r *Restorer) Restore(ctx context.Context, topic string, ns state.Namespace
 	if err != nil {
 		return st, err
 	}
+	var fp, layout string
+	if r.Layout != nil {
+		fp, layout = r.Layout(ns.Operator)
+	}
 	b := r.Store.NewBatch()
 	defer func() { b.Close() }()
 	for next < hi.Offset {
@@ -244,6 +253,9 @@ func (r *Restorer) Restore(ctx context.Context, topic string, ns state.Namespace
 				aerr = b.Set(WatermarkNamespace(ns), WatermarkKey, rec.Value)
 				return
 			}
+			if aerr = checkLayout(rec, ns, fp, layout); aerr != nil {
+				return
+			}
 			if hasHeader(rec, PendingHeader) {
 				marks = true
 				if aerr = b.Set(pendNS, rec.Key, []byte{}); aerr != nil {
@@ -258,7 +270,7 @@ func (r *Restorer) Restore(ctx context.Context, topic string, ns state.Namespace
 			case rec.Value == nil:
 				aerr = b.Delete(ns, rec.Key)
 			case r.Valid != nil && !r.Valid(ns.Operator, rec.Value):
-				aerr = fmt.Errorf("changelog: %s[%d] offset %d: value is not a state of operator %s (was the aggregate's field list changed? delete the changelog topic and state dir to rebuild from the input)", topic, ns.Partition, rec.Offset, ns.Operator)
+				aerr = invalidState(rec, ns, layout)
 			default:
 				aerr = b.Set(ns, rec.Key, rec.Value)
 			}

@@ -134,7 +134,12 @@ func (e *Engine) Run(ctx context.Context) error {
 			return err
 		}
 	}
-	e.rest = &changelog.Restorer{Brokers: cfg.Kafka.Brokers, Store: e.o.Store, Admin: e.adm, Logger: e.log, Opts: e.o.KafkaOpts}
+	checks, err := e.o.Plan.StateChecks()
+	if err != nil {
+		return err
+	}
+	e.rest = &changelog.Restorer{Brokers: cfg.Kafka.Brokers, Store: e.o.Store, Admin: e.adm, Logger: e.log, Opts: e.o.KafkaOpts,
+		Valid: checks.Valid, Layout: checks.Layout}
 
 	g := producer.AtLeastOnce
 	if cfg.Processing.Guarantee != "at_least_once" {

@@ -48,8 +48,8 @@ type runner struct {
 	cancel   context.CancelFunc
 	restored atomic.Bool
 	finished atomic.Bool // bounded run: the task has committed the end of its input
-	first    int64 // first offset dispatched since assignment or the last abort, -1 if none (guarded by Engine.mu)
-	observed bool  // the task has seen its first batch (task goroutine only)
+	first    int64       // first offset dispatched since assignment or the last abort, -1 if none (guarded by Engine.mu)
+	observed bool        // the task has seen its first batch (task goroutine only)
 }
 
 func (r *runner) isRestored() bool { return r.restored.Load() }

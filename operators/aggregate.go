@@ -63,11 +63,22 @@ type Aggregate struct {
 	specs     []aggSpec
 	fields    []path // distinct input fields, in input order
 	stateSize int
+	window    string // layout part of the window ("" when unwindowed)
 }
 
 // NewAggregate compiles the aggregate's field specs. cfg must have been validated.
 func NewAggregate(name string, cfg configs.Aggregate) (*Aggregate, error) {
 	a := &Aggregate{name: name, emit: cfg.Emit, stateSize: headerSize}
+	if w, err := NewWindows(cfg.Window); err != nil {
+		return nil, fmt.Errorf("operators: %s: %w", name, err)
+	} else if w != nil {
+		// Window keys mean their windows: another size or advance reads them wrongly. (Grace
+		// changes when windows close, not what a state means.)
+		a.window = fmt.Sprintf("window=tumbling:%dms", w.Size)
+		if w.Advance != w.Size {
+			a.window = fmt.Sprintf("window=hopping:%dms:advance:%dms", w.Size, w.Advance)
+		}
+	}
 	switch cfg.Emit {
 	case "":
 		a.emit = "updates"

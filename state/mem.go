@@ -122,6 +122,23 @@ func (m *Mem) Scan(ns Namespace, fn func(key, val []byte) error) error {
 	return nil
 }
 
+// Namespaces implements Store.
+func (m *Mem) Namespaces() ([]Namespace, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.mu.closed {
+		return nil, ErrClosed
+	}
+	var out []Namespace
+	for ns, s := range m.mu.spaces {
+		if len(s.kv) > 0 || s.hasOff {
+			out = append(out, ns)
+		}
+	}
+	slices.SortFunc(out, compareNS)
+	return out, nil
+}
+
 // Close implements Store.
 func (m *Mem) Close() error {
 	m.mu.Lock()

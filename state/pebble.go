@@ -3,6 +3,7 @@ package state
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"strconv"
@@ -320,6 +321,43 @@ func (d *DB) Scan(ns Namespace, fn func(key, val []byte) error) error {
 		return fmt.Errorf("state: scan %s: %w", ns, err)
 	}
 	return nil
+}
+
+// Namespaces implements Store. It visits one key per namespace: after each, it seeks past the
+// namespace's range (to the next partition's prefix).
+func (d *DB) Namespaces() ([]Namespace, error) {
+	if err := d.rlock(); err != nil {
+		return nil, err
+	}
+	defer d.mu.RUnlock()
+	it, err := d.db.NewIter(&pebble.IterOptions{LowerBound: []byte{tagNS}, UpperBound: []byte{tagNS + 1}})
+	if err != nil {
+		return nil, fmt.Errorf("state: namespaces: %w", err)
+	}
+	var (
+		out  []Namespace
+		seek []byte
+	)
+	for valid := it.First(); valid; {
+		k := it.Key()
+		i := bytes.IndexByte(k, 0)
+		if i < 1 || len(k) < i+5 {
+			_ = it.Close()
+			return nil, fmt.Errorf("%w: key %q is not in a namespace", ErrCorrupt, k)
+		}
+		p := binary.BigEndian.Uint32(k[i+1:])
+		if p >= 1<<31 {
+			_ = it.Close()
+			return nil, fmt.Errorf("%w: key %q has a negative partition", ErrCorrupt, k)
+		}
+		out = append(out, Namespace{Operator: string(k[1:i]), Partition: int32(p)})
+		seek = binary.BigEndian.AppendUint32(append(seek[:0], k[:i+1]...), p+1)
+		valid = it.SeekGE(seek)
+	}
+	if err := it.Close(); err != nil {
+		return nil, fmt.Errorf("state: namespaces: %w", err)
+	}
+	return out, nil
 }
 
 // Close implements Store. It waits for calls in flight, then closes Pebble.

@@ -2,6 +2,7 @@ package state
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -62,6 +63,10 @@ type Store interface {
 	// stops the scan and is returned unwrapped. fn may call the Store's other methods, but not
 	// Close.
 	Scan(ns Namespace, fn func(key, val []byte) error) error
+	// Namespaces returns every namespace that holds a key or an offset, sorted by operator,
+	// then partition (a reset lists an operator's namespaces with it). The caller owns the
+	// result.
+	Namespaces() ([]Namespace, error)
 	// Close releases the store. Batches and loaders not yet committed are discarded.
 	Close() error
 }
@@ -171,6 +176,14 @@ func decodeOffset(ns Namespace, b []byte) (int64, error) {
 		return 0, fmt.Errorf("%w: offset of %s is negative (%d)", ErrCorrupt, ns, off)
 	}
 	return off, nil
+}
+
+// compareNS orders namespaces as their keys sort: by operator bytes, then partition.
+func compareNS(a, b Namespace) int {
+	if c := strings.Compare(a.Operator, b.Operator); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.Partition, b.Partition)
 }
 
 // keyOrderError reports a non-increasing loader key.

@@ -550,6 +550,41 @@ func TestNamespaceIsolation(t *testing.T) {
 	})
 }
 
+// TestNamespaces: every namespace holding a key or an offset, in key order (operator bytes,
+// then partition), whatever wrote it (batch, loader); emptied and dropped ones are gone.
+func TestNamespaces(t *testing.T) {
+	forEachStore(t, func(t *testing.T, s Store) {
+		wantNamespaces(t, s)
+		spaces := []Namespace{{"a", 1<<31 - 1}, {"a", 256}, {"ab", 1}, {"a", 0}, {"a#pending", 3}, {"a", 1}, {"\xff", 0}}
+		for _, ns := range spaces {
+			mustSet(t, s, ns, "k", "v", "\xff\xff", "v")
+		}
+		b := s.NewBatch()
+		must(t, b.SetOffset(Namespace{"b", 7}, 5), b.Commit()) // an offset and no key
+		ld, err := s.NewLoader(Namespace{"c", 2})
+		must(t, err, ld.Add([]byte("k"), []byte("v")), ld.Commit())
+		mustSet(t, s, Namespace{"d", 0}, "k", "v") // emptied below: not listed
+		b = s.NewBatch()
+		must(t, b.Delete(Namespace{"d", 0}, []byte("k")), b.Commit())
+		wantNamespaces(t, s, Namespace{"a", 0}, Namespace{"a", 1}, Namespace{"a", 256}, Namespace{"a", 1<<31 - 1},
+			Namespace{"a#pending", 3}, Namespace{"ab", 1}, Namespace{"b", 7}, Namespace{"c", 2}, Namespace{"\xff", 0})
+		must(t, s.Drop(Namespace{"a", 256}), s.Drop(Namespace{"b", 7}), s.Drop(Namespace{"\xff", 0}))
+		wantNamespaces(t, s, Namespace{"a", 0}, Namespace{"a", 1}, Namespace{"a", 1<<31 - 1},
+			Namespace{"a#pending", 3}, Namespace{"ab", 1}, Namespace{"c", 2})
+	})
+}
+
+func wantNamespaces(t testing.TB, s Store, want ...Namespace) {
+	t.Helper()
+	got, err := s.Namespaces()
+	if err != nil {
+		t.Fatalf("Namespaces: %v", err)
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("Namespaces = %v; want %v", got, want)
+	}
+}
+
 func TestInvalidNamespace(t *testing.T) {
 	forEachStore(t, func(t *testing.T, s Store) {
 		for _, ns := range []Namespace{{"", 0}, {"a\x00b", 0}, {"a", -1}} {
@@ -607,6 +642,8 @@ func TestClosed(t *testing.T) {
 		check("NewLoader", err)
 		check("Drop", s.Drop(nsA1))
 		check("Scan", s.Scan(nsA1, func(k, v []byte) error { return nil }))
+		_, err = s.Namespaces()
+		check("Namespaces", err)
 		check("Batch.Commit", pending.Commit())
 		b := s.NewBatch()
 		check("empty Batch.Commit", b.Commit())
@@ -802,6 +839,13 @@ func TestEquivalence(t *testing.T) {
 			randKey := func() []byte { return fmt.Appendf(nil, "k%03d", rng.IntN(200)) }
 			compare := func(step int) {
 				t.Helper()
+				a, err := d.Namespaces()
+				must(t, err)
+				b, err := m.Namespaces()
+				must(t, err)
+				if !slices.Equal(a, b) {
+					t.Fatalf("step %d: namespaces: pebble %v, model %v", step, a, b)
+				}
 				for _, ns := range spaces {
 					if a, b := scan(t, d, ns), scan(t, m, ns); !slices.Equal(a, b) {
 						t.Fatalf("step %d: %s: pebble %q, model %q", step, ns, a, b)

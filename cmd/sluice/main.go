@@ -1,7 +1,8 @@
 // Command sluice is the sluice stream processor: `sluice run -c FILE` runs a pipeline as a
 // member of its consumer group; `sluice demo` runs the embedded example end to end; `sluice
 // validate -c FILE` checks a config and prints the operator plan; `sluice bench` compares
-// backlog mode with pure streaming; `sluice version` prints the version.
+// backlog mode with pure streaming; `sluice reset -c FILE --operator NAME` deletes a keyed
+// operator's state so it starts over; `sluice version` prints the version.
 //
 // Exit codes: 0 success, 2 bad config or usage, 1 runtime failure.
 package main
@@ -35,6 +36,12 @@ commands:
   demo               run the embedded example: an in-process broker, a backlog, live traffic
   validate -c FILE   check FILE and print the operator plan and internal topics
   bench              measure backlog mode against pure streaming on the orders workload
+  reset -c FILE --operator NAME [--yes]
+                     start a keyed operator's state over from empty: delete its local state
+                     (processing.state_dir) and its changelog topic <group>-NAME-changelog;
+                     needed after changing an aggregate's fields. Stop sluice first, and run
+                     it on every instance. Without --yes it only prints what it would delete.
+                     The group's input offsets are kept: the new state counts from there on.
   version            print the version
 `
 
@@ -59,6 +66,8 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 		err = cmdValidate(args[1:], stdout, stderr)
 	case "bench":
 		err = cmdBench(ctx, args[1:], stdout, stderr)
+	case "reset":
+		err = cmdReset(ctx, args[1:], stdout, stderr)
 	case "version", "--version", "-v":
 		fmt.Fprintf(stdout, "sluice %s\n", version)
 	case "help", "-h", "--help":

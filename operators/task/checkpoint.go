@@ -235,7 +235,7 @@ func (t *Task) flush(c *chain, p Producer, pd *Pending) error {
 	for _, e := range c.dirty {
 		// The state is not touched again before the transaction ends (the task waits for the
 		// outcome), so the changelog record may alias it.
-		p.Produce(&kgo.Record{Topic: c.plan.Changelog, Partition: t.partition, Key: e.key, Value: e.state}, cl)
+		p.Produce(&kgo.Record{Topic: c.plan.Changelog, Partition: t.partition, Key: e.key, Value: e.state, Headers: c.changelogHeaders(false)}, cl)
 		if c.plan.SinkTopic != "" {
 			out := agg.Render(e.key, e.state, nil)
 			p.Produce(&kgo.Record{Topic: c.plan.SinkTopic, Key: e.key, Value: out, Partition: -1}, pd.promise)
@@ -272,12 +272,11 @@ func (t *Task) fold(ctx context.Context, c *chain, p Producer, pd *Pending, sile
 		return err
 	}
 	var mark func(key, val []byte) error
-	var hdr []kgo.RecordHeader
+	hdr := c.changelogHeaders(silent)
 	if silent {
 		if mark, err = t.writer(c.pendNS, bulk, pd); err != nil {
 			return err
 		}
-		hdr = []kgo.RecordHeader{{Key: changelog.PendingHeader, Value: []byte("1")}}
 	}
 	var pend *pendingScan
 	if !silent && c.hasPending {
@@ -457,6 +456,9 @@ func (t *Task) fold(ctx context.Context, c *chain, p Producer, pd *Pending, sile
 				return err
 			}
 			pst = v
+			if ok && len(v) != size {
+				return t.badState(c, pk, v)
+			}
 			if ok && len(v) == size {
 				if err := emit(pk, v, false, true); err != nil {
 					return err
@@ -485,6 +487,9 @@ func (t *Task) fold(ctx context.Context, c *chain, p Producer, pd *Pending, sile
 			if v, ok, err = t.d.Store.Get(c.ns, key, st[:0]); err != nil {
 				return err
 			}
+		}
+		if ok && len(v) != size {
+			return t.badState(c, key, v)
 		}
 		stored = ok && len(v) == size
 		if stored {

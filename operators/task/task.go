@@ -68,6 +68,7 @@ type chain struct {
 	plan   ChainPlan
 	ops    *chainOps
 	ns     state.Namespace
+	layout *layout // the keyed operator's state layout and changelog headers (layout.go)
 	det    *backlog.Detector
 	inBack bool // current mode: backlog (records go to the partials, or beyond them the sorter)
 	sorter *sorter.Sorter
@@ -183,6 +184,10 @@ func New(plan *Plan, topic string, partition int32, d Deps) (*Task, error) {
 		t.byTopic[cp.Source.Topic] = append(t.byTopic[cp.Source.Topic], c)
 	}
 	t.topic = topic
+	if err := t.checkLayouts(); err != nil {
+		t.Close()
+		return nil, err
+	}
 	if err := t.Restored(); err != nil {
 		t.Close()
 		return nil, err
@@ -424,8 +429,11 @@ func (t *Task) load(c *chain, key []byte, create bool) (*entry, error) {
 	if err != nil {
 		return nil, err
 	}
+	if ok && len(v) != size {
+		return nil, t.badState(c, key, v)
+	}
 	switch {
-	case ok && len(v) == size:
+	case ok:
 		e.state = v
 		e.stored = true
 	case !create:

@@ -232,7 +232,7 @@ func (t *Task) flushWindows(c *chain, p Producer, pd *Pending) error {
 			}
 			continue
 		}
-		p.Produce(&kgo.Record{Topic: c.plan.Changelog, Partition: t.partition, Key: e.key, Value: e.state}, cl)
+		p.Produce(&kgo.Record{Topic: c.plan.Changelog, Partition: t.partition, Key: e.key, Value: e.state, Headers: c.changelogHeaders(false)}, cl)
 		pd.records++
 		if err := pd.batch.Set(c.ns, e.key, e.state); err != nil {
 			return err

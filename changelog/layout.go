@@ -1,0 +1,53 @@
+package changelog
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sluice-dev/sluice/state"
+)
+
+// LayoutHeader carries, on every changelog record, the fingerprint of the state layout the
+// record's value was written under (operators.Layout.Fingerprint). A restore refuses a record
+// whose fingerprint differs from the running config's: its bytes mean something else. Records
+// of sluice versions before the header have none; the Restorer's Valid hook is their only check.
+const LayoutHeader = "sluice.layout"
+
+// ErrLayout is wrapped by the errors of a restore that met a changelog record of another state
+// layout (test with errors.Is).
+var ErrLayout = errors.New("changelog: state layout changed")
+
+// ResetHint is the advice that ends every layout error: what the user most likely changed and
+// the two ways out.
+func ResetHint(op, topic string) string {
+	return fmt.Sprintf("was the aggregate's fields list changed? Put the previous fields back, or start the operator's state over "+
+		"from empty with `sluice reset -c FILE --operator %s` (with sluice stopped, on every instance: it deletes the "+
+		"operator's local state and the changelog topic %s, which the next start recreates)", op, topic)
+}
+
+// checkLayout returns an error if rec carries a layout fingerprint other than want ("" checks
+// nothing). It does not allocate.
+func checkLayout(rec *kgo.Record, ns state.Namespace, want, wantText string) error {
+	if want == "" {
+		return nil
+	}
+	for _, h := range rec.Headers {
+		if h.Key == LayoutHeader && string(h.Value) != want {
+			return fmt.Errorf("%w: %s[%d] offset %d holds a state of operator %s written under another layout (fingerprint %s; this config's is %s: %s); %s",
+				ErrLayout, rec.Topic, rec.Partition, rec.Offset, ns.Operator, h.Value, want, wantText, ResetHint(ns.Operator, rec.Topic))
+		}
+	}
+	return nil
+}
+
+// invalidState is the error for a value that the Valid hook refuses.
+func invalidState(rec *kgo.Record, ns state.Namespace, wantText string) error {
+	layout := ""
+	if wantText != "" {
+		layout = " (" + wantText + ")"
+	}
+	return fmt.Errorf("%w: %s[%d] offset %d: its value (%d bytes) is not a state of operator %s under this config's layout%s; %s",
+		ErrLayout, rec.Topic, rec.Partition, rec.Offset, len(rec.Value), ns.Operator, layout, ResetHint(ns.Operator, rec.Topic))
+}

@@ -1,0 +1,282 @@
+package task
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sluice-dev/sluice/changelog"
+	"github.com/sluice-dev/sluice/operators"
+	"github.com/sluice-dev/sluice/state"
+)
+
+// A keyed operator's state bytes mean what its layout (operators.Layout: the state format and
+// the fields) says. Beside each operator's state for a partition, the namespace
+// "<operator>#layout" holds the layout the state was written under: its fingerprint and its text.
+// New checks it before the task touches the state, and every changelog record carries the
+// fingerprint (changelog.LayoutHeader) so that a restore checks it too. A config whose layout
+// differs from the stored one refuses to start (*LayoutError) instead of reading the old bytes
+// as new ones, or treating them as missing: changing an aggregate's fields must never restart
+// its totals silently. `sluice reset` deletes the operator's state to start over.
+
+// ErrLayout is wrapped by *LayoutError (test with errors.Is).
+var ErrLayout = errors.New("task: state layout changed")
+
+// LayoutError is returned by New when an operator's stored state was written under another
+// layout than the config's (or, for a state of a sluice without layout fingerprints, does not
+// fit it), and by Process and Checkpoint for a stored state of the wrong size.
+type LayoutError struct {
+	Operator  string
+	Partition int32
+	Stored    string // the stored layout's text; "" when unknown (see Detail)
+	Current   string // the config's layout text
+	Detail    string // what is known of the stored state when Stored is ""
+	Changelog string // the operator's changelog topic
+}
+
+func (e *LayoutError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%v: operator %s, partition %d: ", ErrLayout, e.Operator, e.Partition)
+	if e.Stored != "" {
+		b.WriteString("the stored state was written under another layout")
+		if d := layoutDiff(e.Stored, e.Current); d != "" {
+			b.WriteString(" (" + d + ")")
+		}
+		fmt.Fprintf(&b, ": stored: %s; this config: %s", e.Stored, e.Current)
+	} else {
+		fmt.Fprintf(&b, "the stored state does not fit this config's layout (%s): %s", e.Current, e.Detail)
+	}
+	b.WriteString("; ")
+	b.WriteString(changelog.ResetHint(e.Operator, e.Changelog))
+	return b.String()
+}
+
+// Unwrap returns ErrLayout.
+func (e *LayoutError) Unwrap() error { return ErrLayout }
+
+// layoutDiff says what changed from layout text a to b: "state format v1 -> v2", "removed x",
+// "added y"; "" when it cannot tell.
+func layoutDiff(a, b string) string {
+	la, ok1 := operators.ParseLayout(a)
+	lb, ok2 := operators.ParseLayout(b)
+	if !ok1 || !ok2 {
+		return ""
+	}
+	var out []string
+	if la.Kind != lb.Kind {
+		out = append(out, fmt.Sprintf("operator kind %s -> %s", la.Kind, lb.Kind))
+	} else if la.Version != lb.Version {
+		out = append(out, fmt.Sprintf("state format v%d -> v%d", la.Version, lb.Version))
+	}
+	var removed, added []string
+	for _, p := range la.Parts {
+		if !slices.Contains(lb.Parts, p) {
+			removed = append(removed, p)
+		}
+	}
+	for _, p := range lb.Parts {
+		if !slices.Contains(la.Parts, p) {
+			added = append(added, p)
+		}
+	}
+	if len(removed) > 0 {
+		out = append(out, "removed "+strings.Join(removed, " "))
+	}
+	if len(added) > 0 {
+		out = append(out, "added "+strings.Join(added, " "))
+	}
+	return strings.Join(out, ", ")
+}
+
+// Keys of a layout namespace.
+var (
+	layoutFingerprintKey = []byte("fingerprint")
+	layoutTextKey        = []byte("text")
+)
+
+// layoutNamespace is where the layout of ns's state is stored ("#" cannot occur in operator
+// names).
+func layoutNamespace(ns state.Namespace) state.Namespace {
+	return state.Namespace{Operator: ns.Operator + "#layout", Partition: ns.Partition}
+}
+
+// OperatorNamespaces returns the namespaces of st that hold operator op's state: op's own (one per
+// partition) and its reserved ones ("<op>#pending", "<op>#layout"), sorted. A reset drops them.
+func OperatorNamespaces(st state.Store, op string) ([]state.Namespace, error) {
+	all, err := st.Namespaces()
+	if err != nil {
+		return nil, err
+	}
+	var out []state.Namespace
+	for _, ns := range all {
+		if ns.Operator == op || strings.HasPrefix(ns.Operator, op+"#") {
+			out = append(out, ns)
+		}
+	}
+	return out, nil
+}
+
+// layout is a keyed chain's state layout, with the changelog headers that carry its fingerprint.
+// The header slices are shared by every changelog record of the chain and never modified.
+type layout struct {
+	fingerprint, text string
+	headers           []kgo.RecordHeader // LayoutHeader
+	pendingHeaders    []kgo.RecordHeader // PendingHeader and LayoutHeader
+}
+
+func newLayout(l operators.Layout) *layout {
+	fp := l.Fingerprint()
+	h := kgo.RecordHeader{Key: changelog.LayoutHeader, Value: []byte(fp)}
+	return &layout{
+		fingerprint:    fp,
+		text:           l.String(),
+		headers:        []kgo.RecordHeader{h},
+		pendingHeaders: []kgo.RecordHeader{{Key: changelog.PendingHeader, Value: []byte("1")}, h},
+	}
+}
+
+// changelogHeaders returns the headers of the chain's changelog records: the layout fingerprint,
+// and the pending mark for a backlog checkpoint's records. No allocation.
+func (c *chain) changelogHeaders(pending bool) []kgo.RecordHeader {
+	if pending {
+		return c.layout.pendingHeaders
+	}
+	return c.layout.headers
+}
+
+// checkLayouts checks every keyed chain's stored layout against the config's (New calls it
+// before the state is used).
+func (t *Task) checkLayouts() error {
+	for _, c := range t.chains {
+		if c.ops.agg != nil {
+			if err := t.checkLayout(c); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// checkLayout compares the chain's stored layout with the config's:
+//   - equal: nothing to do;
+//   - none stored and no state: a new operator or partition, the layout is written;
+//   - none stored, but state (of a sluice without layout fingerprints): accepted, and the layout
+//     written, if a sample state is valid under the config's layout; else a *LayoutError;
+//   - another layout stored: a *LayoutError if there is state; with none, nothing can be misread
+//     and the config's layout replaces it.
+func (t *Task) checkLayout(c *chain) error {
+	c.layout = newLayout(c.ops.agg.Layout())
+	lns := layoutNamespace(c.ns)
+	st := t.d.Store
+	fp, stored, err := st.Get(lns, layoutFingerprintKey, nil)
+	if err != nil {
+		return fmt.Errorf("task %d: layout: %w", t.partition, err)
+	}
+	if stored && string(fp) == c.layout.fingerprint {
+		return nil
+	}
+	sample, has, err := firstValue(st, c.ns)
+	if err != nil {
+		return fmt.Errorf("task %d: layout: %w", t.partition, err)
+	}
+	switch {
+	case has && stored:
+		text, _, err := st.Get(lns, layoutTextKey, nil)
+		if err != nil {
+			return fmt.Errorf("task %d: layout: %w", t.partition, err)
+		}
+		e := t.layoutError(c)
+		if e.Stored = string(text); e.Stored == "" {
+			e.Detail = "a layout with fingerprint " + string(fp)
+		}
+		return e
+	case has && !c.ops.agg.ValidState(sample):
+		e := t.layoutError(c)
+		e.Detail = fmt.Sprintf("it was written by a sluice without layout fingerprints, and a sampled state is %d bytes, where this layout's are %d",
+			len(sample), c.ops.agg.StateSize())
+		return e
+	}
+	if stored {
+		t.log.Info("state layout replaced (the operator has no state here yet)", "operator", c.ns.Operator, "fingerprint", c.layout.fingerprint, "previous", string(fp))
+	}
+	b := st.NewBatch()
+	defer b.Close()
+	if err := b.Set(lns, layoutFingerprintKey, []byte(c.layout.fingerprint)); err != nil {
+		return err
+	}
+	if err := b.Set(lns, layoutTextKey, []byte(c.layout.text)); err != nil {
+		return err
+	}
+	if err := b.Commit(); err != nil {
+		return fmt.Errorf("task %d: layout: %w", t.partition, err)
+	}
+	return nil
+}
+
+func (t *Task) layoutError(c *chain) *LayoutError {
+	return &LayoutError{Operator: c.ns.Operator, Partition: t.partition, Current: c.layout.text, Changelog: c.plan.Changelog}
+}
+
+// badState is the error for a stored state of key whose size does not fit the chain's layout
+// (which checkLayout makes impossible short of a corrupt store: it is never read as empty).
+func (t *Task) badState(c *chain, key, val []byte) error {
+	e := t.layoutError(c)
+	e.Detail = fmt.Sprintf("the state of key %q is %d bytes, where this layout's are %d", key, len(val), c.ops.agg.StateSize())
+	return e
+}
+
+// firstValue returns a copy of the first value of ns, if any.
+func firstValue(st state.Store, ns state.Namespace) ([]byte, bool, error) {
+	var v []byte
+	found := errors.New("found")
+	err := st.Scan(ns, func(_, val []byte) error {
+		v = append([]byte{}, val...)
+		return found
+	})
+	if errors.Is(err, found) {
+		return v, true, nil
+	}
+	return nil, false, err
+}
+
+// StateChecks validate the changelog records a restore replays against the plan's keyed
+// operators: their layout fingerprints and their states. Build them with Plan.StateChecks; safe
+// for concurrent use (they only read the compiled operators).
+type StateChecks map[string]*operators.Aggregate
+
+// StateChecks compiles the plan's keyed operators for restore checks.
+func (p *Plan) StateChecks() (StateChecks, error) {
+	s := StateChecks{}
+	for _, c := range p.Chains {
+		if c.Agg == nil {
+			continue
+		}
+		ops, err := c.build()
+		if err != nil {
+			return nil, err
+		}
+		s[c.Agg.Name] = ops.agg
+	}
+	return s, nil
+}
+
+// Valid reports whether val is a state of operator op (an operator it does not know accepts
+// everything). For changelog.Restorer.Valid.
+func (s StateChecks) Valid(op string, val []byte) bool {
+	a, ok := s[op]
+	return !ok || a.ValidState(val)
+}
+
+// Layout returns operator op's layout fingerprint and text ("" for an operator it does not
+// know). For changelog.Restorer.Layout.
+func (s StateChecks) Layout(op string) (fingerprint, text string) {
+	a, ok := s[op]
+	if !ok {
+		return "", ""
+	}
+	l := a.Layout()
+	return l.Fingerprint(), l.String()
+}

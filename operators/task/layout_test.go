@@ -1,0 +1,278 @@
+package task
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sluice-dev/sluice/changelog"
+	"github.com/sluice-dev/sluice/sorter"
+	"github.com/sluice-dev/sluice/state"
+)
+
+// The test pipeline's fields are total=sum, n=count, lo=min, hi=max, mean=avg (89 bytes of
+// state). Two edits of them:
+const (
+	loField  = "        lo: {min: amount}\n"
+	topField = "        top: {max: amount}\n" // same size as lo: only the layout tells them apart
+)
+
+func layoutConfig(mode, fields string) string {
+	return strings.Replace(testConfig(mode, 1000, 100, 1000), loField, fields, 1)
+}
+
+var testNS = state.Namespace{Operator: testOp, Partition: 0}
+
+// openTask is New for partition 0 of plan over store (errors returned, not fatal).
+func openTask(t *testing.T, plan *Plan, store state.Store) (*Task, error) {
+	t.Helper()
+	tk, err := New(plan, testTopic, 0, Deps{
+		Store: store, Budget: sorter.NewBudget(1 << 20), SortDir: t.TempDir(),
+		Clock: (&stepClock{now: time.Unix(1_700_000_000, 0)}).Now, Logger: discardLogger(),
+	})
+	if err == nil {
+		t.Cleanup(tk.Close)
+	}
+	return tk, err
+}
+
+// order returns an input record of key with amount at offset off.
+func order(off int64, key, amount string) *kgo.Record {
+	return &kgo.Record{Topic: testTopic, Offset: off, Key: []byte(key), Timestamp: time.UnixMilli(1_767_225_600_000 + off),
+		Value: fmt.Appendf(nil, `{"customer_id":%q,"amount":%s,"ts":%d}`, key, amount, 1_767_225_600_000+off)}
+}
+
+// stream processes recs in real-time mode and commits them.
+func stream(t *testing.T, tk *Task, prod *fakeProducer, recs ...*kgo.Record) {
+	t.Helper()
+	tk.Observe(testTopic, 0, 0)
+	if err := tk.Process(testTopic, recs); err != nil {
+		t.Fatalf("Process: %v", err)
+	}
+	if err := commitCheckpoint(tk, prod); err != nil {
+		t.Fatalf("checkpoint: %v", err)
+	}
+}
+
+// TestLayoutChangeRefused: state written under one aggregate config; the same operator with
+// changed fields refuses to start, naming the operator, the change and the way out, and leaves
+// the state alone; the original config reopens it and the totals go on from where they were.
+func TestLayoutChangeRefused(t *testing.T) {
+	store := state.NewMem()
+	plan := mustPlan(t, testConfig("never", 1000, 100, 1000))
+	prod := newFakeProducer()
+	tk, err := openTask(t, plan, store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream(t, tk, prod, order(0, "c-1", "10"), order(1, "c-1", "5"), order(2, "c-2", "1"))
+	tk.Close()
+	before := scanState(t, store)
+
+	for name, fields := range map[string]string{"same size": topField, "smaller": "", "larger": loField + topField} {
+		changed := mustPlan(t, layoutConfig("never", fields))
+		_, err := openTask(t, changed, store)
+		var le *LayoutError
+		if !errors.Is(err, ErrLayout) || !errors.As(err, &le) {
+			t.Fatalf("%s: New with changed fields = %v, want a *LayoutError", name, err)
+		}
+		if le.Operator != testOp || le.Partition != 0 {
+			t.Errorf("%s: error names operator %q partition %d", name, le.Operator, le.Partition)
+		}
+		msg := err.Error()
+		wants := []string{"operator totals, partition 0", "sluice reset -c FILE --operator totals", "meta-totals-changelog"}
+		if !strings.Contains(fields, loField) {
+			wants = append(wants, "removed lo=min(amount)")
+		}
+		if strings.Contains(fields, topField) {
+			wants = append(wants, "added top=max(amount)")
+		}
+		for _, want := range wants {
+			if !strings.Contains(msg, want) {
+				t.Errorf("%s: error does not say %q:\n%s", name, want, msg)
+			}
+		}
+		if after := scanState(t, store); !slices.Equal(before, after) {
+			t.Fatalf("%s: the refused start changed the state:\n%s", name, diffLines(before, after))
+		}
+	}
+
+	tk, err = openTask(t, plan, store)
+	if err != nil {
+		t.Fatalf("reopening with the same config: %v", err)
+	}
+	stream(t, tk, prod, order(3, "c-1", "2.5"))
+	if got := prod.lastByKey(testSink)["c-1"]; !strings.Contains(got, `"total":17.5`) || !strings.Contains(got, `"n":3`) {
+		t.Fatalf("c-1's totals did not go on from the stored state: %s", got)
+	}
+}
+
+// TestLayoutLegacyState: state of a sluice that stored no layout is accepted when a sampled state
+// is valid under the config's layout (and the layout is stored from then on), and refused when
+// it is not.
+func TestLayoutLegacyState(t *testing.T) {
+	store := state.NewMem()
+	plan := mustPlan(t, testConfig("never", 1000, 100, 1000))
+	prod := newFakeProducer()
+	tk, err := openTask(t, plan, store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream(t, tk, prod, order(0, "c-1", "10"), order(1, "c-2", "1"))
+	tk.Close()
+	dropLayout := func() {
+		t.Helper()
+		if err := store.Drop(layoutNamespace(testNS)); err != nil {
+			t.Fatal(err)
+		}
+		if _, ok, _ := store.Get(layoutNamespace(testNS), layoutFingerprintKey, nil); ok {
+			t.Fatal("layout still stored")
+		}
+	}
+
+	dropLayout()
+	smaller := mustPlan(t, layoutConfig("never", ""))
+	_, err = openTask(t, smaller, store)
+	var le *LayoutError
+	if !errors.As(err, &le) || le.Stored != "" || !strings.Contains(err.Error(), "a sampled state is 89 bytes, where this layout's are 73") {
+		t.Fatalf("legacy state of another size: New = %v", err)
+	}
+
+	tk, err = openTask(t, plan, store)
+	if err != nil {
+		t.Fatalf("legacy state of the right size: %v", err)
+	}
+	fp, ok, err := store.Get(layoutNamespace(testNS), layoutFingerprintKey, nil)
+	if err != nil || !ok || string(fp) != tk.chains[0].ops.agg.Fingerprint() {
+		t.Fatalf("stored fingerprint %q, %v, %v; want %s", fp, ok, err, tk.chains[0].ops.agg.Fingerprint())
+	}
+	text, _, _ := store.Get(layoutNamespace(testNS), layoutTextKey, nil)
+	if string(text) != tk.chains[0].ops.agg.Layout().String() {
+		t.Fatalf("stored layout text %q", text)
+	}
+	tk.Close()
+	// From now on a change is refused with both layouts in the message.
+	_, err = openTask(t, smaller, store)
+	if !errors.As(err, &le) || le.Stored == "" || le.Stored == le.Current {
+		t.Fatalf("changed fields after the layout was stored: New = %v", err)
+	}
+}
+
+// TestLayoutNoStateYet: with no state for the operator and partition, a stored layout is replaced
+// by the config's (there is nothing to misread).
+func TestLayoutNoStateYet(t *testing.T) {
+	store := state.NewMem()
+	tk, err := openTask(t, mustPlan(t, testConfig("never", 1000, 100, 1000)), store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tk.Close()
+	tk, err = openTask(t, mustPlan(t, layoutConfig("never", topField)), store)
+	if err != nil {
+		t.Fatalf("changed fields, no state: %v", err)
+	}
+	if fp, _, _ := store.Get(layoutNamespace(testNS), layoutFingerprintKey, nil); string(fp) != tk.chains[0].layout.fingerprint {
+		t.Fatalf("stored fingerprint %q, want the new config's %s", fp, tk.chains[0].layout.fingerprint)
+	}
+}
+
+// TestChangelogCarriesLayout: every changelog record, of real-time flushes, of switch folds and
+// of backlog checkpoints (pending-marked), carries the layout fingerprint, and the pending mark
+// stays where it was.
+func TestChangelogCarriesLayout(t *testing.T) {
+	store := state.NewMem()
+	plan := mustPlan(t, testConfigEvery("always", 50, 10, 4, "3ms"))
+	tk := newTestTask(t, plan, store, 64<<10, 1<<30)
+	in := genRecords(rand.New(rand.NewPCG(3, 4)), 600)
+	d := &driver{t: t, rng: rand.New(rand.NewPCG(5, 6)), task: tk, prod: newFakeProducer(), input: in.recs,
+		maxBatch: 7, pCkpt: 0.1, lag: func(d *driver, end int) int64 { return 1 << 40 }}
+	d.run()
+	stream(t, tk, d.prod, order(600, "c-1", "1"), order(601, "c-new", "2"))
+	want := tk.chains[0].ops.agg.Fingerprint()
+	var pending, plain int
+	for _, r := range d.prod.committed(plan.Chains[0].Changelog) {
+		var fp string
+		mark := false
+		for _, h := range r.Headers {
+			switch h.Key {
+			case changelog.LayoutHeader:
+				fp = string(h.Value)
+			case changelog.PendingHeader:
+				mark = true
+			}
+		}
+		if fp != want {
+			t.Fatalf("changelog record %d (key %s) has layout %q, want %s", r.Offset, r.Key, fp, want)
+		}
+		if mark {
+			pending++
+		} else {
+			plain++
+		}
+	}
+	if pending == 0 || plain == 0 {
+		t.Fatalf("%d pending-marked and %d plain changelog records: the test must cover both", pending, plain)
+	}
+}
+
+// TestStateOfWrongSizeIsAnError: a stored state that does not fit the layout (a corrupt store:
+// the layout check makes it impossible otherwise) stops the task in both modes instead of being
+// taken for an empty state.
+func TestStateOfWrongSizeIsAnError(t *testing.T) {
+	for _, mode := range []string{"never", "always"} {
+		t.Run(mode, func(t *testing.T) {
+			store := state.NewMem()
+			tk, err := openTask(t, mustPlan(t, testConfig(mode, 1000, 100, 1000)), store)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b := store.NewBatch()
+			if err := b.Set(testNS, []byte("c-1"), []byte{1, 2, 3}); err != nil {
+				t.Fatal(err)
+			}
+			if err := b.Commit(); err != nil {
+				t.Fatal(err)
+			}
+			tk.Observe(testTopic, 5000, 0)
+			err = tk.Process(testTopic, []*kgo.Record{order(0, "c-1", "1")})
+			if err == nil {
+				tk.Observe(testTopic, 0, 0)
+				_, err = tk.Checkpoint(newFakeProducer())
+			}
+			if !errors.Is(err, ErrLayout) || !strings.Contains(err.Error(), `the state of key "c-1" is 3 bytes, where this layout's are 89`) {
+				t.Fatalf("state of 3 bytes: %v", err)
+			}
+		})
+	}
+}
+
+// TestStateChecks: the restore's checks are the plan's operators' layouts and ValidState.
+func TestStateChecks(t *testing.T) {
+	plan := mustPlan(t, testConfig("never", 1000, 100, 1000))
+	sc, err := plan.StateChecks()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ops, err := plan.Chains[0].build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fp, text := sc.Layout(testOp)
+	if fp != ops.agg.Fingerprint() || text != ops.agg.Layout().String() {
+		t.Errorf("Layout(%s) = %s, %s", testOp, fp, text)
+	}
+	good := make([]byte, ops.agg.StateSize())
+	ops.agg.InitState(good)
+	if !sc.Valid(testOp, good) || sc.Valid(testOp, good[1:]) {
+		t.Errorf("Valid does not follow the aggregate's ValidState")
+	}
+	if fp, _ := sc.Layout("other"); fp != "" || !sc.Valid("other", nil) {
+		t.Errorf("an unknown operator is checked")
+	}
+}
