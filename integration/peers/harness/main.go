@@ -298,7 +298,7 @@ func run(ctx context.Context, cfg *config) (bool, error) {
 			return false, err
 		}
 		logf("windows: event time %s over the backlog, %s tumbling windows, closing records at ts %d; %d finals expected",
-			cfg.windowSpan, cfg.windowSize, h.win.closeTS(), len(h.wantWin))
+			yamlDuration(cfg.windowSpan), yamlDuration(cfg.windowSize), h.win.closeTS(), len(h.wantWin))
 	} else {
 		h.want = h.spec.Expected()
 	}

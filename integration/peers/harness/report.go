@@ -121,8 +121,8 @@ func (h *harness) report(results []*result) report {
 			"at ts %d (the end of the last window, so every window of the backlog closes); every contender computes "+
 			"%s tumbling windows, grace 0, per key sum(amount) and count, and writes one final per (key, window) as "+
 			"`{\"key\":..,\"window_start\":..,\"window_end\":..,\"amount\":..,\"orders\":..}`: %d finals expected.\n\n",
-			h.cfg.topic, h.cfg.partitions, h.inputRecords(), h.cfg.keys, h.cfg.seed, h.cfg.windowSpan, h.win.closeTS(),
-			h.cfg.windowSize, len(h.wantWin))
+			h.cfg.topic, h.cfg.partitions, h.inputRecords(), h.cfg.keys, h.cfg.seed, yamlDuration(h.cfg.windowSpan), h.win.closeTS(),
+			yamlDuration(h.cfg.windowSize), len(h.wantWin))
 	} else {
 		fmt.Fprintf(&m, "Workload: topic `%s`, %d partitions, %d records, %d keys (customer_id), seed %d; "+
 			"every contender computes per key sum(amount) and count and writes `{\"key\":..,\"amount\":..,\"orders\":..}`.\n\n",
