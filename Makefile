@@ -1,5 +1,5 @@
 # The two commands that matter are at the top of README.md: `go run ./cmd/sluice demo` and `make test`.
-.PHONY: build test demo bench peers-smoke peers
+.PHONY: build test demo bench peers-smoke peers-smoke-windows peers
 
 build:
 	go build -o bin/sluice ./cmd/sluice
@@ -17,6 +17,9 @@ bench: build
 # The side-by-side harness against Kafka Streams and Flink (issue 4); see BENCHMARKS.md.
 peers-smoke: build
 	bash integration/peers/run.sh --smoke
+
+peers-smoke-windows: build
+	bash integration/peers/run.sh --smoke --workload windows
 
 peers: build
 	bash integration/peers/run.sh
