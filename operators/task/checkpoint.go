@@ -100,8 +100,18 @@ func (t *Task) Checkpoint(p Producer) (*Pending, error) {
 	pd.inline = t.out
 	t.out = &errTracker{}
 	for _, c := range t.chains {
+		for _, r := range c.outbox {
+			p.Produce(r, pd.promise)
+			pd.records++
+		}
+		c.outbox = nil
 		if c.ops.agg != nil && !foldedIn(pd, c) {
 			switch {
+			case len(c.dirty) > 0 && c.kop != nil:
+				if err := t.flushKeyed(c, p, pd); err != nil {
+					t.abortPending(pd)
+					return nil, err
+				}
 			case len(c.dirty) > 0 && c.win != nil:
 				if err := t.flushWindows(c, p, pd); err != nil {
 					t.abortPending(pd)
@@ -260,6 +270,9 @@ func (t *Task) flush(c *chain, p Producer, pd *Pending) error {
 // The fold checks ctx every 1024 keys and returns ctx.Err() once it is cancelled. (Checkpoint
 // passes context.Background(): the consumer checkpoints while franz-go holds rebalances back.)
 func (t *Task) fold(ctx context.Context, c *chain, p Producer, pd *Pending, silent bool) error {
+	if c.kop != nil {
+		return t.foldKeyed(ctx, c, p, pd) // never silent: backlogCheckpointDue excludes it
+	}
 	agg := c.ops.agg
 	it, err := c.sorter.Merge()
 	if err != nil {
@@ -614,6 +627,9 @@ func (t *Task) Committed(pd *Pending) error {
 		if c.win != nil {
 			c.committedWindows()
 		}
+		if c.kop != nil {
+			c.committedKeyed()
+		}
 		for _, e := range c.dirty {
 			e.dirty = false
 		}
@@ -624,15 +640,17 @@ func (t *Task) Committed(pd *Pending) error {
 		if c.inBack && len(c.cache) > 0 {
 			clear(c.cache) // backlog mode folds from the store; the cache must not shadow it
 		}
-		if c.win != nil {
-			c.tm.reset() // the windows of the heap are stored now, with their timers
+		if c.timed() {
+			c.tm.reset() // the windows and keys of the heap are stored now, with their timers
 		}
 	}
 	for _, c := range pd.folded {
 		if err := c.sorter.Reset(); err != nil {
 			return err
 		}
-		c.part.reset()
+		if c.part != nil {
+			c.part.reset()
+		}
 		if pd.silent[c] {
 			c.hasPending = true
 			c.lastBackCkpt = t.d.Clock()
@@ -704,7 +722,8 @@ func (t *Task) Aborted(pd *Pending) map[string]int64 {
 			c.det = c.det.Fresh()
 		}
 		c.ended = false
-		if c.win != nil {
+		c.outbox = nil
+		if c.timed() {
 			c.wm = c.wmCommitted
 			c.tm.reset()
 		}

@@ -155,6 +155,10 @@ func (p *Plan) Describe(w io.Writer) {
 			}
 			fmt.Fprintf(w, "  -> aggregate %s [%s] emit=%s attributes{InternalSorter:%v OutputOnlyAtEnd:%v OutputOnCheckpoint:%v}\n",
 				c.Agg.Name, strings.Join(specs, " "), orDefault(c.Agg.Aggregate.Emit, "updates"), a.InternalSorter, a.OutputOnlyAtEnd, a.OutputOnCheckpoint)
+			if sw := c.Agg.Aggregate.Window; sw.Kind() == "session" {
+				fmt.Fprintf(w, "     window session gap %v grace %v (a keyed operator: backlog replays each key's records in arrival order); watermark = max event time - %v; timers: one per key, in Pebble; late records -> dead letters\n",
+					sw.Session, sw.Grace, c.Source.Watermark.MaxDelay)
+			}
 			if win, _ := operators.NewWindows(c.Agg.Aggregate.Window); win != nil {
 				fmt.Fprintf(w, "     window %s; watermark = max event time - %v; timers: one per open (key, window) at end+grace, in Pebble; late records -> dead letters\n",
 					win, c.Source.Watermark.MaxDelay)
@@ -179,6 +183,7 @@ type chainOps struct {
 	src    *operators.Source
 	stages []operators.Stage
 	agg    *operators.Aggregate
+	kop    operators.Keyed // session windows: the Keyed operator (its aggregate is agg)
 }
 
 func (c ChainPlan) build() (*chainOps, error) {
@@ -200,6 +205,14 @@ func (c ChainPlan) build() (*chainOps, error) {
 		ops.stages = append(ops.stages, st)
 	}
 	if c.Agg != nil {
+		if c.Agg.Aggregate.Window.Kind() == "session" {
+			s, err := operators.NewSessions(c.Agg.Name, *c.Agg.Aggregate)
+			if err != nil {
+				return nil, err
+			}
+			ops.kop, ops.agg = s, s.Aggregate()
+			return ops, nil
+		}
 		ops.agg, err = operators.NewAggregate(c.Agg.Name, *c.Agg.Aggregate)
 		if err != nil {
 			return nil, err

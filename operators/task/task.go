@@ -87,6 +87,8 @@ type chain struct {
 
 	// event time (windowed aggregates only; see window.go)
 	win         *operators.Windows // nil: unwindowed
+	kop         operators.Keyed    // a Keyed operator (session windows; keyed.go); nil: a mergeable aggregate
+	outbox      []*kgo.Record      // Keyed: outputs of real-time calls, produced by the next checkpoint
 	maxDelay    int64              // the source's watermark.max_delay, ms
 	wm          int64              // watermark at next (math.MinInt64 before any record)
 	wmCommitted int64              // watermark at committed
@@ -117,6 +119,11 @@ type entry struct {
 	updated bool // windowed: records folded since the last checkpoint
 	stored  bool // windowed: the state (and its timer) are in the store
 	closing bool // windowed: the window closed; the next checkpoint emits it and deletes it
+
+	// Keyed operators (keyed.go): the key's timer, the one in the store, a deleted state.
+	timer, storedTimer       int64
+	hasTimer, hasStoredTimer bool
+	deleted                  bool
 }
 
 // New creates the task for partition of topic in plan, with fresh operator instances for the
@@ -163,7 +170,10 @@ func New(plan *Plan, topic string, partition int32, d Deps) (*Task, error) {
 				EnterTimeLag: cfg.Backlog.EnterTimeLag, ExitTimeLag: cfg.Backlog.ExitTimeLag,
 			})
 			c.cache = make(map[string]*entry)
-			c.part = newPartials(ops.agg.StateSize(), t.cacheCap)
+			c.kop = ops.kop
+			if c.kop == nil {
+				c.part = newPartials(ops.agg.StateSize(), t.cacheCap)
+			}
 			if c.win, err = operators.NewWindows(cp.Agg.Aggregate.Window); err != nil {
 				t.Close()
 				return nil, err
@@ -305,6 +315,7 @@ func (t *Task) processChain(c *chain, recs []*kgo.Record) error {
 			t.deadLetter(c, kr, "source "+c.plan.SourceName, err)
 			continue
 		}
+		wmPrev := c.wm
 		c.observeTime(c.rec.Time)
 		keep := true
 		for _, st := range ops.stages {
@@ -335,9 +346,12 @@ func (t *Task) processChain(c *chain, recs []*kgo.Record) error {
 			continue
 		}
 		c.scratch = in
-		if c.win != nil {
+		switch {
+		case c.kop != nil:
+			err = t.applyKeyed(c, kr, in, wmPrev)
+		case c.win != nil:
 			err = t.applyWindows(c, kr, in)
-		} else {
+		default:
 			err = t.apply(c, c.rec.Key, kr.Offset, in, 0)
 		}
 		if err != nil {
@@ -348,7 +362,7 @@ func (t *Task) processChain(c *chain, recs []*kgo.Record) error {
 			if t.backlogCheckpointDue(c) {
 				t.needCkpt = true
 			}
-		} else if c.win != nil {
+		} else if c.timed() {
 			if err := t.fireTimers(c); err != nil {
 				return err
 			}
@@ -404,26 +418,20 @@ func (t *Task) load(c *chain, key []byte, create bool) (*entry, error) {
 	if e, ok := c.cache[string(key)]; ok {
 		return e, nil
 	}
-	if len(c.cache) >= t.cacheCap {
-		// Evict an eighth of the clean entries in one pass (amortized); with none clean, ask
-		// for a checkpoint, which makes every entry clean.
-		if clean := len(c.cache) - len(c.dirty); clean > 0 {
-			evict := clean/8 + 1
-			for k, e := range c.cache {
-				if evict == 0 {
-					break
-				}
-				if !e.dirty {
-					delete(c.cache, k)
-					evict--
-				}
+	t.makeRoom(c)
+	size := c.ops.agg.StateSize()
+	if clean := len(c.cache) - len(c.dirty); clean > 0 {
+		evict := clean/8 + 1
+		for k, e := range c.cache {
+			if evict == 0 {
+				break
+			}
+			if !e.dirty {
+				delete(c.cache, k)
+				evict--
 			}
 		}
-		if len(c.dirty) >= t.cacheCap {
-			t.needCkpt = true
-		}
 	}
-	size := c.ops.agg.StateSize()
 	e := &entry{key: bytes.Clone(key), state: make([]byte, 0, size)}
 	v, ok, err := t.d.Store.Get(c.ns, key, e.state)
 	if err != nil {
@@ -446,11 +454,34 @@ func (t *Task) load(c *chain, key []byte, create bool) (*entry, error) {
 	return e, nil
 }
 
+// makeRoom evicts, when the cache is full, an eighth of its clean entries in one pass
+// (amortized); with none clean it asks for a checkpoint, which makes every entry clean.
+func (t *Task) makeRoom(c *chain) {
+	if len(c.cache) < t.cacheCap {
+		return
+	}
+	if clean := len(c.cache) - len(c.dirty); clean > 0 {
+		evict := clean/8 + 1
+		for k, e := range c.cache {
+			if evict == 0 {
+				break
+			}
+			if !e.dirty {
+				delete(c.cache, k)
+				evict--
+			}
+		}
+	}
+	if len(c.dirty) >= t.cacheCap {
+		t.needCkpt = true
+	}
+}
+
 // backlogCheckpointDue reports whether a chain in backlog should fold its sorted records into
 // state now (backlog.checkpoint_interval) to bound the re-work after a crash.
 func (t *Task) backlogCheckpointDue(c *chain) bool {
 	every := t.plan.Config.Backlog.CheckpointInterval
-	return every > 0 && c.inBack && c.det.Backlog() && c.buffered() > 0 && t.d.Clock().Sub(c.lastBackCkpt) >= every
+	return every > 0 && c.kop == nil && c.inBack && c.det.Backlog() && c.buffered() > 0 && t.d.Clock().Sub(c.lastBackCkpt) >= every
 }
 
 // Sorted entries' payloads start with a tag: a record's projected input, or a key's partial
@@ -500,7 +531,7 @@ func (t *Task) Restored() error {
 			return err
 		}
 		c.hasPending = has
-		if c.win != nil {
+		if c.timed() {
 			if err := t.restoreWindows(c); err != nil {
 				return fmt.Errorf("task %d: %w", t.partition, err)
 			}
