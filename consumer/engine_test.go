@@ -2,12 +2,14 @@ package consumer_test
 
 import (
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/sluice-dev/sluice/state"
@@ -73,6 +75,81 @@ func TestShutdownCheckpoints(t *testing.T) {
 		t.Fatalf("after a clean shutdown: committed %v, end offsets %v (err %v); want equal", committed, ends, err)
 	}
 	checkTotals(t, expected(in), readTotals(t, brokers))
+}
+
+// TestCancelDuringCheckpoint: cancelling Run's context while a checkpoint is committing is
+// still a clean shutdown: Run returns nil, the checkpoint's outcome is settled (no transaction
+// left open), and the committed output holds the exact totals of the committed input offsets.
+func TestCancelDuringCheckpoint(t *testing.T) {
+	t.Skip("bug: the poll loop runs its checkpoints with Run's context (Engine.checkpoint(ctx) → " +
+		"Session.Flush(ctx) and Session.End(ctx)), so a cancellation that lands inside a checkpoint " +
+		"makes Run return \"consumer: flush: context canceled\" or \"producer: end transaction: " +
+		"context canceled\" instead of nil, and skip the shutdown checkpoint: `sluice run` exits 1 " +
+		"on SIGTERM. When it lands in End, Session.End has already marked the transaction closed, " +
+		"so Close does not abort it: a transaction whose EndTxn was not sent (cancelled in the " +
+		"heartbeat before it) can stay open on the broker until transaction_timeout, holding the " +
+		"next owner's restore (stableEnd) and the group's stable offset fetch. Even an empty " +
+		"checkpoint (every commit_interval) calls Flush(ctx), which returns ctx.Err() at random " +
+		"once ctx is done: about one run in five of this package hit it before stopClean " +
+		"tolerated it. Here the first EndTxn(commit) is held in the broker across the cancel")
+	c := newCluster(t)
+	brokers := c.ListenAddrs()
+	in := orders{n: 200, keys: 20, seed: 12}
+	produce(t, brokers, in)
+	cfg := newConfig(t, brokers, pipelineOpts{})
+	e := newEngine(t, cfg, nil)
+
+	// Hold the first EndTxn(commit) in the broker until Run's context is cancelled and Run has
+	// returned (or a second has passed, if Run rightly waits for the commit).
+	held, cancelled := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	c.ControlKey(int16(kmsg.EndTxn), func(r kmsg.Request) (kmsg.Response, error, bool) {
+		if req := r.(*kmsg.EndTxnRequest); !req.Commit || req.TransactionalID != cfg.TransactionalID() {
+			return nil, nil, false
+		}
+		once.Do(func() {
+			close(held)
+			c.SleepControl(func() {
+				<-cancelled
+				select {
+				case <-e.done:
+				case <-time.After(time.Second):
+				}
+			})
+		})
+		c.DropControl()
+		return nil, nil, false
+	})
+	e.start(t)
+	waitFor(t, 20*time.Second, "a checkpoint to commit", func() (bool, error) {
+		select {
+		case <-held:
+			return true, nil
+		default:
+			return false, e.failed()
+		}
+	})
+	e.stop()
+	close(cancelled)
+	if err := e.stopAndWait(t); err != nil {
+		t.Errorf("Run cancelled during a checkpoint = %v, want nil", err)
+	}
+	adm := admin(t, brokers)
+	txns, err := adm.DescribeTransactions(t.Context(), cfg.TransactionalID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tx := range txns {
+		if tx.State == "Ongoing" {
+			t.Errorf("transaction %s still Ongoing (partitions %v) after Run returned", tx.TxnID, tx.Topics)
+		}
+	}
+	// Whatever was processed, the output committed matches the input offsets committed.
+	_, committed, err := offsets(t.Context(), adm, cfg.Group)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkTotals(t, inputTotals(t, brokers, committed), readTotals(t, brokers))
 }
 
 // TestBacklogSwitchesToRealtime: a backlog above backlog.enter_lag puts each task in backlog
@@ -182,6 +259,38 @@ func TestAbortedCheckpointIsRedone(t *testing.T) {
 	}
 }
 
+// TestRewoundBacklogIsSortedAgain: when the checkpoint that folds a backlog aborts, the task
+// rewinds to its last commit with a fresh backlog detector; the input it reads again is still a
+// backlog (lag above enter_lag including the batch), so it is sorted again and the task switches
+// to real-time once that fold commits: every task's backlog ends with a switch.
+func TestRewoundBacklogIsSortedAgain(t *testing.T) {
+	t.Skip("bug: after an abort the runner keeps runner.observed = true while Task.Aborted gives the " +
+		"chain a fresh detector, so the first batch read again is judged by the lag after it " +
+		"(lagAfter, the rule for a streaming task) instead of the lag including it (the rule for a " +
+		"new task): a rewound backlog that fits in one fetch (~20k records a partition) is " +
+		"processed record by record in real-time mode, and a larger one pays an extra switch and " +
+		"cache flush on its next batch. Totals stay exact; here sluice_backlog_switches_total" +
+		"{direction=to_realtime} ends at 0 or 1 instead of 2")
+	c := newCluster(t)
+	brokers := c.ListenAddrs()
+	in := orders{n: 400, keys: 30, seed: 11}
+	produce(t, brokers, in)
+	cfg := newConfig(t, brokers, pipelineOpts{enterLag: 100, exitLg: 10}) // ~200 records a partition
+	fault := c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.EndTxn}, TxnID: cfg.TransactionalID(), Err: kerr.UnknownServerError,
+		When: func(r kmsg.Request) bool { return r.(*kmsg.EndTxnRequest).Commit }})
+
+	e := newEngine(t, cfg, nil)
+	e.start(t)
+	waitCaughtUp(t, e, admin(t, brokers))
+	if fault.Hits() != 1 {
+		t.Fatalf("the fold's commit was not failed (fault hits %d)", fault.Hits())
+	}
+	checkTotals(t, expected(in), readTotals(t, brokers))
+	if n := e.metric(t, "sluice_backlog_switches_total", "direction=to_realtime"); n < partitions {
+		t.Errorf(`sluice_backlog_switches_total{direction="to_realtime"} = %v, want >= %d (each task's backlog, sorted again after the abort, ends with a switch)`, n, partitions)
+	}
+}
+
 // TestReady: Ready is false before the member has joined and while an assigned task is still
 // restoring its state (Status says "restoring"), and true once every task is restored.
 func TestReady(t *testing.T) {
@@ -287,4 +396,27 @@ func openState(t *testing.T, dir string) *state.DB {
 	}
 	t.Cleanup(func() { _ = db.Close() })
 	return db
+}
+
+// TestRestoredPartitionFetchedPromptly: once its tasks are restored, an engine starts on its
+// input without waiting out an idle fetch.
+func TestRestoredPartitionFetchedPromptly(t *testing.T) {
+	t.Skip("bug: a task resumes its partition after its restore (ResumeFetchPartitions), but franz-go " +
+		"adds a resumed partition only to the next fetch, after the one in flight returns; a fetch " +
+		"with no new data waits FetchMaxWait, franz-go's default 5s, which sluice does not lower. " +
+		"So a partition whose restore ends after another partition's resume idles for up to 5s " +
+		"after every assignment (this test measures ~5s from Ready to caught up for 200 records)")
+	c := newCluster(t)
+	brokers := c.ListenAddrs()
+	in := orders{n: 200, keys: 20, seed: 10}
+	produce(t, brokers, in)
+	// kgo's default fetch wait, which sluice runs with (the harness lowers it for speed).
+	e := newEngine(t, newConfig(t, brokers, pipelineOpts{}), nil, kgo.FetchMaxWait(5*time.Second))
+	e.start(t)
+	waitFor(t, 20*time.Second, "Ready()", func() (bool, error) { return e.Ready(), e.failed() })
+	start := time.Now()
+	waitCaughtUp(t, e, admin(t, brokers))
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("%d records took %v from Ready to committed; want well under the 5s fetch wait", in.n, d)
+	}
 }
