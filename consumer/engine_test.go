@@ -172,7 +172,7 @@ func TestBacklogSwitchesToRealtime(t *testing.T) {
 		}
 	})
 
-	e := newEngine(t, newConfig(t, brokers, pipelineOpts{enterLag: 100, exitLg: 10}), nil)
+	e := newEngine(t, newConfig(t, brokers, pipelineOpts{enterLag: 100, exitLag: 10}), nil)
 	e.start(t)
 	sawBacklog := false
 	waitFor(t, 20*time.Second, "every task to switch to real-time", func() (bool, error) {
@@ -229,7 +229,7 @@ func TestAbortedCheckpointIsRedone(t *testing.T) {
 		opts pipelineOpts
 	}{
 		{"Realtime", pipelineOpts{}},
-		{"Backlog", pipelineOpts{enterLag: 100, exitLg: 10}}, // ~200 records a partition
+		{"Backlog", pipelineOpts{enterLag: 100, exitLag: 10}}, // ~200 records a partition
 	}
 	for _, m := range modes {
 		for _, f := range faults {
@@ -275,7 +275,7 @@ func TestRewoundBacklogIsSortedAgain(t *testing.T) {
 	brokers := c.ListenAddrs()
 	in := orders{n: 400, keys: 30, seed: 11}
 	produce(t, brokers, in)
-	cfg := newConfig(t, brokers, pipelineOpts{enterLag: 100, exitLg: 10}) // ~200 records a partition
+	cfg := newConfig(t, brokers, pipelineOpts{enterLag: 100, exitLag: 10}) // ~200 records a partition
 	fault := c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.EndTxn}, TxnID: cfg.TransactionalID(), Err: kerr.UnknownServerError,
 		When: func(r kmsg.Request) bool { return r.(*kmsg.EndTxnRequest).Commit }})
 

@@ -49,36 +49,29 @@ func newCluster(t *testing.T) *kfake.Cluster {
 	return c
 }
 
-// pipelineOpts are the settings the tests vary.
+// pipelineOpts are the settings the tests vary; zero values give a 30ms commit interval and an
+// enter_lag no test input reaches (real-time only).
 type pipelineOpts struct {
-	group            string
-	commitInterval   string
-	enterLag, exitLg int64
-	mode             string // backlog.mode
+	commitInterval    string
+	enterLag, exitLag int64
 }
 
-// newConfig returns the orders-totals pipeline: per customer_id, the sum of amount and the
-// count of orders, written to sinkTopic.
+// newConfig returns the orders-totals pipeline of group "g", instance "i-0": per customer_id,
+// the sum of amount and the count of orders, written to sinkTopic.
 func newConfig(t *testing.T, brokers []string, o pipelineOpts) *configs.Config {
 	t.Helper()
-	if o.group == "" {
-		o.group = "g"
-	}
 	if o.commitInterval == "" {
 		o.commitInterval = "30ms"
 	}
 	if o.enterLag == 0 {
-		o.enterLag, o.exitLg = 1_000_000, 100
-	}
-	if o.mode == "" {
-		o.mode = configs.ModeAuto
+		o.enterLag, o.exitLag = 1_000_000, 100
 	}
 	doc := fmt.Sprintf(`
 kafka: {brokers: [%s]}
-group: %s
+group: g
 instance_id: i-0
 processing: {guarantee: exactly_once, commit_interval: %s, state_dir: %q}
-backlog: {enter_lag: %d, exit_lag: %d, sort_memory: 4MiB, mode: %s, progress_interval: 0s}
+backlog: {enter_lag: %d, exit_lag: %d, sort_memory: 4MiB, mode: auto, progress_interval: 0s}
 http: {listen: "off"}
 sources:
   orders: {topic: %s, format: json, key: customer_id, timestamp: ts}
@@ -90,7 +83,7 @@ operators:
     output: totals_out
 sinks:
   totals_out: {topic: %s, format: json}
-`, strings.Join(brokers, ", "), o.group, o.commitInterval, t.TempDir(), o.enterLag, o.exitLg, o.mode,
+`, strings.Join(brokers, ", "), o.commitInterval, t.TempDir(), o.enterLag, o.exitLag,
 		inputTopic, operator, sinkTopic)
 	cfg, err := configs.Parse([]byte(doc), nil)
 	if err != nil {
