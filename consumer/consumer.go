@@ -354,8 +354,13 @@ func (e *Engine) dispatch(ctx context.Context, fs kgo.Fetches, next time.Time) (
 	return due, derr
 }
 
-// checkpoint runs one checkpoint across all restored tasks. Only the poll loop calls it.
+// checkpoint runs one checkpoint across all restored tasks. Only the poll loop calls it. Once
+// started, a checkpoint is finished (committed or aborted) even if ctx is cancelled meanwhile (a
+// shutdown): it is bounded by the transaction timeout instead, so a cancel never leaves its
+// transaction half ended nor fails the shutdown that follows.
 func (e *Engine) checkpoint(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.o.Config.Kafka.TransactionTimeout)
+	defer cancel()
 	start := e.o.Clock()
 	if err := e.sess.Begin(); err != nil {
 		return err

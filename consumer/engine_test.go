@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/sluice-dev/sluice/producer"
 	"github.com/sluice-dev/sluice/state"
 )
 
@@ -81,17 +82,6 @@ func TestShutdownCheckpoints(t *testing.T) {
 // still a clean shutdown: Run returns nil, the checkpoint's outcome is settled (no transaction
 // left open), and the committed output holds the exact totals of the committed input offsets.
 func TestCancelDuringCheckpoint(t *testing.T) {
-	t.Skip("bug: the poll loop runs its checkpoints with Run's context (Engine.checkpoint(ctx) → " +
-		"Session.Flush(ctx) and Session.End(ctx)), so a cancellation that lands inside a checkpoint " +
-		"makes Run return \"consumer: flush: context canceled\" or \"producer: end transaction: " +
-		"context canceled\" instead of nil, and skip the shutdown checkpoint: `sluice run` exits 1 " +
-		"on SIGTERM. When it lands in End, Session.End has already marked the transaction closed, " +
-		"so Close does not abort it: a transaction whose EndTxn was not sent (cancelled in the " +
-		"heartbeat before it) can stay open on the broker until transaction_timeout, holding the " +
-		"next owner's restore (stableEnd) and the group's stable offset fetch. Even an empty " +
-		"checkpoint (every commit_interval) calls Flush(ctx), which returns ctx.Err() at random " +
-		"once ctx is done: about one run in five of this package hit it before stopClean " +
-		"tolerated it. Here the first EndTxn(commit) is held in the broker across the cancel")
 	c := newCluster(t)
 	brokers := c.ListenAddrs()
 	in := orders{n: 200, keys: 20, seed: 12}
@@ -264,13 +254,6 @@ func TestAbortedCheckpointIsRedone(t *testing.T) {
 // backlog (lag above enter_lag including the batch), so it is sorted again and the task switches
 // to real-time once that fold commits: every task's backlog ends with a switch.
 func TestRewoundBacklogIsSortedAgain(t *testing.T) {
-	t.Skip("bug: after an abort the runner keeps runner.observed = true while Task.Aborted gives the " +
-		"chain a fresh detector, so the first batch read again is judged by the lag after it " +
-		"(lagAfter, the rule for a streaming task) instead of the lag including it (the rule for a " +
-		"new task): a rewound backlog that fits in one fetch (~20k records a partition) is " +
-		"processed record by record in real-time mode, and a larger one pays an extra switch and " +
-		"cache flush on its next batch. Totals stay exact; here sluice_backlog_switches_total" +
-		"{direction=to_realtime} ends at 0 or 1 instead of 2")
 	c := newCluster(t)
 	brokers := c.ListenAddrs()
 	in := orders{n: 400, keys: 30, seed: 11}
@@ -401,17 +384,12 @@ func openState(t *testing.T, dir string) *state.DB {
 // TestRestoredPartitionFetchedPromptly: once its tasks are restored, an engine starts on its
 // input without waiting out an idle fetch.
 func TestRestoredPartitionFetchedPromptly(t *testing.T) {
-	t.Skip("bug: a task resumes its partition after its restore (ResumeFetchPartitions), but franz-go " +
-		"adds a resumed partition only to the next fetch, after the one in flight returns; a fetch " +
-		"with no new data waits FetchMaxWait, franz-go's default 5s, which sluice does not lower. " +
-		"So a partition whose restore ends after another partition's resume idles for up to 5s " +
-		"after every assignment (this test measures ~5s from Ready to caught up for 200 records)")
 	c := newCluster(t)
 	brokers := c.ListenAddrs()
 	in := orders{n: 200, keys: 20, seed: 10}
 	produce(t, brokers, in)
-	// kgo's default fetch wait, which sluice runs with (the harness lowers it for speed).
-	e := newEngine(t, newConfig(t, brokers, pipelineOpts{}), nil, kgo.FetchMaxWait(5*time.Second))
+	// The fetch wait sluice runs with (the harness lowers it for speed).
+	e := newEngine(t, newConfig(t, brokers, pipelineOpts{}), nil, kgo.FetchMaxWait(producer.DefaultFetchMaxWait))
 	e.start(t)
 	waitFor(t, 20*time.Second, "Ready()", func() (bool, error) { return e.Ready(), e.failed() })
 	start := time.Now()

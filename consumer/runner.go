@@ -285,6 +285,7 @@ func (e *Engine) serveCheckpoint(ctx context.Context, r *runner, q *ckptReq) boo
 		return err == nil
 	}
 	q.ack <- ckptAck{seek: r.t.Aborted(pd)}
+	r.observed = false // the task decides its mode afresh, as a new task does (a rewound backlog is sorted again)
 	return true
 }
 

@@ -83,6 +83,9 @@ func Partitioner() kgo.Partitioner {
 }
 
 // Open creates the client. It does not block on the network.
+// DefaultFetchMaxWait is how long a fetch waits for data before the broker answers empty.
+const DefaultFetchMaxWait = 500 * time.Millisecond
+
 func Open(o Options) (*Session, error) {
 	fetchMax := o.FetchMaxBytes
 	if fetchMax <= 0 {
@@ -112,6 +115,9 @@ func Open(o Options) (*Session, error) {
 		kgo.FetchMaxBytes(int32(fetchMax)),
 		kgo.FetchMaxPartitionBytes(int32(min(fetchMax, 2<<20))),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		// A partition resumed after its restore joins the next fetch only, after the one in
+		// flight returns; a fetch without data waits this long (kgo's default is 5s).
+		kgo.FetchMaxWait(DefaultFetchMaxWait),
 	}
 	if o.InstanceID != "" {
 		opts = append(opts, kgo.InstanceID(o.InstanceID))
