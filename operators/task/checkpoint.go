@@ -91,8 +91,15 @@ func (pd *Pending) changelogPromise(ns state.Namespace) func(*kgo.Record, error)
 // changelog record per key, state written in key order). It returns the pending checkpoint,
 // whose Offsets the caller commits in the same transaction. The task's state is unchanged until
 // Committed or Aborted; the caller must call exactly one of them before Process.
-func (t *Task) Checkpoint(p Producer) (*Pending, error) {
-	pd := t.prep
+func (t *Task) Checkpoint(p Producer) (pd *Pending, err error) {
+	t.must("Checkpoint", phaseIdle, phasePrepared)
+	t.phase = phaseInFlight
+	defer func() {
+		if err != nil {
+			t.phase = phaseFailed
+		}
+	}()
+	pd = t.prep
 	t.prep = nil
 	if pd == nil {
 		pd = newPending()
@@ -210,6 +217,7 @@ func (t *Task) WantsFold() bool {
 // in the open transaction, which the caller must abort (a revoke does), and the task must not be
 // used again but for Close.
 func (t *Task) Prepare(ctx context.Context, p Producer) error {
+	t.must("Prepare", phaseIdle, phasePrepared)
 	for _, c := range t.chains {
 		if !c.leaving() || (t.prep != nil && foldedIn(t.prep, c)) {
 			continue
@@ -220,8 +228,10 @@ func (t *Task) Prepare(ctx context.Context, p Producer) error {
 		if err := t.fold(ctx, c, p, t.prep, false); err != nil {
 			t.abortPending(t.prep)
 			t.prep = nil
+			t.phase = phaseFailed
 			return err
 		}
+		t.phase = phasePrepared
 	}
 	return nil
 }
@@ -589,7 +599,13 @@ func (t *Task) writer(ns state.Namespace, bulk bool, pd *Pending) (func(k, v []b
 // Committed applies a checkpoint whose transaction committed: the state and the changelog
 // offsets it reflects go to the store in one batch (and bulk loads are ingested), the cache
 // becomes clean, folded sorters are emptied, and folded chains stream from now on.
-func (t *Task) Committed(pd *Pending) error {
+func (t *Task) Committed(pd *Pending) (err error) {
+	t.must("Committed", phaseInFlight)
+	defer func() {
+		if t.phase = phaseIdle; err != nil {
+			t.phase = phaseFailed
+		}
+	}()
 	for ns, next := range pd.clNext {
 		if ld, ok := pd.loaders[ns]; ok {
 			ld.SetOffset(next)
@@ -688,6 +704,8 @@ func (t *Task) Committed(pd *Pending) error {
 // unsent dead letters, and the pending state writes. Each chain's mode is decided afresh from the
 // next lag observed. It returns, by topic, the offset the consumer must seek this partition to.
 func (t *Task) Aborted(pd *Pending) map[string]int64 {
+	t.must("Aborted", phaseInFlight)
+	t.phase = phaseIdle
 	if pd != nil {
 		t.abortPending(pd)
 	}
@@ -722,6 +740,7 @@ func (t *Task) Aborted(pd *Pending) map[string]int64 {
 			c.det = c.det.Fresh()
 		}
 		c.ended = false
+		c.observed = false
 		c.outbox = nil
 		if c.timed() {
 			c.wm = c.wmCommitted

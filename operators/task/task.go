@@ -59,6 +59,8 @@ type Task struct {
 	out       *errTracker // produce results of records sent outside a checkpoint (stateless outputs)
 	prep      *Pending    // folds done by Prepare, completed by the next Checkpoint
 
+	phase phase // the call order (order.go)
+
 	mu     sync.Mutex // guards status
 	status Status
 }
@@ -96,6 +98,7 @@ type chain struct {
 	tm          timers
 	wk          []byte // scratch window key
 	ended       bool   // the input ended (bounded run): the watermark is +infinity
+	observed    bool   // the chain has seen a batch since it started or was rewound (BeforeBatch)
 	endWM       int64  // while ended: the watermark to commit (the data's, or the latest close of a window the end closed)
 	late        int64
 
@@ -224,41 +227,52 @@ func (t *Task) Namespaces() map[state.Namespace]string {
 // Partition returns the task's partition number.
 func (t *Task) Partition() int32 { return t.partition }
 
-// Observe feeds the lag of topic's partition as seen after a fetch (records still to process
-// after the batch that carried it) and the time lag (wall clock minus the event time of the
-// batch's last record). It returns true when a chain changes mode and needs a checkpoint before
-// the batch may be processed: entering backlog flushes the cache; leaving it merges and folds.
+// Observe feeds one lag of topic's partition (records still to process) and time lag (wall
+// clock minus an event time) to its chains' detectors, as they are: BeforeBatch and AfterBatch
+// choose which lag of a fetch counts (the engine calls those). It returns true when a chain
+// changes mode and needs a checkpoint before the batch may be processed: entering backlog
+// flushes the cache; leaving it merges and folds.
 func (t *Task) Observe(topic string, lag int64, timeLag time.Duration) (needCheckpoint bool) {
+	t.must("Observe", phaseIdle)
 	for _, c := range t.byTopic[topic] {
-		c.lag, c.timeLag = lag, timeLag
-		if c.det == nil {
-			continue
-		}
-		attr, changed, first := c.det.Observe(lag, timeLag)
-		switch {
-		case first && attr.Backlog:
-			t.log.Info("task starts in backlog mode", "operator", c.plan.Agg.Name, "lag", lag, "time_lag", timeLag)
-			t.enterBacklog(c)
-		case first && c.hasPending:
-			// Starting in real-time with outputs still due from backlog checkpoints (of an
-			// earlier owner, or before an abort): emit them before streaming.
+		if t.observe(c, lag, timeLag) {
 			needCheckpoint = true
-		case changed && attr.Backlog:
-			t.d.Metrics.switched("to_backlog")
-			t.log.Info("switch to backlog mode", "operator", c.plan.Agg.Name, "lag", lag, "time_lag", timeLag)
-			if len(c.dirty) > 0 {
-				needCheckpoint = true // flush the cache first; the checkpoint then enters backlog
-			}
-			t.enterBacklog(c)
-		case changed && !attr.Backlog:
-			if c.buffered() == 0 && !c.hasPending {
-				t.leaveBacklog(c, 0)
-			} else {
-				needCheckpoint = true // the checkpoint folds the sorted backlog, then streams
-			}
 		}
 	}
 	t.needCkpt = t.needCkpt || needCheckpoint
+	return needCheckpoint
+}
+
+// observe feeds a lag to one chain's detector and applies a change of mode; it reports whether
+// the change needs a checkpoint first.
+func (t *Task) observe(c *chain, lag int64, timeLag time.Duration) (needCheckpoint bool) {
+	c.lag, c.timeLag = lag, timeLag
+	if c.det == nil {
+		return false
+	}
+	attr, changed, first := c.det.Observe(lag, timeLag)
+	switch {
+	case first && attr.Backlog:
+		t.log.Info("task starts in backlog mode", "operator", c.plan.Agg.Name, "lag", lag, "time_lag", timeLag)
+		t.enterBacklog(c)
+	case first && c.hasPending:
+		// Starting in real-time with outputs still due from backlog checkpoints (of an
+		// earlier owner, or before an abort): emit them before streaming.
+		needCheckpoint = true
+	case changed && attr.Backlog:
+		t.d.Metrics.switched("to_backlog")
+		t.log.Info("switch to backlog mode", "operator", c.plan.Agg.Name, "lag", lag, "time_lag", timeLag)
+		if len(c.dirty) > 0 {
+			needCheckpoint = true // flush the cache first; the checkpoint then enters backlog
+		}
+		t.enterBacklog(c)
+	case changed && !attr.Backlog:
+		if c.buffered() == 0 && !c.hasPending {
+			t.leaveBacklog(c, 0)
+		} else {
+			needCheckpoint = true // the checkpoint folds the sorted backlog, then streams
+		}
+	}
 	return needCheckpoint
 }
 
@@ -290,6 +304,7 @@ func (t *Task) leaveBacklog(c *chain, folded int64) {
 // An error means the task cannot go on (the state store or the sort spill failed); the records
 // of the batch may be partly applied, so the caller must abort to the last checkpoint.
 func (t *Task) Process(topic string, recs []*kgo.Record) error {
+	t.must("Process", phaseIdle)
 	for _, c := range t.byTopic[topic] {
 		if err := t.processChain(c, recs); err != nil {
 			return err
@@ -522,6 +537,7 @@ func (c *chain) buffered() int64 {
 // Restored tells the task its state is up to date (after the changelog restore), so it can
 // learn whether earlier backlog checkpoints left keys whose output is still due.
 func (t *Task) Restored() error {
+	t.must("Restored", phaseIdle)
 	for _, c := range t.chains {
 		if c.ops.agg == nil {
 			continue
@@ -581,6 +597,7 @@ func (t *Task) deadLetterReason(c *chain, kr *kgo.Record, op, reason string, ext
 
 // Close releases the task's sorters (dropping anything buffered: nothing of it was committed).
 func (t *Task) Close() {
+	t.phase = phaseClosed
 	if t.prep != nil {
 		t.abortPending(t.prep)
 		t.prep = nil

@@ -429,6 +429,7 @@ func (t *Task) sweepTimers(c *chain, wm int64, closed map[string]struct{}, p Pro
 // closes, and chains in backlog fold and stream. The caller then checkpoints; Finished reports
 // when that checkpoint has committed everything.
 func (t *Task) EndInput(topic string) error {
+	t.must("EndInput", phaseIdle)
 	for _, c := range t.byTopic[topic] {
 		c.ended = true
 		if c.ops.agg == nil {
