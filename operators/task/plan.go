@@ -1,7 +1,10 @@
-// Package task is the per-partition runtime of sluice: it runs a pipeline's operator chains for
-// one input partition number, in backlog mode (keyed operators sort and fold silently) or in
-// real-time mode (a write-back cache over the state store, outputs at most once per key per
-// checkpoint), and makes its work durable through checkpoints driven by the consumer.
+// Package task is the per-partition runtime of sluice: it runs the operator chains that read
+// one input topic-partition (a task is a topic-partition until operators with two inputs need a
+// partition number across topics), in backlog mode (keyed operators pre-aggregate, sort and fold
+// silently) or in real-time mode (a write-back cache over the state store), with event time,
+// windows and timers (window.go), Keyed operators such as session windows (keyed.go), and makes
+// its work durable through checkpoints driven by the consumer. Its calls follow the order of
+// order.go, which it enforces.
 //
 // A Plan is the validated, compiled shape of a pipeline (built once from the config); a Task is
 // one partition's instance of it. The consumer owns tasks: it creates one per assigned partition,
