@@ -60,6 +60,10 @@ func TestExamples(t *testing.T) {
 		"at-least-once.yaml": func(t *testing.T, c *Config) {
 			eq(t, "guarantee", c.Processing.Guarantee, AtLeastOnce)
 		},
+		"sessions.yaml": func(t *testing.T, c *Config) {
+			eq(t, "window", *c.Operators[0].Aggregate.Window, Window{Session: 30 * time.Minute, Grace: time.Minute})
+			eq(t, "kind", c.Operators[0].Aggregate.Window.Kind(), "session")
+		},
 		"windowed.yaml": func(t *testing.T, c *Config) {
 			eq(t, "watermark", c.Sources["orders"].Watermark, Watermark{MaxDelay: 5 * time.Second})
 			eq(t, "window", *c.Operators[0].Aggregate.Window, Window{Tumbling: time.Hour, Grace: 10 * time.Second})
