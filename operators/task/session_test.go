@@ -158,8 +158,8 @@ func TestSessionsOneAnswerTwoModes(t *testing.T) {
 	if *flagLong {
 		seeds = 600
 	}
-	if testing.Short() {
-		seeds = 10
+	if testing.Short() || raceEnabled && !*flagLong {
+		seeds = 10 // the race detector makes a seed ~10x slower; -long runs them all
 	}
 	base := uint64(time.Now().UnixNano())
 	if *flagSeed != 0 {
