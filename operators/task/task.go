@@ -435,18 +435,6 @@ func (t *Task) load(c *chain, key []byte, create bool) (*entry, error) {
 	}
 	t.makeRoom(c)
 	size := c.ops.agg.StateSize()
-	if clean := len(c.cache) - len(c.dirty); clean > 0 {
-		evict := clean/8 + 1
-		for k, e := range c.cache {
-			if evict == 0 {
-				break
-			}
-			if !e.dirty {
-				delete(c.cache, k)
-				evict--
-			}
-		}
-	}
 	e := &entry{key: bytes.Clone(key), state: make([]byte, 0, size)}
 	v, ok, err := t.d.Store.Get(c.ns, key, e.state)
 	if err != nil {
