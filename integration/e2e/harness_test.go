@@ -98,6 +98,10 @@ type pipelineOpts struct {
 	enterLag   int64
 	exitLag    int64
 	extraEnv   []string
+	// Event time: with window set (a YAML flow mapping such as "{tumbling: 5s, grace: 50ms}"),
+	// the pipeline is windowedPipeline's, with the source's watermark ("{max_delay: 100ms}")
+	// and the aggregate's emit mode ("final" or "updates").
+	window, watermark, emit string
 }
 
 // newPipeline creates the input topic and writes the config file. Sluice creates the sink,
@@ -116,6 +120,10 @@ func newPipeline(t *testing.T, brokers string, o pipelineOpts) *pipeline {
 		nudged:  make(map[string]workload.Total),
 	}
 	kafkatest.CreateTopic(t, brokers, p.topic, o.partitions, nil)
+	body := workload.Pipeline(p.topic, p.sink)
+	if o.window != "" {
+		body = windowedPipeline(p.topic, p.sink, o)
+	}
 	cfg := fmt.Sprintf(`# written by the e2e test %s
 kafka:
   brokers: [%s]
@@ -125,7 +133,7 @@ processing: {guarantee: exactly_once, commit_interval: 100ms, state_dir: ./unset
 backlog: {enter_lag: %d, exit_lag: %d, sort_memory: 64MiB, checkpoint_interval: 0s, mode: auto}
 http: {listen: "off"}
 log: {level: info, format: json}
-`, t.Name(), strings.Join(kafkatest.SplitBrokers(brokers), ", "), p.group, o.enterLag, o.exitLag) + workload.Pipeline(p.topic, p.sink)
+`, t.Name(), strings.Join(kafkatest.SplitBrokers(brokers), ", "), p.group, o.enterLag, o.exitLag) + body
 	if err := os.WriteFile(p.cfgPath, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
