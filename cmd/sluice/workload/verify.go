@@ -197,6 +197,13 @@ func decimalField(v *fastjson.Value, field string, scale int) (int64, error) {
 	return n, nil
 }
 
+// ParseCents parses the decimal text b (JSON number syntax, e.g. "12.3", "1.5e3") exactly into
+// cents, as ReadTotals reads amounts; it fails with ErrDecimal if b is not a whole number of
+// cents or does not fit in an int64.
+func ParseCents(b []byte) (int64, error) {
+	return parseDecimal(b, 2)
+}
+
 // parseDecimal parses the decimal text b (JSON number syntax, e.g. "-12.340", "1.5e2") exactly
 // and returns it multiplied by 10^scale. It fails with ErrDecimal if the result is not an
 // integer or does not fit in an int64.
