@@ -356,10 +356,14 @@ func (e *Engine) dispatch(ctx context.Context, fs kgo.Fetches, next time.Time) (
 
 // checkpoint runs one checkpoint across all restored tasks. Only the poll loop calls it. Once
 // started, a checkpoint is finished (committed or aborted) even if ctx is cancelled meanwhile (a
-// shutdown): it is bounded by the transaction timeout instead, so a cancel never leaves its
-// transaction half ended nor fails the shutdown that follows.
+// shutdown): it is bounded by the transaction timeout (or ctx's deadline, if sooner) instead,
+// so a cancel never leaves its transaction half ended nor fails the shutdown that follows.
 func (e *Engine) checkpoint(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.o.Config.Kafka.TransactionTimeout)
+	deadline := e.o.Clock().Add(e.o.Config.Kafka.TransactionTimeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d // the shutdown checkpoint keeps Run's closing bound
+	}
+	ctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
 	defer cancel()
 	start := e.o.Clock()
 	if err := e.sess.Begin(); err != nil {
