@@ -359,12 +359,14 @@ func (e *Engine) dispatch(ctx context.Context, fs kgo.Fetches, next time.Time) (
 // shutdown): it is bounded by the transaction timeout (or ctx's deadline, if sooner) instead,
 // so a cancel never leaves its transaction half ended nor fails the shutdown that follows.
 func (e *Engine) checkpoint(ctx context.Context) error {
-	deadline := e.o.Clock().Add(e.o.Config.Kafka.TransactionTimeout)
-	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
-		deadline = d // the shutdown checkpoint keeps Run's closing bound
-	}
-	ctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
+	parent := ctx
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), e.o.Config.Kafka.TransactionTimeout)
 	defer cancel()
+	if d, ok := parent.Deadline(); ok {
+		var cancelD context.CancelFunc
+		ctx, cancelD = context.WithDeadline(ctx, d) // the shutdown checkpoint keeps Run's closing bound
+		defer cancelD()
+	}
 	start := e.o.Clock()
 	if err := e.sess.Begin(); err != nil {
 		return err
