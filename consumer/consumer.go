@@ -420,7 +420,7 @@ func (e *Engine) checkpoint(ctx context.Context) error {
 		}
 	}
 	if err := e.sess.Flush(ctx); err != nil {
-		return fmt.Errorf("consumer: flush: %w", err)
+		return e.checkpointErr("flush", err)
 	}
 	for _, q := range reqs {
 		if q != nil && q.pd.Err() != nil {
@@ -430,7 +430,7 @@ func (e *Engine) checkpoint(ctx context.Context) error {
 	}
 	committed, err := e.sess.End(ctx, offsets, commit)
 	if err != nil {
-		return err
+		return e.checkpointErr("end transaction", err)
 	}
 	// Open the next transaction before any task hears the outcome: a task may produce as soon
 	// as it has (a fold, stateless outputs).
@@ -564,6 +564,17 @@ func (e *Engine) fail(err error) {
 	case e.failed <- err:
 	default:
 	}
+}
+
+// checkpointErr explains a checkpoint that ran out of time: past kafka.transaction_timeout the
+// broker aborts the transaction anyway, so the engine stops (the next start resumes from the last
+// commit) rather than wait.
+func (e *Engine) checkpointErr(step string, err error) error {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("consumer: checkpoint %s: out of time (a checkpoint gets kafka.transaction_timeout, %s, after which the broker aborts its transaction; at shutdown 30s): the machine or the broker is overloaded, or the transaction too large: %w",
+			step, e.o.Config.Kafka.TransactionTimeout, err)
+	}
+	return fmt.Errorf("consumer: checkpoint %s: %w", step, err)
 }
 
 // bound is where a bounded run starts and ends reading one input partition.
