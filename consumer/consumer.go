@@ -160,6 +160,7 @@ func (e *Engine) Run(ctx context.Context) error {
 		Guarantee:          g,
 		Topics:             e.o.Plan.Topics(),
 		FetchMaxBytes:      int64(cfg.Kafka.FetchMaxBytes),
+		DeadLetterTopic:    cfg.DLQTopic(),
 		Logger:             e.log,
 		Extra: append([]kgo.Opt{
 			kgo.OnPartitionsAssigned(func(_ context.Context, cl *kgo.Client, a map[string][]int32) { e.assigned(runCtx, cl, a) }),
