@@ -2,14 +2,17 @@ package consumer_test
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/sluice-dev/sluice/operators/task"
 )
@@ -197,6 +200,87 @@ func TestOversizedDeadLetter(t *testing.T) {
 			}
 			if n := e.metric(t, "sluice_txn_aborts_total"); n != 0 {
 				t.Errorf("sluice_txn_aborts_total = %v, want 0", n)
+			}
+			e.stopClean(t)
+		})
+	}
+}
+
+// TestCheckpointFailuresStop: when the dead-letter topic refuses every record (here a broker
+// fault on every produce to it), each checkpoint carrying a dead letter aborts and is redone.
+// That must not loop silently: sluice_checkpoint_failures_consecutive counts the aborts; from
+// 10 on an ERROR names the failing record and Ready is false; at
+// processing.max_checkpoint_failures Run returns an error naming the record (sluice exits 1),
+// with nothing committed and no transaction left open. If the fault clears before the limit,
+// the next commit resets the count, Ready is true again, and nothing is lost or doubled.
+func TestCheckpointFailuresStop(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		clear bool // remove the fault once the alarm is up
+	}{{"GivesUp", false}, {"Recovers", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newCluster(t)
+			brokers := c.ListenAddrs()
+			in := orders{n: 40, keys: 5, seed: 21}
+			produce(t, brokers, in)
+			bad := &kgo.Record{Key: []byte("c-001"), Value: []byte(`{"customer_id":"c-001","amount":`)}
+			produceRecords(t, brokers, bad)
+			cfg := newConfig(t, brokers, pipelineOpts{commitInterval: "10ms"})
+			cfg.Processing.MaxCheckpointFailures = 25
+			fault := c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: cfg.DLQTopic(), Err: kerr.InvalidRecord, Count: -1})
+			e := newEngine(t, cfg, nil)
+			e.start(t)
+			waitFor(t, 20*time.Second, "10 checkpoints in a row to fail", func() (bool, error) {
+				return e.metric(t, "sluice_checkpoint_failures_consecutive") >= 10, e.failed()
+			})
+			if ok, why := e.Readiness(); ok || !strings.Contains(why, "checkpoints keep failing") {
+				t.Errorf("Readiness() = %v, %q after 10 checkpoints in a row failed; want false, checkpoints keep failing", ok, why)
+			}
+			logs := e.logs.tail(1000)
+			if !strings.Contains(logs, "level=ERROR msg=\"checkpoints keep failing") || !strings.Contains(logs, "the dead letter of "+inputTopic+"[") {
+				t.Errorf("no ERROR naming the record after 10 failures:\n%s", e.logs.tail(20))
+			}
+			adm := admin(t, brokers)
+			if !tc.clear {
+				select {
+				case <-e.done:
+				case <-time.After(30 * time.Second):
+					t.Fatalf("Run did not give up after processing.max_checkpoint_failures failures")
+				}
+				err := e.err
+				want := []string{"25 checkpoints in a row aborted", "processing.max_checkpoint_failures", "produce to " + cfg.DLQTopic(),
+					"the dead letter of " + inputTopic + "[" + strconv.Itoa(int(bad.Partition)) + "] offset " + strconv.FormatInt(bad.Offset, 10), "INVALID_RECORD"}
+				for _, w := range want {
+					if err == nil || !strings.Contains(err.Error(), w) {
+						t.Errorf("Run = %v, want an error containing %q", err, w)
+					}
+				}
+				if !errors.Is(err, kerr.InvalidRecord) {
+					t.Errorf("Run = %v, want it to wrap INVALID_RECORD", err)
+				}
+				if _, committed, err := offsets(t.Context(), adm, cfg.Group); err != nil || committed[bad.Partition] > bad.Offset {
+					t.Errorf("committed offsets %v (err %v), want partition %d's at most %d (the bad record never left)", committed, err, bad.Partition, bad.Offset)
+				}
+				txns, err := adm.DescribeTransactions(t.Context(), cfg.TransactionalID())
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, tx := range txns {
+					if tx.State == "Ongoing" {
+						t.Errorf("transaction %s still Ongoing after Run returned", tx.TxnID)
+					}
+				}
+				return
+			}
+			fault.Remove()
+			waitCaughtUp(t, e, adm)
+			if n := e.metric(t, "sluice_checkpoint_failures_consecutive"); n != 0 {
+				t.Errorf("sluice_checkpoint_failures_consecutive = %v after a commit, want 0", n)
+			}
+			waitFor(t, 5*time.Second, "Ready()", func() (bool, error) { return e.Ready(), e.failed() })
+			checkTotals(t, expected(in), readTotals(t, brokers))
+			if dead := readCommitted(t, brokers, cfg.DLQTopic()); len(dead) != 1 {
+				t.Errorf("%d dead letters, want 1", len(dead))
 			}
 			e.stopClean(t)
 		})

@@ -593,11 +593,11 @@ type errTracker struct {
 	err error
 }
 
-func (e *errTracker) promise(_ *kgo.Record, err error) {
+func (e *errTracker) promise(r *kgo.Record, err error) {
 	if err != nil {
 		e.mu.Lock()
 		if e.err == nil {
-			e.err = err
+			e.err = produceError(r, err)
 		}
 		e.mu.Unlock()
 	}
