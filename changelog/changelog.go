@@ -250,6 +250,10 @@ func (r *Restorer) Restore(ctx context.Context, topic string, ns state.Namespace
 			}
 			st.Records++
 			if hasHeader(rec, WatermarkHeader) {
+				if len(rec.Value) != 8 {
+					aerr = invalidWatermark(rec, ns)
+					return
+				}
 				aerr = b.Set(WatermarkNamespace(ns), WatermarkKey, rec.Value)
 				return
 			}

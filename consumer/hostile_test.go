@@ -3,6 +3,7 @@ package consumer_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/sluice-dev/sluice/changelog"
 	"github.com/sluice-dev/sluice/operators/task"
 )
 
@@ -201,6 +203,9 @@ func TestOversizedDeadLetter(t *testing.T) {
 			if n := e.metric(t, "sluice_txn_aborts_total"); n != 0 {
 				t.Errorf("sluice_txn_aborts_total = %v, want 0", n)
 			}
+			if n := e.metric(t, "sluice_backlog_switches_total", "direction=to_realtime"); m.opts.enterLag > 0 && n < 1 {
+				t.Errorf("no task ran in backlog mode (switches to real-time: %v)", n)
+			}
 			e.stopClean(t)
 		})
 	}
@@ -281,6 +286,151 @@ func TestCheckpointFailuresStop(t *testing.T) {
 			checkTotals(t, expected(in), readTotals(t, brokers))
 			if dead := readCommitted(t, brokers, cfg.DLQTopic()); len(dead) != 1 {
 				t.Errorf("%d dead letters, want 1", len(dead))
+			}
+			e.stopClean(t)
+		})
+	}
+}
+
+// TestCorruptChangelogRefused: a changelog record that does not decode as the operator's state
+// (here bytes no sluice wrote) stops the task's restore: Run returns an error wrapping
+// changelog.ErrLayout that names the topic, partition and offset and says how to start over. It
+// never panics, and never reads the bytes as state.
+func TestCorruptChangelogRefused(t *testing.T) {
+	c := newCluster(t)
+	brokers := c.ListenAddrs()
+	cfg := newConfig(t, brokers, pipelineOpts{})
+	adm := admin(t, brokers)
+	resp, err := adm.CreateTopic(t.Context(), partitions, 1, map[string]*string{"cleanup.policy": kadm.StringPtr("compact")}, cfg.ChangelogTopic(operator))
+	if err == nil {
+		err = resp.Err
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if err := cl.ProduceSync(t.Context(), &kgo.Record{Topic: cfg.ChangelogTopic(operator), Partition: 1, Key: []byte("c-001"), Value: []byte("\xffnot a state")}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	produce(t, brokers, orders{n: 20, keys: 4, seed: 3})
+	e := newEngine(t, cfg, nil)
+	e.start(t)
+	select {
+	case <-e.done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("Run did not stop on a corrupt changelog record")
+	}
+	if !errors.Is(e.err, changelog.ErrLayout) {
+		t.Fatalf("Run = %v, want changelog.ErrLayout", e.err)
+	}
+	for _, want := range []string{cfg.ChangelogTopic(operator) + "[1] offset 0", "is not a state of operator " + operator, "sluice reset -c FILE --operator " + operator} {
+		if !strings.Contains(e.err.Error(), want) {
+			t.Errorf("Run = %v\nwant it to say %q", e.err, want)
+		}
+	}
+}
+
+// TestHostileInputEndToEnd: records of every hostile class among good orders, through the
+// engine over kfake, in real-time and in backlog mode. Each bad record leaves as one dead letter
+// with its reason (matched by its source partition and offset), counted in
+// sluice_dead_letters_total; the records documented as processed (a 5 MiB value, bytes that are
+// not UTF-8 inside a string) count in their totals; every offset is committed, no checkpoint
+// aborts, and the totals are exact.
+func TestHostileInputEndToEnd(t *testing.T) {
+	deep := strings.Repeat("[", 10000) + strings.Repeat("]", 10000)
+	hostile := []struct {
+		key, value string
+		null       bool   // null key
+		tombstone  bool   // null value
+		reason     string // "" = processed (amount 1 for its key)
+	}{
+		{key: "c-001", value: `{"customer_id":"c-001","amount":`, reason: "invalid JSON"},
+		{key: "c-002", value: `{"customer_id":"c-002","amount":"12.50","ts":5}`, reason: `field "amount" is a string, want a number`},
+		{key: "c-003", value: `{"amount":1,"ts":5}`, reason: `key field "customer_id" missing`},
+		{key: "c-004", value: `{"customer_id":"c-004","amount":1}`, reason: `timestamp field "ts" missing`},
+		{null: true, value: `{"customer_id":"c-005","amount":1,"ts":5}`, reason: "the record has no key"},
+		{key: "c-001", tombstone: true, reason: "empty value"},
+		{key: "c-002", value: `{"customer_id":"c-002","amount":1,"ts":5,"pad":"` + strings.Repeat("x", 5<<20) + `"}`},
+		{key: "c-003", value: `{"customer_id":"c-003","amount":1,"ts":5,"pad":"` + strings.Repeat("x", 5<<20), reason: "unterminated string"},
+		{key: "c-004", value: `{"customer_id":"c-004","amount":1,"ts":5,"x":` + deep + `}`, reason: "nesting too deep"},
+		{key: "c-005", value: "{\"customer_id\":\"c-005\",\"amount\":1,\"ts\":5,\"note\":\"\xff\xfe\"}"},
+		{key: "c-000", value: "{\"customer_id\":\"c-000\",\xff:1}", reason: "invalid JSON"},
+		{key: "c-001", value: `{"customer_id":"c-001","amount":1e30,"ts":5}`, reason: "number out of range"},
+		{key: "c-002", value: `{"customer_id":"c-002","amount":NaN,"ts":5}`, reason: "invalid JSON"},
+		{key: "c-003", value: `{"customer_id":"c-003","amount":Infinity,"ts":5}`, reason: "invalid JSON"},
+		{key: "c-004", value: `{"customer_id":"c-004","amount":1,"ts":1767225600000000000}`, reason: "out of range (years 0000 to 9999)"},
+		{key: "c-005", value: `{"customer_id":"c-005","amount":1,"ts":-9223372036854775808}`, reason: "out of range (years 0000 to 9999)"},
+	}
+	for _, m := range []struct {
+		name string
+		opts pipelineOpts
+	}{
+		{"Realtime", pipelineOpts{}},
+		{"Backlog", pipelineOpts{enterLag: 20, exitLag: 2}},
+	} {
+		t.Run(m.name, func(t *testing.T) {
+			c := newLargeInputCluster(t)
+			brokers := c.ListenAddrs()
+			first, second := orders{n: 60, keys: 6, seed: 9}, orders{n: 60, keys: 6, seed: 10}
+			produce(t, brokers, first)
+			var recs []*kgo.Record
+			for _, h := range hostile {
+				r := &kgo.Record{Key: []byte(h.key), Value: []byte(h.value), Timestamp: time.UnixMilli(5)}
+				if h.null {
+					r.Key = nil
+				}
+				if h.tombstone {
+					r.Value = nil
+				}
+				recs = append(recs, r)
+			}
+			produceRecords(t, brokers, recs...)
+			produce(t, brokers, second)
+			want := expected(first, second)
+			reasons := map[string]string{} // "partition/offset" -> reason
+			for i, h := range hostile {
+				if h.reason == "" {
+					tot := want[h.key]
+					tot.cents += 100
+					tot.count++
+					want[h.key] = tot
+					continue
+				}
+				reasons[fmt.Sprintf("%d/%d", recs[i].Partition, recs[i].Offset)] = h.reason
+			}
+
+			e := newEngine(t, newConfig(t, brokers, m.opts), nil)
+			e.start(t)
+			waitCaughtUp(t, e, admin(t, brokers))
+			checkTotals(t, want, readTotals(t, brokers))
+			dead := readCommitted(t, brokers, e.cfg.DLQTopic())
+			for _, dl := range dead {
+				at := header(dl, task.HeaderSourcePartition) + "/" + header(dl, task.HeaderSourceOffset)
+				reason, ok := reasons[at]
+				if !ok {
+					t.Errorf("unexpected (or repeated) dead letter of %s: %.200s", at, header(dl, task.HeaderError))
+					continue
+				}
+				delete(reasons, at)
+				if got := header(dl, task.HeaderError); !strings.Contains(got, reason) {
+					t.Errorf("dead letter of %s: reason %.300q, want it to contain %q", at, got, reason)
+				}
+			}
+			for at, reason := range reasons {
+				t.Errorf("no dead letter for the record at %s (%s)", at, reason)
+			}
+			if n, want := e.metric(t, "sluice_dead_letters_total"), float64(len(dead)); n != want || n == 0 {
+				t.Errorf("sluice_dead_letters_total = %v, want %v", n, want)
+			}
+			if n := e.metric(t, "sluice_txn_aborts_total"); n != 0 {
+				t.Errorf("sluice_txn_aborts_total = %v, want 0", n)
+			}
+			if n := e.metric(t, "sluice_backlog_switches_total", "direction=to_realtime"); m.opts.enterLag > 0 && n < 1 {
+				t.Errorf("no task ran in backlog mode (switches to real-time: %v)", n)
 			}
 			e.stopClean(t)
 		})
