@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/sluice-dev/sluice/changelog"
@@ -212,6 +213,39 @@ func TestRestoreRejectsInvalidState(t *testing.T) {
 			t.Error("the rejected value was stored")
 		}
 	})
+}
+
+// TestRestoreRejectsBadWatermark: a watermark record (changelog.WatermarkHeader) whose value is
+// not 8 bytes stops the restore with ErrLayout naming the topic and offset; nothing of it is
+// stored (a task would otherwise fail to start on it, or read a wrong watermark).
+func TestRestoreRejectsBadWatermark(t *testing.T) {
+	for _, val := range []string{"", "wm", "123456789"} {
+		stores(t, func(t *testing.T, st state.Store) {
+			c := newCluster(t)
+			r := restorer(t, c, st)
+			w := newWriter(t, c, "")
+			w.put(0, rec{key: "a", val: "good"})
+			ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+			defer cancel()
+			kr := &kgo.Record{Topic: topic, Partition: 0, Key: changelog.WatermarkKey, Value: []byte(val),
+				Headers: []kgo.RecordHeader{{Key: changelog.WatermarkHeader}}}
+			if err := w.cl.ProduceSync(ctx, kr).FirstErr(); err != nil {
+				t.Fatal(err)
+			}
+			_, err := r.Restore(ctx, topic, ns0)
+			if !errors.Is(err, changelog.ErrLayout) {
+				t.Fatalf("Restore = %v, want ErrLayout", err)
+			}
+			for _, want := range []string{topic + "[0] offset 1", "watermark record of operator " + op, "sluice reset"} {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("error %q does not say %q", err, want)
+				}
+			}
+			if _, ok, _ := st.Get(changelog.WatermarkNamespace(ns0), changelog.WatermarkKey, nil); ok {
+				t.Error("the bad watermark was stored")
+			}
+		})
+	}
 }
 
 // TestRestoreWaitsForOpenTransaction: while a transaction is open on the partition (the

@@ -110,6 +110,9 @@ type Processing struct {
 	CommitInterval time.Duration `koanf:"commit_interval" doc:"Checkpoint interval in real-time mode: greater than 0 and shorter than kafka.transaction_timeout."`
 	StateDir       string        `koanf:"state_dir" doc:"Directory of the Pebble state (pebble/) and the sort spill files (sort/). Keep it on a persistent volume: without it a task restores its state from the changelog."`
 	CacheKeys      int           `koanf:"cache_keys" doc:"Per task: write-back cache entries in real-time mode, keys pre-aggregated in memory in backlog mode (beyond them records are sorted). At least 1."`
+	// MaxCheckpointFailures is the rule of consumer/failure.go for a record that cannot be
+	// produced.
+	MaxCheckpointFailures int `koanf:"max_checkpoint_failures" doc:"Checkpoints in a row that may abort because a record cannot be produced (a topic refuses it) before sluice exits 1; from 10 (or this, if lower) on, an ERROR names the record and /readyz is false. At least 1."`
 }
 
 // Guarantee values.
@@ -395,6 +398,8 @@ func defaults() Config {
 			CommitInterval: 100 * time.Millisecond,
 			StateDir:       "./data",
 			CacheKeys:      100000,
+
+			MaxCheckpointFailures: 100,
 		},
 		Backlog: Backlog{
 			Mode:             ModeAuto,

@@ -107,6 +107,9 @@ func (c *Config) validateProcessing() *Error {
 	if p.CacheKeys < 1 {
 		return errorf("processing.cache_keys", "must be at least 1, got %d", p.CacheKeys)
 	}
+	if p.MaxCheckpointFailures < 1 {
+		return errorf("processing.max_checkpoint_failures", "must be at least 1, got %d", p.MaxCheckpointFailures)
+	}
 	return nil
 }
 

@@ -44,8 +44,8 @@ type Pending struct {
 // Records returns how many records the checkpoint produced.
 func (pd *Pending) Records() int { return pd.records }
 
-// Err returns the first produce error of the checkpoint's records, once the producer has been
-// flushed; a checkpoint with an error must not be committed.
+// Err returns the first produce error of the checkpoint's records (a *ProduceError), once the
+// producer has been flushed; a checkpoint with an error must not be committed.
 func (pd *Pending) Err() error {
 	if err := pd.inline.get(); err != nil {
 		return err
@@ -63,9 +63,9 @@ func (pd *Pending) fail(err error) {
 	pd.mu.Unlock()
 }
 
-func (pd *Pending) promise(_ *kgo.Record, err error) {
+func (pd *Pending) promise(r *kgo.Record, err error) {
 	if err != nil {
-		pd.fail(err)
+		pd.fail(produceError(r, err))
 	}
 }
 
@@ -75,7 +75,7 @@ func (pd *Pending) changelogPromise(ns state.Namespace) func(*kgo.Record, error)
 		defer pd.mu.Unlock()
 		if err != nil {
 			if pd.err == nil {
-				pd.err = err
+				pd.err = produceError(r, err)
 			}
 			return
 		}

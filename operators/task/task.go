@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"math"
 	"path/filepath"
-	"strconv"
 	"sync"
 	"time"
 
@@ -563,24 +562,12 @@ func (t *Task) deadLetter(c *chain, kr *kgo.Record, op string, err error) {
 }
 
 // deadLetterReason holds kr for the dead-letter topic with header sluice.error = reason and the
-// extra headers.
+// extra headers. Every dead letter is built here, by newDeadLetter (deadletter.go), which
+// bounds its size.
 func (t *Task) deadLetterReason(c *chain, kr *kgo.Record, op, reason string, extra []kgo.RecordHeader) {
 	c.dead++
 	t.d.Metrics.deadLetter(op)
-	t.dlq = append(t.dlq, &kgo.Record{
-		Topic:     t.plan.Config.DLQTopic(),
-		Key:       bytes.Clone(kr.Key),
-		Value:     bytes.Clone(kr.Value),
-		Partition: -1,
-		Headers: append([]kgo.RecordHeader{
-			{Key: "sluice.error", Value: []byte(reason)},
-			{Key: "sluice.operator", Value: []byte(op)},
-			{Key: "sluice.source.topic", Value: []byte(kr.Topic)},
-			{Key: "sluice.source.partition", Value: []byte(strconv.Itoa(int(kr.Partition)))},
-			{Key: "sluice.source.offset", Value: []byte(strconv.FormatInt(kr.Offset, 10))},
-			{Key: "sluice.source.timestamp", Value: []byte(strconv.FormatInt(kr.Timestamp.UnixMilli(), 10))},
-		}, extra...),
-	})
+	t.dlq = append(t.dlq, newDeadLetter(t.plan.Config.DLQTopic(), kr, op, reason, extra))
 }
 
 // Close releases the task's sorters (dropping anything buffered: nothing of it was committed).
@@ -606,11 +593,11 @@ type errTracker struct {
 	err error
 }
 
-func (e *errTracker) promise(_ *kgo.Record, err error) {
+func (e *errTracker) promise(r *kgo.Record, err error) {
 	if err != nil {
 		e.mu.Lock()
 		if e.err == nil {
-			e.err = err
+			e.err = produceError(r, err)
 		}
 		e.mu.Unlock()
 	}
