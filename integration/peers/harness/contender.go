@@ -47,26 +47,36 @@ func (h *harness) contenders() []contender {
 	javaCP := func(dir string) string {
 		return filepath.Join(dir, "target", "classes") + string(os.PathListSeparator) + filepath.Join(dir, "target", "lib", "*")
 	}
+	windows := c.workload == "windows"
+	sizeMS := strconv.FormatInt(c.windowSize.Milliseconds(), 10)
 	kstreams := func(cacheBytes int64) func(l launch) ([]string, []string, error) {
 		return func(l launch) ([]string, []string, error) {
-			return []string{
+			argv := []string{
 				"java", "-Xmx" + c.javaHeap, "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
 				"-Djava.io.tmpdir=" + l.dir,
 				"-cp", javaCP(c.kstreamsDir), "dev.sluice.peers.kstreams.Main",
 				c.brokers, l.in, l.out, l.group, strconv.FormatInt(cacheBytes, 10),
 				strconv.Itoa(c.kstreamsThreads), "100",
-			}, nil, nil
+			}
+			if windows {
+				argv = append(argv, "windows", sizeMS, strconv.FormatInt(c.ksEmitInterval, 10))
+			}
+			return argv, nil, nil
 		}
 	}
 	flink := func(mode string) func(l launch) ([]string, []string, error) {
 		return func(l launch) ([]string, []string, error) {
-			return []string{
+			argv := []string{
 				"java", "-Xmx" + c.javaHeap, "@" + filepath.Join(c.flinkDir, "jvm.args"),
 				"-Dorg.slf4j.simpleLogger.defaultLogLevel=warn", "-Dorg.slf4j.simpleLogger.log.org.apache.flink.metrics=error",
 				"-Djava.io.tmpdir=" + l.dir,
 				"-cp", javaCP(c.flinkDir), "dev.sluice.peers.flink.Main",
 				c.brokers, l.in, l.out, l.group, mode, strconv.Itoa(c.flinkParallelism), "1000",
-			}, nil, nil
+			}
+			if windows {
+				argv = append(argv, "windows", sizeMS)
+			}
+			return argv, nil, nil
 		}
 	}
 	sluice := func(mode string) func(l launch) ([]string, []string, error) {
@@ -93,6 +103,17 @@ func (h *harness) contenders() []contender {
 	}
 	self, _ := os.Executable()
 	heapNote := "heap " + c.javaHeap
+	// What each peer computes, for the settings column.
+	ksWhat, flinkWhat, sluiceWhat := "", "", ""
+	if windows {
+		emit := fmt.Sprintf("emit interval %d ms", c.ksEmitInterval)
+		if c.ksEmitInterval < 0 {
+			emit = "default emit interval (1000 ms)"
+		}
+		ksWhat = fmt.Sprintf("windowedBy(TimeWindows.ofSizeAndGrace(%s, 0)).emitStrategy(onWindowClose()) (%s), ts extractor, ", yamlDuration(c.windowSize), emit)
+		flinkWhat = fmt.Sprintf("event-time TumblingEventTimeWindows(%s), forMonotonousTimestamps on ts, ", yamlDuration(c.windowSize))
+		sluiceWhat = fmt.Sprintf("window {tumbling: %s, grace: 0s}, emit: final, watermark max_delay 0s, ", yamlDuration(c.windowSize))
+	}
 	return []contender{
 		{
 			name:  "ceiling",
@@ -104,39 +125,39 @@ func (h *harness) contenders() []contender {
 		},
 		{
 			name:    "kstreams",
-			setup:   fmt.Sprintf("exactly_once_v2, commit 100 ms, cache 10 MiB (default), RocksDB, %d threads, %s", c.kstreamsThreads, heapNote),
+			setup:   fmt.Sprintf("%sexactly_once_v2, commit 100 ms, cache 10 MiB (default), RocksDB, %d threads, %s", ksWhat, c.kstreamsThreads, heapNote),
 			done:    doneGroup,
 			latency: true,
 			argv:    kstreams(10 << 20),
 		},
 		{
 			name:  "kstreams-cache512",
-			setup: fmt.Sprintf("exactly_once_v2, commit 100 ms, cache 512 MiB, RocksDB, %d threads, %s", c.kstreamsThreads, heapNote),
+			setup: fmt.Sprintf("%sexactly_once_v2, commit 100 ms, cache 512 MiB, RocksDB, %d threads, %s", ksWhat, c.kstreamsThreads, heapNote),
 			done:  doneGroup,
 			argv:  kstreams(512 << 20),
 		},
 		{
 			name:  "flink-streaming",
-			setup: fmt.Sprintf("STREAMING, parallelism %d, hashmap state, checkpoint 1 s, exactly-once sink, %s", c.flinkParallelism, heapNote),
+			setup: fmt.Sprintf("%sSTREAMING, parallelism %d, hashmap state, checkpoint 1 s, exactly-once sink, %s", flinkWhat, c.flinkParallelism, heapNote),
 			done:  doneExit,
 			argv:  flink("streaming"),
 		},
 		{
 			name:  "flink-batch",
-			setup: fmt.Sprintf("BATCH, parallelism %d, at-least-once sink (no checkpoints in BATCH), %s", c.flinkParallelism, heapNote),
+			setup: fmt.Sprintf("%sBATCH, parallelism %d, at-least-once sink (no checkpoints in BATCH), %s", flinkWhat, c.flinkParallelism, heapNote),
 			done:  doneExit,
 			argv:  flink("batch"),
 		},
 		{
 			name:  "sluice-never",
-			setup: "backlog.mode=never, exactly_once, commit 100 ms",
+			setup: sluiceWhat + "backlog.mode=never, exactly_once, commit 100 ms",
 			done:  doneGroup,
 			argv:  sluice("never"),
 		},
 		{
 			name: "sluice-auto",
-			setup: fmt.Sprintf("backlog.mode=auto (enter_lag %d, exit_lag %d, sort_memory %s; latency phase: enter_lag %d, exit_lag %d), exactly_once, commit 100 ms",
-				c.enterLag, c.exitLag, c.sortMemory, c.latEnterLag, c.latExitLag),
+			setup: fmt.Sprintf("%sbacklog.mode=auto (enter_lag %d, exit_lag %d, sort_memory %s; latency phase: enter_lag %d, exit_lag %d), exactly_once, commit 100 ms",
+				sluiceWhat, c.enterLag, c.exitLag, c.sortMemory, c.latEnterLag, c.latExitLag),
 			done:    doneGroup,
 			latency: true,
 			argv:    sluice("auto"),
@@ -144,17 +165,22 @@ func (h *harness) contenders() []contender {
 	}
 }
 
-// sluiceConfig is DESIGN.md's minimal pipeline pointed at the run's topics.
+// sluiceConfig is DESIGN.md's minimal pipeline pointed at the run's topics (with -workload
+// windows: the same aggregate in tumbling windows, emit: final).
 func sluiceConfig(c *config, l launch, mode, stateDir string, httpPort int) string {
 	brokers := strings.Split(c.brokers, ",")
-	return fmt.Sprintf(`kafka:
+	head := fmt.Sprintf(`kafka:
   brokers: [%s]
 group: %s
 instance_id: peers-0
 processing: {guarantee: exactly_once, commit_interval: 100ms, state_dir: %s}
 backlog: {enter_lag: %d, exit_lag: %d, sort_memory: %s, checkpoint_interval: 0s, mode: %s}
 http: {listen: 127.0.0.1:%d}
-`, strings.Join(brokers, ", "), l.group, stateDir, l.enterLag, l.exitLag, c.sortMemory, mode, httpPort) + workload.Pipeline(l.in, l.out)
+`, strings.Join(brokers, ", "), l.group, stateDir, l.enterLag, l.exitLag, c.sortMemory, mode, httpPort)
+	if c.workload == "windows" {
+		return head + windowsPipeline(l.in, l.out, c.windowSize)
+	}
+	return head + workload.Pipeline(l.in, l.out)
 }
 
 // freePort returns a loopback TCP port that was free a moment ago.

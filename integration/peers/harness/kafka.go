@@ -133,3 +133,39 @@ func pause(ctx context.Context, d time.Duration) error {
 		return nil
 	}
 }
+
+// settledEnds waits until no partition of topic has an undecided transaction (last stable
+// offset = high watermark) and returns those end offsets: right after a commit the markers may
+// not be written yet, and a read_committed read up to the last stable offset would miss them.
+func settledEnds(ctx context.Context, adm *kadm.Client, topic string) (offsets, error) {
+	for {
+		hwm, err := adm.ListEndOffsets(ctx, topic)
+		if err == nil {
+			err = hwm.Error()
+		}
+		if err != nil {
+			return nil, fmt.Errorf("listing end offsets of %s: %w", topic, err)
+		}
+		lso, err := endOffsets(ctx, adm, topic)
+		if err != nil {
+			return nil, err
+		}
+		ends := offsets{}
+		open := 0
+		for p, h := range hwm[topic] {
+			ends[p] = h.Offset
+			if lso[p] != h.Offset {
+				open++
+			}
+		}
+		if len(ends) == 0 {
+			return nil, fmt.Errorf("listing end offsets of %s: %w", topic, kerr.UnknownTopicOrPartition)
+		}
+		if open == 0 {
+			return ends, nil
+		}
+		if err := pause(ctx, 20*time.Millisecond); err != nil {
+			return nil, fmt.Errorf("%s still has %d partitions with an open transaction: %w", topic, open, err)
+		}
+	}
+}

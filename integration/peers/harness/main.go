@@ -47,6 +47,10 @@ type config struct {
 	command    string
 	timeout    time.Duration
 
+	workload   string        // "orders" (per-key totals) or "windows" (tumbling windows, emit final)
+	windowSpan time.Duration // windows: event time covered by the backlog
+	windowSize time.Duration // windows: tumbling window size
+
 	latency     bool
 	latRate     int
 	latDur      time.Duration
@@ -65,6 +69,7 @@ type config struct {
 	latEnterLag      int64
 	latExitLag       int64
 	sortMemory       string
+	ksEmitInterval   int64
 }
 
 func main() {
@@ -100,6 +105,9 @@ func parseFlags(args []string) (*config, error) {
 	fs.IntVar(&c.keys, "keys", 100_000, "distinct customer_id keys")
 	fs.IntVar(&c.partitions, "partitions", 8, "partitions of the input and output topics")
 	fs.Int64Var(&c.seed, "seed", 1, "workload seed")
+	fs.StringVar(&c.workload, "workload", "orders", "orders (per-key totals) or windows (tumbling windows per key, one final per key and window)")
+	fs.DurationVar(&c.windowSpan, "window-span", 2*time.Hour, "windows: event time the backlog spans (ts grows with the record index)")
+	fs.DurationVar(&c.windowSize, "window-size", time.Hour, "windows: tumbling window size (grace 0)")
 	fs.BoolVar(&c.smoke, "smoke", false, "20k records, 1k keys, 5 s latency phase: every contender must start and agree")
 	fs.StringVar(&c.topic, "topic", "orders", "input topic (recreated and prefilled unless -reuse-topic)")
 	fs.BoolVar(&c.reuse, "reuse-topic", false, "reuse the input topic when it already holds exactly -records records")
@@ -124,6 +132,8 @@ func parseFlags(args []string) (*config, error) {
 	fs.Int64Var(&c.latEnterLag, "sluice-latency-enter-lag", 50_000, "sluice backlog.enter_lag in the latency phase")
 	fs.Int64Var(&c.latExitLag, "sluice-latency-exit-lag", 500, "sluice backlog.exit_lag in the latency phase")
 	fs.StringVar(&c.sortMemory, "sluice-sort-memory", "256MiB", "sluice backlog.sort_memory")
+	fs.Int64Var(&c.ksEmitInterval, "kstreams-emit-interval", 0,
+		"windows: Kafka Streams' internal __emit.interval.ms.kstreams.windowed.aggregation__ (-1: its default, 1000 ms of wall time between emit checks)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -155,6 +165,12 @@ func parseFlags(args []string) (*config, error) {
 	if c.exitLag < 0 {
 		c.exitLag = 500
 	}
+	if c.workload == "windows" {
+		if set["latency"] && c.latency {
+			return nil, errors.New("-latency: the real-time latency phase needs -workload orders")
+		}
+		c.latency = false
+	}
 	if c.latBacklog < 0 {
 		c.latBacklog = min(c.records, 200_000)
 	}
@@ -168,6 +184,10 @@ func parseFlags(args []string) (*config, error) {
 		return nil, errors.New("-records, -keys and -partitions must be positive")
 	case c.latRate <= 0 || c.latDur <= 0:
 		return nil, errors.New("-latency-rate and -latency-duration must be positive")
+	case c.workload != "orders" && c.workload != "windows":
+		return nil, fmt.Errorf("-workload %q: want orders or windows", c.workload)
+	case c.windowSize < time.Millisecond || c.windowSize%time.Millisecond != 0 || c.windowSpan <= 0 || c.windowSpan%time.Millisecond != 0:
+		return nil, errors.New("-window-size and -window-span must be positive whole milliseconds")
 	}
 	for _, b := range strings.Split(c.brokers, ",") {
 		if !strings.HasPrefix(b, "127.0.0.1:") && !strings.HasPrefix(b, "localhost:") {
@@ -192,8 +212,10 @@ type harness struct {
 	cl       *kgo.Client
 	adm      *kadm.Client
 	spec     workload.Spec
-	want     map[string]workload.Total
-	floor    *latencyStats // the broker's own produce-to-consume latency at the live rate
+	want     map[string]workload.Total // orders: the per-key totals
+	win      windowed                  // windows: the workload
+	wantWin  map[window]workload.Total // windows: the finals
+	floor    *latencyStats             // the broker's own produce-to-consume latency at the live rate
 	floorErr string
 }
 
@@ -238,6 +260,7 @@ func run(ctx context.Context, cfg *config) (bool, error) {
 			Records: cfg.records, Keys: cfg.keys, Partitions: int32(cfg.partitions), Seed: cfg.seed,
 		},
 	}
+	h.win = windowed{spec: h.spec, span: cfg.windowSpan, size: cfg.windowSize}
 	cl, err := kgo.NewClient(append(workload.ProducerOpts(), kgo.SeedBrokers(h.seeds...))...)
 	if err != nil {
 		return false, fmt.Errorf("kafka client: %w", err)
@@ -269,8 +292,16 @@ func run(ctx context.Context, cfg *config) (bool, error) {
 	if err := h.prefill(ctx); err != nil {
 		return false, err
 	}
-	logf("prefilled %s with %d records over %d keys in %.1fs", cfg.topic, cfg.records, cfg.keys, time.Since(t0).Seconds())
-	h.want = h.spec.Expected()
+	logf("prefilled %s with %d records over %d keys in %.1fs", cfg.topic, h.inputRecords(), cfg.keys, time.Since(t0).Seconds())
+	if cfg.workload == "windows" {
+		if h.wantWin, err = h.win.expected(); err != nil {
+			return false, err
+		}
+		logf("windows: event time %s over the backlog, %s tumbling windows, closing records at ts %d; %d finals expected",
+			yamlDuration(cfg.windowSpan), yamlDuration(cfg.windowSize), h.win.closeTS(), len(h.wantWin))
+	} else {
+		h.want = h.spec.Expected()
+	}
 
 	var results []*result
 	for _, c := range selected {
@@ -327,34 +358,50 @@ func run(ctx context.Context, cfg *config) (bool, error) {
 	return allOK, nil
 }
 
+// inputRecords is the number of records in the input topic: the orders, plus the closing
+// records of the windows workload.
+func (h *harness) inputRecords() int64 {
+	if h.cfg.workload == "windows" {
+		return h.cfg.records + int64(h.cfg.partitions)
+	}
+	return h.cfg.records
+}
+
 // prefill creates the input topic and writes the workload once.
 func (h *harness) prefill(ctx context.Context) error {
 	c := h.cfg
+	want := h.inputRecords()
 	if c.reuse {
-		if end, err := endOffsets(ctx, h.adm, c.topic); err == nil && end.total() == c.records && len(end) == c.partitions {
-			logf("reusing %s (%d records)", c.topic, c.records)
+		if end, err := endOffsets(ctx, h.adm, c.topic); err == nil && end.total() == want && len(end) == c.partitions {
+			logf("reusing %s (%d records)", c.topic, want)
 			return nil
 		}
 	}
 	if err := recreateTopic(ctx, h.adm, c.topic, int32(c.partitions)); err != nil {
 		return err
 	}
-	if err := workload.Produce(ctx, h.cl, c.topic, h.spec); err != nil {
+	var err error
+	if c.workload == "windows" {
+		err = h.win.produce(ctx, h.cl, c.topic)
+	} else {
+		err = workload.Produce(ctx, h.cl, c.topic, h.spec)
+	}
+	if err != nil {
 		return fmt.Errorf("prefilling %s: %w", c.topic, err)
 	}
 	end, err := endOffsets(ctx, h.adm, c.topic)
 	if err != nil {
 		return err
 	}
-	if end.total() != c.records {
-		return fmt.Errorf("prefilling %s: end offsets sum to %d, want %d", c.topic, end.total(), c.records)
+	if end.total() != want {
+		return fmt.Errorf("prefilling %s: end offsets sum to %d, want %d", c.topic, end.total(), want)
 	}
 	return nil
 }
 
 // catchUp runs one contender over the prefilled topic and measures it.
 func (h *harness) catchUp(ctx context.Context, c contender) *result {
-	r := &result{name: c.name, setup: c.setup, records: h.cfg.records}
+	r := &result{name: c.name, setup: c.setup, records: h.inputRecords()}
 	group := "peers-" + h.runID + "-" + c.name
 	l := launch{
 		in: h.cfg.topic, out: group + "-out", group: group, dir: filepath.Join(h.cfg.workDir, c.name),
@@ -383,7 +430,19 @@ func (h *harness) catchUp(ctx context.Context, c contender) *result {
 		r.status = "ok"
 		return r
 	}
-	diff, err := h.verify(ctx, l.out, h.want)
+	var diff []string
+	if h.cfg.workload == "windows" {
+		var visible time.Time
+		diff, visible, err = h.verifyFinals(ctx, l.out)
+		// The finals of a contender that commits its input offsets before writing them become
+		// visible later: it has caught up when the read that saw them all began.
+		if err == nil && len(diff) == 0 && c.done == doneGroup && visible.Sub(p.start) > elapsed {
+			logf("%-18s caught up at %.2fs, every final visible at %.2fs", c.name, elapsed.Seconds(), visible.Sub(p.start).Seconds())
+			r.seconds = visible.Sub(p.start).Seconds()
+		}
+	} else {
+		diff, err = h.verify(ctx, l.out, h.want)
+	}
 	p.stop(30 * time.Second)
 	r.peakKiB = p.peakKiB.Load()
 	switch {
@@ -475,6 +534,37 @@ func (h *harness) verify(ctx context.Context, topic string, want map[string]work
 		}
 		if err := pause(ctx, time.Second); err != nil {
 			return nil, err
+		}
+	}
+}
+
+// verifyFinals reads the windowed finals of topic and compares them with the expected ones,
+// retrying for a few seconds while some finals are only missing. visible is when the read that
+// found no difference began (the zero time if none did): a time at which every final was visible.
+func (h *harness) verifyFinals(ctx context.Context, topic string) (diff []string, visible time.Time, err error) {
+	deadline := time.Now().Add(15 * time.Second)
+	first := true
+	for {
+		began := time.Now()
+		f, err := readFinals(ctx, h.seeds, topic, h.win, h.wantWin)
+		if err != nil {
+			return nil, time.Time{}, err
+		}
+		diff, onlyMissing := f.diff(8)
+		if len(diff) == 0 {
+			if first {
+				// Every final was visible before this read's first request: at the latest when
+				// the contender was seen caught up.
+				return nil, time.Time{}, nil
+			}
+			return nil, began, nil
+		}
+		if !onlyMissing || time.Now().After(deadline) {
+			return diff, time.Time{}, nil
+		}
+		first = false
+		if err := pause(ctx, time.Second); err != nil {
+			return nil, time.Time{}, err
 		}
 	}
 }

@@ -4,15 +4,19 @@ import java.math.BigDecimal;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
+import java.time.Duration;
 
 import org.apache.flink.api.common.JobExecutionResult;
 import org.apache.flink.api.common.RuntimeExecutionMode;
+import org.apache.flink.api.common.eventtime.SerializableTimestampAssigner;
 import org.apache.flink.api.common.eventtime.WatermarkStrategy;
 import org.apache.flink.api.common.functions.ReduceFunction;
 import org.apache.flink.api.common.typeinfo.TypeInformation;
 import org.apache.flink.api.common.typeinfo.Types;
 import org.apache.flink.api.java.functions.KeySelector;
 import org.apache.flink.api.java.tuple.Tuple3;
+import org.apache.flink.api.java.tuple.Tuple4;
+import org.apache.flink.api.java.tuple.Tuple5;
 import org.apache.flink.configuration.CheckpointingOptions;
 import org.apache.flink.configuration.Configuration;
 import org.apache.flink.configuration.CoreOptions;
@@ -26,6 +30,9 @@ import org.apache.flink.connector.kafka.source.enumerator.initializer.OffsetsIni
 import org.apache.flink.connector.kafka.source.reader.deserializer.KafkaRecordDeserializationSchema;
 import org.apache.flink.core.execution.CheckpointingMode;
 import org.apache.flink.streaming.api.environment.StreamExecutionEnvironment;
+import org.apache.flink.streaming.api.functions.windowing.ProcessWindowFunction;
+import org.apache.flink.streaming.api.windowing.assigners.TumblingEventTimeWindows;
+import org.apache.flink.streaming.api.windowing.windows.TimeWindow;
 import org.apache.flink.util.Collector;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.producer.ProducerRecord;
@@ -42,8 +49,16 @@ import org.apache.kafka.clients.producer.ProducerRecord;
  * (transactional) sink. BATCH mode emits one final result per key; it has no checkpoints, so its
  * sink is at-least-once. The process exits when the bounded job finishes.
  *
+ * <p>With the "windows" workload: per customer_id and event-time tumbling window of windowMs
+ * (TumblingEventTimeWindows; event time = the value's "ts", watermarks forMonotonousTimestamps per
+ * Kafka partition), allowed lateness 0, the same sum and count, one result per key and window
+ * when the window fires, written as
+ * {"key":"c-0000042","window_start":..,"window_end":..,"amount":..,"orders":..}. BATCH fires each
+ * window once at the end of its key's input; STREAMING when the watermark passes the window's
+ * end, and every remaining window at the end of the bounded input.
+ *
  * <p>Args: brokers inputTopic outputTopic groupId mode(streaming|batch) [parallelism=2]
- * [checkpointMs=1000].
+ * [checkpointMs=1000] [workload=totals|windows] [windowMs=3600000].
  */
 public final class Main {
   private Main() {}
@@ -53,6 +68,37 @@ public final class Main {
       Types.TUPLE(Types.STRING, Types.BIG_DEC, Types.LONG);
 
   private static final byte[] AMOUNT = "\"amount\"".getBytes(StandardCharsets.US_ASCII);
+  private static final byte[] TS = "\"ts\"".getBytes(StandardCharsets.US_ASCII);
+
+  /** (customer_id, amount, orders, ts). */
+  static final TypeInformation<Tuple4<String, BigDecimal, Long, Long>> ORDER =
+      Types.TUPLE(Types.STRING, Types.BIG_DEC, Types.LONG, Types.LONG);
+
+  /** (customer_id, window_start, window_end, amount, orders). */
+  static final TypeInformation<Tuple5<String, Long, Long, BigDecimal, Long>> FINAL =
+      Types.TUPLE(Types.STRING, Types.LONG, Types.LONG, Types.BIG_DEC, Types.LONG);
+
+  /** Parses the top-level "ts" field (epoch ms, a JSON integer). */
+  static long ts(byte[] v) {
+    int i = indexOf(v, TS);
+    if (i < 0) {
+      throw new IllegalArgumentException("no ts field in " + new String(v, StandardCharsets.UTF_8));
+    }
+    i += TS.length;
+    while (i < v.length && (v[i] == ' ' || v[i] == ':')) {
+      i++;
+    }
+    long ts = 0;
+    int digits = 0;
+    for (; i < v.length && v[i] >= '0' && v[i] <= '9'; i++) {
+      ts = ts * 10 + (v[i] - '0');
+      digits++;
+    }
+    if (digits == 0 || digits > 18) {
+      throw new IllegalArgumentException("bad ts in " + new String(v, StandardCharsets.UTF_8));
+    }
+    return ts;
+  }
 
   /**
    * Parses the JSON number of the top-level "amount" field exactly. A hand-written scanner (no
@@ -158,6 +204,90 @@ public final class Main {
     }
   }
 
+  /** Kafka record (key = customer_id, JSON value) to (customer_id, amount, 1, ts). */
+  static final class TimedOrderDeserializer
+      implements KafkaRecordDeserializationSchema<Tuple4<String, BigDecimal, Long, Long>> {
+    @Override
+    public void deserialize(
+        ConsumerRecord<byte[], byte[]> r, Collector<Tuple4<String, BigDecimal, Long, Long>> out) {
+      out.collect(
+          Tuple4.of(new String(r.key(), StandardCharsets.UTF_8), amount(r.value()), 1L, ts(r.value())));
+    }
+
+    @Override
+    public TypeInformation<Tuple4<String, BigDecimal, Long, Long>> getProducedType() {
+      return ORDER;
+    }
+  }
+
+  static final class OrderTime implements SerializableTimestampAssigner<Tuple4<String, BigDecimal, Long, Long>> {
+    @Override
+    public long extractTimestamp(Tuple4<String, BigDecimal, Long, Long> t, long recordTimestamp) {
+      return t.f3;
+    }
+  }
+
+  static final class ByCustomerTimed implements KeySelector<Tuple4<String, BigDecimal, Long, Long>, String> {
+    @Override
+    public String getKey(Tuple4<String, BigDecimal, Long, Long> t) {
+      return t.f0;
+    }
+  }
+
+  static final class SumTimed implements ReduceFunction<Tuple4<String, BigDecimal, Long, Long>> {
+    @Override
+    public Tuple4<String, BigDecimal, Long, Long> reduce(
+        Tuple4<String, BigDecimal, Long, Long> a, Tuple4<String, BigDecimal, Long, Long> b) {
+      return Tuple4.of(a.f0, a.f1.add(b.f1), a.f2 + b.f2, Math.max(a.f3, b.f3));
+    }
+  }
+
+  /** The window's reduced (customer, sum, count) with the window's bounds. */
+  static final class WithWindow
+      extends ProcessWindowFunction<
+          Tuple4<String, BigDecimal, Long, Long>, Tuple5<String, Long, Long, BigDecimal, Long>, String, TimeWindow> {
+    @Override
+    public void process(
+        String key,
+        Context ctx,
+        Iterable<Tuple4<String, BigDecimal, Long, Long>> sums,
+        Collector<Tuple5<String, Long, Long, BigDecimal, Long>> out) {
+      TimeWindow w = ctx.window();
+      for (Tuple4<String, BigDecimal, Long, Long> t : sums) {
+        out.collect(Tuple5.of(key, w.getStart(), w.getEnd(), t.f1, t.f2));
+      }
+    }
+  }
+
+  /** (customer_id, start, end, sum, count) to key = customer_id, value = sluice's windowed JSON. */
+  static final class FinalSerializer
+      implements KafkaRecordSerializationSchema<Tuple5<String, Long, Long, BigDecimal, Long>> {
+    private final String topic;
+
+    FinalSerializer(String topic) {
+      this.topic = topic;
+    }
+
+    @Override
+    public ProducerRecord<byte[], byte[]> serialize(
+        Tuple5<String, Long, Long, BigDecimal, Long> t, KafkaSinkContext ctx, Long timestamp) {
+      StringBuilder sb = new StringBuilder(112).append("{\"key\":\"");
+      for (int i = 0; i < t.f0.length(); i++) {
+        char c = t.f0.charAt(i);
+        if (c == '"' || c == '\\') {
+          sb.append('\\');
+        }
+        sb.append(c);
+      }
+      sb.append("\",\"window_start\":").append(t.f1).append(",\"window_end\":").append(t.f2)
+          .append(",\"amount\":").append(t.f3.toPlainString()).append(",\"orders\":").append(t.f4).append('}');
+      return new ProducerRecord<>(
+          topic,
+          t.f0.getBytes(StandardCharsets.UTF_8),
+          sb.toString().getBytes(StandardCharsets.UTF_8));
+    }
+  }
+
   static final class ByCustomer implements KeySelector<Tuple3<String, BigDecimal, Long>, String> {
     @Override
     public String getKey(Tuple3<String, BigDecimal, Long> t) {
@@ -176,7 +306,8 @@ public final class Main {
   public static void main(String[] args) throws Exception {
     if (args.length < 5) {
       System.err.println(
-          "usage: Main brokers inputTopic outputTopic groupId streaming|batch [parallelism=2] [checkpointMs=1000]");
+          "usage: Main brokers inputTopic outputTopic groupId streaming|batch [parallelism=2] [checkpointMs=1000]"
+              + " [workload=totals|windows] [windowMs=3600000]");
       System.exit(2);
     }
     String brokers = args[0];
@@ -198,6 +329,13 @@ public final class Main {
     }
     int parallelism = args.length > 5 ? Integer.parseInt(args[5]) : 2;
     long checkpointMs = args.length > 6 ? Long.parseLong(args[6]) : 1000;
+    String workload = args.length > 7 ? args[7] : "totals";
+    long windowMs = args.length > 8 ? Long.parseLong(args[8]) : 3_600_000L;
+    if (!workload.equals("totals") && !workload.equals("windows")) {
+      System.err.println("flink: workload must be totals or windows, got " + workload);
+      System.exit(2);
+    }
+    boolean windows = workload.equals("windows");
 
     Path tmp = Files.createTempDirectory("flink-" + group + "-");
     Configuration conf = new Configuration();
@@ -213,37 +351,67 @@ public final class Main {
       env.enableCheckpointing(checkpointMs, CheckpointingMode.EXACTLY_ONCE);
     }
 
-    KafkaSource<Tuple3<String, BigDecimal, Long>> source =
-        KafkaSource.<Tuple3<String, BigDecimal, Long>>builder()
-            .setBootstrapServers(brokers)
-            .setTopics(input)
-            .setGroupId(group)
-            .setStartingOffsets(OffsetsInitializer.earliest())
-            .setBounded(OffsetsInitializer.latest())
-            .setProperty("isolation.level", "read_committed")
-            .setDeserializer(new OrderDeserializer())
-            .build();
-    KafkaSink<Tuple3<String, BigDecimal, Long>> sink =
-        KafkaSink.<Tuple3<String, BigDecimal, Long>>builder()
-            .setBootstrapServers(brokers)
-            .setRecordSerializer(new TotalsSerializer(output))
-            .setDeliveryGuarantee(batch ? DeliveryGuarantee.AT_LEAST_ONCE : DeliveryGuarantee.EXACTLY_ONCE)
-            .setTransactionalIdPrefix(group)
-            .setProperty("transaction.timeout.ms", "600000")
-            .build();
+    DeliveryGuarantee guarantee = batch ? DeliveryGuarantee.AT_LEAST_ONCE : DeliveryGuarantee.EXACTLY_ONCE;
+    if (windows) {
+      KafkaSource<Tuple4<String, BigDecimal, Long, Long>> source =
+          KafkaSource.<Tuple4<String, BigDecimal, Long, Long>>builder()
+              .setBootstrapServers(brokers)
+              .setTopics(input)
+              .setGroupId(group)
+              .setStartingOffsets(OffsetsInitializer.earliest())
+              .setBounded(OffsetsInitializer.latest())
+              .setProperty("isolation.level", "read_committed")
+              .setDeserializer(new TimedOrderDeserializer())
+              .build();
+      KafkaSink<Tuple5<String, Long, Long, BigDecimal, Long>> sink =
+          KafkaSink.<Tuple5<String, Long, Long, BigDecimal, Long>>builder()
+              .setBootstrapServers(brokers)
+              .setRecordSerializer(new FinalSerializer(output))
+              .setDeliveryGuarantee(guarantee)
+              .setTransactionalIdPrefix(group)
+              .setProperty("transaction.timeout.ms", "600000")
+              .build();
+      WatermarkStrategy<Tuple4<String, BigDecimal, Long, Long>> watermarks =
+          WatermarkStrategy.<Tuple4<String, BigDecimal, Long, Long>>forMonotonousTimestamps()
+              .withTimestampAssigner(new OrderTime());
+      env.fromSource(source, watermarks, "orders")
+          .keyBy(new ByCustomerTimed())
+          .window(TumblingEventTimeWindows.of(Duration.ofMillis(windowMs)))
+          .reduce(new SumTimed(), new WithWindow(), FINAL)
+          .sinkTo(sink);
+    } else {
+      KafkaSource<Tuple3<String, BigDecimal, Long>> source =
+          KafkaSource.<Tuple3<String, BigDecimal, Long>>builder()
+              .setBootstrapServers(brokers)
+              .setTopics(input)
+              .setGroupId(group)
+              .setStartingOffsets(OffsetsInitializer.earliest())
+              .setBounded(OffsetsInitializer.latest())
+              .setProperty("isolation.level", "read_committed")
+              .setDeserializer(new OrderDeserializer())
+              .build();
+      KafkaSink<Tuple3<String, BigDecimal, Long>> sink =
+          KafkaSink.<Tuple3<String, BigDecimal, Long>>builder()
+              .setBootstrapServers(brokers)
+              .setRecordSerializer(new TotalsSerializer(output))
+              .setDeliveryGuarantee(guarantee)
+              .setTransactionalIdPrefix(group)
+              .setProperty("transaction.timeout.ms", "600000")
+              .build();
 
-    env.fromSource(source, WatermarkStrategy.noWatermarks(), "orders")
-        .keyBy(new ByCustomer())
-        .reduce(new Sum())
-        .sinkTo(sink);
+      env.fromSource(source, WatermarkStrategy.noWatermarks(), "orders")
+          .keyBy(new ByCustomer())
+          .reduce(new Sum())
+          .sinkTo(sink);
+    }
 
     System.err.printf(
-        "flink: mode=%s parallelism=%d checkpoint=%s in=%s out=%s group=%s tmp=%s%n",
+        "flink: mode=%s parallelism=%d checkpoint=%s in=%s out=%s group=%s workload=%s%s tmp=%s%n",
         batch ? "BATCH" : "STREAMING", parallelism, batch ? "none" : checkpointMs + "ms", input,
-        output, group, tmp);
+        output, group, workload, windows ? " window=" + windowMs + "ms" : "", tmp);
     int exit = 0;
     try {
-      JobExecutionResult r = env.execute("totals-" + (batch ? "batch" : "streaming"));
+      JobExecutionResult r = env.execute(workload + "-" + (batch ? "batch" : "streaming"));
       System.err.printf("flink: job finished in %d ms%n", r.getNetRuntime());
     } catch (Exception e) {
       System.err.println("flink: job failed: " + e);

@@ -11,6 +11,7 @@ import java.util.Properties;
 import java.util.concurrent.CountDownLatch;
 
 import org.apache.kafka.clients.consumer.ConsumerConfig;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.common.serialization.Deserializer;
 import org.apache.kafka.common.serialization.Serde;
 import org.apache.kafka.common.serialization.Serdes;
@@ -20,10 +21,15 @@ import org.apache.kafka.streams.KafkaStreams;
 import org.apache.kafka.streams.StreamsBuilder;
 import org.apache.kafka.streams.StreamsConfig;
 import org.apache.kafka.streams.errors.StreamsUncaughtExceptionHandler;
+import org.apache.kafka.streams.KeyValue;
 import org.apache.kafka.streams.kstream.Consumed;
+import org.apache.kafka.streams.kstream.EmitStrategy;
 import org.apache.kafka.streams.kstream.Materialized;
 import org.apache.kafka.streams.kstream.Produced;
+import org.apache.kafka.streams.kstream.TimeWindows;
+import org.apache.kafka.streams.processor.TimestampExtractor;
 import org.apache.kafka.streams.state.KeyValueStore;
+import org.apache.kafka.streams.state.WindowStore;
 
 /**
  * The Kafka Streams contender of the sluice peer benchmark: per customer_id (the record key) the
@@ -35,8 +41,17 @@ import org.apache.kafka.streams.state.KeyValueStore;
  * exactly_once_v2, commit.interval.ms=100, state dir in a fresh temp directory that is removed
  * on exit. Runs until SIGTERM.
  *
+ * <p>With the "windows" workload: per customer_id and tumbling window of windowMs of event time
+ * (the value's "ts", read by a TimestampExtractor), grace 0, the same sum and count, emitted once
+ * when the window closes (emitStrategy(onWindowClose()): when the task's stream time reaches the
+ * window's end) as {"key":"c-0000042","window_start":..,"window_end":..,"amount":..,"orders":..}.
+ * Kafka Streams checks for closed windows while it processes a record, at most once per
+ * emitIntervalMs of wall time (its internal config
+ * __emit.interval.ms.kstreams.windowed.aggregation__, 1000 ms by default; -1 keeps the default):
+ * a window closed by the last record of a backlog is emitted only if that check is due.
+ *
  * <p>Args: brokers inputTopic outputTopic applicationId cacheMaxBytes [streamThreads=2]
- * [commitIntervalMs=100].
+ * [commitIntervalMs=100] [workload=totals|windows] [windowMs=3600000] [emitIntervalMs=-1].
  */
 public final class Main {
   private Main() {}
@@ -100,6 +115,39 @@ public final class Main {
   }
 
   private static final byte[] AMOUNT = "\"amount\"".getBytes(StandardCharsets.US_ASCII);
+  private static final byte[] TS = "\"ts\"".getBytes(StandardCharsets.US_ASCII);
+
+  /** Parses the top-level "ts" field (epoch ms, a JSON integer); -1 when there is none. */
+  static long ts(byte[] v) {
+    int i = indexOf(v, TS);
+    if (i < 0) {
+      return -1;
+    }
+    i += TS.length;
+    while (i < v.length && (v[i] == ' ' || v[i] == ':')) {
+      i++;
+    }
+    long ts = 0;
+    int digits = 0;
+    for (; i < v.length && v[i] >= '0' && v[i] <= '9'; i++) {
+      ts = ts * 10 + (v[i] - '0');
+      digits++;
+    }
+    return digits == 0 || digits > 18 ? -1 : ts;
+  }
+
+  /** The record's event time is its value's "ts"; a record without one fails the task. */
+  static final class OrderTime implements TimestampExtractor {
+    @Override
+    public long extract(ConsumerRecord<Object, Object> r, long partitionTime) {
+      long ts = r.value() instanceof byte[] ? ts((byte[]) r.value()) : -1;
+      if (ts < 0) {
+        throw new IllegalArgumentException(
+            "no ts in the record at " + r.topic() + "-" + r.partition() + "@" + r.offset());
+      }
+      return ts;
+    }
+  }
 
   /**
    * Parses the JSON number of the top-level "amount" field exactly. A hand-written scanner (no
@@ -163,7 +211,16 @@ public final class Main {
   }
 
   static String json(String key, Totals t) {
-    StringBuilder sb = new StringBuilder(64);
+    return fields(keyJson(key), t);
+  }
+
+  /** {"key":..,"window_start":..,"window_end":..,"amount":..,"orders":..}: sluice's windowed output. */
+  static String windowJson(String key, long start, long end, Totals t) {
+    return fields(keyJson(key).append(",\"window_start\":").append(start).append(",\"window_end\":").append(end), t);
+  }
+
+  private static StringBuilder keyJson(String key) {
+    StringBuilder sb = new StringBuilder(96);
     sb.append("{\"key\":\"");
     for (int i = 0; i < key.length(); i++) {
       char c = key.charAt(i);
@@ -172,7 +229,11 @@ public final class Main {
       }
       sb.append(c);
     }
-    return sb.append("\",\"amount\":")
+    return sb.append('"');
+  }
+
+  private static String fields(StringBuilder sb, Totals t) {
+    return sb.append(",\"amount\":")
         .append(t.amount.toPlainString())
         .append(",\"orders\":")
         .append(t.orders)
@@ -183,7 +244,8 @@ public final class Main {
   public static void main(String[] args) throws Exception {
     if (args.length < 5) {
       System.err.println(
-          "usage: Main brokers inputTopic outputTopic applicationId cacheMaxBytes [streamThreads=2] [commitIntervalMs=100]");
+          "usage: Main brokers inputTopic outputTopic applicationId cacheMaxBytes [streamThreads=2] [commitIntervalMs=100]"
+              + " [workload=totals|windows] [windowMs=3600000] [emitIntervalMs=-1]");
       System.exit(2);
     }
     String brokers = args[0];
@@ -193,6 +255,13 @@ public final class Main {
     long cacheBytes = Long.parseLong(args[4]);
     int threads = args.length > 5 ? Integer.parseInt(args[5]) : 2;
     long commitMs = args.length > 6 ? Long.parseLong(args[6]) : 100;
+    String workload = args.length > 7 ? args[7] : "totals";
+    long windowMs = args.length > 8 ? Long.parseLong(args[8]) : 3_600_000L;
+    long emitIntervalMs = args.length > 9 ? Long.parseLong(args[9]) : -1;
+    if (!workload.equals("totals") && !workload.equals("windows")) {
+      System.err.println("kstreams: workload must be totals or windows, got " + workload);
+      System.exit(2);
+    }
 
     Path stateDir = Files.createTempDirectory("kstreams-" + appId + "-");
 
@@ -206,20 +275,39 @@ public final class Main {
     p.put(StreamsConfig.STATE_DIR_CONFIG, stateDir.toString());
     p.put(StreamsConfig.REPLICATION_FACTOR_CONFIG, 1);
     p.put(StreamsConfig.consumerPrefix(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG), "earliest");
+    if (emitIntervalMs >= 0) {
+      p.put(StreamsConfig.InternalConfig.EMIT_INTERVAL_MS_KSTREAMS_WINDOWED_AGGREGATION, emitIntervalMs);
+    }
 
     TotalsSerde totalsSerde = new TotalsSerde();
     StreamsBuilder b = new StreamsBuilder();
-    b.stream(input, Consumed.with(Serdes.String(), Serdes.ByteArray()))
-        .groupByKey()
-        .aggregate(
-            () -> ZERO,
-            (key, value, agg) -> new Totals(agg.amount.add(amount(value)), agg.orders + 1),
-            Materialized.<String, Totals, KeyValueStore<Bytes, byte[]>>as("totals")
-                .withKeySerde(Serdes.String())
-                .withValueSerde(totalsSerde))
-        .toStream()
-        .mapValues(Main::json)
-        .to(output, Produced.with(Serdes.String(), Serdes.String()));
+    if (workload.equals("windows")) {
+      b.stream(input, Consumed.with(Serdes.String(), Serdes.ByteArray()).withTimestampExtractor(new OrderTime()))
+          .groupByKey()
+          .windowedBy(TimeWindows.ofSizeAndGrace(Duration.ofMillis(windowMs), Duration.ZERO))
+          .emitStrategy(EmitStrategy.onWindowClose())
+          .aggregate(
+              () -> ZERO,
+              (key, value, agg) -> new Totals(agg.amount.add(amount(value)), agg.orders + 1),
+              Materialized.<String, Totals, WindowStore<Bytes, byte[]>>as("windows")
+                  .withKeySerde(Serdes.String())
+                  .withValueSerde(totalsSerde))
+          .toStream()
+          .map((w, t) -> KeyValue.pair(w.key(), windowJson(w.key(), w.window().start(), w.window().end(), t)))
+          .to(output, Produced.with(Serdes.String(), Serdes.String()));
+    } else {
+      b.stream(input, Consumed.with(Serdes.String(), Serdes.ByteArray()))
+          .groupByKey()
+          .aggregate(
+              () -> ZERO,
+              (key, value, agg) -> new Totals(agg.amount.add(amount(value)), agg.orders + 1),
+              Materialized.<String, Totals, KeyValueStore<Bytes, byte[]>>as("totals")
+                  .withKeySerde(Serdes.String())
+                  .withValueSerde(totalsSerde))
+          .toStream()
+          .mapValues(Main::json)
+          .to(output, Produced.with(Serdes.String(), Serdes.String()));
+    }
 
     KafkaStreams streams = new KafkaStreams(b.build(), p);
     CountDownLatch done = new CountDownLatch(1);
@@ -247,9 +335,10 @@ public final class Main {
                   done.countDown();
                 }));
     System.err.printf(
-        "kstreams: kafka-streams %s app=%s in=%s out=%s cache=%d threads=%d commit=%dms state=%s%n",
-        kafkaVersion(), appId, input, output, cacheBytes,
-        threads, commitMs, stateDir);
+        "kstreams: kafka-streams %s app=%s in=%s out=%s cache=%d threads=%d commit=%dms workload=%s%s state=%s%n",
+        kafkaVersion(), appId, input, output, cacheBytes, threads, commitMs, workload,
+        workload.equals("windows") ? " window=" + windowMs + "ms emitInterval=" + emitIntervalMs + "ms" : "",
+        stateDir);
     streams.start();
     done.await();
     System.exit(exit[0]);
