@@ -1,5 +1,5 @@
 # The two commands that matter are at the top of README.md: `go run ./cmd/sluice demo` and `make test`.
-.PHONY: build test demo bench peers-smoke peers-smoke-windows peers
+.PHONY: build test demo bench peers-smoke peers-smoke-windows peers fuzz
 
 build:
 	go build -o bin/sluice ./cmd/sluice
@@ -23,3 +23,10 @@ peers-smoke-windows: build
 
 peers: build
 	bash integration/peers/run.sh
+
+# Every fuzz target (go test -fuzz) for FUZZTIME each, FUZZ_JOBS at a time (default: the CPUs):
+# make fuzz FUZZTIME=5m.
+# A crash leaves its input in <package>/testdata/fuzz/<Target>/ (see integration/fuzz.sh).
+FUZZTIME ?= 30s
+fuzz:
+	bash integration/fuzz.sh $(FUZZTIME)

@@ -7,8 +7,11 @@
 // (or time lag >= EnterTimeLag when set), leave at lag <= ExitLag (and time lag <= ExitTimeLag
 // when set), so a task near the threshold does not flap.
 //
-// The decision travels in-band with the records as a RecordAttributes event (FLIP-309/325/327).
-// A two-input operator is in backlog while any of its inputs is (Combine).
+// Each keyed chain of a task (operators/task) owns a Detector for its input partition; the task
+// decides which lag of a fetch it observes (Task.BeforeBatch, Task.AfterBatch) and applies a
+// change of mode at a checkpoint. RecordAttributes is the mode a Detector reports (Flink's
+// RecordAttributes{isBacklog}, FLIP-309/325/327); Combine is the rule for an operator with
+// several inputs, which is in backlog while any of them is.
 package backlog
 
 import (

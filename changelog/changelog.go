@@ -249,31 +249,7 @@ func (r *Restorer) Restore(ctx context.Context, topic string, ns state.Namespace
 				return
 			}
 			st.Records++
-			if hasHeader(rec, WatermarkHeader) {
-				aerr = b.Set(WatermarkNamespace(ns), WatermarkKey, rec.Value)
-				return
-			}
-			if aerr = checkLayout(rec, ns, fp, layout); aerr != nil {
-				return
-			}
-			if hasHeader(rec, PendingHeader) {
-				marks = true
-				if aerr = b.Set(pendNS, rec.Key, []byte{}); aerr != nil {
-					return
-				}
-			} else if marks {
-				if aerr = b.Delete(pendNS, rec.Key); aerr != nil {
-					return
-				}
-			}
-			switch {
-			case rec.Value == nil:
-				aerr = b.Delete(ns, rec.Key)
-			case r.Valid != nil && !r.Valid(ns.Operator, rec.Value):
-				aerr = invalidState(rec, ns, layout)
-			default:
-				aerr = b.Set(ns, rec.Key, rec.Value)
-			}
+			aerr = r.apply(b, rec, ns, fp, layout, &marks)
 		})
 		if aerr != nil {
 			return st, aerr
@@ -291,6 +267,41 @@ func (r *Restorer) Restore(ctx context.Context, topic string, ns state.Namespace
 	}
 	st.Duration = time.Since(start)
 	return st, nil
+}
+
+// apply decodes one changelog record of ns (not a transaction marker) into b: a watermark
+// record (WatermarkHeader, 8 bytes), or a key's state (checked against the layout fingerprint fp
+// and the Valid hook; nil value: deleted), its pending mark set or cleared (PendingHeader;
+// *marks: the pending namespace may hold keys). A record that does not decode is an error
+// wrapping ErrLayout; nothing of it is applied.
+func (r *Restorer) apply(b state.Batch, rec *kgo.Record, ns state.Namespace, fp, layout string, marks *bool) error {
+	if hasHeader(rec, WatermarkHeader) {
+		if len(rec.Value) != 8 {
+			return invalidWatermark(rec, ns)
+		}
+		return b.Set(WatermarkNamespace(ns), WatermarkKey, rec.Value)
+	}
+	if err := checkLayout(rec, ns, fp, layout); err != nil {
+		return err
+	}
+	if rec.Value != nil && r.Valid != nil && !r.Valid(ns.Operator, rec.Value) {
+		return invalidState(rec, ns, layout)
+	}
+	pendNS := PendingNamespace(ns)
+	if hasHeader(rec, PendingHeader) {
+		*marks = true
+		if err := b.Set(pendNS, rec.Key, []byte{}); err != nil {
+			return err
+		}
+	} else if *marks {
+		if err := b.Delete(pendNS, rec.Key); err != nil {
+			return err
+		}
+	}
+	if rec.Value == nil {
+		return b.Delete(ns, rec.Key)
+	}
+	return b.Set(ns, rec.Key, rec.Value)
 }
 
 func (r *Restorer) log() *slog.Logger {

@@ -51,3 +51,10 @@ func invalidState(rec *kgo.Record, ns state.Namespace, wantText string) error {
 	return fmt.Errorf("%w: %s[%d] offset %d: its value (%d bytes) is not a state of operator %s under this config's layout%s; %s",
 		ErrLayout, rec.Topic, rec.Partition, rec.Offset, len(rec.Value), ns.Operator, layout, ResetHint(ns.Operator, rec.Topic))
 }
+
+// invalidWatermark is the error for a watermark record whose value is not 8 bytes.
+func invalidWatermark(rec *kgo.Record, ns state.Namespace) error {
+	return fmt.Errorf("%w: %s[%d] offset %d: a watermark record of operator %s holds %d bytes, want 8 (sluice did not write it); "+
+		"start the operator's state over with `sluice reset -c FILE --operator %s` (with sluice stopped, on every instance)",
+		ErrLayout, rec.Topic, rec.Partition, rec.Offset, ns.Operator, len(rec.Value), ns.Operator)
+}

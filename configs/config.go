@@ -13,6 +13,10 @@
 // Unknown keys, in the file or in the environment, are errors. Variables named SLUICE_TEST_* or
 // SLUICE_REQUIRE_* are reserved for test harnesses and ignored.
 //
+// Every key documents itself in the struct tags of Config; docs/config.md, the reference of
+// every key, is generated from them (Reference, `go generate ./configs`). Explain is Load that
+// also says where each value came from (file, environment variable, default), secrets masked.
+//
 // koanf appears only here (and in cmd/): the rest of sluice receives the plain structs below.
 package configs
 
@@ -27,7 +31,6 @@ import (
 	"github.com/go-viper/mapstructure/v2"
 	"github.com/knadh/koanf/parsers/yaml"
 	"github.com/knadh/koanf/providers/confmap"
-	"github.com/knadh/koanf/providers/file"
 	"github.com/knadh/koanf/v2"
 )
 
@@ -63,29 +66,36 @@ func errorf(key, format string, args ...any) *Error {
 // A Config is a plain value: it is not safe for concurrent mutation, but any number of
 // goroutines may read it once loaded. Load and Parse return a fresh Config owned by the caller;
 // its slices and maps are not shared with anything else.
+//
+// Each key documents itself in struct tags, which docs/config.md is generated from (see
+// reference.go): doc is its meaning; enum lists its allowed values (a test checks them against
+// Validate); default stands in the reference for the loaded default where that says too little
+// ("required", "none", "the host name"); secret:"true" masks its value in `sluice validate
+// --explain` (keys whose names contain password, secret, token, sasl, key_file... are masked
+// without it).
 type Config struct {
-	Kafka      Kafka             `koanf:"kafka"`
-	Group      string            `koanf:"group"`       // required; [a-zA-Z0-9._-]+
-	InstanceID string            `koanf:"instance_id"` // default os.Hostname(); same charset
-	Processing Processing        `koanf:"processing"`
-	Backlog    Backlog           `koanf:"backlog"`
-	HTTP       HTTP              `koanf:"http"`
-	Log        Log               `koanf:"log"`
-	Sources    map[string]Source `koanf:"sources"`   // >=1
-	Operators  []Operator        `koanf:"operators"` // >=1
-	Sinks      map[string]Sink   `koanf:"sinks"`
+	Kafka      Kafka             `koanf:"kafka" doc:"The Kafka cluster and the client settings of every connection sluice makes."`
+	Group      string            `koanf:"group" default:"required" doc:"Consumer group; also the prefix of the internal topics and of the transactional id. Letters, digits, '.', '_', '-'."`
+	InstanceID string            `koanf:"instance_id" default:"the host name" doc:"Static group member id (KIP-345) and transactional.id = <group>-<instance_id>: unique within the group and the same after a restart (in Kubernetes: the pod name). Letters, digits, '.', '_', '-'."`
+	Processing Processing        `koanf:"processing" doc:"How records are processed and checkpointed."`
+	Backlog    Backlog           `koanf:"backlog" doc:"When a task's input counts as a backlog, and how backlog processing is bounded."`
+	HTTP       HTTP              `koanf:"http" doc:"The HTTP server: /metrics (Prometheus), /healthz, /readyz, /status."`
+	Log        Log               `koanf:"log" doc:"The log, written to stderr."`
+	Sources    map[string]Source `koanf:"sources" doc:"The input topics, by name: operators name a source as their input. At least one."`
+	Operators  []Operator        `koanf:"operators" doc:"The pipeline: a list of operators, each exactly one of filter, map and aggregate, reading a source or an earlier operator. At least one. Lists can only be written in the file, not set by environment variables."`
+	Sinks      map[string]Sink   `koanf:"sinks" doc:"The output topics, by name: an operator's output names a sink."`
 }
 
 // Kafka is the kafka section. Like every section type below, it is a plain part of Config
 // with the same rules: read freely once loaded, do not mutate concurrently.
 type Kafka struct {
-	Brokers            []string      `koanf:"brokers"`             // required; ["embedded"] = in-process broker
-	TransactionTimeout time.Duration `koanf:"transaction_timeout"` // default 2m, >= 1s
-	ReplicationFactor  int16         `koanf:"replication_factor"`  // internal topics; default -1 (broker default)
-	// FetchMaxBytes bounds one fetch response (default 32MiB, 1MiB..1GiB). Records stay in
-	// their response's buffer until processed and the client prefetches the next response, so
-	// about three responses are in memory: larger catches up faster, smaller uses less memory.
-	FetchMaxBytes Size `koanf:"fetch_max_bytes"`
+	Brokers            []string      `koanf:"brokers" default:"required" doc:"Seed brokers, host:port; [embedded] starts an in-process broker (demo, tests)."`
+	TransactionTimeout time.Duration `koanf:"transaction_timeout" doc:"Transaction timeout, at least 1s. A switch from backlog to real-time writes every key it folded in one transaction: keep it generous."`
+	ReplicationFactor  int16         `koanf:"replication_factor" doc:"Replication factor of the internal topics sluice creates; -1: the broker's default."`
+	// FetchMaxBytes bounds one fetch response. Records stay in their response's buffer until
+	// processed and the client prefetches the next response, so about three responses are in
+	// memory.
+	FetchMaxBytes Size `koanf:"fetch_max_bytes" doc:"Largest fetch response, 1MiB to 1GiB. About three are in memory at once: larger catches up faster, smaller uses less memory (see BENCHMARKS.md)."`
 }
 
 // EmbeddedBroker is the broker list entry that asks for an in-process broker.
@@ -96,10 +106,13 @@ func (k Kafka) Embedded() bool { return len(k.Brokers) == 1 && k.Brokers[0] == E
 
 // Processing is the processing section.
 type Processing struct {
-	Guarantee      string        `koanf:"guarantee"`       // exactly_once (default) | at_least_once
-	CommitInterval time.Duration `koanf:"commit_interval"` // default 100ms, > 0
-	StateDir       string        `koanf:"state_dir"`       // default ./data
-	CacheKeys      int           `koanf:"cache_keys"`      // per task: real-time write-back cache entries, backlog pre-aggregated keys; default 100000, >= 1
+	Guarantee      string        `koanf:"guarantee" enum:"exactly_once,at_least_once" doc:"exactly_once: the outputs, the changelog records and the input offsets in one Kafka transaction; at_least_once: an idempotent producer, offsets committed after the records are acknowledged."`
+	CommitInterval time.Duration `koanf:"commit_interval" doc:"Checkpoint interval in real-time mode: greater than 0 and shorter than kafka.transaction_timeout."`
+	StateDir       string        `koanf:"state_dir" doc:"Directory of the Pebble state (pebble/) and the sort spill files (sort/). Keep it on a persistent volume: without it a task restores its state from the changelog."`
+	CacheKeys      int           `koanf:"cache_keys" doc:"Per task: write-back cache entries in real-time mode, keys pre-aggregated in memory in backlog mode (beyond them records are sorted). At least 1."`
+	// MaxCheckpointFailures is the rule of consumer/failure.go for a record that cannot be
+	// produced.
+	MaxCheckpointFailures int `koanf:"max_checkpoint_failures" doc:"Checkpoints in a row that may abort because a record cannot be produced (a topic refuses it) before sluice exits 1; from 10 (or this, if lower) on, an ERROR names the record and /readyz is false. At least 1."`
 }
 
 // Guarantee values.
@@ -111,14 +124,14 @@ const (
 // Backlog is the backlog section: when a task's input counts as a backlog, and how backlog
 // processing is bounded.
 type Backlog struct {
-	Mode               string        `koanf:"mode"`                // auto (default) | never | always
-	EnterLag           int64         `koanf:"enter_lag"`           // default 50000, > 0
-	ExitLag            int64         `koanf:"exit_lag"`            // default 500, >= 0, must be < enter_lag
-	EnterTimeLag       time.Duration `koanf:"enter_time_lag"`      // 0 = off
-	ExitTimeLag        time.Duration `koanf:"exit_time_lag"`       // 0 = off; must be < enter_time_lag when both set
-	SortMemory         Size          `koanf:"sort_memory"`         // default 256MiB, >= 1MiB
-	CheckpointInterval time.Duration `koanf:"checkpoint_interval"` // default 0 (off)
-	ProgressInterval   time.Duration `koanf:"progress_interval"`   // default 5s; 0 = off
+	Mode               string        `koanf:"mode" enum:"auto,never,always" doc:"auto: lag-driven, both ways; never: pure streaming; always: batch-like until caught up once."`
+	EnterLag           int64         `koanf:"enter_lag" doc:"A task enters backlog mode when its lag reaches this many records. Greater than 0."`
+	ExitLag            int64         `koanf:"exit_lag" doc:"A task in backlog mode leaves it when its lag falls to this many records. At least 0, less than enter_lag."`
+	EnterTimeLag       time.Duration `koanf:"enter_time_lag" doc:"Also enter backlog mode when the time lag (wall clock minus event time) reaches this; 0s: off."`
+	ExitTimeLag        time.Duration `koanf:"exit_time_lag" doc:"Leave backlog mode only when the time lag is also at most this; 0s: off. Less than enter_time_lag when both are set."`
+	SortMemory         Size          `koanf:"sort_memory" doc:"One sort budget for the whole process, shared by its tasks; beyond it sorted runs spill to processing.state_dir. At least 1MiB."`
+	CheckpointInterval time.Duration `koanf:"checkpoint_interval" doc:"During a long backlog, fold the sorted records into state and commit the offsets this often (still no outputs), to bound the re-work after a crash; 0s: only at the switch."`
+	ProgressInterval   time.Duration `koanf:"progress_interval" doc:"Progress log line (percent, rate, ETA) while in backlog mode; 0s: off."`
 }
 
 // Backlog modes.
@@ -130,7 +143,7 @@ const (
 
 // HTTP is the http section.
 type HTTP struct {
-	Listen string `koanf:"listen"` // default "127.0.0.1:9464"; "" or "off" disables
+	Listen string `koanf:"listen" doc:"host:port of /metrics, /healthz, /readyz, /status and /debug/pprof/; off (or empty) disables the server. In a container use 0.0.0.0:9464, so that probes and scrapes reach it."`
 }
 
 // Enabled reports whether the HTTP server should run.
@@ -138,41 +151,40 @@ func (h HTTP) Enabled() bool { return h.Listen != "" && h.Listen != "off" }
 
 // Log is the log section.
 type Log struct {
-	Level  string `koanf:"level"`  // info (default) | debug | warn | error
-	Format string `koanf:"format"` // text (default) | json
+	Level  string `koanf:"level" enum:"debug,info,warn,error" doc:"Least severe level logged."`
+	Format string `koanf:"format" enum:"text,json" doc:"Line format: logfmt-like text or JSON objects."`
 }
 
 // Source is one input topic.
 type Source struct {
-	Topic     string `koanf:"topic"`     // required
-	Format    string `koanf:"format"`    // json (only, default)
-	Key       string `koanf:"key"`       // field path "a.b" or "" = Kafka record key
-	Timestamp string `koanf:"timestamp"` // field path or "" = record timestamp
-	// Watermark sets how event time advances for the windows of operators reading this source.
-	Watermark Watermark `koanf:"watermark"`
+	Topic     string    `koanf:"topic" default:"required" doc:"Kafka topic; it must exist."`
+	Format    string    `koanf:"format" enum:"json" doc:"Format of the record values."`
+	Key       string    `koanf:"key" doc:"Field path (a.b) of the key that keyed operators group by; empty: the Kafka record key."`
+	Timestamp string    `koanf:"timestamp" doc:"Field path of the event time (epoch ms or RFC 3339); empty: the record timestamp."`
+	Watermark Watermark `koanf:"watermark" doc:"How event time advances, for the windows of the operators reading this source."`
 }
 
 // Watermark is a source's event-time progress: the watermark of an input partition is the
 // largest event time seen in it minus MaxDelay. IdleAfter (0 = never) lets an input with no
 // records for that long stop holding back the watermark of an operator with several inputs.
 type Watermark struct {
-	MaxDelay  time.Duration `koanf:"max_delay"`  // default 0, >= 0
-	IdleAfter time.Duration `koanf:"idle_after"` // default 0 (never), >= 0
+	MaxDelay  time.Duration `koanf:"max_delay" doc:"The watermark of an input partition is the largest event time seen in it minus this: how out of order records may arrive and still be on time."`
+	IdleAfter time.Duration `koanf:"idle_after" doc:"An input with no records for this long stops holding back the watermark of an operator with several inputs; 0s: never."`
 }
 
 // Sink is one output topic.
 type Sink struct {
-	Topic  string `koanf:"topic"`  // required
-	Format string `koanf:"format"` // json (only, default)
+	Topic  string `koanf:"topic" default:"required" doc:"Kafka topic; created if missing."`
+	Format string `koanf:"format" enum:"json" doc:"Format of the record values."`
 }
 
 // Operator is one step of the pipeline. Exactly one of Filter, Map and Aggregate is set.
 type Operator struct {
-	Name      string     `koanf:"name"` // required, unique, [a-z0-9_-]+ (used in topic names)
-	Filter    *Filter    `koanf:"filter"`
-	Map       *Map       `koanf:"map"`
-	Aggregate *Aggregate `koanf:"aggregate"`
-	Output    string     `koanf:"output"` // sink name; required for aggregate; optional otherwise
+	Name      string     `koanf:"name" default:"required" doc:"Unique name: lower-case letters, digits, '_', '-'. Later operators name it as their input; internal topics carry it (<group>-<name>-changelog)."`
+	Filter    *Filter    `koanf:"filter" doc:"Keeps the records for which expr is true."`
+	Map       *Map       `koanf:"map" doc:"Sets top-level fields of the record."`
+	Aggregate *Aggregate `koanf:"aggregate" doc:"A keyed aggregate over its input's key, with its state in Pebble and the changelog topic <group>-<name>-changelog."`
+	Output    string     `koanf:"output" default:"none" doc:"The sink the operator's records go to; required for an aggregate."`
 }
 
 // Kind returns "filter", "map" or "aggregate" ("" when none is set).
@@ -203,33 +215,35 @@ func (o *Operator) Input() string {
 
 // Filter keeps the records for which Expr is true.
 type Filter struct {
-	Input string `koanf:"input"`
-	Expr  string `koanf:"expr"`
+	Input string `koanf:"input" default:"required" doc:"A source or an earlier operator."`
+	Expr  string `koanf:"expr" default:"required" doc:"A boolean expression (expr-lang.org) over the record's JSON fields plus key and ts, e.g. amount > 100."`
 }
 
 // Map sets top-level fields of the record: field -> expression.
 type Map struct {
-	Input string            `koanf:"input"`
-	Set   map[string]string `koanf:"set"`
+	Input string            `koanf:"input" default:"required" doc:"A source or an earlier operator."`
+	Set   map[string]string `koanf:"set" default:"required" doc:"field: expression, e.g. {amount_cents: amount * 100}; the expressions see the record's JSON fields plus key and ts."`
 }
 
 // Aggregate is a keyed aggregate over its input's key.
 type Aggregate struct {
-	Input  string                    `koanf:"input"`
-	Fields map[string]map[string]any `koanf:"fields"` // raw YAML: {amount: {sum: amount}, orders: {count: {}}}
-	Emit   string                    `koanf:"emit"`   // updates (default) | final (needs a window)
-	Window *Window                   `koanf:"window"` // nil: one result per key, never closed
+	Input string `koanf:"input" default:"required" doc:"A source or an earlier operator."`
+	// Fields is the raw YAML, {amount: {sum: amount}, orders: {count: {}}}: see Specs.
+	Fields map[string]map[string]any `koanf:"fields" default:"required" doc:"Output fields: name: {sum|min|max|avg: input field path} or name: {count: {}}. Sums are exact decimals."`
+	Emit   string                    `koanf:"emit" enum:"updates,final" doc:"updates: the current value at most once per key (and window) per commit; final (windows only): exactly one output per key and window, when it closes."`
+	// Window is nil for one result per key, never closed.
+	Window *Window `koanf:"window" doc:"An event-time window: exactly one of tumbling, hopping (with advance) and session. Without one, each key has one result that never closes."`
 }
 
 // Window is an aggregate's event-time window: exactly one of Tumbling, Hopping (with Advance) and
 // Session is set. Tumbling and hopping windows are aligned to the epoch, [start, end); a window
 // closes when the watermark reaches end + Grace.
 type Window struct {
-	Tumbling time.Duration `koanf:"tumbling"` // window size
-	Hopping  time.Duration `koanf:"hopping"`  // window size; a window starts every Advance
-	Advance  time.Duration `koanf:"advance"`  // hopping only; must divide Hopping
-	Session  time.Duration `koanf:"session"`  // inactivity gap
-	Grace    time.Duration `koanf:"grace"`    // default 0
+	Tumbling time.Duration `koanf:"tumbling" default:"none" doc:"Size of epoch-aligned windows [start, end) that follow each other."`
+	Hopping  time.Duration `koanf:"hopping" default:"none" doc:"Size of epoch-aligned windows that start every advance (a record is in size/advance windows)."`
+	Advance  time.Duration `koanf:"advance" default:"none" doc:"Hopping windows only: how often a window starts; it must divide hopping (at most 100 windows per record)."`
+	Session  time.Duration `koanf:"session" default:"none" doc:"Inactivity gap: a key's records closer than this form one session [first, last + gap). Needs emit: final."`
+	Grace    time.Duration `koanf:"grace" doc:"A window closes when the watermark reaches its end plus this; later records are late (dead-letter topic)."`
 }
 
 // Kind returns "tumbling", "hopping", "session", or "" when none is set.
@@ -384,6 +398,8 @@ func defaults() Config {
 			CommitInterval: 100 * time.Millisecond,
 			StateDir:       "./data",
 			CacheKeys:      100000,
+
+			MaxCheckpointFailures: 100,
 		},
 		Backlog: Backlog{
 			Mode:             ModeAuto,
@@ -437,13 +453,9 @@ func (c *Config) fillDefaults(hostname func() (string, error)) *Error {
 // variables from environ (e.g. os.Environ()) with prefix SLUICE_, "__" nesting, lower-cased.
 // Then it applies defaults and Validate. Every error is an *Error naming the key.
 func Load(path string, environ []string) (*Config, error) {
-	var b []byte
-	if path != "" {
-		var err error
-		b, err = file.Provider(path).ReadBytes()
-		if err != nil {
-			return nil, &Error{Msg: err.Error(), err: err} // names the path
-		}
+	b, err := readFile(path)
+	if err != nil {
+		return nil, err
 	}
 	return parse(b, path, environ, os.Hostname)
 }
@@ -455,36 +467,42 @@ func Parse(yamlDoc []byte, environ []string) (*Config, error) {
 
 // parse is Parse with the file name for messages (or "") and the host name lookup injected.
 func parse(yamlDoc []byte, fileName string, environ []string, hostname func() (string, error)) (*Config, error) {
+	c, _, err := parseOrigins(yamlDoc, fileName, environ, hostname)
+	return c, err
+}
+
+// parseOrigins is parse that also says which keys the file and the environment set.
+func parseOrigins(yamlDoc []byte, fileName string, environ []string, hostname func() (string, error)) (*Config, *origins, error) {
 	fileMap, err := yaml.Parser().Unmarshal(yamlDoc)
 	if err != nil {
 		msg := fmt.Sprintf("invalid YAML: %v", err)
 		if fileName != "" {
 			msg = fileName + ": " + msg
 		}
-		return nil, &Error{Msg: msg, err: err}
+		return nil, nil, &Error{Msg: msg, err: err}
 	}
 	if fileMap == nil {
 		fileMap = map[string]any{}
 	}
 	configType := reflect.TypeFor[Config]()
 	if cerr := normalizeStruct("", fileMap, configType); cerr != nil {
-		return nil, cerr
+		return nil, nil, cerr
 	}
 	envMap, envNames, cerr := environMap(environ)
 	if cerr != nil {
-		return nil, cerr
+		return nil, nil, cerr
 	}
 	if cerr := normalizeStruct("", envMap, configType); cerr != nil {
 		cerr.Msg += " (set by " + envNames.culprit(cerr.Key) + ")"
-		return nil, cerr
+		return nil, nil, cerr
 	}
 
 	k := koanf.New(".")
 	if err := k.Load(confmap.Provider(fileMap, ""), nil); err != nil {
-		return nil, &Error{Msg: err.Error(), err: err}
+		return nil, nil, &Error{Msg: err.Error(), err: err}
 	}
 	if err := k.Load(confmap.Provider(envMap, ""), nil); err != nil {
-		return nil, &Error{Msg: err.Error(), err: err}
+		return nil, nil, &Error{Msg: err.Error(), err: err}
 	}
 	c := defaults()
 	err = k.UnmarshalWithConf("", &c, koanf.UnmarshalConf{
@@ -501,15 +519,15 @@ func parse(yamlDoc []byte, fileName string, environ []string, hostname func() (s
 	if err != nil {
 		// normalize has checked every key and value, so this is a bug rather than a user error;
 		// still report it as a config error rather than crash.
-		return nil, &Error{Msg: fmt.Sprintf("decode: %v", err), err: err}
+		return nil, nil, &Error{Msg: fmt.Sprintf("decode: %v", err), err: err}
 	}
 	if cerr := c.fillDefaults(hostname); cerr != nil {
-		return nil, cerr
+		return nil, nil, cerr
 	}
 	if err := c.Validate(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return &c, nil
+	return &c, &origins{file: fileMap, env: envNames}, nil
 }
 
 // sortedKeys returns the keys of m in order.

@@ -60,6 +60,10 @@ func TestExamples(t *testing.T) {
 		"at-least-once.yaml": func(t *testing.T, c *Config) {
 			eq(t, "guarantee", c.Processing.Guarantee, AtLeastOnce)
 		},
+		"sessions.yaml": func(t *testing.T, c *Config) {
+			eq(t, "window", *c.Operators[0].Aggregate.Window, Window{Session: 30 * time.Minute, Grace: time.Minute})
+			eq(t, "kind", c.Operators[0].Aggregate.Window.Kind(), "session")
+		},
 		"windowed.yaml": func(t *testing.T, c *Config) {
 			eq(t, "watermark", c.Sources["orders"].Watermark, Watermark{MaxDelay: 5 * time.Second})
 			eq(t, "window", *c.Operators[0].Aggregate.Window, Window{Tumbling: time.Hour, Grace: 10 * time.Second})
@@ -189,7 +193,7 @@ func TestDefaults(t *testing.T) {
 		Kafka:      Kafka{Brokers: []string{"127.0.0.1:9092"}, TransactionTimeout: 2 * time.Minute, ReplicationFactor: -1, FetchMaxBytes: 32 * MiB},
 		Group:      "revenue",
 		InstanceID: "pod-0",
-		Processing: Processing{Guarantee: "exactly_once", CommitInterval: 100 * time.Millisecond, StateDir: "./data", CacheKeys: 100000},
+		Processing: Processing{Guarantee: "exactly_once", CommitInterval: 100 * time.Millisecond, StateDir: "./data", CacheKeys: 100000, MaxCheckpointFailures: 100},
 		Backlog: Backlog{Mode: "auto", EnterLag: 50000, ExitLag: 500, SortMemory: 256 * MiB,
 			ProgressInterval: 5 * time.Second},
 		HTTP:    HTTP{Listen: "127.0.0.1:9464"},

@@ -107,6 +107,9 @@ func (c *Config) validateProcessing() *Error {
 	if p.CacheKeys < 1 {
 		return errorf("processing.cache_keys", "must be at least 1, got %d", p.CacheKeys)
 	}
+	if p.MaxCheckpointFailures < 1 {
+		return errorf("processing.max_checkpoint_failures", "must be at least 1, got %d", p.MaxCheckpointFailures)
+	}
 	return nil
 }
 
@@ -371,7 +374,13 @@ func checkAggregate(kp string, a *Aggregate) *Error {
 		}
 		return nil
 	}
-	return checkWindow(kp+".window", a.Window)
+	if err := checkWindow(kp+".window", a.Window); err != nil {
+		return err
+	}
+	if a.Window.Kind() == "session" && a.Emit != EmitFinal {
+		return errorf(kp+".emit", "session windows need emit: final (an update would have to retract the sessions a record merges)")
+	}
+	return nil
 }
 
 func checkWindow(kp string, w *Window) *Error {
@@ -418,7 +427,9 @@ func checkWindow(kp string, w *Window) *Error {
 			return errorf(kp+".advance", "gives %d windows per record (at most 100), got %s", w.Hopping/w.Advance, fmtDuration(w.Advance))
 		}
 	case "session":
-		return errorf(kp+".session", "session windows are not supported yet (allowed: tumbling, hopping)")
+		if w.Advance != 0 {
+			return errorf(kp+".advance", "only a hopping window takes advance")
+		}
 	default:
 		if w.Advance != 0 {
 			return errorf(kp+".advance", "only a hopping window takes advance")

@@ -84,6 +84,8 @@ type Engine struct {
 	joined bool
 
 	bounds map[tp]bound // Bounded: per input partition, where it starts and ends (set before the group is joined)
+
+	fails failStreak // checkpoints aborted by produce errors (failure.go)
 }
 
 type tp struct {
@@ -160,6 +162,7 @@ func (e *Engine) Run(ctx context.Context) error {
 		Guarantee:          g,
 		Topics:             e.o.Plan.Topics(),
 		FetchMaxBytes:      int64(cfg.Kafka.FetchMaxBytes),
+		DeadLetterTopic:    cfg.DLQTopic(),
 		Logger:             e.log,
 		Extra: append([]kgo.Opt{
 			kgo.OnPartitionsAssigned(func(_ context.Context, cl *kgo.Client, a map[string][]int32) { e.assigned(runCtx, cl, a) }),
@@ -354,8 +357,19 @@ func (e *Engine) dispatch(ctx context.Context, fs kgo.Fetches, next time.Time) (
 	return due, derr
 }
 
-// checkpoint runs one checkpoint across all restored tasks. Only the poll loop calls it.
+// checkpoint runs one checkpoint across all restored tasks. Only the poll loop calls it. Once
+// started, a checkpoint is finished (committed or aborted) even if ctx is cancelled meanwhile (a
+// shutdown): it is bounded by the transaction timeout (or ctx's deadline, if sooner) instead,
+// so a cancel never leaves its transaction half ended nor fails the shutdown that follows.
 func (e *Engine) checkpoint(ctx context.Context) error {
+	parent := ctx
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), e.o.Config.Kafka.TransactionTimeout)
+	defer cancel()
+	if d, ok := parent.Deadline(); ok {
+		var cancelD context.CancelFunc
+		ctx, cancelD = context.WithDeadline(ctx, d) // the shutdown checkpoint keeps Run's closing bound
+		defer cancelD()
+	}
 	start := e.o.Clock()
 	if err := e.sess.Begin(); err != nil {
 		return err
@@ -409,17 +423,21 @@ func (e *Engine) checkpoint(ctx context.Context) error {
 		}
 	}
 	if err := e.sess.Flush(ctx); err != nil {
-		return fmt.Errorf("consumer: flush: %w", err)
+		return e.checkpointErr("flush", err)
 	}
+	var produceErr error // the first record of the checkpoint that could not be produced
 	for _, q := range reqs {
 		if q != nil && q.pd.Err() != nil {
-			e.log.Warn("a record of the checkpoint failed; aborting it", "err", q.pd.Err())
+			e.log.Warn("a record of the checkpoint failed; aborting it", "err", q.pd.Err(), "consecutive", e.fails.n+1)
 			commit = false
+			if produceErr == nil {
+				produceErr = q.pd.Err()
+			}
 		}
 	}
 	committed, err := e.sess.End(ctx, offsets, commit)
 	if err != nil {
-		return err
+		return e.checkpointErr("end transaction", err)
 	}
 	// Open the next transaction before any task hears the outcome: a task may produce as soon
 	// as it has (a fold, stateless outputs).
@@ -480,6 +498,10 @@ func (e *Engine) checkpoint(ctx context.Context) error {
 	if committed && len(offsets)+records > 0 {
 		e.m.commits.Inc()
 		e.m.commitSeconds.Observe(e.o.Clock().Sub(start).Seconds())
+		e.checkpointCommitted()
+	}
+	if produceErr != nil && !committed {
+		return e.checkpointFailed(produceErr)
 	}
 	return nil
 }
@@ -533,19 +555,29 @@ func (e *Engine) Status() []task.Status {
 	return out
 }
 
-// Ready reports whether the member has joined and every assigned task is restored.
+// Ready reports whether the member has joined, every assigned task is restored, and
+// checkpoints are not failing over and over (failure.go).
 func (e *Engine) Ready() bool {
+	ok, _ := e.Readiness()
+	return ok
+}
+
+// Readiness is Ready with, when not ready, why.
+func (e *Engine) Readiness() (ready bool, why string) {
+	if e.fails.alarmed.Load() {
+		return false, "checkpoints keep failing: a record cannot be produced (see the log and sluice_checkpoint_failures_consecutive)"
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if !e.joined {
-		return false
+		return false, "joining the group"
 	}
 	for _, r := range e.runs {
 		if !r.isRestored() {
-			return false
+			return false, "restoring state"
 		}
 	}
-	return true
+	return true, ""
 }
 
 func (e *Engine) fail(err error) {
@@ -553,6 +585,17 @@ func (e *Engine) fail(err error) {
 	case e.failed <- err:
 	default:
 	}
+}
+
+// checkpointErr explains a checkpoint that ran out of time: past kafka.transaction_timeout the
+// broker aborts the transaction anyway, so the engine stops (the next start resumes from the last
+// commit) rather than wait.
+func (e *Engine) checkpointErr(step string, err error) error {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("consumer: checkpoint %s: out of time (a checkpoint gets kafka.transaction_timeout, %s, after which the broker aborts its transaction; at shutdown 30s): the machine or the broker is overloaded, or the transaction too large: %w",
+			step, e.o.Config.Kafka.TransactionTimeout, err)
+	}
+	return fmt.Errorf("consumer: checkpoint %s: %w", step, err)
 }
 
 // bound is where a bounded run starts and ends reading one input partition.
@@ -650,6 +693,7 @@ type engineMetrics struct {
 	restoreSeconds  prometheus.Histogram
 	restored        prometheus.Counter
 	tasks           prometheus.Gauge
+	ckptFailures    prometheus.Gauge
 }
 
 func newEngineMetrics(reg prometheus.Registerer) engineMetrics {
@@ -660,7 +704,9 @@ func newEngineMetrics(reg prometheus.Registerer) engineMetrics {
 		restoreSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "sluice_restore_duration_seconds", Help: "Changelog restore duration per task.", Buckets: prometheus.ExponentialBuckets(0.001, 2, 18)}),
 		restored:       prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_restored_records_total", Help: "Changelog records replayed into state."}),
 		tasks:          prometheus.NewGauge(prometheus.GaugeOpts{Name: "sluice_tasks", Help: "Tasks (topic-partitions) assigned to this member."}),
+		ckptFailures: prometheus.NewGauge(prometheus.GaugeOpts{Name: "sluice_checkpoint_failures_consecutive",
+			Help: "Checkpoints aborted in a row because a record could not be produced (0 after a commit); see processing.max_checkpoint_failures."}),
 	}
-	reg.MustRegister(m.commits, m.aborts, m.commitSeconds, m.restoreSeconds, m.restored, m.tasks)
+	reg.MustRegister(m.commits, m.aborts, m.commitSeconds, m.restoreSeconds, m.restored, m.tasks, m.ckptFailures)
 	return m
 }

@@ -49,7 +49,6 @@ type runner struct {
 	restored atomic.Bool
 	finished atomic.Bool // bounded run: the task has committed the end of its input
 	first    int64       // first offset dispatched since assignment or the last abort, -1 if none (guarded by Engine.mu)
-	observed bool        // the task has seen its first batch (task goroutine only)
 }
 
 func (r *runner) isRestored() bool { return r.restored.Load() }
@@ -178,16 +177,9 @@ func (e *Engine) run(ctx context.Context, cl *kgo.Client, r *runner) {
 			if b.epoch != e.currentEpoch() {
 				continue // fetched before an abort rewound the consumer
 			}
-			// The mode this batch runs in. A new task, or one in backlog, judges by what is left
-			// including the batch (a backlog may arrive in one fetch, and a large last batch of a
-			// backlog is still sorted); a streaming task enters backlog only if what lies beyond
-			// the batch is a backlog too, so a batch that grew while it waited in a checkpoint
-			// does not make it flap. Leaving backlog is decided after the batch (below).
-			lag, timeLag := b.lagAfter, b.timeLagAfter
-			if !r.observed || r.t.InBacklog(r.key.topic) {
-				lag, timeLag, r.observed = b.lag, b.timeLag, true
-			}
-			if r.t.Observe(r.key.topic, lag, timeLag) {
+			// The mode this batch runs in (the policy is the task's: Task.BeforeBatch).
+			lag := task.Lag{Before: b.lag, After: b.lagAfter, TimeBefore: b.timeLag, TimeAfter: b.timeLagAfter}
+			if r.t.BeforeBatch(r.key.topic, lag) {
 				// A mode switch needs a checkpoint before this batch is processed.
 				if !e.switchNow(ctx, r) {
 					return
@@ -207,7 +199,7 @@ func (e *Engine) run(ctx context.Context, cl *kgo.Client, r *runner) {
 			}
 			// The lag left after the batch: a task that has caught up folds its backlog and
 			// waits for the checkpoint that commits it.
-			r.t.Observe(r.key.topic, b.lagAfter, b.timeLagAfter)
+			r.t.AfterBatch(r.key.topic, lag)
 			if r.t.WantsFold() {
 				if !e.switchNow(ctx, r) {
 					return

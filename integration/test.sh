@@ -28,6 +28,17 @@ set -e
 passed=$(grep -c '^ok ' "$log" || true)
 failed=$(grep -c '^FAIL	' "$log" || true)
 if ((status == 0)); then
+  # Every fuzz target for 2 seconds (about 40 s in all): the decoders meet inputs beyond their
+  # seed corpora on every run. `make fuzz` runs them longer.
+  echo "== fuzz (2s per target)"
+  if bash integration/fuzz.sh 2s; then
+    passed=$((passed + 1))
+  else
+    status=1
+    failed=$((failed + 1))
+  fi
+fi
+if ((status == 0)); then
   # The side-by-side harness (Kafka Streams, Flink, sluice) on a small backlog: every contender
   # must start and agree exactly, so the harness cannot rot.
   echo "== peers smoke"

@@ -69,7 +69,9 @@ type Aggregate struct {
 // NewAggregate compiles the aggregate's field specs. cfg must have been validated.
 func NewAggregate(name string, cfg configs.Aggregate) (*Aggregate, error) {
 	a := &Aggregate{name: name, emit: cfg.Emit, stateSize: headerSize}
-	if w, err := NewWindows(cfg.Window); err != nil {
+	if cfg.Window.Kind() == "session" {
+		a.window = fmt.Sprintf("window=session:%dms", cfg.Window.Session.Milliseconds())
+	} else if w, err := NewWindows(cfg.Window); err != nil {
 		return nil, fmt.Errorf("operators: %s: %w", name, err)
 	} else if w != nil {
 		// Window keys mean their windows: another size or advance reads them wrongly. (Grace

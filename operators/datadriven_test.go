@@ -3,6 +3,7 @@ package operators
 import (
 	"errors"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -25,6 +26,9 @@ import (
 //	render                   prints every key's state, in key order
 func TestDataDriven(t *testing.T) {
 	datadriven.Walk(t, "testdata", func(t *testing.T, path string) {
+		if strings.HasPrefix(filepath.ToSlash(path), "testdata/fuzz/") {
+			t.Skip("a fuzz corpus (go test -fuzz), not a datadriven file")
+		}
 		var (
 			src    *Source
 			stages []Stage

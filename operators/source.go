@@ -73,7 +73,9 @@ func (s *Source) fail(format string, args ...any) error {
 // a mismatch, a null Kafka key, or a missing or non-scalar key field is an *Error. Without a
 // key field, r.Key is the Kafka key (nil for a null key). With a timestamp field, r.Time is
 // that field as epoch milliseconds (a number, fractions rounded down) or an RFC 3339 string;
-// otherwise the Kafka timestamp. Every per-record failure is an *Error.
+// otherwise the Kafka timestamp. An event time outside the years 0000 to 9999 (MinTime to
+// MaxTime), from either, is an *Error: window and watermark arithmetic stays far from int64's
+// limits. Every per-record failure is an *Error.
 //
 // r.Key and r.Value alias kafkaKey and value (or r's scratch, for an escaped key field).
 func (s *Source) Decode(kafkaKey, value []byte, kafkaTimeMs int64, r *Record) error {
@@ -101,9 +103,18 @@ func (s *Source) Decode(kafkaKey, value []byte, kafkaTimeMs int64, r *Record) er
 			return s.fail("timestamp field %q: %v", s.ts.text, err)
 		}
 		r.Time = t
+	} else if kafkaTimeMs < MinTime || kafkaTimeMs > MaxTime {
+		return s.fail("record timestamp %d ms out of range (years 0000 to 9999)", kafkaTimeMs)
 	}
 	return nil
 }
+
+// MinTime and MaxTime bound event times (epoch ms): the first and the last millisecond of the
+// years RFC 3339 can write, 0000-01-01T00:00:00Z and 9999-12-31T23:59:59.999Z.
+const (
+	MinTime int64 = -62_167_219_200_000
+	MaxTime int64 = 253_402_300_799_999
+)
 
 func (s *Source) decodeKey(kafkaKey []byte, r *Record) error {
 	raw, ok, _ := r.lookup(*s.key)
@@ -150,11 +161,14 @@ func parseTime(raw []byte) (int64, error) {
 		return t.UnixMilli(), nil
 	case c == '-' || (c >= '0' && c <= '9'):
 		if v, ok := parseInt64(raw); ok {
+			if v < MinTime || v > MaxTime {
+				return 0, fmt.Errorf("epoch milliseconds %s out of range (years 0000 to 9999)", raw)
+			}
 			return v, nil
 		}
 		f, err := strconv.ParseFloat(string(raw), 64)
-		if err != nil || math.IsInf(f, 0) || f < math.MinInt64 || f >= math.MaxInt64 {
-			return 0, fmt.Errorf("epoch milliseconds %s out of range", raw)
+		if err != nil || math.IsInf(f, 0) || math.Floor(f) < float64(MinTime) || math.Floor(f) > float64(MaxTime) {
+			return 0, fmt.Errorf("epoch milliseconds %s out of range (years 0000 to 9999)", raw)
 		}
 		return int64(math.Floor(f)), nil
 	default:

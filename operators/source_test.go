@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"math"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -158,6 +159,7 @@ func FuzzDecode(f *testing.F) {
 	full := mustSource(f, configs.Source{Topic: "t", Key: "customer_id", Timestamp: "ts"})
 	plain := mustSource(f, configs.Source{Topic: "t"})
 	agg := mustAggregate(f, aggCfg(map[string]map[string]any{"s": {"sum": "amount"}, "n": {"count": map[string]any{}}}))
+	hop := &Windows{Size: 60_000, Advance: 20_000, Grace: 1000}
 	f.Fuzz(func(t *testing.T, key, value []byte) {
 		var r Record
 		// Never panics; any result is a record or an *Error.
@@ -172,6 +174,25 @@ func FuzzDecode(f *testing.F) {
 				if !errors.As(err, &e) {
 					t.Fatalf("Project error %T %v, want *Error", err, err)
 				}
+			}
+		}
+		// A decoded event time lies in the years 0000 to 9999, and windows assign it without
+		// overflowing (a time near int64's limits used to loop forever in Assign).
+		if err := full.Decode(key, value, 7, &r); err == nil {
+			if r.Time < MinTime || r.Time > MaxTime {
+				t.Fatalf("event time %d out of range", r.Time)
+			}
+			n := 0
+			last := int64(math.MinInt64)
+			hop.Assign(r.Time, math.MinInt64, func(start int64) {
+				if start <= last || start > r.Time || start+hop.Size <= r.Time {
+					t.Fatalf("window start %d (after %d) for time %d", start, last, r.Time)
+				}
+				last = start
+				n++
+			})
+			if n != int(hop.Size/hop.Advance) {
+				t.Fatalf("%d windows for time %d, want %d", n, r.Time, hop.Size/hop.Advance)
 			}
 		}
 		// The scanner agrees with encoding/json on what is a JSON object.

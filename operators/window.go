@@ -23,8 +23,8 @@ type Windows struct {
 	Grace   int64 // ms
 }
 
-// NewWindows returns the assigner of w, or nil for an unwindowed aggregate (w == nil). w must
-// have been validated (session windows are not supported).
+// NewWindows returns the assigner of w, or nil for an unwindowed aggregate (w == nil) and for
+// session windows (NewSessions). w must have been validated.
 func NewWindows(w *configs.Window) (*Windows, error) {
 	switch w.Kind() {
 	case "":
@@ -34,8 +34,10 @@ func NewWindows(w *configs.Window) (*Windows, error) {
 		return &Windows{Size: size, Advance: size, Grace: w.Grace.Milliseconds()}, nil
 	case "hopping":
 		return &Windows{Size: w.Hopping.Milliseconds(), Advance: w.Advance.Milliseconds(), Grace: w.Grace.Milliseconds()}, nil
+	case "session":
+		return nil, nil // a Keyed operator of its own (NewSessions), not an assignment of keys
 	}
-	return nil, fmt.Errorf("operators: %s windows are not supported", w.Kind())
+	return nil, fmt.Errorf("operators: unknown window kind %q", w.Kind())
 }
 
 // String describes the windows ("tumbling 1m0s grace 10s").

@@ -45,7 +45,11 @@ type Options struct {
 	Guarantee          Guarantee
 	Topics             []string // topics to consume
 	FetchMaxBytes      int64    // bound of one fetch response (kafka.fetch_max_bytes); 0: 32 MiB
-	Logger             *slog.Logger
+	// DeadLetterTopic is the dead-letter topic, whose batches are bounded by
+	// DeadLetterBatchMaxBytes instead of BatchMaxBytes: dead letters are arbitrary input (often
+	// incompressible), and the topic has the broker's default record size limit.
+	DeadLetterTopic string
+	Logger          *slog.Logger
 	// Extra are appended to the client options (callbacks, tuning, test hooks).
 	Extra []kgo.Opt
 }
@@ -82,6 +86,18 @@ func Partitioner() kgo.Partitioner {
 	})
 }
 
+// DefaultFetchMaxWait is how long a fetch waits for data before the broker answers empty.
+const DefaultFetchMaxWait = 500 * time.Millisecond
+
+// BatchMaxBytes bounds a produced batch before compression (kgo.ProducerBatchMaxBytes): a
+// record larger than this fails at once with kerr.MessageTooLarge.
+const BatchMaxBytes = 4 << 20
+
+// DeadLetterBatchMaxBytes bounds a batch of the dead-letter topic: Kafka's default
+// message.max.bytes (1 MiB), which the broker applies to a batch after compression. Dead
+// letters are bounded well below it (operators/task: DeadLetterMaxBytes), so one always fits.
+const DeadLetterBatchMaxBytes = 1_000_012
+
 // Open creates the client. It does not block on the network.
 func Open(o Options) (*Session, error) {
 	fetchMax := o.FetchMaxBytes
@@ -100,7 +116,12 @@ func Open(o Options) (*Session, error) {
 		kgo.RecordPartitioner(Partitioner()),
 		kgo.SessionTimeout(10 * time.Second),
 		kgo.RebalanceTimeout(5 * time.Minute),
-		kgo.ProducerBatchMaxBytes(4 << 20),
+		kgo.ProducerBatchMaxBytesFn(func(topic string) int32 {
+			if topic != "" && topic == o.DeadLetterTopic {
+				return DeadLetterBatchMaxBytes
+			}
+			return BatchMaxBytes
+		}),
 		kgo.MaxBufferedRecords(50000),
 		kgo.ProducerLinger(5 * time.Millisecond),
 		// Large fetches keep a backlog flowing (smaller ones cost round trips), but records stay
@@ -112,6 +133,9 @@ func Open(o Options) (*Session, error) {
 		kgo.FetchMaxBytes(int32(fetchMax)),
 		kgo.FetchMaxPartitionBytes(int32(min(fetchMax, 2<<20))),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		// A partition resumed after its restore joins the next fetch only, after the one in
+		// flight returns; a fetch without data waits this long (kgo's default is 5s).
+		kgo.FetchMaxWait(DefaultFetchMaxWait),
 	}
 	if o.InstanceID != "" {
 		opts = append(opts, kgo.InstanceID(o.InstanceID))

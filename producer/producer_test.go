@@ -2,6 +2,8 @@ package producer
 
 import (
 	"context"
+	"math/rand/v2"
+	"sync"
 	"testing"
 	"time"
 
@@ -91,5 +93,54 @@ func TestEmptyCheckpointsDoNotStall(t *testing.T) {
 	fs := cl.PollFetches(ctx)
 	if err := fs.Err(); err != nil || fs.NumRecords() != 1 {
 		t.Fatalf("read_committed: %d records, err %v; want the committed record", fs.NumRecords(), err)
+	}
+}
+
+// TestDeadLetterBatchesFitTheBroker: the broker's default message.max.bytes (1 MiB) bounds a
+// batch. Dead letters are up to ~512 KiB of arbitrary, often incompressible input; batched up to
+// BatchMaxBytes (4 MiB) they would be refused (MESSAGE_TOO_LARGE) and abort every checkpoint.
+// The dead-letter topic's batches are bounded by DeadLetterBatchMaxBytes, so a transaction of
+// many large dead letters commits.
+func TestDeadLetterBatchesFitTheBroker(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "in", "g-dlq"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	s, err := Open(Options{Brokers: c.ListenAddrs(), Group: "g", TransactionalID: "g-0", Guarantee: ExactlyOnce, Topics: []string{"in"},
+		DeadLetterTopic: "g-dlq", Extra: []kgo.Opt{kgo.ProducerLinger(time.Second)}}) // one batch, were it not bounded
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(context.Background())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := s.Begin(); err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	var mu sync.Mutex
+	var perr error
+	for range 8 {
+		v := make([]byte, 300<<10)
+		for i := range v {
+			v[i] = byte(rng.Uint32())
+		}
+		s.Produce(&kgo.Record{Topic: "g-dlq", Partition: 0, Value: v}, func(_ *kgo.Record, err error) {
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil && perr == nil {
+				perr = err
+			}
+		})
+	}
+	if err := s.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if perr != nil {
+		t.Fatalf("producing 8 dead letters of 300 KiB: %v", perr)
+	}
+	if ok, err := s.End(ctx, nil, true); err != nil || !ok {
+		t.Fatalf("End = %v, %v", ok, err)
 	}
 }

@@ -33,6 +33,9 @@ const benchBinaryEnv = "SLUICE_BENCH_BINARY"
 
 // benchOpts are bench's flags.
 type benchOpts struct {
+	workload       string
+	window         time.Duration
+	span           time.Duration
 	records        int64
 	keys           int
 	partitions     int
@@ -58,12 +61,85 @@ type benchRun struct {
 	log     string
 }
 
-// cmdBench prefills the orders backlog, runs the same aggregate pipeline as a child `sluice
+// benchWorkload is what differs between bench's workloads (--workload): the pipeline the
+// children run, the backlog they catch up on, and how a run's results are read and checked.
+// Results are keyed as workload.Diff compares them: by customer, or by customer and window.
+type benchWorkload struct {
+	// header is appended to bench's first line.
+	header string
+	// pipeline returns the sources, operators and sinks of a child's config.
+	pipeline func(topic, sink string) string
+	// prefill produces the backlog to topic and returns how many records it wrote.
+	prefill func(ctx context.Context, cl *kgo.Client, topic string) (int64, error)
+	// want computes the results every run must produce.
+	want func() map[string]workload.Total
+	// read reads a run's results from sink. problems are what is wrong besides the values (a
+	// (key, window) with more than one final); extra is appended to the run's line.
+	read func(ctx context.Context, brokers []string, sink string) (got map[string]workload.Total, extra string, problems []string, err error)
+}
+
+// Bench workloads.
+const (
+	benchOrders  = "orders"
+	benchWindows = "windows"
+)
+
+// newBenchWorkload returns the workload o asks for. Both generate the orders of the same spec.
+//
+// orders: the aggregate per customer, verified against the exact totals.
+//
+// windows: the aggregate per customer and tumbling window of o.window (grace 0, emit: final,
+// watermark max_delay 0), over orders whose event times spread evenly and without jitter over
+// o.span, so no order is late. After the orders, one record per partition with an event time at
+// the end of the last window closes every window of the backlog (its own window stays open and
+// its key is no customer's); each run must then have written exactly one final per (customer,
+// window), equal to the totals computed from the generator.
+func newBenchWorkload(o benchOpts) benchWorkload {
+	spec := workload.Spec{Records: o.records, Keys: o.keys, Partitions: int32(o.partitions), Seed: 1}
+	if o.workload == benchOrders {
+		return benchWorkload{
+			pipeline: workload.Pipeline,
+			prefill: func(ctx context.Context, cl *kgo.Client, topic string) (int64, error) {
+				return spec.Records, workload.Produce(ctx, cl, topic, spec)
+			},
+			want: spec.Expected,
+			read: func(ctx context.Context, brokers []string, sink string) (map[string]workload.Total, string, []string, error) {
+				g, err := workload.ReadTotals(ctx, brokers, sink, "amount", "orders")
+				return g, "", nil, err
+			},
+		}
+	}
+	spec.Span = o.span
+	return benchWorkload{
+		header: fmt.Sprintf(" workload=%s window=%v span=%v", o.workload, o.window, o.span),
+		pipeline: func(topic, sink string) string {
+			return workload.WindowedPipeline(topic, sink, o.window)
+		},
+		prefill: func(ctx context.Context, cl *kgo.Client, topic string) (int64, error) {
+			if err := workload.Produce(ctx, cl, topic, spec); err != nil {
+				return 0, err
+			}
+			size := o.window.Milliseconds()
+			closeAt := workload.WindowStart(spec.MaxTS(), size) + size // the last window's end + grace 0
+			return spec.Records + int64(spec.Partitions), workload.ProduceClosers(ctx, cl, topic, spec, closeAt)
+		},
+		want: func() map[string]workload.Total { return spec.ExpectedWindows(o.window) },
+		read: func(ctx context.Context, brokers []string, sink string) (map[string]workload.Total, string, []string, error) {
+			g, problems, err := workload.ReadWindows(ctx, brokers, sink, "amount", "orders", o.window)
+			return g, fmt.Sprintf(" windows=%d", len(g)), problems, err
+		},
+	}
+}
+
+// cmdBench prefills a backlog of orders, runs the same aggregate pipeline as a child `sluice
 // run` with backlog.mode=never and then auto, verifies both final results against each other
-// and against the workload's expected totals, and prints one line per run and the speedup.
+// and against the workload's expected results, and prints one line per run and the speedup.
 func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
 	o := benchOpts{sortMemory: 256 * configs.MiB}
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.StringVar(&o.workload, "workload", benchOrders, "orders (a total per customer) or windows (a total per customer and tumbling window, emit: final)")
+	fs.DurationVar(&o.window, "window", time.Hour, "--workload windows: the tumbling window size")
+	fs.DurationVar(&o.span, "span", 2*time.Hour, "--workload windows: the event time the orders span, evenly")
 	fs.Int64Var(&o.records, "records", 2_000_000, "orders in the backlog")
 	fs.IntVar(&o.keys, "keys", 100_000, "distinct customers (keys)")
 	fs.IntVar(&o.partitions, "partitions", 8, "partitions of the orders topic")
@@ -85,6 +161,13 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 	if o.only != "" && o.only != configs.ModeNever && o.only != configs.ModeAuto {
 		return &usageError{fmt.Sprintf("bench: --only %q: want never or auto", o.only)}
 	}
+	if o.workload != benchOrders && o.workload != benchWindows {
+		return &usageError{fmt.Sprintf("bench: --workload %q: want orders or windows", o.workload)}
+	}
+	if o.workload == benchWindows && (o.window < time.Millisecond || o.window%time.Millisecond != 0 || o.span < time.Millisecond) {
+		return &usageError{fmt.Sprintf("bench: --window %v and --span %v: want a whole number of milliseconds and at least 1ms", o.window, o.span)}
+	}
+	wl := newBenchWorkload(o)
 	if o.cache == 0 {
 		o.cache = max(1, (100_000+o.partitions-1)/o.partitions)
 	}
@@ -148,11 +231,11 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 	if o.brokers != "" {
 		broker = o.brokers
 	}
-	fmt.Fprintf(stdout, "bench: broker=%s records=%d keys=%d partitions=%d cache_keys=%d/task sort_memory=%v enter_lag=%d commit_interval=%v\n",
-		broker, o.records, o.keys, o.partitions, o.cache, o.sortMemory, o.enterLag, o.commitInterval)
+	fmt.Fprintf(stdout, "bench: broker=%s records=%d keys=%d partitions=%d cache_keys=%d/task sort_memory=%v enter_lag=%d commit_interval=%v%s\n",
+		broker, o.records, o.keys, o.partitions, o.cache, o.sortMemory, o.enterLag, o.commitInterval, wl.header)
 
-	spec := workload.Spec{Records: o.records, Keys: o.keys, Partitions: int32(o.partitions), Seed: 1}
-	if err := workload.Produce(ctx, cl, topic, spec); err != nil {
+	produced, err := wl.prefill(ctx, cl, topic)
+	if err != nil {
 		return fmt.Errorf("bench: prefill: %w", err)
 	}
 	ends, err := adm.ListEndOffsets(ctx, topic)
@@ -169,15 +252,15 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 		end[l.Partition] = l.Offset
 		total += l.Offset
 	})
-	if endErr != nil || total != o.records {
-		return fmt.Errorf("bench: %s holds %d records after the prefill, want %d: %v", topic, total, o.records, endErr)
+	if endErr != nil || total != produced {
+		return fmt.Errorf("bench: %s holds %d records after the prefill, want %d: %v", topic, total, produced, endErr)
 	}
 
 	// Each run is verified as soon as it ends, and (unless --keep) its output, changelog and
 	// dead-letter topics are deleted, so that the next run meets the same broker: with the
 	// embedded one, the first run's 20M output and changelog records stayed in this process's
 	// heap and its collections slowed the second run down by a third.
-	want := spec.Expected()
+	want := wl.want()
 	equivalent := true
 	var (
 		runs []benchRun
@@ -191,7 +274,7 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 		// Collect the prefill's (or the previous run's) garbage now rather than during the run.
 		runtime.GC()
 		before := selfCPU()
-		r, err := benchChild(ctx, o, mode, dir, prefix, topic, brokers, adm, end)
+		r, err := benchChild(ctx, o, wl, mode, dir, prefix, topic, brokers, adm, end)
 		if err != nil {
 			return err
 		}
@@ -204,16 +287,20 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 		if o.brokers == "" {
 			line += fmt.Sprintf(" broker_cpu=%.1fs", r.broker)
 		}
-		fmt.Fprintln(stdout, line)
 
-		// Verify: the run's final totals equal exactly what was produced.
+		// Verify: the run's final results equal exactly what was produced.
 		vctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
-		g, err := workload.ReadTotals(vctx, brokers, r.sink, "amount", "orders")
+		g, extra, problems, err := wl.read(vctx, brokers, r.sink)
 		cancel()
+		fmt.Fprintln(stdout, line+extra)
 		if err != nil {
 			return fmt.Errorf("bench: verify mode=%s: %w", r.mode, err)
 		}
 		got = append(got, g)
+		if len(problems) > 0 {
+			equivalent = false
+			fmt.Fprintf(stderr, "bench: mode=%s wrote wrong outputs (log %s):\n  %s\n", r.mode, r.log, strings.Join(problems, "\n  "))
+		}
 		if d := workload.Diff(want, g, 5); len(d) > 0 {
 			equivalent = false
 			fmt.Fprintf(stderr, "bench: mode=%s differs from the produced totals (log %s):\n  %s\n", r.mode, r.log, strings.Join(d, "\n  "))
@@ -244,7 +331,7 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 // benchChild runs the pipeline in mode as a child `sluice run` until its group has committed
 // every input offset, then stops it with SIGTERM and returns its time (start to done) and
 // peak RSS.
-func benchChild(ctx context.Context, o benchOpts, mode, dir, prefix, topic string, brokers []string, adm *kadm.Client, end map[int32]int64) (benchRun, error) {
+func benchChild(ctx context.Context, o benchOpts, wl benchWorkload, mode, dir, prefix, topic string, brokers []string, adm *kadm.Client, end map[int32]int64) (benchRun, error) {
 	group := prefix + "-" + mode
 	r := benchRun{mode: mode, sink: group + "-totals", log: filepath.Join(dir, mode+".log")}
 	port, err := freePort()
@@ -259,7 +346,7 @@ backlog: {mode: %[1]s, enter_lag: %[6]d, exit_lag: %[7]d, sort_memory: %[8]q}
 http: {listen: "127.0.0.1:%[9]d"}
 log: {level: info, format: text}
 `, mode, group, o.commitInterval, filepath.Join(dir, mode+"-state"), o.cache, o.enterLag, min(500, o.enterLag/2),
-		o.sortMemory.String(), port) + workload.Pipeline(topic, r.sink)
+		o.sortMemory.String(), port) + wl.pipeline(topic, r.sink)
 	env := childEnv(os.Environ(), "SLUICE_KAFKA__BROKERS="+strings.Join(brokers, ","))
 	if _, err := configs.Parse([]byte(cfg), env); err != nil {
 		return r, fmt.Errorf("bench: child config: %w", err)

@@ -20,8 +20,8 @@ func httpHandler(eng *consumer.Engine, reg *prometheus.Registry) http.Handler {
 		w.Write([]byte("ok\n"))
 	})
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if !eng.Ready() {
-			http.Error(w, "not ready: joining the group or restoring state", http.StatusServiceUnavailable)
+		if ok, why := eng.Readiness(); !ok {
+			http.Error(w, "not ready: "+why, http.StatusServiceUnavailable)
 			return
 		}
 		w.Write([]byte("ready\n"))

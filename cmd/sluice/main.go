@@ -34,7 +34,10 @@ commands:
   run -c FILE        run the pipeline of FILE (env SLUICE_* overrides keys); --bounded: up to
                      the end offsets at start, close every window, commit, exit 0
   demo               run the embedded example: an in-process broker, a backlog, live traffic
-  validate -c FILE   check FILE and print the operator plan and internal topics
+  validate -c FILE [--explain]
+                     check FILE and print the operator plan and internal topics; --explain
+                     also prints every key's effective value and where it came from (file,
+                     env var, default), secrets masked
   bench              measure backlog mode against pure streaming on the orders workload
   reset -c FILE --operator NAME [--yes]
                      start a keyed operator's state over from empty: delete its local state

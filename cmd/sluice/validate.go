@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
+	"text/tabwriter"
 
 	"github.com/sluice-dev/sluice/configs"
 	"github.com/sluice-dev/sluice/operators/task"
@@ -13,13 +15,14 @@ import (
 func cmdValidate(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("validate", flag.ContinueOnError)
 	path := configFlag(fs)
+	explain := fs.Bool("explain", false, "also print the effective config: every key's value and where it came from (file, env var, default), secrets masked")
 	if err := parseFlags(fs, args, stderr); err != nil {
 		return err
 	}
 	if *path == "" {
 		return &usageError{"validate needs -c FILE"}
 	}
-	cfg, err := configs.Load(*path, os.Environ())
+	cfg, settings, err := configs.Explain(*path, os.Environ())
 	if err != nil {
 		return err
 	}
@@ -28,6 +31,23 @@ func cmdValidate(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	fmt.Fprintf(stdout, "%s: ok\n", *path)
+	if *explain {
+		printSettings(stdout, *path, settings)
+	}
 	plan.Describe(stdout)
 	return nil
+}
+
+// printSettings writes the effective config as a table: key, origin, value.
+func printSettings(w io.Writer, path string, settings []configs.Setting) {
+	fmt.Fprintf(w, "effective config (%s, then SLUICE_* environment variables, then defaults; secrets masked):\n", path)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	for _, s := range settings {
+		origin := s.Origin
+		if strings.HasPrefix(origin, "SLUICE_") {
+			origin = "env " + origin
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\n", s.Key, origin, s.Value)
+	}
+	tw.Flush()
 }

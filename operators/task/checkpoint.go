@@ -44,8 +44,8 @@ type Pending struct {
 // Records returns how many records the checkpoint produced.
 func (pd *Pending) Records() int { return pd.records }
 
-// Err returns the first produce error of the checkpoint's records, once the producer has been
-// flushed; a checkpoint with an error must not be committed.
+// Err returns the first produce error of the checkpoint's records (a *ProduceError), once the
+// producer has been flushed; a checkpoint with an error must not be committed.
 func (pd *Pending) Err() error {
 	if err := pd.inline.get(); err != nil {
 		return err
@@ -63,9 +63,9 @@ func (pd *Pending) fail(err error) {
 	pd.mu.Unlock()
 }
 
-func (pd *Pending) promise(_ *kgo.Record, err error) {
+func (pd *Pending) promise(r *kgo.Record, err error) {
 	if err != nil {
-		pd.fail(err)
+		pd.fail(produceError(r, err))
 	}
 }
 
@@ -75,7 +75,7 @@ func (pd *Pending) changelogPromise(ns state.Namespace) func(*kgo.Record, error)
 		defer pd.mu.Unlock()
 		if err != nil {
 			if pd.err == nil {
-				pd.err = err
+				pd.err = produceError(r, err)
 			}
 			return
 		}
@@ -91,8 +91,15 @@ func (pd *Pending) changelogPromise(ns state.Namespace) func(*kgo.Record, error)
 // changelog record per key, state written in key order). It returns the pending checkpoint,
 // whose Offsets the caller commits in the same transaction. The task's state is unchanged until
 // Committed or Aborted; the caller must call exactly one of them before Process.
-func (t *Task) Checkpoint(p Producer) (*Pending, error) {
-	pd := t.prep
+func (t *Task) Checkpoint(p Producer) (pd *Pending, err error) {
+	t.must("Checkpoint", phaseIdle, phasePrepared)
+	t.phase = phaseInFlight
+	defer func() {
+		if err != nil {
+			t.phase = phaseFailed
+		}
+	}()
+	pd = t.prep
 	t.prep = nil
 	if pd == nil {
 		pd = newPending()
@@ -100,8 +107,18 @@ func (t *Task) Checkpoint(p Producer) (*Pending, error) {
 	pd.inline = t.out
 	t.out = &errTracker{}
 	for _, c := range t.chains {
+		for _, r := range c.outbox {
+			p.Produce(r, pd.promise)
+			pd.records++
+		}
+		c.outbox = nil
 		if c.ops.agg != nil && !foldedIn(pd, c) {
 			switch {
+			case len(c.dirty) > 0 && c.kop != nil:
+				if err := t.flushKeyed(c, p, pd); err != nil {
+					t.abortPending(pd)
+					return nil, err
+				}
 			case len(c.dirty) > 0 && c.win != nil:
 				if err := t.flushWindows(c, p, pd); err != nil {
 					t.abortPending(pd)
@@ -200,6 +217,7 @@ func (t *Task) WantsFold() bool {
 // in the open transaction, which the caller must abort (a revoke does), and the task must not be
 // used again but for Close.
 func (t *Task) Prepare(ctx context.Context, p Producer) error {
+	t.must("Prepare", phaseIdle, phasePrepared)
 	for _, c := range t.chains {
 		if !c.leaving() || (t.prep != nil && foldedIn(t.prep, c)) {
 			continue
@@ -210,8 +228,10 @@ func (t *Task) Prepare(ctx context.Context, p Producer) error {
 		if err := t.fold(ctx, c, p, t.prep, false); err != nil {
 			t.abortPending(t.prep)
 			t.prep = nil
+			t.phase = phaseFailed
 			return err
 		}
+		t.phase = phasePrepared
 	}
 	return nil
 }
@@ -260,6 +280,9 @@ func (t *Task) flush(c *chain, p Producer, pd *Pending) error {
 // The fold checks ctx every 1024 keys and returns ctx.Err() once it is cancelled. (Checkpoint
 // passes context.Background(): the consumer checkpoints while franz-go holds rebalances back.)
 func (t *Task) fold(ctx context.Context, c *chain, p Producer, pd *Pending, silent bool) error {
+	if c.kop != nil {
+		return t.foldKeyed(ctx, c, p, pd) // never silent: backlogCheckpointDue excludes it
+	}
 	agg := c.ops.agg
 	it, err := c.sorter.Merge()
 	if err != nil {
@@ -576,7 +599,13 @@ func (t *Task) writer(ns state.Namespace, bulk bool, pd *Pending) (func(k, v []b
 // Committed applies a checkpoint whose transaction committed: the state and the changelog
 // offsets it reflects go to the store in one batch (and bulk loads are ingested), the cache
 // becomes clean, folded sorters are emptied, and folded chains stream from now on.
-func (t *Task) Committed(pd *Pending) error {
+func (t *Task) Committed(pd *Pending) (err error) {
+	t.must("Committed", phaseInFlight)
+	defer func() {
+		if t.phase = phaseIdle; err != nil {
+			t.phase = phaseFailed
+		}
+	}()
 	for ns, next := range pd.clNext {
 		if ld, ok := pd.loaders[ns]; ok {
 			ld.SetOffset(next)
@@ -614,6 +643,9 @@ func (t *Task) Committed(pd *Pending) error {
 		if c.win != nil {
 			c.committedWindows()
 		}
+		if c.kop != nil {
+			c.committedKeyed()
+		}
 		for _, e := range c.dirty {
 			e.dirty = false
 		}
@@ -624,15 +656,17 @@ func (t *Task) Committed(pd *Pending) error {
 		if c.inBack && len(c.cache) > 0 {
 			clear(c.cache) // backlog mode folds from the store; the cache must not shadow it
 		}
-		if c.win != nil {
-			c.tm.reset() // the windows of the heap are stored now, with their timers
+		if c.timed() {
+			c.tm.reset() // the windows and keys of the heap are stored now, with their timers
 		}
 	}
 	for _, c := range pd.folded {
 		if err := c.sorter.Reset(); err != nil {
 			return err
 		}
-		c.part.reset()
+		if c.part != nil {
+			c.part.reset()
+		}
 		if pd.silent[c] {
 			c.hasPending = true
 			c.lastBackCkpt = t.d.Clock()
@@ -670,6 +704,8 @@ func (t *Task) Committed(pd *Pending) error {
 // unsent dead letters, and the pending state writes. Each chain's mode is decided afresh from the
 // next lag observed. It returns, by topic, the offset the consumer must seek this partition to.
 func (t *Task) Aborted(pd *Pending) map[string]int64 {
+	t.must("Aborted", phaseInFlight)
+	t.phase = phaseIdle
 	if pd != nil {
 		t.abortPending(pd)
 	}
@@ -704,7 +740,9 @@ func (t *Task) Aborted(pd *Pending) map[string]int64 {
 			c.det = c.det.Fresh()
 		}
 		c.ended = false
-		if c.win != nil {
+		c.observed = false
+		c.outbox = nil
+		if c.timed() {
 			c.wm = c.wmCommitted
 			c.tm.reset()
 		}

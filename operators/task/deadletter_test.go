@@ -1,6 +1,8 @@
 package task
 
 import (
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -76,4 +78,94 @@ func commitCheckpoint(tk *Task, prod *fakeProducer) error {
 	}
 	prod.commit()
 	return tk.Committed(pd)
+}
+
+// header returns the value of the record's header key and whether it has one.
+func header(r *kgo.Record, key string) (string, bool) {
+	for _, h := range r.Headers {
+		if h.Key == key {
+			return string(h.Value), true
+		}
+	}
+	return "", false
+}
+
+// TestDeadLetterTruncated: a bad record larger than DeadLetterMaxBytes (key or value) leaves as
+// a dead letter holding the first DeadLetterMaxBytes bytes, with its original sizes in
+// headers beside the source's topic, partition and offset; its reason is cut too (an error may
+// quote the input). A small bad record, a tombstone and a null key leave as they came, without
+// size headers. Every dead letter fits the producer's bound for the dead-letter topic.
+func TestDeadLetterTruncated(t *testing.T) {
+	bigValue := `{"customer_id":"c-1","amount":` + strings.Repeat("1", 5<<20) // 5 MiB, unterminated
+	bigKey := strings.Repeat("k", 3<<20)
+	recs := []*kgo.Record{
+		{Key: []byte("c-1"), Value: []byte(bigValue)},
+		// The key field differs from the 3 MiB Kafka key: the reason quotes both.
+		{Key: []byte(bigKey), Value: []byte(`{"customer_id":"c-1","amount":1,"ts":5}`)},
+		{Key: []byte("c-1"), Value: []byte(`{"customer_id":"c-1","amount":`)},
+		{Key: nil, Value: nil},
+		{Key: []byte("c-1"), Value: []byte(`{"customer_id":"c-1","amount":2,"ts":5}`)},
+	}
+	for i, r := range recs {
+		r.Topic, r.Partition, r.Offset, r.Timestamp = testTopic, 0, int64(i), time.UnixMilli(5)
+	}
+	plan := mustPlan(t, testConfig("never", 50, 10, 100))
+	tk := newTestTask(t, plan, state.NewMem(), 1<<20, 0)
+	prod := newFakeProducer()
+	stream(t, tk, prod, recs...)
+	dead := prod.committed(testGroup + "-dlq")
+	if len(dead) != 4 {
+		t.Fatalf("%d dead letters, want 4", len(dead))
+	}
+	for i, want := range []struct {
+		keyLen, valueLen int
+		cut              bool
+		reason           string
+	}{
+		{3, DeadLetterMaxBytes, true, "invalid JSON"},
+		{DeadLetterMaxBytes, len(recs[1].Value), true, "differs from record key"},
+		{3, len(recs[2].Value), false, "invalid JSON"},
+		{0, 0, false, "empty value"},
+	} {
+		dl := dead[i]
+		src := recs[i]
+		if len(dl.Key) != want.keyLen || len(dl.Value) != want.valueLen {
+			t.Errorf("dead letter %d: key %d bytes, value %d bytes; want %d and %d", i, len(dl.Key), len(dl.Value), want.keyLen, want.valueLen)
+		}
+		if string(dl.Key) != string(src.Key[:len(dl.Key)]) || string(dl.Value) != string(src.Value[:len(dl.Value)]) {
+			t.Errorf("dead letter %d: key and value are not the start of the record's", i)
+		}
+		if (src.Key == nil) != (dl.Key == nil) || (src.Value == nil) != (dl.Value == nil) {
+			t.Errorf("dead letter %d: null key %v / value %v, the record's %v / %v", i, dl.Key == nil, dl.Value == nil, src.Key == nil, src.Value == nil)
+		}
+		reason, _ := header(dl, HeaderError)
+		if !strings.Contains(reason, want.reason) || len(reason) > maxReasonBytes+100 {
+			t.Errorf("dead letter %d: reason (%d bytes) %.200q, want at most ~%d bytes containing %q", i, len(reason), reason, maxReasonBytes, want.reason)
+		}
+		if off, _ := header(dl, HeaderSourceOffset); off != strconv.Itoa(i) {
+			t.Errorf("dead letter %d: %s = %q", i, HeaderSourceOffset, off)
+		}
+		if tp, _ := header(dl, HeaderSourceTopic); tp != testTopic {
+			t.Errorf("dead letter %d: %s = %q", i, HeaderSourceTopic, tp)
+		}
+		ks, hasK := header(dl, HeaderOriginalKeySize)
+		vs, hasV := header(dl, HeaderOriginalValueSize)
+		if want.cut {
+			if ks != strconv.Itoa(len(src.Key)) || vs != strconv.Itoa(len(src.Value)) {
+				t.Errorf("dead letter %d: original sizes key %q value %q, want %d and %d", i, ks, vs, len(src.Key), len(src.Value))
+			}
+		} else if hasK || hasV {
+			t.Errorf("dead letter %d: original size headers on a dead letter that was not cut", i)
+		}
+		size := len(dl.Key) + len(dl.Value)
+		for _, h := range dl.Headers {
+			size += len(h.Key) + len(h.Value)
+		}
+		if size > 2*DeadLetterMaxBytes+4<<10 {
+			t.Errorf("dead letter %d is %d bytes", i, size)
+		}
+	}
+	if got := prod.lastByKey(testSink)["c-1"]; !strings.Contains(got, `"n":1`) {
+		t.Errorf("the good record after the bad ones was not aggregated: %s", got)
+	}
 }

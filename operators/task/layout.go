@@ -168,7 +168,7 @@ func (t *Task) checkLayouts() error {
 //   - another layout stored: a *LayoutError if there is state; with none, nothing can be misread
 //     and the config's layout replaces it.
 func (t *Task) checkLayout(c *chain) error {
-	c.layout = newLayout(c.ops.agg.Layout())
+	c.layout = newLayout(c.ops.spec().Layout())
 	lns := layoutNamespace(c.ns)
 	st := t.d.Store
 	fp, stored, err := st.Get(lns, layoutFingerprintKey, nil)
@@ -193,7 +193,7 @@ func (t *Task) checkLayout(c *chain) error {
 			e.Detail = "a layout with fingerprint " + string(fp)
 		}
 		return e
-	case has && !c.ops.agg.ValidState(sample):
+	case has && !c.ops.spec().ValidState(sample):
 		e := t.layoutError(c)
 		e.Detail = fmt.Sprintf("it was written by a sluice without layout fingerprints, and a sampled state is %d bytes, where this layout's are %d",
 			len(sample), c.ops.agg.StateSize())
@@ -245,7 +245,22 @@ func firstValue(st state.Store, ns state.Namespace) ([]byte, bool, error) {
 // StateChecks validate the changelog records a restore replays against the plan's keyed
 // operators: their layout fingerprints and their states. Build them with Plan.StateChecks; safe
 // for concurrent use (they only read the compiled operators).
-type StateChecks map[string]*operators.Aggregate
+type StateChecks map[string]stateSpec
+
+// stateSpec is what a restore checks a keyed operator's stored values against.
+type stateSpec interface {
+	Layout() operators.Layout
+	ValidState([]byte) bool
+}
+
+// spec returns the chain's state spec: the aggregate's, or a Keyed operator's with the timer
+// prefix the runtime stores before its states.
+func (ops *chainOps) spec() stateSpec {
+	if ops.kop != nil {
+		return keyedState{layout: ops.kop.Layout(), valid: ops.kop.ValidState}
+	}
+	return ops.agg
+}
 
 // StateChecks compiles the plan's keyed operators for restore checks.
 func (p *Plan) StateChecks() (StateChecks, error) {
@@ -258,7 +273,7 @@ func (p *Plan) StateChecks() (StateChecks, error) {
 		if err != nil {
 			return nil, err
 		}
-		s[c.Agg.Name] = ops.agg
+		s[c.Agg.Name] = ops.spec()
 	}
 	return s, nil
 }

@@ -1,7 +1,10 @@
-// Package task is the per-partition runtime of sluice: it runs a pipeline's operator chains for
-// one input partition number, in backlog mode (keyed operators sort and fold silently) or in
-// real-time mode (a write-back cache over the state store, outputs at most once per key per
-// checkpoint), and makes its work durable through checkpoints driven by the consumer.
+// Package task is the per-partition runtime of sluice: it runs the operator chains that read
+// one input topic-partition (a task is a topic-partition until operators with two inputs need a
+// partition number across topics), in backlog mode (keyed operators pre-aggregate, sort and fold
+// silently) or in real-time mode (a write-back cache over the state store), with event time,
+// windows and timers (window.go), Keyed operators such as session windows (keyed.go), and makes
+// its work durable through checkpoints driven by the consumer. Its calls follow the order of
+// order.go, which it enforces.
 //
 // A Plan is the validated, compiled shape of a pipeline (built once from the config); a Task is
 // one partition's instance of it. The consumer owns tasks: it creates one per assigned partition,
@@ -155,6 +158,10 @@ func (p *Plan) Describe(w io.Writer) {
 			}
 			fmt.Fprintf(w, "  -> aggregate %s [%s] emit=%s attributes{InternalSorter:%v OutputOnlyAtEnd:%v OutputOnCheckpoint:%v}\n",
 				c.Agg.Name, strings.Join(specs, " "), orDefault(c.Agg.Aggregate.Emit, "updates"), a.InternalSorter, a.OutputOnlyAtEnd, a.OutputOnCheckpoint)
+			if sw := c.Agg.Aggregate.Window; sw.Kind() == "session" {
+				fmt.Fprintf(w, "     window session gap %v grace %v (a keyed operator: backlog replays each key's records in arrival order); watermark = max event time - %v; timers: one per key, in Pebble; late records -> dead letters\n",
+					sw.Session, sw.Grace, c.Source.Watermark.MaxDelay)
+			}
 			if win, _ := operators.NewWindows(c.Agg.Aggregate.Window); win != nil {
 				fmt.Fprintf(w, "     window %s; watermark = max event time - %v; timers: one per open (key, window) at end+grace, in Pebble; late records -> dead letters\n",
 					win, c.Source.Watermark.MaxDelay)
@@ -179,6 +186,7 @@ type chainOps struct {
 	src    *operators.Source
 	stages []operators.Stage
 	agg    *operators.Aggregate
+	kop    operators.Keyed // session windows: the Keyed operator (its aggregate is agg)
 }
 
 func (c ChainPlan) build() (*chainOps, error) {
@@ -200,6 +208,14 @@ func (c ChainPlan) build() (*chainOps, error) {
 		ops.stages = append(ops.stages, st)
 	}
 	if c.Agg != nil {
+		if c.Agg.Aggregate.Window.Kind() == "session" {
+			s, err := operators.NewSessions(c.Agg.Name, *c.Agg.Aggregate)
+			if err != nil {
+				return nil, err
+			}
+			ops.kop, ops.agg = s, s.Aggregate()
+			return ops, nil
+		}
 		ops.agg, err = operators.NewAggregate(c.Agg.Name, *c.Agg.Aggregate)
 		if err != nil {
 			return nil, err

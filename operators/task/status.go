@@ -1,6 +1,7 @@
 package task
 
 import (
+	"fmt"
 	"math"
 	"strconv"
 	"time"
@@ -89,8 +90,13 @@ func (t *Task) publish() {
 			cs.Operator = c.plan.Agg.Name
 			cs.Mode = "real-time"
 		}
-		if c.win != nil {
-			cs.Window, cs.LateRecords = c.win.String(), c.late
+		if c.timed() {
+			cs.LateRecords = c.late
+			if c.win != nil {
+				cs.Window = c.win.String()
+			} else if w := c.plan.Agg.Aggregate.Window; w != nil {
+				cs.Window = fmt.Sprintf("session gap %v grace %v", w.Session, w.Grace)
+			}
 			if c.wm != math.MinInt64 {
 				wm := c.wm
 				cs.WatermarkMs = &wm

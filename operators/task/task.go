@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"math"
 	"path/filepath"
-	"strconv"
 	"sync"
 	"time"
 
@@ -59,6 +58,8 @@ type Task struct {
 	out       *errTracker // produce results of records sent outside a checkpoint (stateless outputs)
 	prep      *Pending    // folds done by Prepare, completed by the next Checkpoint
 
+	phase phase // the call order (order.go)
+
 	mu     sync.Mutex // guards status
 	status Status
 }
@@ -87,6 +88,8 @@ type chain struct {
 
 	// event time (windowed aggregates only; see window.go)
 	win         *operators.Windows // nil: unwindowed
+	kop         operators.Keyed    // a Keyed operator (session windows; keyed.go); nil: a mergeable aggregate
+	outbox      []*kgo.Record      // Keyed: outputs of real-time calls, produced by the next checkpoint
 	maxDelay    int64              // the source's watermark.max_delay, ms
 	wm          int64              // watermark at next (math.MinInt64 before any record)
 	wmCommitted int64              // watermark at committed
@@ -94,6 +97,7 @@ type chain struct {
 	tm          timers
 	wk          []byte // scratch window key
 	ended       bool   // the input ended (bounded run): the watermark is +infinity
+	observed    bool   // the chain has seen a batch since it started or was rewound (BeforeBatch)
 	endWM       int64  // while ended: the watermark to commit (the data's, or the latest close of a window the end closed)
 	late        int64
 
@@ -117,6 +121,11 @@ type entry struct {
 	updated bool // windowed: records folded since the last checkpoint
 	stored  bool // windowed: the state (and its timer) are in the store
 	closing bool // windowed: the window closed; the next checkpoint emits it and deletes it
+
+	// Keyed operators (keyed.go): the key's timer, the one in the store, a deleted state.
+	timer, storedTimer       int64
+	hasTimer, hasStoredTimer bool
+	deleted                  bool
 }
 
 // New creates the task for partition of topic in plan, with fresh operator instances for the
@@ -163,7 +172,10 @@ func New(plan *Plan, topic string, partition int32, d Deps) (*Task, error) {
 				EnterTimeLag: cfg.Backlog.EnterTimeLag, ExitTimeLag: cfg.Backlog.ExitTimeLag,
 			})
 			c.cache = make(map[string]*entry)
-			c.part = newPartials(ops.agg.StateSize(), t.cacheCap)
+			c.kop = ops.kop
+			if c.kop == nil {
+				c.part = newPartials(ops.agg.StateSize(), t.cacheCap)
+			}
 			if c.win, err = operators.NewWindows(cp.Agg.Aggregate.Window); err != nil {
 				t.Close()
 				return nil, err
@@ -214,41 +226,52 @@ func (t *Task) Namespaces() map[state.Namespace]string {
 // Partition returns the task's partition number.
 func (t *Task) Partition() int32 { return t.partition }
 
-// Observe feeds the lag of topic's partition as seen after a fetch (records still to process
-// after the batch that carried it) and the time lag (wall clock minus the event time of the
-// batch's last record). It returns true when a chain changes mode and needs a checkpoint before
-// the batch may be processed: entering backlog flushes the cache; leaving it merges and folds.
+// Observe feeds one lag of topic's partition (records still to process) and time lag (wall
+// clock minus an event time) to its chains' detectors, as they are: BeforeBatch and AfterBatch
+// choose which lag of a fetch counts (the engine calls those). It returns true when a chain
+// changes mode and needs a checkpoint before the batch may be processed: entering backlog
+// flushes the cache; leaving it merges and folds.
 func (t *Task) Observe(topic string, lag int64, timeLag time.Duration) (needCheckpoint bool) {
+	t.must("Observe", phaseIdle)
 	for _, c := range t.byTopic[topic] {
-		c.lag, c.timeLag = lag, timeLag
-		if c.det == nil {
-			continue
-		}
-		attr, changed, first := c.det.Observe(lag, timeLag)
-		switch {
-		case first && attr.Backlog:
-			t.log.Info("task starts in backlog mode", "operator", c.plan.Agg.Name, "lag", lag, "time_lag", timeLag)
-			t.enterBacklog(c)
-		case first && c.hasPending:
-			// Starting in real-time with outputs still due from backlog checkpoints (of an
-			// earlier owner, or before an abort): emit them before streaming.
+		if t.observe(c, lag, timeLag) {
 			needCheckpoint = true
-		case changed && attr.Backlog:
-			t.d.Metrics.switched("to_backlog")
-			t.log.Info("switch to backlog mode", "operator", c.plan.Agg.Name, "lag", lag, "time_lag", timeLag)
-			if len(c.dirty) > 0 {
-				needCheckpoint = true // flush the cache first; the checkpoint then enters backlog
-			}
-			t.enterBacklog(c)
-		case changed && !attr.Backlog:
-			if c.buffered() == 0 && !c.hasPending {
-				t.leaveBacklog(c, 0)
-			} else {
-				needCheckpoint = true // the checkpoint folds the sorted backlog, then streams
-			}
 		}
 	}
 	t.needCkpt = t.needCkpt || needCheckpoint
+	return needCheckpoint
+}
+
+// observe feeds a lag to one chain's detector and applies a change of mode; it reports whether
+// the change needs a checkpoint first.
+func (t *Task) observe(c *chain, lag int64, timeLag time.Duration) (needCheckpoint bool) {
+	c.lag, c.timeLag = lag, timeLag
+	if c.det == nil {
+		return false
+	}
+	attr, changed, first := c.det.Observe(lag, timeLag)
+	switch {
+	case first && attr.Backlog:
+		t.log.Info("task starts in backlog mode", "operator", c.plan.Agg.Name, "lag", lag, "time_lag", timeLag)
+		t.enterBacklog(c)
+	case first && c.hasPending:
+		// Starting in real-time with outputs still due from backlog checkpoints (of an
+		// earlier owner, or before an abort): emit them before streaming.
+		needCheckpoint = true
+	case changed && attr.Backlog:
+		t.d.Metrics.switched("to_backlog")
+		t.log.Info("switch to backlog mode", "operator", c.plan.Agg.Name, "lag", lag, "time_lag", timeLag)
+		if len(c.dirty) > 0 {
+			needCheckpoint = true // flush the cache first; the checkpoint then enters backlog
+		}
+		t.enterBacklog(c)
+	case changed && !attr.Backlog:
+		if c.buffered() == 0 && !c.hasPending {
+			t.leaveBacklog(c, 0)
+		} else {
+			needCheckpoint = true // the checkpoint folds the sorted backlog, then streams
+		}
+	}
 	return needCheckpoint
 }
 
@@ -280,6 +303,7 @@ func (t *Task) leaveBacklog(c *chain, folded int64) {
 // An error means the task cannot go on (the state store or the sort spill failed); the records
 // of the batch may be partly applied, so the caller must abort to the last checkpoint.
 func (t *Task) Process(topic string, recs []*kgo.Record) error {
+	t.must("Process", phaseIdle)
 	for _, c := range t.byTopic[topic] {
 		if err := t.processChain(c, recs); err != nil {
 			return err
@@ -305,6 +329,7 @@ func (t *Task) processChain(c *chain, recs []*kgo.Record) error {
 			t.deadLetter(c, kr, "source "+c.plan.SourceName, err)
 			continue
 		}
+		wmPrev := c.wm
 		c.observeTime(c.rec.Time)
 		keep := true
 		for _, st := range ops.stages {
@@ -335,9 +360,12 @@ func (t *Task) processChain(c *chain, recs []*kgo.Record) error {
 			continue
 		}
 		c.scratch = in
-		if c.win != nil {
+		switch {
+		case c.kop != nil:
+			err = t.applyKeyed(c, kr, in, wmPrev)
+		case c.win != nil:
 			err = t.applyWindows(c, kr, in)
-		} else {
+		default:
 			err = t.apply(c, c.rec.Key, kr.Offset, in, 0)
 		}
 		if err != nil {
@@ -348,7 +376,7 @@ func (t *Task) processChain(c *chain, recs []*kgo.Record) error {
 			if t.backlogCheckpointDue(c) {
 				t.needCkpt = true
 			}
-		} else if c.win != nil {
+		} else if c.timed() {
 			if err := t.fireTimers(c); err != nil {
 				return err
 			}
@@ -404,25 +432,7 @@ func (t *Task) load(c *chain, key []byte, create bool) (*entry, error) {
 	if e, ok := c.cache[string(key)]; ok {
 		return e, nil
 	}
-	if len(c.cache) >= t.cacheCap {
-		// Evict an eighth of the clean entries in one pass (amortized); with none clean, ask
-		// for a checkpoint, which makes every entry clean.
-		if clean := len(c.cache) - len(c.dirty); clean > 0 {
-			evict := clean/8 + 1
-			for k, e := range c.cache {
-				if evict == 0 {
-					break
-				}
-				if !e.dirty {
-					delete(c.cache, k)
-					evict--
-				}
-			}
-		}
-		if len(c.dirty) >= t.cacheCap {
-			t.needCkpt = true
-		}
-	}
+	t.makeRoom(c)
 	size := c.ops.agg.StateSize()
 	e := &entry{key: bytes.Clone(key), state: make([]byte, 0, size)}
 	v, ok, err := t.d.Store.Get(c.ns, key, e.state)
@@ -446,11 +456,34 @@ func (t *Task) load(c *chain, key []byte, create bool) (*entry, error) {
 	return e, nil
 }
 
+// makeRoom evicts, when the cache is full, an eighth of its clean entries in one pass
+// (amortized); with none clean it asks for a checkpoint, which makes every entry clean.
+func (t *Task) makeRoom(c *chain) {
+	if len(c.cache) < t.cacheCap {
+		return
+	}
+	if clean := len(c.cache) - len(c.dirty); clean > 0 {
+		evict := clean/8 + 1
+		for k, e := range c.cache {
+			if evict == 0 {
+				break
+			}
+			if !e.dirty {
+				delete(c.cache, k)
+				evict--
+			}
+		}
+	}
+	if len(c.dirty) >= t.cacheCap {
+		t.needCkpt = true
+	}
+}
+
 // backlogCheckpointDue reports whether a chain in backlog should fold its sorted records into
 // state now (backlog.checkpoint_interval) to bound the re-work after a crash.
 func (t *Task) backlogCheckpointDue(c *chain) bool {
 	every := t.plan.Config.Backlog.CheckpointInterval
-	return every > 0 && c.inBack && c.det.Backlog() && c.buffered() > 0 && t.d.Clock().Sub(c.lastBackCkpt) >= every
+	return every > 0 && c.kop == nil && c.inBack && c.det.Backlog() && c.buffered() > 0 && t.d.Clock().Sub(c.lastBackCkpt) >= every
 }
 
 // Sorted entries' payloads start with a tag: a record's projected input, or a key's partial
@@ -491,6 +524,7 @@ func (c *chain) buffered() int64 {
 // Restored tells the task its state is up to date (after the changelog restore), so it can
 // learn whether earlier backlog checkpoints left keys whose output is still due.
 func (t *Task) Restored() error {
+	t.must("Restored", phaseIdle)
 	for _, c := range t.chains {
 		if c.ops.agg == nil {
 			continue
@@ -500,7 +534,7 @@ func (t *Task) Restored() error {
 			return err
 		}
 		c.hasPending = has
-		if c.win != nil {
+		if c.timed() {
 			if err := t.restoreWindows(c); err != nil {
 				return fmt.Errorf("task %d: %w", t.partition, err)
 			}
@@ -528,28 +562,17 @@ func (t *Task) deadLetter(c *chain, kr *kgo.Record, op string, err error) {
 }
 
 // deadLetterReason holds kr for the dead-letter topic with header sluice.error = reason and the
-// extra headers.
+// extra headers. Every dead letter is built here, by newDeadLetter (deadletter.go), which
+// bounds its size.
 func (t *Task) deadLetterReason(c *chain, kr *kgo.Record, op, reason string, extra []kgo.RecordHeader) {
 	c.dead++
 	t.d.Metrics.deadLetter(op)
-	t.dlq = append(t.dlq, &kgo.Record{
-		Topic:     t.plan.Config.DLQTopic(),
-		Key:       bytes.Clone(kr.Key),
-		Value:     bytes.Clone(kr.Value),
-		Partition: -1,
-		Headers: append([]kgo.RecordHeader{
-			{Key: "sluice.error", Value: []byte(reason)},
-			{Key: "sluice.operator", Value: []byte(op)},
-			{Key: "sluice.source.topic", Value: []byte(kr.Topic)},
-			{Key: "sluice.source.partition", Value: []byte(strconv.Itoa(int(kr.Partition)))},
-			{Key: "sluice.source.offset", Value: []byte(strconv.FormatInt(kr.Offset, 10))},
-			{Key: "sluice.source.timestamp", Value: []byte(strconv.FormatInt(kr.Timestamp.UnixMilli(), 10))},
-		}, extra...),
-	})
+	t.dlq = append(t.dlq, newDeadLetter(t.plan.Config.DLQTopic(), kr, op, reason, extra))
 }
 
 // Close releases the task's sorters (dropping anything buffered: nothing of it was committed).
 func (t *Task) Close() {
+	t.phase = phaseClosed
 	if t.prep != nil {
 		t.abortPending(t.prep)
 		t.prep = nil
@@ -570,11 +593,11 @@ type errTracker struct {
 	err error
 }
 
-func (e *errTracker) promise(_ *kgo.Record, err error) {
+func (e *errTracker) promise(r *kgo.Record, err error) {
 	if err != nil {
 		e.mu.Lock()
 		if e.err == nil {
-			e.err = err
+			e.err = produceError(r, err)
 		}
 		e.mu.Unlock()
 	}

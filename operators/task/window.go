@@ -98,9 +98,26 @@ func (tm *timers) reset() {
 
 var errStopScan = errors.New("task: stop scan")
 
+// timed reports whether a chain runs on event time (windows, or a Keyed operator).
+func (c *chain) timed() bool { return c.win != nil || c.kop != nil }
+
+// pushTimer registers the timer of a key (or window key) set since the last commit.
+func pushTimer(c *chain, at int64, key []byte) {
+	heap.Push(&c.tm.added, timer{at: at, key: string(key)})
+}
+
+// lateRecord sends a record whose windows are all closed to the dead-letter topic.
+func (t *Task) lateRecord(c *chain, kr *kgo.Record) {
+	c.late++
+	t.d.Metrics.lateRecord(c.plan.Agg.Name)
+	t.deadLetterReason(c, kr, c.plan.Agg.Name, "late", []kgo.RecordHeader{
+		{Key: "sluice.watermark", Value: fmt.Appendf(nil, "%d", c.wm)},
+	})
+}
+
 // observeTime advances a windowed chain's watermark with the event time of a decoded record.
 func (c *chain) observeTime(ts int64) {
-	if c.win == nil || c.ended {
+	if !c.timed() || c.ended {
 		return
 	}
 	w := ts - c.maxDelay
@@ -129,11 +146,7 @@ func (t *Task) applyWindows(c *chain, kr *kgo.Record, in []byte) error {
 		return err
 	}
 	if open == 0 {
-		c.late++
-		t.d.Metrics.lateRecord(c.plan.Agg.Name)
-		t.deadLetterReason(c, kr, c.plan.Agg.Name, "late", []kgo.RecordHeader{
-			{Key: "sluice.watermark", Value: fmt.Appendf(nil, "%d", c.wm)},
-		})
+		t.lateRecord(c, kr)
 	}
 	return nil
 }
@@ -142,9 +155,13 @@ func (t *Task) applyWindows(c *chain, kr *kgo.Record, in []byte) error {
 // reached: the windows created since the last commit (heap), then the stored ones (a scan of
 // the timer namespace in time order, only when the earliest stored timer may be due).
 func (t *Task) fireTimers(c *chain) error {
+	fire := func(key []byte, at int64) error { return t.closeWindow(c, key) }
+	if c.kop != nil {
+		fire = func(key []byte, at int64) error { return t.fireKeyed(c, key, at) }
+	}
 	for len(c.tm.added) > 0 && c.tm.added[0].at <= c.wm {
 		tm := heap.Pop(&c.tm.added).(timer)
-		if err := t.closeWindow(c, []byte(tm.key)); err != nil {
+		if err := fire([]byte(tm.key), tm.at); err != nil {
 			return err
 		}
 	}
@@ -158,7 +175,7 @@ func (t *Task) fireTimers(c *chain) error {
 			next = at
 			return errStopScan
 		}
-		return t.closeWindow(c, wk)
+		return fire(wk, at)
 	})
 	if err != nil && !errors.Is(err, errStopScan) {
 		return fmt.Errorf("task %d: timers: %w", t.partition, err)
@@ -264,7 +281,7 @@ func (c *chain) committedWindows() {
 // checkpointWatermark writes a windowed chain's watermark when its offset moves in this
 // checkpoint: a changelog record and the store, so both match the offset committed with them.
 func (t *Task) checkpointWatermark(c *chain, p Producer, pd *Pending) error {
-	if c.win == nil || c.wm == c.wmCommitted {
+	if !c.timed() || c.wm == c.wmCommitted {
 		return nil
 	}
 	if _, ok := pd.Offsets[c.plan.Source.Topic]; !ok && !(c.ended && c.buffered() == 0) {
@@ -311,18 +328,33 @@ func (t *Task) restoreWindows(c *chain) error {
 		c.wm = int64(binary.BigEndian.Uint64(v))
 		c.wmCommitted = c.wm
 	}
+	if c.kop != nil {
+		return t.restoreKeyedTimers(c)
+	}
+	return t.rebuildTimers(c, func(k, _ []byte) (int64, bool, error) {
+		_, start, ok := operators.SplitWindowKey(k)
+		if !ok {
+			return 0, false, fmt.Errorf("%s: stored key %q is not a window key", c.plan.Agg.Name, k)
+		}
+		return c.win.Close(start), true, nil
+	})
+}
+
+// rebuildTimers replaces a chain's timer namespace with the timers of its stored states (timerOf
+// returns a state's timer, if it has one).
+func (t *Task) rebuildTimers(c *chain, timerOf func(k, v []byte) (int64, bool, error)) error {
 	if err := t.d.Store.Drop(c.timerNS); err != nil {
 		return err
 	}
 	b := t.d.Store.NewBatch()
-	defer b.Close()
+	defer func() { b.Close() }()
 	var tk []byte
-	err = t.d.Store.Scan(c.ns, func(k, _ []byte) error {
-		_, start, ok := operators.SplitWindowKey(k)
-		if !ok {
-			return fmt.Errorf("task %d: %s: stored key %q is not a window key", t.partition, c.plan.Agg.Name, k)
+	err := t.d.Store.Scan(c.ns, func(k, v []byte) error {
+		at, ok, err := timerOf(k, v)
+		if err != nil || !ok {
+			return err
 		}
-		tk = appendTimerKey(tk[:0], c.win.Close(start), k)
+		tk = appendTimerKey(tk[:0], at, k)
 		if err := b.Set(c.timerNS, tk, nil); err != nil {
 			return err
 		}
@@ -336,7 +368,7 @@ func (t *Task) restoreWindows(c *chain) error {
 		return nil
 	})
 	if err != nil {
-		return err
+		return fmt.Errorf("task %d: %w", t.partition, err)
 	}
 	c.tm.reset()
 	return b.Commit()
@@ -397,13 +429,14 @@ func (t *Task) sweepTimers(c *chain, wm int64, closed map[string]struct{}, p Pro
 // closes, and chains in backlog fold and stream. The caller then checkpoints; Finished reports
 // when that checkpoint has committed everything.
 func (t *Task) EndInput(topic string) error {
+	t.must("EndInput", phaseIdle)
 	for _, c := range t.byTopic[topic] {
 		c.ended = true
 		if c.ops.agg == nil {
 			continue
 		}
 		t.needCkpt = true
-		if c.win == nil {
+		if !c.timed() {
 			continue
 		}
 		if c.wm != math.MaxInt64 {

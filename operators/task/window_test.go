@@ -14,6 +14,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/sluice-dev/sluice/changelog"
 	"github.com/sluice-dev/sluice/operators"
 	"github.com/sluice-dev/sluice/state"
 )
@@ -142,8 +143,8 @@ func TestWindowsOneAnswerTwoModes(t *testing.T) {
 	if *flagLong {
 		seeds = 600
 	}
-	if testing.Short() {
-		seeds = 10
+	if testing.Short() || raceEnabled && !*flagLong {
+		seeds = 10 // the race detector makes a seed ~10x slower; -long runs them all
 	}
 	base := uint64(time.Now().UnixNano())
 	if *flagSeed != 0 {
@@ -402,5 +403,101 @@ func TestWindowTimersSurviveRestart(t *testing.T) {
 	step(tk3, rec(4, "a", 1010))
 	if got := tk3.Status().Chains[0].LateRecords; got != 1 {
 		t.Fatalf("late records after restart: %d, want 1", got)
+	}
+}
+
+// replayChangelog rebuilds a store from the committed changelog records of prod as
+// changelog.Restorer does: the latest value per key, tombstones delete, the watermark record
+// goes to its namespace, the offset after the last record is stored.
+func replayChangelog(t *testing.T, prod *fakeProducer) state.Store {
+	t.Helper()
+	st := state.NewMem()
+	ns := state.Namespace{Operator: testOp, Partition: 0}
+	b := st.NewBatch()
+	defer b.Close()
+	next := int64(0)
+	for _, r := range prod.committed(testGroup + "-" + testOp + "-changelog") {
+		next = r.Offset + 1
+		wm := false
+		for _, h := range r.Headers {
+			wm = wm || h.Key == changelog.WatermarkHeader
+		}
+		var err error
+		switch {
+		case wm:
+			err = b.Set(changelog.WatermarkNamespace(ns), changelog.WatermarkKey, r.Value)
+		case r.Value == nil:
+			err = b.Delete(ns, r.Key)
+		default:
+			err = b.Set(ns, r.Key, r.Value)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := b.SetOffset(ns, next); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// TestRestoreFromChangelogMidStream: a task that loses its state dir halfway through and is
+// restored from the changelog (states, the watermark; timers rebuilt from the states) ends with
+// the same finals, dead letters and state as a task that ran uninterrupted, for tumbling,
+// hopping and session windows, whether the restored task goes on in real-time or backlog mode.
+func TestRestoreFromChangelogMidStream(t *testing.T) {
+	cfgs := map[string]func(mode string) string{
+		"tumbling": func(mode string) string {
+			return windowSpec{size: 50, advance: 50, grace: 5, maxDelay: 20, final: true}.config(mode, 50, 10, 16, "0s")
+		},
+		"hopping": func(mode string) string {
+			return windowSpec{size: 100, advance: 50, grace: 0, maxDelay: 0, final: true}.config(mode, 50, 10, 16, "0s")
+		},
+		"sessions": func(mode string) string {
+			return sessionSpec{gap: 30, grace: 10, maxDelay: 20}.config(mode, 50, 10, 16, "0s")
+		},
+	}
+	for name, cfg := range cfgs {
+		for _, after := range []string{"never", "always"} {
+			t.Run(name+"/then-"+after, func(t *testing.T) {
+				rng := rand.New(rand.NewPCG(7, 7))
+				in := genWindowInput(rng, 1500, windowSpec{size: 50, advance: 50, grace: 5, maxDelay: 20})
+				run := func(store state.Store, prod *fakeProducer, mode string, recs []*kgo.Record) *Task {
+					tk := newTestTask(t, mustPlan(t, cfg(mode)), store, 1<<20, 0)
+					d := &driver{t: t, rng: rand.New(rand.NewPCG(1, 2)), task: tk, prod: prod, input: recs, maxBatch: 50, pCkpt: 0.2, offset: -1,
+						lag: func(d *driver, end int) int64 {
+							if mode == "always" {
+								return 1 << 40
+							}
+							return 0
+						}}
+					d.run()
+					return tk
+				}
+				// Uninterrupted.
+				refProd := newFakeProducer()
+				refStore := state.NewMem()
+				run(refStore, refProd, "never", in.recs)
+				// Halfway, then a restore from the changelog into a new store, then the rest.
+				half := len(in.recs) / 2
+				prod := newFakeProducer()
+				first := run(state.NewMem(), prod, "never", in.recs[:half])
+				first.Close()
+				restored := replayChangelog(t, prod)
+				run(restored, prod, after, in.recs[half:])
+				if got, want := finals(runResult{outs: prod.committed(testSink)}), finals(runResult{outs: refProd.committed(testSink)}); !slices.Equal(got, want) {
+					t.Errorf("finals after the restore differ from an uninterrupted run:\n%s", diffLines(lines(got), lines(want)))
+				}
+				if got, want := scanState(t, restored), scanState(t, refStore); !slices.Equal(got, want) {
+					t.Errorf("state after the restore differs:\n%s", diffLines(got, want))
+				}
+				if got, want := len(prod.committed(testGroup+"-dlq")), len(refProd.committed(testGroup+"-dlq")); got != want {
+					t.Errorf("%d dead letters after the restore, want %d", got, want)
+				}
+			})
+		}
 	}
 }

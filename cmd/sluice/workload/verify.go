@@ -29,6 +29,21 @@ var ErrDecimal = errors.New("workload: not an exact decimal")
 // It expects the topic's writers to have finished or paused: while a transaction stays open it
 // waits, until ctx ends. The caller owns the returned map.
 func ReadTotals(ctx context.Context, brokers []string, topic string, sumField, countField string) (map[string]Total, error) {
+	totals := make(map[string]Total)
+	var parser fastjson.Parser
+	err := readCommitted(ctx, brokers, topic, func(r *kgo.Record) error {
+		return addTotal(totals, &parser, r, sumField, countField)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return totals, nil
+}
+
+// readCommitted reads topic with read_committed from its start to its end, taken as soon as no
+// transaction is open on any partition, and calls fn with each data record in offset order
+// per partition, until fn returns an error, which it returns unwrapped.
+func readCommitted(ctx context.Context, brokers []string, topic string, fn func(r *kgo.Record) error) error {
 	cl, err := kgo.NewClient(
 		kgo.SeedBrokers(brokers...),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
@@ -37,7 +52,7 @@ func ReadTotals(ctx context.Context, brokers []string, topic string, sumField, c
 		kgo.FetchMaxPartitionBytes(16<<20),
 	)
 	if err != nil {
-		return nil, fmt.Errorf("workload: reading %s: %w", topic, err)
+		return fmt.Errorf("workload: reading %s: %w", topic, err)
 	}
 	defer cl.Close()
 
@@ -47,11 +62,11 @@ func ReadTotals(ctx context.Context, brokers []string, topic string, sumField, c
 		err = starts.Error()
 	}
 	if err != nil {
-		return nil, fmt.Errorf("workload: start offsets of %s: %w", topic, err)
+		return fmt.Errorf("workload: start offsets of %s: %w", topic, err)
 	}
 	ends, err := settledEnds(ctx, adm, topic)
 	if err != nil {
-		return nil, err
+		return err
 	}
 
 	want := make(map[int32]int64) // partition -> offset to reach
@@ -63,27 +78,23 @@ func ReadTotals(ctx context.Context, brokers []string, topic string, sumField, c
 			assign[p] = kgo.NewOffset().AtStart()
 		}
 	}
-	totals := make(map[string]Total)
 	if len(want) == 0 {
-		return totals, nil
+		return nil
 	}
 	cl.AddConsumePartitions(map[string]map[int32]kgo.Offset{topic: assign})
 
-	var (
-		parser fastjson.Parser
-		perr   error
-	)
-	for len(want) > 0 && perr == nil {
+	var ferr error
+	for len(want) > 0 && ferr == nil {
 		fs := cl.PollFetches(ctx)
 		if err := ctx.Err(); err != nil {
-			return nil, fmt.Errorf("workload: reading %s: %w (%d partitions not at their end)", topic, err, len(want))
+			return fmt.Errorf("workload: reading %s: %w (%d partitions not at their end)", topic, err, len(want))
 		}
 		if err := fs.Err(); err != nil {
-			return nil, fmt.Errorf("workload: reading %s: %w", topic, err)
+			return fmt.Errorf("workload: reading %s: %w", topic, err)
 		}
 		fs.EachRecord(func(r *kgo.Record) {
 			end, ok := want[r.Partition]
-			if !ok || perr != nil || r.Offset >= end {
+			if !ok || ferr != nil || r.Offset >= end {
 				return
 			}
 			if r.Offset+1 >= end {
@@ -92,13 +103,10 @@ func ReadTotals(ctx context.Context, brokers []string, topic string, sumField, c
 			if r.Attrs.IsControl() {
 				return
 			}
-			perr = addTotal(totals, &parser, r, sumField, countField)
+			ferr = fn(r)
 		})
 	}
-	if perr != nil {
-		return nil, perr
-	}
-	return totals, nil
+	return ferr
 }
 
 // settledEnds waits until no partition of topic has an undecided transaction (last stable
@@ -195,6 +203,13 @@ func decimalField(v *fastjson.Value, field string, scale int) (int64, error) {
 		return 0, fmt.Errorf("field %q: %w", field, err)
 	}
 	return n, nil
+}
+
+// ParseCents parses the decimal text b (JSON number syntax, e.g. "12.3", "1.5e3") exactly into
+// cents, as ReadTotals reads amounts; it fails with ErrDecimal if b is not a whole number of
+// cents or does not fit in an int64.
+func ParseCents(b []byte) (int64, error) {
+	return parseDecimal(b, 2)
 }
 
 // parseDecimal parses the decimal text b (JSON number syntax, e.g. "-12.340", "1.5e2") exactly

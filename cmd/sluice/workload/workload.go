@@ -12,13 +12,20 @@
 // keyed by its customer_id and partitioned as Kafka's default partitioner does (murmur2 of the
 // key), so every record's partition is known before it is produced. Amounts are whole cents
 // from 0.01 to 999.99 and are totalled in integer cents, never in floating point.
+//
+// The windowed variant (windows.go) spreads the same orders' event times over Spec.Span and
+// totals them per customer and tumbling window: WindowedPipeline computes it, ExpectedWindows
+// says what it must produce, ProduceClosers closes the last windows, and ReadWindows reads the
+// finals back, checking that each (customer, window) has exactly one.
 package workload
 
 import (
 	"errors"
 	"fmt"
+	"math/bits"
 	"math/rand/v2"
 	"strconv"
+	"time"
 
 	"github.com/sluice-dev/sluice/producer"
 )
@@ -27,8 +34,9 @@ import (
 // 2026-01-01T00:00:00Z in epoch milliseconds.
 const DefaultStartTS int64 = 1767225600000
 
-// MaxJitterMS bounds the event-time jitter: order i has ts in [StartTS+i, StartTS+i+MaxJitterMS),
-// so event time advances one millisecond per order and is out of order by less than MaxJitterMS.
+// MaxJitterMS bounds the event-time jitter: without Spec.Span, order i has ts in
+// [StartTS+i, StartTS+i+MaxJitterMS), so event time advances one millisecond per order and is
+// out of order by less than MaxJitterMS.
 const MaxJitterMS = 100
 
 // Amount bounds in cents.
@@ -56,6 +64,12 @@ type Spec struct {
 	Seed int64
 	// StartTS is the event time (epoch ms) of the first order; 0 means DefaultStartTS.
 	StartTS int64
+	// Span, when > 0, spreads the orders' event times evenly over [StartTS, StartTS+Span)
+	// without jitter: order i has ts = StartTS + ⌊i·Span/Records⌋ (in ms), non-decreasing in i
+	// and so in every partition, which a windowed pipeline with watermark max_delay 0 needs to
+	// see no late record. The customers and amounts are those of the same Spec without Span.
+	// 0 means one millisecond per order plus a jitter below MaxJitterMS.
+	Span time.Duration
 }
 
 // Total is one customer's aggregate: the sum of its amounts in cents and its number of orders.
@@ -75,6 +89,8 @@ func (s Spec) Validate() error {
 		return fmt.Errorf("%w: Partitions is %d, want ≥ 1", ErrSpec, s.Partitions)
 	case s.StartTS < 0:
 		return fmt.Errorf("%w: StartTS is %d, want ≥ 0", ErrSpec, s.StartTS)
+	case s.Span < 0:
+		return fmt.Errorf("%w: Span is %v, want ≥ 0", ErrSpec, s.Span)
 	}
 	return nil
 }
@@ -92,6 +108,8 @@ type generator struct {
 	rng     *rand.Rand
 	keys    int
 	startTS int64
+	spanMS  uint64 // 0: one ms per order plus jitter
+	records uint64 // the Spec's Records, when spanMS > 0
 	next    int64
 }
 
@@ -105,18 +123,31 @@ func (s Spec) generator() *generator {
 		rng:     rand.New(rand.NewPCG(seed, seed^0x5eed_0f_0de75)),
 		keys:    s.Keys,
 		startTS: start,
+		spanMS:  uint64(s.Span.Milliseconds()),
+		records: uint64(s.Records),
 	}
 }
 
 func (g *generator) order() order {
 	i := g.next
 	g.next++
-	return order{
+	o := order{
 		id:       i + 1,
 		customer: g.rng.IntN(g.keys),
 		cents:    MinCents + g.rng.Int64N(MaxCents-MinCents+1),
-		ts:       g.startTS + i + g.rng.Int64N(MaxJitterMS),
+		ts:       g.startTS + i + g.rng.Int64N(MaxJitterMS), // the jitter is drawn either way
 	}
+	if g.spanMS > 0 {
+		o.ts = g.startTS + spread(uint64(i), g.spanMS, g.records)
+	}
+	return o
+}
+
+// spread returns ⌊i·span/n⌋ for i < n without overflow.
+func spread(i, span, n uint64) int64 {
+	hi, lo := bits.Mul64(i, span)
+	q, _ := bits.Div64(hi, lo, n) // hi < n since i < n
+	return int64(q)
 }
 
 // keyDigits is the zero-padded width of customer numbers for s.

@@ -299,6 +299,17 @@ func TestParseDecimal(t *testing.T) {
 	}
 }
 
+func TestParseCents(t *testing.T) {
+	for in, want := range map[string]int64{"12.34": 1234, "12.3": 1230, "7": 700, "1.5e3": 150000, "-0.01": -1} {
+		if got, err := ParseCents([]byte(in)); err != nil || got != want {
+			t.Errorf("ParseCents(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	if _, err := ParseCents([]byte("0.001")); !errors.Is(err, ErrDecimal) {
+		t.Errorf("ParseCents(\"0.001\") error %v, want ErrDecimal", err)
+	}
+}
+
 func FuzzParseDecimal(f *testing.F) {
 	for _, s := range []string{"12.34", "-0.01", "1e3", "999.99", "0.5"} {
 		f.Add(s)

@@ -1,0 +1,400 @@
+package consumer_test
+
+import (
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/sluice-dev/sluice/producer"
+	"github.com/sluice-dev/sluice/state"
+)
+
+// TestEngineProcessesBacklogExactly: an engine started over a backlog processes all of it. The
+// output it commits (read_committed) holds each customer's exact total, the group's committed
+// offsets reach the input's end offsets, and Run returns nil when its context is cancelled.
+func TestEngineProcessesBacklogExactly(t *testing.T) {
+	c := newCluster(t)
+	brokers := c.ListenAddrs()
+	in := orders{n: 600, keys: 40, seed: 1}
+	produce(t, brokers, in)
+
+	e := newEngine(t, newConfig(t, brokers, pipelineOpts{}), nil)
+	e.start(t)
+	adm := admin(t, brokers)
+	waitCaughtUp(t, e, adm)
+	e.stopClean(t)
+
+	ends, committed, err := offsets(t.Context(), adm, e.cfg.Group)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for p, end := range ends {
+		if committed[p] != end || end == 0 {
+			t.Errorf("partition %d: committed offset %d, end offset %d; want equal and > 0", p, committed[p], end)
+		}
+	}
+	checkTotals(t, expected(in), readTotals(t, brokers))
+	if n := e.metric(t, "sluice_commits_total"); n < 1 {
+		t.Errorf("sluice_commits_total = %v, want >= 1", n)
+	}
+}
+
+// TestShutdownCheckpoints: with a commit interval that never elapses, nothing is committed while
+// the engine runs, and cancelling Run's context commits everything it processed: the committed
+// offsets reach the end offsets and the output holds the exact totals.
+func TestShutdownCheckpoints(t *testing.T) {
+	c := newCluster(t)
+	brokers := c.ListenAddrs()
+	in := orders{n: 300, keys: 25, seed: 2}
+	produce(t, brokers, in)
+
+	e := newEngine(t, newConfig(t, brokers, pipelineOpts{commitInterval: "1m"}), nil)
+	e.start(t)
+	adm := admin(t, brokers)
+	waitProcessed(t, e, in.n)
+	_, committed, err := offsets(t.Context(), adm, e.cfg.Group)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(committed) != 0 {
+		t.Fatalf("offsets %v committed before the commit interval elapsed or Run ended", committed)
+	}
+
+	if err := e.stopAndWait(t); err != nil {
+		t.Fatalf("Run after cancel = %v, want nil", err)
+	}
+	ok, err := caughtUp(t.Context(), adm, e.cfg.Group)
+	if err != nil || !ok {
+		ends, committed, _ := offsets(t.Context(), adm, e.cfg.Group)
+		t.Fatalf("after a clean shutdown: committed %v, end offsets %v (err %v); want equal", committed, ends, err)
+	}
+	checkTotals(t, expected(in), readTotals(t, brokers))
+}
+
+// TestCancelDuringCheckpoint: cancelling Run's context while a checkpoint is committing is
+// still a clean shutdown: Run returns nil, the checkpoint's outcome is settled (no transaction
+// left open), and the committed output holds the exact totals of the committed input offsets.
+func TestCancelDuringCheckpoint(t *testing.T) {
+	c := newCluster(t)
+	brokers := c.ListenAddrs()
+	in := orders{n: 200, keys: 20, seed: 12}
+	produce(t, brokers, in)
+	cfg := newConfig(t, brokers, pipelineOpts{})
+	e := newEngine(t, cfg, nil)
+
+	// Hold the first EndTxn(commit) in the broker until Run's context is cancelled and Run has
+	// returned (or a second has passed, if Run rightly waits for the commit).
+	held, cancelled := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	c.ControlKey(int16(kmsg.EndTxn), func(r kmsg.Request) (kmsg.Response, error, bool) {
+		if req := r.(*kmsg.EndTxnRequest); !req.Commit || req.TransactionalID != cfg.TransactionalID() {
+			return nil, nil, false
+		}
+		once.Do(func() {
+			close(held)
+			c.SleepControl(func() {
+				<-cancelled
+				select {
+				case <-e.done:
+				case <-time.After(time.Second):
+				}
+			})
+		})
+		c.DropControl()
+		return nil, nil, false
+	})
+	e.start(t)
+	waitFor(t, 20*time.Second, "a checkpoint to commit", func() (bool, error) {
+		select {
+		case <-held:
+			return true, nil
+		default:
+			return false, e.failed()
+		}
+	})
+	e.stop()
+	close(cancelled)
+	if err := e.stopAndWait(t); err != nil {
+		t.Errorf("Run cancelled during a checkpoint = %v, want nil", err)
+	}
+	adm := admin(t, brokers)
+	txns, err := adm.DescribeTransactions(t.Context(), cfg.TransactionalID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tx := range txns {
+		if tx.State == "Ongoing" {
+			t.Errorf("transaction %s still Ongoing (partitions %v) after Run returned", tx.TxnID, tx.Topics)
+		}
+	}
+	// Whatever was processed, the output committed matches the input offsets committed.
+	_, committed, err := offsets(t.Context(), adm, cfg.Group)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkTotals(t, inputTotals(t, brokers, committed), readTotals(t, brokers))
+}
+
+// TestBacklogSwitchesToRealtime: a backlog above backlog.enter_lag puts each task in backlog
+// mode; once it has caught up the task folds the backlog, switches to real-time (counted in
+// sluice_backlog_switches_total{direction="to_realtime"}) and stays there for live input. The
+// totals are exact across the switch.
+func TestBacklogSwitchesToRealtime(t *testing.T) {
+	c := newCluster(t)
+	brokers := c.ListenAddrs()
+	backlog := orders{n: 1000, keys: 50, seed: 3} // ~500 a partition, enter_lag 100
+	produce(t, brokers, backlog)
+	adm := admin(t, brokers)
+	ends, err := adm.ListEndOffsets(t.Context(), inputTopic)
+	if err != nil || ends.Error() != nil {
+		t.Fatalf("end offsets: %v %v", err, ends.Error())
+	}
+	ends.Each(func(o kadm.ListedOffset) {
+		if o.Offset <= 100 {
+			t.Fatalf("partition %d holds %d records: not a backlog above enter_lag 100", o.Partition, o.Offset)
+		}
+	})
+
+	e := newEngine(t, newConfig(t, brokers, pipelineOpts{enterLag: 100, exitLag: 10}), nil)
+	e.start(t)
+	sawBacklog := false
+	waitFor(t, 20*time.Second, "every task to switch to real-time", func() (bool, error) {
+		if err := e.failed(); err != nil {
+			return false, err
+		}
+		m := e.modes()
+		sawBacklog = sawBacklog || slices.Contains(m, "backlog")
+		return e.metric(t, "sluice_backlog_switches_total", "direction=to_realtime") >= partitions, nil
+	})
+	waitCaughtUp(t, e, adm)
+	t.Logf("a poll of Status saw a task in backlog mode: %v", sawBacklog) // a small backlog may switch between polls
+	checkTotals(t, expected(backlog), readTotals(t, brokers))
+
+	// Live input below enter_lag is streamed: no switch back.
+	live := orders{n: 60, keys: 50, seed: 4}
+	produce(t, brokers, live)
+	waitCaughtUp(t, e, adm)
+	checkTotals(t, expected(backlog, live), readTotals(t, brokers))
+	if m := e.modes(); len(m) != partitions || slices.ContainsFunc(m, func(s string) bool { return s != "real-time" }) {
+		t.Errorf("modes after the live input = %v, want every task real-time", m)
+	}
+	if n := e.metric(t, "sluice_backlog_switches_total", "direction=to_backlog"); n != 0 {
+		t.Errorf(`sluice_backlog_switches_total{direction="to_backlog"} = %v after small live input, want 0`, n)
+	}
+	e.stopClean(t)
+}
+
+// TestAbortedCheckpointIsRedone: a checkpoint whose transaction fails is aborted
+// (sluice_txn_aborts_total), every task rewinds to its last commit and processes its input
+// again; under read_committed nothing is lost and nothing counted twice, including the input
+// that arrives after the abort. The first checkpoint with records fails: in real-time mode it
+// carries the first outputs; over a backlog, the fold of the switch to real-time.
+func TestAbortedCheckpointIsRedone(t *testing.T) {
+	faults := []struct {
+		name  string
+		fault func(txnID string) kfake.Fault
+	}{
+		{"EndTxnCommitFails", func(txnID string) kfake.Fault {
+			// The broker answers the commit with an error without committing: the outcome is
+			// unknown to the client, which must treat it as an abort.
+			return kfake.Fault{Keys: []kmsg.Key{kmsg.EndTxn}, TxnID: txnID, Err: kerr.UnknownServerError,
+				When: func(r kmsg.Request) bool { return r.(*kmsg.EndTxnRequest).Commit }}
+		}},
+		{"SinkProduceRejected", func(string) kfake.Fault {
+			return kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: sinkTopic, Err: kerr.InvalidRecord}
+		}},
+		{"TxnOffsetCommitFails", func(txnID string) kfake.Fault {
+			return kfake.Fault{Keys: []kmsg.Key{kmsg.TxnOffsetCommit}, TxnID: txnID, Err: kerr.UnknownServerError}
+		}},
+	}
+	modes := []struct {
+		name string
+		opts pipelineOpts
+	}{
+		{"Realtime", pipelineOpts{}},
+		{"Backlog", pipelineOpts{enterLag: 100, exitLag: 10}}, // ~200 records a partition
+	}
+	for _, m := range modes {
+		for _, f := range faults {
+			t.Run(m.name+"/"+f.name, func(t *testing.T) {
+				c := newCluster(t)
+				brokers := c.ListenAddrs()
+				first := orders{n: 400, keys: 30, seed: 5}
+				produce(t, brokers, first)
+				cfg := newConfig(t, brokers, m.opts)
+				fault := c.Fault(f.fault(cfg.TransactionalID())) // once: the first checkpoint with records
+
+				e := newEngine(t, cfg, nil)
+				e.start(t)
+				adm := admin(t, brokers)
+				waitFor(t, 20*time.Second, "the fault to hit", func() (bool, error) { return fault.Hits() == 1, e.failed() })
+				second := orders{n: 200, keys: 30, seed: 6}
+				produce(t, brokers, second)
+				waitCaughtUp(t, e, adm)
+
+				if n := e.metric(t, "sluice_txn_aborts_total"); n < 1 {
+					t.Errorf("sluice_txn_aborts_total = %v, want >= 1", n)
+				}
+				checkTotals(t, expected(first, second), readTotals(t, brokers))
+				e.stopClean(t)
+			})
+		}
+	}
+}
+
+// TestRewoundBacklogIsSortedAgain: when the checkpoint that folds a backlog aborts, the task
+// rewinds to its last commit with a fresh backlog detector; the input it reads again is still a
+// backlog (lag above enter_lag including the batch), so it is sorted again and the task switches
+// to real-time once that fold commits: every task's backlog ends with a switch.
+func TestRewoundBacklogIsSortedAgain(t *testing.T) {
+	c := newCluster(t)
+	brokers := c.ListenAddrs()
+	in := orders{n: 400, keys: 30, seed: 11}
+	produce(t, brokers, in)
+	cfg := newConfig(t, brokers, pipelineOpts{enterLag: 100, exitLag: 10}) // ~200 records a partition
+	fault := c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.EndTxn}, TxnID: cfg.TransactionalID(), Err: kerr.UnknownServerError,
+		When: func(r kmsg.Request) bool { return r.(*kmsg.EndTxnRequest).Commit }})
+
+	e := newEngine(t, cfg, nil)
+	e.start(t)
+	waitCaughtUp(t, e, admin(t, brokers))
+	if fault.Hits() != 1 {
+		t.Fatalf("the fold's commit was not failed (fault hits %d)", fault.Hits())
+	}
+	checkTotals(t, expected(in), readTotals(t, brokers))
+	if n := e.metric(t, "sluice_backlog_switches_total", "direction=to_realtime"); n < partitions {
+		t.Errorf(`sluice_backlog_switches_total{direction="to_realtime"} = %v, want >= %d (each task's backlog, sorted again after the abort, ends with a switch)`, n, partitions)
+	}
+}
+
+// TestReady: Ready is false before the member has joined and while an assigned task is still
+// restoring its state (Status says "restoring"), and true once every task is restored.
+func TestReady(t *testing.T) {
+	c := newCluster(t)
+	brokers := c.ListenAddrs()
+	in := orders{n: 100, keys: 10, seed: 7}
+	produce(t, brokers, in)
+	cfg := newConfig(t, brokers, pipelineOpts{})
+	// Hold every restore: listing the changelog's offsets fails (retriably) until removed.
+	hold := c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.ListOffsets}, Topic: cfg.ChangelogTopic(operator),
+		Err: kerr.UnknownTopicOrPartition, Count: -1})
+
+	e := newEngine(t, cfg, nil)
+	if e.Ready() {
+		t.Fatal("Ready() = true before Run")
+	}
+	e.start(t)
+	waitFor(t, 20*time.Second, "both tasks to be assigned and restoring", func() (bool, error) {
+		m := e.modes()
+		return len(m) == partitions && !slices.ContainsFunc(m, func(s string) bool { return s != "restoring" }), e.failed()
+	})
+	waitFor(t, 20*time.Second, "a restore to be held", func() (bool, error) { return hold.Hits() > 0, nil })
+	if e.Ready() {
+		t.Fatalf("Ready() = true while every task is restoring (modes %v)", e.modes())
+	}
+
+	hold.Remove()
+	waitFor(t, 20*time.Second, "Ready()", func() (bool, error) { return e.Ready(), e.failed() })
+	if m := e.modes(); slices.Contains(m, "restoring") {
+		t.Errorf("Ready() is true but modes are %v", m)
+	}
+	waitCaughtUp(t, e, admin(t, brokers))
+	checkTotals(t, expected(in), readTotals(t, brokers))
+}
+
+// TestRestoreFromChangelog: a second engine of the same group that lost the first one's state
+// (a new, empty store) restores it from the changelog (sluice_restored_records_total counts
+// the replayed records), and its totals after more input continue the first engine's exactly.
+// With the state kept, it replays nothing and continues just the same.
+func TestRestoreFromChangelog(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		keep bool // the second engine reopens the first one's state dir
+	}{
+		{name: "StateLost", keep: false},
+		{name: "StateKept", keep: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newCluster(t)
+			brokers := c.ListenAddrs()
+			dir := t.TempDir()
+			first := orders{n: 500, keys: 40, seed: 8}
+			produce(t, brokers, first)
+
+			// The first engine commits only when it stops (a commit interval that never
+			// elapses), so its last checkpoint is certain to be applied to its state.
+			db := openState(t, dir)
+			e1 := newEngine(t, newConfig(t, brokers, pipelineOpts{commitInterval: "1m"}), db)
+			e1.start(t)
+			adm := admin(t, brokers)
+			waitProcessed(t, e1, first.n)
+			if err := e1.stopAndWait(t); err != nil {
+				t.Fatalf("first engine: Run after cancel = %v, want nil", err)
+			}
+			if ok, err := caughtUp(t.Context(), adm, e1.cfg.Group); err != nil || !ok {
+				t.Fatalf("first engine did not commit its input when it stopped (err %v)", err)
+			}
+			if err := db.Close(); err != nil {
+				t.Fatal(err)
+			}
+
+			var store state.Store = state.NewMem()
+			if tc.keep {
+				store = openState(t, dir)
+			}
+			e2 := newEngine(t, newConfig(t, brokers, pipelineOpts{}), store)
+			e2.start(t)
+			waitFor(t, 20*time.Second, "the second engine to be ready", func() (bool, error) { return e2.Ready(), e2.failed() })
+			second := orders{n: 300, keys: 40, seed: 9}
+			produce(t, brokers, second)
+			waitCaughtUp(t, e2, adm)
+			checkTotals(t, expected(first, second), readTotals(t, brokers))
+
+			restored := e2.metric(t, "sluice_restored_records_total")
+			keys := float64(len(expected(first)))
+			switch {
+			case tc.keep && restored != 0:
+				t.Errorf("sluice_restored_records_total = %v with the state kept, want 0", restored)
+			case !tc.keep && restored < keys:
+				t.Errorf("sluice_restored_records_total = %v with the state lost, want >= %v (one per key at least)", restored, keys)
+			}
+			e2.stopClean(t)
+		})
+	}
+}
+
+// openState opens a Pebble store in dir, closed at cleanup (a second Close is harmless).
+func openState(t *testing.T, dir string) *state.DB {
+	t.Helper()
+	db, err := state.Open(state.Options{Dir: dir, CacheSize: 1 << 20})
+	if err != nil {
+		t.Fatalf("state.Open: %v", err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	return db
+}
+
+// TestRestoredPartitionFetchedPromptly: once its tasks are restored, an engine starts on its
+// input without waiting out an idle fetch.
+func TestRestoredPartitionFetchedPromptly(t *testing.T) {
+	c := newCluster(t)
+	brokers := c.ListenAddrs()
+	in := orders{n: 200, keys: 20, seed: 10}
+	produce(t, brokers, in)
+	// The fetch wait sluice runs with (the harness lowers it for speed).
+	e := newEngine(t, newConfig(t, brokers, pipelineOpts{}), nil, kgo.FetchMaxWait(producer.DefaultFetchMaxWait))
+	e.start(t)
+	waitFor(t, 20*time.Second, "Ready()", func() (bool, error) { return e.Ready(), e.failed() })
+	start := time.Now()
+	waitCaughtUp(t, e, admin(t, brokers))
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("%d records took %v from Ready to committed; want well under the 5s fetch wait", in.n, d)
+	}
+}

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Runs every fuzz target (go test -fuzz) for a while each: `integration/fuzz.sh [TIME]`, TIME a
+# -fuzztime value (default $FUZZTIME, else 2s). `make fuzz` runs it for 30s a target; the test
+# suite (integration/test.sh) for 2s, so CI exercises each target briefly. Each target's seed
+# corpus is committed in <package>/testdata/fuzz/<Target>/; a crash adds its input there (commit
+# it with the fix). The list below must name every Fuzz function of the module: the script fails
+# if one is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+fuzztime="${1:-${FUZZTIME:-2s}}"
+targets=(
+  "./operators FuzzDecode"          # record values: Source.Decode, the JSON scanner, Project
+  "./operators FuzzStages"          # field lookups, filter and map over any JSON
+  "./operators FuzzDecimal"         # the 128-bit decimal parser
+  "./operators FuzzAggregateState"  # stored aggregate states
+  "./operators FuzzSessionState"    # stored session-window states (decode, ValidState)
+  "./operators FuzzWindowKey"       # window keys
+  "./operators/task FuzzRestoredState" # a task over any state the restore accepts
+  "./sorter FuzzRunReader"          # sorter run files
+  "./state FuzzKeyLayout"           # state key layout
+  "./state FuzzDecodeOffset"        # stored offsets
+  "./changelog FuzzApplyRecord"     # changelog records and headers
+  "./configs FuzzParse"             # config files and environment
+  "./configs FuzzSizeUnmarshalText" # sizes (256MiB)
+  "./cmd/sluice/workload FuzzParseDecimal" # the workload verifier's decimals
+)
+
+# Every Fuzz function of the module must be listed.
+listed=$(printf '%s\n' "${targets[@]}" | awk '{print $2}' | sort)
+found=$(grep -rhoE --include='*_test.go' '^func (Fuzz[A-Za-z0-9_]+)\(' . | sed -E 's/^func (Fuzz[A-Za-z0-9_]+)\(/\1/' | sort -u)
+if missing=$(comm -13 <(echo "$listed") <(echo "$found")) && [[ -n "$missing" ]]; then
+  echo "fuzz.sh: fuzz targets not in its list: $missing" >&2
+  exit 1
+fi
+
+# Targets run $FUZZ_JOBS at a time (default: the number of CPUs), each with one fuzzing worker:
+# the build and start-up of one overlap the fuzzing of another.
+par="${FUZZ_JOBS:-$(getconf _NPROCESSORS_ONLN 2>/dev/null || echo 2)}"
+logs=$(mktemp -d)
+trap 'rm -rf "$logs"' EXIT
+run() { # pkg name
+  if go test -run='^$' -fuzz="^$2\$" -fuzztime="$fuzztime" -parallel=1 "$1" >"$logs/$2" 2>&1; then
+    echo ok >"$logs/$2.rc"
+  else
+    echo failed >"$logs/$2.rc"
+  fi
+}
+start=$SECONDS
+for t in "${targets[@]}"; do
+  read -r pkg name <<<"$t"
+  while (($(jobs -rp | wc -l) >= par)); do
+    wait -n || true
+  done
+  run "$pkg" "$name" &
+done
+wait
+failed=()
+for t in "${targets[@]}"; do
+  read -r pkg name <<<"$t"
+  if [[ "$(cat "$logs/$name.rc" 2>/dev/null)" != ok ]]; then
+    tail -n 30 "$logs/$name"
+    failed+=("$name")
+  fi
+  echo "fuzz $name ($pkg): $(tail -n 1 "$logs/$name")"
+done
+echo "fuzz: ${#targets[@]} targets for $fuzztime each, ${#failed[@]} failed, $((SECONDS - start))s"
+if ((${#failed[@]} > 0)); then
+  echo "fuzz: failed: ${failed[*]} (the failing inputs are in <package>/testdata/fuzz/<Target>/)" >&2
+  exit 1
+fi

@@ -1,0 +1,223 @@
+package operators
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/sluice-dev/sluice/configs"
+)
+
+// The fuzz targets of the operators' decoders besides FuzzDecode (record values) and FuzzDecimal
+// (numbers): field lookups and the expression stages over any JSON, stored aggregate and
+// session states, and window keys. Each has a seed corpus in testdata/fuzz/<Name>; `make fuzz`
+// runs them.
+
+// FuzzStages runs any value through nested field lookups, a filter and a map: a result or an
+// *Error, never a panic; a map's output is one valid JSON object that still has every member the
+// map did not set.
+func FuzzStages(f *testing.F) {
+	for _, s := range []string{
+		ordersValue, `{"a":{"b":{"c":1}},"amount":2}`, `{"amount":"x"}`, `{"amount":1e400}`, `{"amount":-0.0}`,
+		`{"a":[1,{"b":2}],"amount":null}`, `{"a\u0000":1,"amount":3,"amount":4}`, `{"amount":9223372036854775807}`,
+		`{"x":` + string(bytes.Repeat([]byte("["), 500)) + string(bytes.Repeat([]byte("]"), 500)) + `,"amount":1}`,
+	} {
+		f.Add([]byte(s), "a.b.c")
+	}
+	src := mustSource(f, configs.Source{Topic: "t"})
+	filter, err := NewFilter("f", configs.Filter{Expr: `amount > 1 || a?.b != nil`})
+	if err != nil {
+		f.Fatal(err)
+	}
+	set, err := NewMap("m", configs.Map{Set: map[string]string{"double": "amount * 2", "a": "a", "tag": `"t-" + string(key)`}})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, value []byte, field string) {
+		var r Record
+		if err := src.Decode([]byte("k"), value, 7, &r); err != nil {
+			return
+		}
+		if p, err := checkedPath(field); err == nil {
+			if raw, ok, err := r.lookup(p); err != nil {
+				t.Fatalf("lookup on a decoded value: %v", err)
+			} else if ok && !json.Valid(raw) {
+				t.Fatalf("lookup(%q) = %q, not a JSON value", field, raw)
+			}
+		}
+		for _, st := range []Stage{filter, set} {
+			keep, err := st.Apply(&r)
+			if err != nil {
+				var e *Error
+				if !errors.As(err, &e) {
+					t.Fatalf("%s: error %T %v, want *Error", st.Name(), err, err)
+				}
+				return
+			}
+			if !keep {
+				return
+			}
+		}
+		if _, err := indexObject(r.Value, nil); err != nil {
+			t.Fatalf("map output %q is not a JSON object: %v", r.Value, err)
+		}
+		if raw, ok, _ := r.top("tag"); !ok || string(raw) != `"t-k"` {
+			t.Fatalf("map output %q lost the field it set", r.Value)
+		}
+	})
+}
+
+// FuzzAggregateState: any stored bytes are a valid state or not; a valid one renders to a JSON
+// object, and folds and merges without panicking.
+func FuzzAggregateState(f *testing.F) {
+	agg := mustAggregate(f, ordersAgg())
+	empty := make([]byte, agg.StateSize())
+	agg.InitState(empty)
+	f.Add(empty)
+	f.Add(foldValues(f, agg, `{"amount":1.5}`, `{"amount":-2}`))
+	f.Add(foldValues(f, agg, `{"amount":170141183460469231731687303715.884105727}`, `{"amount":170141183460469231731687303715.884105727}`))
+	f.Add([]byte{1, 2, 3})
+	var r Record
+	src := mustSource(f, configs.Source{Topic: "t"})
+	if err := src.Decode([]byte("c-1"), []byte(`{"amount":-3.25}`), 7, &r); err != nil {
+		f.Fatal(err)
+	}
+	in, err := agg.Project(&r, nil)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if !agg.ValidState(b) {
+			return
+		}
+		st := bytes.Clone(b)
+		if out := agg.Render([]byte("c-1"), st, nil); !json.Valid(out) {
+			t.Fatalf("Render(%x) = %s, not JSON", b, out)
+		}
+		// A valid state of a huge count (2^62, which no input reaches) may overflow when merged
+		// with itself; folding and rendering must still not panic.
+		agg.Fold(st, in)
+		agg.Merge(st, b)
+		if out := agg.RenderWindow([]byte("c-1"), 0, 60_000, st, nil); !json.Valid(out) {
+			t.Fatalf("RenderWindow = %s, not JSON", out)
+		}
+	})
+}
+
+// sessCtx is an operators.Context over one key's state, for the session fuzz target.
+type sessCtx struct {
+	wm    int64
+	state []byte
+	outs  [][]byte
+}
+
+func (c *sessCtx) Watermark() int64  { return c.wm }
+func (c *sessCtx) State() []byte     { return c.state }
+func (c *sessCtx) Put(st []byte)     { c.state = bytes.Clone(st) }
+func (c *sessCtx) Delete()           { c.state = nil }
+func (c *sessCtx) SetTimer(int64)    {}
+func (c *sessCtx) ClearTimer()       {}
+func (c *sessCtx) Emit(value []byte) { c.outs = append(c.outs, bytes.Clone(value)) }
+
+// at sets the watermark of the next call.
+func (c *sessCtx) at(wm int64) Context { c.wm = wm; return c }
+
+// FuzzSessionState: any stored bytes are a sessions state or not (ValidState, the restore's
+// check); Process refuses bytes that are not laid out as sessions with an error; on a valid
+// state, Process and OnTimer keep it valid (sessions sorted and apart) and emit JSON objects.
+func FuzzSessionState(f *testing.F) {
+	cfg := ordersAgg()
+	cfg.Window, cfg.Emit = &configs.Window{Session: 30 * time.Second, Grace: time.Second}, "final"
+	s, err := NewSessions("sessions", cfg)
+	if err != nil {
+		f.Fatal(err)
+	}
+	var r Record
+	src := mustSource(f, configs.Source{Topic: "t"})
+	if err := src.Decode([]byte("c-1"), []byte(`{"amount":2.5}`), 7, &r); err != nil {
+		f.Fatal(err)
+	}
+	in, err := s.Project(&r, nil)
+	if err != nil {
+		f.Fatal(err)
+	}
+	// Seeds: no state, one session, two sessions, and bytes that are none.
+	seed := &sessCtx{}
+	f.Add([]byte{}, int64(1_000), int64(0))
+	for _, ts := range []int64{1_000, 100_000} {
+		if err := s.Process(seed.at(math.MinInt64), []byte("c-1"), ts, in); err != nil {
+			f.Fatal(err)
+		}
+		f.Add(bytes.Clone(seed.state), int64(50_000), int64(200_000))
+	}
+	f.Add([]byte{0, 0, 0, 1, 1, 2}, int64(0), int64(0))
+	f.Add([]byte{0xff, 0xff, 0xff, 0xff}, int64(math.MaxInt64), int64(math.MinInt64))
+	f.Fuzz(func(t *testing.T, st []byte, ts, wm int64) {
+		c := &sessCtx{state: bytes.Clone(st)}
+		if len(st) == 0 {
+			c.state = nil
+		}
+		valid := s.ValidState(st)
+		laidOut := (&Sessions{agg: s.agg}).decode(st)
+		ts = min(max(ts, MinTime), MaxTime) // Source.Decode's range
+		err := s.Process(c.at(min(wm, ts)), []byte("c-1"), ts, in)
+		switch {
+		case !laidOut && err == nil:
+			t.Fatalf("Process accepted state %x, which is not laid out as sessions", st)
+		case valid && err != nil:
+			t.Fatalf("Process on a valid state %x: %v", st, err)
+		case !valid:
+			return // decodable but not valid: the restore refuses it; Process must only not panic
+		}
+		if !s.ValidState(c.state) {
+			t.Fatalf("Process made state %x of %x", c.state, st)
+		}
+		if err := s.OnTimer(c.at(wm), []byte("c-1"), wm); err != nil {
+			t.Fatalf("OnTimer: %v", err)
+		}
+		if c.state != nil && !s.ValidState(c.state) {
+			t.Fatalf("OnTimer made state %x", c.state)
+		}
+		for _, o := range c.outs {
+			if !json.Valid(o) {
+				t.Fatalf("output %s is not JSON", o)
+			}
+		}
+	})
+}
+
+// FuzzWindowKey: a window key splits back into its group key and start; any bytes of at least
+// WindowKeySize split, shorter ones do not; order of keys is (group key, start) order for keys
+// of equal group-key length.
+func FuzzWindowKey(f *testing.F) {
+	f.Add([]byte("c-1"), int64(0), []byte{})
+	f.Add([]byte{}, int64(math.MinInt64), []byte{1, 2, 3, 4, 5, 6, 7, 8})
+	f.Add([]byte("\xff"), int64(math.MaxInt64), []byte{0})
+	f.Fuzz(func(t *testing.T, key []byte, start int64, raw []byte) {
+		wk := AppendWindowKey(nil, key, start)
+		k, s, ok := SplitWindowKey(wk)
+		if !ok || !bytes.Equal(k, key) || s != start {
+			t.Fatalf("SplitWindowKey(AppendWindowKey(%q, %d)) = %q, %d, %v", key, start, k, s, ok)
+		}
+		if _, _, ok := SplitWindowKey(raw); ok != (len(raw) >= WindowKeySize) {
+			t.Fatalf("SplitWindowKey(%d bytes) ok = %v", len(raw), ok)
+		}
+		other := AppendWindowKey(nil, key, start/2)
+		if got, want := bytes.Compare(wk, other), cmpInt(start, start/2); got != want {
+			t.Fatalf("key order %d, start order %d", got, want)
+		}
+	})
+}
+
+func cmpInt(a, b int64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}

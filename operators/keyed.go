@@ -1,0 +1,59 @@
+package operators
+
+// Keyed is the contract of a keyed, stateful operator for the runtime (operators/task). The
+// runtime calls the same methods in both modes: in real-time mode Process once per record, in
+// offset order, as the record arrives; in backlog mode Process once per record too, replaying
+// each key's records from the sort in the order of the watermark at which they arrived, then
+// their offset, which for one key is their arrival order. Context.Watermark is, in both modes,
+// the watermark at the record's arrival, so an operator whose results depend on the order of its
+// inputs and on time gives the same answer in both. OnTimer fires the key's timer once the
+// watermark reaches it: in real time after the record that moved the watermark there, in backlog
+// before the first of the key's records that arrived at or past it, and at the end of the
+// backlog for every timer its final watermark has reached.
+//
+// An operator whose state depends only on the multiset of its inputs (Aggregate, windowed or
+// not) offers the faster capability instead: the runtime pre-aggregates its inputs in memory
+// (Fold, Merge) and needs no replay. Keyed is for the others (session windows, later joins).
+//
+// A Keyed operator belongs to one task and is not safe for concurrent use; Layout and
+// IsLate are.
+type Keyed interface {
+	// Name is the operator's name (its state and changelog namespace).
+	Name() string
+	// Attributes are the FLIP-327/331 attributes the runtime schedules by.
+	Attributes() Attributes
+	// Layout describes what the operator's state bytes mean.
+	Layout() Layout
+	// ValidState reports whether b is a state of this operator (restores check them).
+	ValidState(b []byte) bool
+	// Project appends the input a decoded record contributes to dst; a bad record is an *Error.
+	Project(r *Record, dst []byte) ([]byte, error)
+	// IsLate reports whether a record with event time ts that arrives at watermark wm is late:
+	// it would only touch windows that are closed. The runtime sends late records to the
+	// dead-letter topic and never calls Process with them.
+	IsLate(ts, wm int64) bool
+	// Process applies one input of key with event time ts.
+	Process(ctx Context, key []byte, ts int64, in []byte) error
+	// OnTimer is called when the watermark has reached the key's timer at.
+	OnTimer(ctx Context, key []byte, at int64) error
+}
+
+// Context is the runtime's side of a Process or OnTimer call: one key's state, its timer, the
+// watermark, and emission. It is valid only during the call; slices it returns are owned by the
+// runtime and valid until the next call on the Context.
+type Context interface {
+	// Watermark is the watermark at which the input (or the timer) is processed.
+	Watermark() int64
+	// State returns the key's state, nil if it has none.
+	State() []byte
+	// Put replaces the key's state with st (copied).
+	Put(st []byte)
+	// Delete removes the key's state (and its timer).
+	Delete()
+	// SetTimer sets the key's timer to at, replacing any earlier one (a key has at most one).
+	SetTimer(at int64)
+	// ClearTimer removes the key's timer.
+	ClearTimer()
+	// Emit writes an output record with the key as its Kafka key and value (copied).
+	Emit(value []byte)
+}

@@ -1,0 +1,433 @@
+package task
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sluice-dev/sluice/changelog"
+	"github.com/sluice-dev/sluice/operators"
+	"github.com/sluice-dev/sluice/state"
+)
+
+// The runtime of operators.Keyed operators (session windows): the operators whose results depend
+// on the order of their inputs and on time, which therefore cannot be pre-aggregated.
+//
+// Both modes make the same calls. In real-time mode each record is Processed as it arrives
+// (Context.Watermark = the watermark including the record), and after it the due timers fire
+// (heap and stored timers, as for windows: window.go). In backlog mode each record is sorted by
+// (key, watermark before it, offset), carrying its event time and the watermark including it;
+// the switch's fold replays each key's records in that order, firing the key's timer before the
+// first record that arrived after the watermark reached it, Processing each record at its own
+// watermark, and at the end of the key firing the timers up to the backlog's final watermark; a
+// sweep then fires the stored timers up to that watermark of keys the backlog did not touch.
+// For one key that is the order of the real-time run, so the state and every output are the same.
+//
+// A key has one state value and at most one timer. The stored value is the key's timer
+// (keyedPrefix bytes: a flag and the time) followed by the operator's state, so a restore from the
+// changelog rebuilds the timer namespace from the states (restoreTimers). Backlog checkpoints
+// (backlog.checkpoint_interval) do not apply: such a chain folds at the switch only.
+
+// keyedPrefix is the size of the timer prefix of a stored keyed state.
+const keyedPrefix = 9
+
+// keyedValue appends the stored value of e (timer prefix, then state) to dst.
+func keyedValue(dst []byte, e *entry) []byte {
+	flag := byte(0)
+	if e.hasTimer {
+		flag = 1
+	}
+	dst = append(dst, flag)
+	dst = binary.BigEndian.AppendUint64(dst, uint64(e.timer))
+	return append(dst, e.state...)
+}
+
+// parseKeyed loads a stored value into e (copying the state).
+func parseKeyed(e *entry, v []byte) error {
+	if len(v) < keyedPrefix || v[0] > 1 {
+		return fmt.Errorf("%w: keyed state of %d bytes without its timer prefix", state.ErrCorrupt, len(v))
+	}
+	e.hasTimer, e.timer = v[0] == 1, int64(binary.BigEndian.Uint64(v[1:]))
+	e.hasStoredTimer, e.storedTimer = e.hasTimer, e.timer
+	e.state = append(e.state[:0], v[keyedPrefix:]...)
+	e.stored = true
+	return nil
+}
+
+// keyedCtx is the operators.Context of one key. In real-time mode it works on the key's cache
+// entry (marked dirty on change); in a fold on the fold's entry of the key.
+type keyedCtx struct {
+	t    *Task
+	c    *chain
+	e    *entry
+	wm   int64
+	fold bool
+	emit func(key, value []byte)
+}
+
+func (k *keyedCtx) Watermark() int64 { return k.wm }
+
+func (k *keyedCtx) State() []byte {
+	if k.e.deleted || len(k.e.state) == 0 {
+		return nil
+	}
+	return k.e.state
+}
+
+func (k *keyedCtx) Put(st []byte) {
+	k.e.state = append(k.e.state[:0], st...)
+	k.e.deleted = false
+	k.mark()
+}
+
+func (k *keyedCtx) Delete() {
+	k.e.state = k.e.state[:0]
+	k.e.deleted = true
+	k.e.hasTimer = false
+	k.mark()
+}
+
+func (k *keyedCtx) SetTimer(at int64) {
+	if k.e.hasTimer && k.e.timer == at {
+		return
+	}
+	k.e.hasTimer, k.e.timer = true, at
+	k.mark()
+	if !k.fold {
+		pushTimer(k.c, at, k.e.key)
+	}
+}
+
+func (k *keyedCtx) ClearTimer() {
+	k.e.hasTimer = false
+	k.mark()
+}
+
+func (k *keyedCtx) Emit(value []byte) { k.emit(k.e.key, value) }
+
+func (k *keyedCtx) mark() {
+	if !k.fold && !k.e.dirty {
+		k.e.dirty = true
+		k.c.dirty = append(k.c.dirty, k.e)
+	}
+}
+
+// emitNow holds a real-time output for the next checkpoint, whose transaction carries it with
+// the offsets and state it follows from (an abort drops it with them).
+func (t *Task) emitNow(c *chain) func(key, value []byte) {
+	return func(key, value []byte) {
+		if c.plan.SinkTopic == "" {
+			return
+		}
+		c.outbox = append(c.outbox, &kgo.Record{Topic: c.plan.SinkTopic, Key: bytes.Clone(key), Value: bytes.Clone(value), Partition: -1})
+		c.recordsOut++
+		t.d.Metrics.recordsOut(c.plan.SinkTopic, 1)
+	}
+}
+
+// applyKeyed takes one decoded, projected record of a keyed chain: late records become dead
+// letters; in backlog the record is sorted; in real time it is Processed. wmPrev is the
+// watermark before the record, c.wm the one including it.
+func (t *Task) applyKeyed(c *chain, kr *kgo.Record, in []byte, wmPrev int64) error {
+	if c.kop.IsLate(c.rec.Time, c.wm) {
+		t.lateRecord(c, kr)
+		return nil
+	}
+	if c.inBack {
+		p := append(c.wk[:0], tagInput)
+		p = binary.BigEndian.AppendUint64(p, uint64(c.wm))
+		p = binary.BigEndian.AppendUint64(p, uint64(c.rec.Time))
+		c.wk = append(p, in[1:]...)
+		if err := c.sorter.Add(c.rec.Key, wmPrev, kr.Offset, c.wk); err != nil {
+			return fmt.Errorf("task %d: sorter: %w", t.partition, err)
+		}
+		return nil
+	}
+	e, err := t.loadKeyed(c, c.rec.Key)
+	if err != nil {
+		return err
+	}
+	kc := keyedCtx{t: t, c: c, e: e, wm: c.wm, emit: t.emitNow(c)}
+	if err := c.kop.Process(&kc, e.key, c.rec.Time, in[1:]); err != nil {
+		return fmt.Errorf("task %d: %s: %w", t.partition, c.kop.Name(), err)
+	}
+	return nil
+}
+
+// loadKeyed returns key's cache entry of a keyed chain, reading the store on a miss (an absent
+// key gets an empty entry).
+func (t *Task) loadKeyed(c *chain, key []byte) (*entry, error) {
+	if e, ok := c.cache[string(key)]; ok {
+		return e, nil
+	}
+	t.makeRoom(c)
+	e := &entry{key: bytes.Clone(key)}
+	v, ok, err := t.d.Store.Get(c.ns, key, nil)
+	if err != nil {
+		return nil, fmt.Errorf("task %d: state: %w", t.partition, err)
+	}
+	if ok {
+		if err := parseKeyed(e, v); err != nil {
+			return nil, fmt.Errorf("task %d: %s: key %q: %w", t.partition, c.kop.Name(), key, err)
+		}
+	}
+	c.cache[string(e.key)] = e
+	return e, nil
+}
+
+// fireKeyed fires key's timer at in real-time mode, unless it is stale (the key's timer moved).
+func (t *Task) fireKeyed(c *chain, key []byte, at int64) error {
+	e, err := t.loadKeyed(c, key)
+	if err != nil {
+		return err
+	}
+	if !e.hasTimer || e.timer != at || e.deleted {
+		return nil
+	}
+	kc := keyedCtx{t: t, c: c, e: e, wm: c.wm, emit: t.emitNow(c)}
+	if err := c.kop.OnTimer(&kc, e.key, at); err != nil {
+		return fmt.Errorf("task %d: %s: %w", t.partition, c.kop.Name(), err)
+	}
+	return nil
+}
+
+// flushKeyed writes a real-time keyed chain's dirty keys: state (with its timer) and changelog
+// record, or deletion and tombstone, and the timer's move.
+func (t *Task) flushKeyed(c *chain, p Producer, pd *Pending) error {
+	if pd.batch == nil {
+		pd.batch = t.d.Store.NewBatch()
+	}
+	cl := pd.changelogPromise(c.ns)
+	for _, e := range c.dirty {
+		if err := t.writeKeyed(c, e, p, pd, cl, func(k, v []byte) error { return pd.batch.Set(c.ns, k, v) }); err != nil {
+			return err
+		}
+	}
+	pd.flushed = append(pd.flushed, c)
+	return nil
+}
+
+// writeKeyed writes one key's entry into the checkpoint: its state through put (or its deletion),
+// its changelog record, and its timer's move in the timer namespace.
+func (t *Task) writeKeyed(c *chain, e *entry, p Producer, pd *Pending, cl func(*kgo.Record, error), put func(k, v []byte) error) error {
+	if pd.batch == nil {
+		pd.batch = t.d.Store.NewBatch()
+	}
+	var tk []byte
+	if e.hasStoredTimer && (!e.hasTimer || e.deleted || e.storedTimer != e.timer) {
+		if err := pd.batch.Delete(c.timerNS, appendTimerKey(tk[:0], e.storedTimer, e.key)); err != nil {
+			return err
+		}
+	}
+	if e.deleted || len(e.state) == 0 {
+		if e.stored {
+			p.Produce(&kgo.Record{Topic: c.plan.Changelog, Partition: t.partition, Key: bytes.Clone(e.key)}, cl)
+			pd.records++
+			return pd.batch.Delete(c.ns, e.key)
+		}
+		return nil
+	}
+	v := keyedValue(nil, e)
+	k := bytes.Clone(e.key)
+	if err := put(k, v); err != nil {
+		return err
+	}
+	p.Produce(&kgo.Record{Topic: c.plan.Changelog, Partition: t.partition, Key: k, Value: v, Headers: c.changelogHeaders(false)}, cl)
+	pd.records++
+	if e.hasTimer && (!e.hasStoredTimer || e.storedTimer != e.timer) {
+		return pd.batch.Set(c.timerNS, appendTimerKey(tk[:0], e.timer, e.key), nil)
+	}
+	return nil
+}
+
+// committedKeyed applies a committed flush to the cache: deleted keys leave it, the others are
+// stored with their timers.
+func (c *chain) committedKeyed() {
+	for _, e := range c.dirty {
+		if e.deleted || len(e.state) == 0 {
+			delete(c.cache, string(e.key))
+			continue
+		}
+		e.stored = true
+		e.hasStoredTimer, e.storedTimer = e.hasTimer, e.timer
+	}
+}
+
+// foldKeyed replays a keyed chain's sorted backlog through the operator, key by key (see the
+// comment at the top of this file), writes each key once, and sweeps the stored timers up to the
+// backlog's final watermark.
+func (t *Task) foldKeyed(ctx context.Context, c *chain, p Producer, pd *Pending) error {
+	it, err := c.sorter.Merge()
+	if err != nil {
+		return fmt.Errorf("task %d: merge: %w", t.partition, err)
+	}
+	defer it.Close()
+	bulk := c.buffered() >= int64(t.d.LoaderThreshold)
+	put, err := t.writer(c.ns, bulk, pd)
+	if err != nil {
+		return err
+	}
+	hasState, err := changelog.HasAny(t.d.Store, c.ns)
+	if err != nil {
+		return err
+	}
+	wm := c.wm
+	cl := pd.changelogPromise(c.ns)
+	out := 0
+	emit := func(key, value []byte) {
+		if c.plan.SinkTopic == "" {
+			return
+		}
+		p.Produce(&kgo.Record{Topic: c.plan.SinkTopic, Key: bytes.Clone(key), Value: bytes.Clone(value), Partition: -1}, pd.promise)
+		pd.records++
+		c.recordsOut++
+		out++
+	}
+	touched := map[string]struct{}{} // keys whose stored timer (<= wm) the fold handled
+	var e entry
+	kc := keyedCtx{t: t, c: c, e: &e, fold: true, emit: emit}
+	fire := func(upTo int64) error {
+		for e.hasTimer && !e.deleted && e.timer <= upTo {
+			kc.wm = upTo
+			if err := c.kop.OnTimer(&kc, e.key, e.timer); err != nil {
+				return fmt.Errorf("task %d: %s: %w", t.partition, c.kop.Name(), err)
+			}
+		}
+		return nil
+	}
+	have := false
+	finish := func() error {
+		if !have {
+			return nil
+		}
+		if err := fire(wm); err != nil {
+			return err
+		}
+		return t.writeKeyed(c, &e, p, pd, cl, put)
+	}
+	keys := 0
+	for it.Next() {
+		if !have || !bytes.Equal(it.Key(), e.key) {
+			if err := finish(); err != nil {
+				return err
+			}
+			if keys++; keys%1024 == 0 {
+				if err := ctx.Err(); err != nil {
+					return err
+				}
+			}
+			e = entry{key: append(e.key[:0], it.Key()...), state: e.state[:0]}
+			if hasState {
+				v, ok, err := t.d.Store.Get(c.ns, e.key, nil)
+				if err != nil {
+					return err
+				}
+				if ok {
+					if err := parseKeyed(&e, v); err != nil {
+						return fmt.Errorf("task %d: %s: key %q: %w", t.partition, c.kop.Name(), e.key, err)
+					}
+					if e.hasStoredTimer && e.storedTimer <= wm {
+						touched[string(e.key)] = struct{}{}
+					}
+				}
+			}
+			have = true
+		}
+		pl := it.Payload()
+		if err := fire(it.Time()); err != nil { // the timers that fired before the record arrived
+			return err
+		}
+		kc.wm = int64(binary.BigEndian.Uint64(pl[1:]))
+		ts := int64(binary.BigEndian.Uint64(pl[9:]))
+		if err := c.kop.Process(&kc, e.key, ts, pl[17:]); err != nil {
+			return fmt.Errorf("task %d: %s: %w", t.partition, c.kop.Name(), err)
+		}
+	}
+	if err := it.Err(); err != nil {
+		return fmt.Errorf("task %d: merge: %w", t.partition, err)
+	}
+	if err := finish(); err != nil {
+		return err
+	}
+	if hasState {
+		if err := t.sweepKeyed(c, wm, touched, p, pd, emit); err != nil {
+			return err
+		}
+	}
+	t.d.Metrics.recordsOut(c.plan.SinkTopic, out)
+	pd.folded = append(pd.folded, c)
+	pd.keys[c] = int64(keys)
+	pd.silent[c] = false
+	return nil
+}
+
+// sweepKeyed fires, at the end of a keyed chain's fold, the stored timers up to wm of the keys
+// the backlog did not touch, and writes those keys.
+func (t *Task) sweepKeyed(c *chain, wm int64, touched map[string]struct{}, p Producer, pd *Pending, emit func(key, value []byte)) error {
+	cl := pd.changelogPromise(c.ns)
+	var e entry
+	kc := keyedCtx{t: t, c: c, e: &e, fold: true, emit: emit, wm: wm}
+	put := func(k, v []byte) error { return pd.batch.Set(c.ns, k, v) }
+	err := t.d.Store.Scan(c.timerNS, func(k, _ []byte) error {
+		at, key := splitTimerKey(k)
+		if at > wm {
+			return errStopScan
+		}
+		if _, done := touched[string(key)]; done {
+			return nil
+		}
+		e = entry{key: append(e.key[:0], key...), state: e.state[:0]}
+		v, ok, err := t.d.Store.Get(c.ns, key, nil)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			if pd.batch == nil {
+				pd.batch = t.d.Store.NewBatch()
+			}
+			return pd.batch.Delete(c.timerNS, k) // a stale timer
+		}
+		if err := parseKeyed(&e, v); err != nil {
+			return fmt.Errorf("task %d: %s: key %q: %w", t.partition, c.kop.Name(), key, err)
+		}
+		for e.hasTimer && !e.deleted && e.timer <= wm {
+			if err := c.kop.OnTimer(&kc, e.key, e.timer); err != nil {
+				return fmt.Errorf("task %d: %s: %w", t.partition, c.kop.Name(), err)
+			}
+		}
+		return t.writeKeyed(c, &e, p, pd, cl, put)
+	})
+	if err != nil && !errors.Is(err, errStopScan) {
+		return fmt.Errorf("task %d: timers: %w", t.partition, err)
+	}
+	return nil
+}
+
+// restoreKeyedTimers rebuilds a keyed chain's timer namespace from the timers stored with its
+// states.
+func (t *Task) restoreKeyedTimers(c *chain) error {
+	return t.rebuildTimers(c, func(k, v []byte) (int64, bool, error) {
+		var e entry
+		if err := parseKeyed(&e, v); err != nil {
+			return 0, false, fmt.Errorf("%s: key %q: %w", c.kop.Name(), k, err)
+		}
+		return e.timer, e.hasTimer, nil
+	})
+}
+
+// keyedState is the state check of a keyed chain for restores: the timer prefix, then a state
+// the operator accepts.
+type keyedState struct {
+	layout operators.Layout
+	valid  func([]byte) bool
+}
+
+func (k keyedState) Layout() operators.Layout { return k.layout }
+
+func (k keyedState) ValidState(v []byte) bool {
+	return len(v) >= keyedPrefix && v[0] <= 1 && k.valid(v[keyedPrefix:])
+}

@@ -1,0 +1,95 @@
+package task
+
+import (
+	"fmt"
+	"time"
+)
+
+// A Task's calls follow one order, which the task enforces (a call out of order is a bug in the
+// caller: it panics, naming the call and the phase):
+//
+//	New ─▶ idle ──BeforeBatch/Observe, Process, AfterBatch, EndInput, Restored──▶ idle
+//	       idle ──Prepare (a fold)──▶ prepared ──Checkpoint──▶ in flight
+//	       idle ──Checkpoint──▶ in flight ──Committed or Aborted──▶ idle
+//	       any ──Close──▶ closed
+//
+// Between Prepare and Checkpoint the task processes nothing (the fold's records are in the open
+// transaction and the checkpoint completes it); between Checkpoint and its outcome it processes
+// nothing either (its state writes wait for the transaction). A Checkpoint that fails leaves the
+// task closed to everything but Close. Queries (Status, WantsFold, NeedsCheckpoint, InBacklog,
+// Finished, Namespaces) may be made in any phase.
+type phase int
+
+const (
+	phaseIdle     phase = iota // processing records; may checkpoint
+	phasePrepared              // a switch's fold is in the open transaction: Checkpoint next
+	phaseInFlight              // a checkpoint awaits its outcome: Committed or Aborted next
+	phaseFailed                // a checkpoint failed: Close only
+	phaseClosed
+)
+
+func (p phase) String() string {
+	switch p {
+	case phaseIdle:
+		return "idle"
+	case phasePrepared:
+		return "prepared (a fold awaits its checkpoint)"
+	case phaseInFlight:
+		return "in flight (a checkpoint awaits its outcome)"
+	case phaseFailed:
+		return "failed"
+	}
+	return "closed"
+}
+
+// must panics unless the task is in one of the allowed phases.
+func (t *Task) must(call string, allowed ...phase) {
+	for _, p := range allowed {
+		if t.phase == p {
+			return
+		}
+	}
+	panic(fmt.Sprintf("task %d: %s called while the task is %s (see the call order in operators/task/order.go)", t.partition, call, t.phase))
+}
+
+// Lag is what a fetch reported about one batch of a partition: the records left to process
+// before the batch (the batch included) and after it, and the time lags (wall clock minus the
+// event time of the batch's first and last record).
+type Lag struct {
+	Before, After         int64
+	TimeBefore, TimeAfter time.Duration
+}
+
+// BeforeBatch decides the mode a batch of topic runs in and reports whether a switch needs a
+// checkpoint before the batch is processed. This is the mode policy (with backlog.Detector's
+// thresholds): a chain that has not seen a batch yet, or is in backlog, judges by what is left
+// including the batch (a backlog may arrive in one fetch, and the last batch of a backlog is
+// still sorted); a streaming chain enters backlog only if what lies beyond the batch is a
+// backlog too (a batch that grew while the task waited in a checkpoint does not make it flap).
+// Leaving backlog is decided after the batch (AfterBatch).
+func (t *Task) BeforeBatch(topic string, l Lag) (needCheckpoint bool) {
+	t.must("BeforeBatch", phaseIdle)
+	for _, c := range t.byTopic[topic] {
+		lag, timeLag := l.After, l.TimeAfter
+		if !c.observed || c.inBack {
+			lag, timeLag = l.Before, l.TimeBefore
+		}
+		c.observed = true
+		if t.observe(c, lag, timeLag) {
+			needCheckpoint = true
+		}
+	}
+	t.needCkpt = t.needCkpt || needCheckpoint
+	return needCheckpoint
+}
+
+// AfterBatch observes what is left after a batch of topic: a chain that has caught up leaves
+// backlog (then WantsFold reports its fold).
+func (t *Task) AfterBatch(topic string, l Lag) {
+	t.must("AfterBatch", phaseIdle)
+	for _, c := range t.byTopic[topic] {
+		if t.observe(c, l.After, l.TimeAfter) {
+			t.needCkpt = true
+		}
+	}
+}

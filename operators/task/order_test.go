@@ -1,0 +1,81 @@
+package task
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/sluice-dev/sluice/state"
+)
+
+// TestCallOrder: the task enforces its call order (order.go). Processing while a checkpoint
+// awaits its outcome, or an outcome without a checkpoint, is a bug of the caller and panics
+// naming the call and the phase.
+func TestCallOrder(t *testing.T) {
+	plan := mustPlan(t, testConfig("never", 50, 10, 100))
+	tk := newTestTask(t, plan, state.NewMem(), 1<<20, 0)
+	prod := newFakeProducer()
+	mustPanic := func(what, want string, f func()) {
+		t.Helper()
+		defer func() {
+			t.Helper()
+			r := recover()
+			if r == nil {
+				t.Fatalf("%s: no panic", what)
+			}
+			if msg, _ := r.(string); !strings.Contains(msg, want) {
+				t.Fatalf("%s: panic %q, want it to mention %q", what, r, want)
+			}
+		}()
+		f()
+	}
+	mustPanic("Committed before Checkpoint", "Committed called while the task is idle", func() { _ = tk.Committed(newPending()) })
+	pd, err := tk.Checkpoint(prod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustPanic("Process in flight", "Process called while the task is in flight", func() { _ = tk.Process(testTopic, nil) })
+	mustPanic("BeforeBatch in flight", "BeforeBatch called", func() { tk.BeforeBatch(testTopic, Lag{}) })
+	mustPanic("Checkpoint twice", "Checkpoint called", func() { _, _ = tk.Checkpoint(prod) })
+	prod.commit()
+	if err := tk.Committed(pd); err != nil {
+		t.Fatal(err)
+	}
+	if err := tk.Process(testTopic, nil); err != nil { // idle again
+		t.Fatal(err)
+	}
+	tk.Close()
+	mustPanic("Process after Close", "closed", func() { _ = tk.Process(testTopic, nil) })
+}
+
+// TestBeforeBatchPolicy: a new task judges a batch by the lag including it (a backlog that
+// arrives in one fetch is a backlog), a streaming task by the lag beyond it (a batch that grew
+// while it waited does not make it flap), and an abort makes the task new again.
+func TestBeforeBatchPolicy(t *testing.T) {
+	plan := mustPlan(t, testConfig("auto", 100, 10, 100))
+	tk := newTestTask(t, plan, state.NewMem(), 1<<20, 0)
+	if tk.BeforeBatch(testTopic, Lag{Before: 500, After: 0}); !tk.InBacklog(testTopic) {
+		t.Fatal("a new task with 500 records in its first batch is not in backlog")
+	}
+	tk.AfterBatch(testTopic, Lag{After: 0})
+	pd, err := tk.Checkpoint(newFakeProducer())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tk.Committed(pd); err != nil {
+		t.Fatal(err)
+	}
+	if tk.InBacklog(testTopic) {
+		t.Fatal("still in backlog after catching up")
+	}
+	if tk.BeforeBatch(testTopic, Lag{Before: 500, After: 0}); tk.InBacklog(testTopic) {
+		t.Fatal("a streaming task entered backlog for a batch with nothing beyond it")
+	}
+	pd, err = tk.Checkpoint(newFakeProducer())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tk.Aborted(pd)
+	if tk.BeforeBatch(testTopic, Lag{Before: 500, After: 0}); !tk.InBacklog(testTopic) {
+		t.Fatal("after an abort, a rewound backlog in one batch is not sorted again")
+	}
+}
