@@ -355,6 +355,23 @@ func (t *Task) fold(ctx context.Context, c *chain, p Producer, pd *Pending, sile
 		r.Topic, r.Partition, r.Key, r.Value, r.Timestamp = topic, partition, k, v, now
 		return r
 	}
+	// writeState writes one key's state (unless it is stored already), its changelog record, and
+	// for a silent fold its pending mark.
+	writeState := func(k, v []byte, write bool) error {
+		if write {
+			if err := put(k, v); err != nil {
+				return err
+			}
+		}
+		cr := record(c.plan.Changelog, t.partition, k, v)
+		cr.Headers = hdr
+		p.Produce(cr, cl)
+		pd.records++
+		if silent {
+			return mark(k, []byte{})
+		}
+		return nil
+	}
 	// emitWindow is emit for a window key: a window the watermark has closed emits its final
 	// value and is deleted (if it was stored), an open one is written with its timer (if new)
 	// and emits its value only with emit: updates.
@@ -389,20 +406,8 @@ func (t *Task) fold(ctx context.Context, c *chain, p Producer, pd *Pending, sile
 			return del(c.ns, k)
 		}
 		buf = append(buf, st...)
-		v := buf[len(buf)-len(st) : len(buf) : len(buf)]
-		if write {
-			if err := put(k, v); err != nil {
-				return err
-			}
-		}
-		cr := record(c.plan.Changelog, t.partition, k, v)
-		cr.Headers = hdr
-		p.Produce(cr, cl)
-		pd.records++
-		if silent {
-			if err := mark(k, []byte{}); err != nil {
-				return err
-			}
+		if err := writeState(k, buf[len(buf)-len(st):len(buf):len(buf)], write); err != nil {
+			return err
 		}
 		if !stored {
 			tk = appendTimerKey(tk[:0], c.win.Close(start), k)
@@ -433,21 +438,10 @@ func (t *Task) fold(ctx context.Context, c *chain, p Producer, pd *Pending, sile
 		buf = append(buf, key...)
 		k := buf[:len(key):len(key)]
 		buf = append(buf, st...)
-		v := buf[len(key):len(buf):len(buf)]
-		if write {
-			if err := put(k, v); err != nil {
-				return err
-			}
+		if err := writeState(k, buf[len(key):len(buf):len(buf)], write); err != nil {
+			return err
 		}
-		cr := record(c.plan.Changelog, t.partition, k, v)
-		cr.Headers = hdr
-		p.Produce(cr, cl)
-		pd.records++
-		if silent {
-			if err := mark(k, []byte{}); err != nil {
-				return err
-			}
-		} else if render {
+		if !silent && render {
 			out := append(buf[len(buf):], scratch...)
 			p.Produce(record(c.plan.SinkTopic, -1, k, out), pd.promise)
 			pd.records++
