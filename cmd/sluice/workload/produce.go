@@ -35,6 +35,14 @@ const (
 // waits for records others produce through cl. If cl is transactional, the caller begins and
 // ends the transaction around it. ProducerOpts gives fast options for cl.
 func Produce(ctx context.Context, cl *kgo.Client, topic string, s Spec) error {
+	return ProduceEach(ctx, cl, topic, s.Each)
+}
+
+// ProduceEach writes to topic every record that each generates (key, value, timestamp in epoch
+// ms; partition chosen by cl's partitioner) and returns once every record is acknowledged, or
+// with the first produce or generator error. Records are allocated in slabs, so a generator may
+// reuse its key and value buffers between calls. It flushes cl like Produce.
+func ProduceEach(ctx context.Context, cl *kgo.Client, topic string, each func(fn func(key, value []byte, ts int64) error) error) error {
 	var (
 		mu    sync.Mutex
 		first error
@@ -60,7 +68,7 @@ func Produce(ctx context.Context, cl *kgo.Client, topic string, s Spec) error {
 		buf  []byte
 		n    int64
 	)
-	genErr := s.Each(func(key, value []byte, ts int64) error {
+	genErr := each(func(key, value []byte, ts int64) error {
 		if n%1024 == 0 {
 			if err := failed(); err != nil {
 				return err

@@ -9,7 +9,6 @@ import (
 	"math/bits"
 	"slices"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -195,65 +194,9 @@ func customer(key []byte) (int, bool) {
 // produce writes every record of w to topic (record key = customer_id, timestamp = ts) and
 // waits until all are acknowledged. The closing records follow the backlog in every partition.
 func (w windowed) produce(ctx context.Context, cl *kgo.Client, topic string) error {
-	var (
-		mu    sync.Mutex
-		first error
-	)
-	failed := func() error {
-		mu.Lock()
-		defer mu.Unlock()
-		return first
-	}
-	promise := func(_ *kgo.Record, err error) {
-		if err == nil {
-			return
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		if first == nil {
-			first = fmt.Errorf("producing to %s: %w", topic, err)
-		}
-	}
-	var (
-		recs []kgo.Record
-		buf  []byte
-		n    int64
-	)
-	genErr := w.each(func(key, value []byte, ts, _ int64, _ bool) error {
-		if n%1024 == 0 {
-			if err := failed(); err != nil {
-				return err
-			}
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-		}
-		n++
-		if len(recs) == 0 {
-			recs = make([]kgo.Record, 4096)
-		}
-		r := &recs[0]
-		recs = recs[1:]
-		if need := len(key) + len(value); cap(buf)-len(buf) < need {
-			buf = make([]byte, 0, max(1<<20, need))
-		}
-		start := len(buf)
-		buf = append(append(buf, key...), value...)
-		r.Topic = topic
-		r.Key = buf[start : start+len(key) : start+len(key)]
-		r.Value = buf[start+len(key) : len(buf) : len(buf)]
-		r.Timestamp = time.UnixMilli(ts)
-		cl.Produce(ctx, r, promise)
-		return nil
+	return workload.ProduceEach(ctx, cl, topic, func(fn func(key, value []byte, ts int64) error) error {
+		return w.each(func(key, value []byte, ts, _ int64, _ bool) error { return fn(key, value, ts) })
 	})
-	flushErr := cl.Flush(ctx)
-	if err := failed(); err != nil {
-		return err
-	}
-	if genErr != nil {
-		return genErr
-	}
-	return flushErr
 }
 
 // finals checks a contender's windowed outputs against the expected finals: every output is
