@@ -82,7 +82,8 @@ type Config struct {
 	HTTP       HTTP              `koanf:"http" doc:"The HTTP server: /metrics (Prometheus), /healthz, /readyz, /status."`
 	Log        Log               `koanf:"log" doc:"The log, written to stderr."`
 	Sources    map[string]Source `koanf:"sources" doc:"The input topics, by name: operators name a source as their input. At least one."`
-	Operators  []Operator        `koanf:"operators" doc:"The pipeline: a list of operators, each exactly one of filter, map and aggregate, reading a source or an earlier operator. At least one. Lists can only be written in the file, not set by environment variables."`
+	Tables     map[string]Table  `koanf:"tables" doc:"Tables, by name: compacted topics materialized per partition in Pebble (the topic is its own changelog), which join operators look rows up in."`
+	Operators  []Operator        `koanf:"operators" doc:"The pipeline: a list of operators, each exactly one of filter, map, join and aggregate, reading a source or an earlier operator. At least one. Lists can only be written in the file, not set by environment variables."`
 	Sinks      map[string]Sink   `koanf:"sinks" doc:"The output topics, by name: an operator's output names a sink."`
 }
 
@@ -172,6 +173,15 @@ type Watermark struct {
 	IdleAfter time.Duration `koanf:"idle_after" doc:"An input with no records for this long stops holding back the watermark of an operator with several inputs; 0s: never."`
 }
 
+// Table is a compacted topic materialized per partition in Pebble: the latest row of each key,
+// a tombstone deleting it. The topic is its own changelog.
+type Table struct {
+	Topic    string        `koanf:"topic" default:"required" doc:"Kafka topic (compacted); it must exist, with the partition count of the streams joined with it."`
+	Format   string        `koanf:"format" enum:"json" doc:"Format of the record values."`
+	Key      string        `koanf:"key" doc:"Field path of the row key, which must equal the Kafka record key; empty: the Kafka record key."`
+	Versions time.Duration `koanf:"versions" doc:"How long superseded row versions are kept for joins with as_of: event_time; 0s: the latest row only (as_of: processing)."`
+}
+
 // Sink is one output topic.
 type Sink struct {
 	Topic  string `koanf:"topic" default:"required" doc:"Kafka topic; created if missing."`
@@ -184,6 +194,7 @@ type Operator struct {
 	Filter    *Filter    `koanf:"filter" doc:"Keeps the records for which expr is true."`
 	Map       *Map       `koanf:"map" doc:"Sets top-level fields of the record."`
 	Aggregate *Aggregate `koanf:"aggregate" doc:"A keyed aggregate over its input's key, with its state in Pebble and the changelog topic <group>-<name>-changelog."`
+	Join      *Join      `koanf:"join" doc:"A stream-table join: each record of stream gets its key's row of table (FLIP-326: a task's stream waits until its table partition has loaded its snapshot)."`
 	Output    string     `koanf:"output" default:"none" doc:"The sink the operator's records go to; required for an aggregate."`
 }
 
@@ -196,6 +207,8 @@ func (o *Operator) Kind() string {
 		return "map"
 	case o.Aggregate != nil:
 		return "aggregate"
+	case o.Join != nil:
+		return "join"
 	}
 	return ""
 }
@@ -209,6 +222,8 @@ func (o *Operator) Input() string {
 		return o.Map.Input
 	case o.Aggregate != nil:
 		return o.Aggregate.Input
+	case o.Join != nil:
+		return o.Join.Stream
 	}
 	return ""
 }
@@ -229,11 +244,27 @@ type Map struct {
 type Aggregate struct {
 	Input string `koanf:"input" default:"required" doc:"A source or an earlier operator."`
 	// Fields is the raw YAML, {amount: {sum: amount}, orders: {count: {}}}: see Specs.
-	Fields map[string]map[string]any `koanf:"fields" default:"required" doc:"Output fields: name: {sum|min|max|avg: input field path} or name: {count: {}}. Sums are exact decimals."`
-	Emit   string                    `koanf:"emit" enum:"updates,final" doc:"updates: the current value at most once per key (and window) per commit; final (windows only): exactly one output per key and window, when it closes."`
+	Fields  map[string]map[string]any `koanf:"fields" default:"required" doc:"Output fields: name: {sum|min|max|avg: input field path} or name: {count: {}}. Sums are exact decimals."`
+	Emit    string                    `koanf:"emit" enum:"updates,final" doc:"updates: the current value at most once per key (and window) per commit; final (windows only): exactly one output per key and window, when it closes."`
+	GroupBy string                    `koanf:"group_by" default:"none" doc:"Field path to group by instead of the input's key (e.g. customers.region): records are re-keyed through the topic <group>-<name>-repartition, written in the same transaction as the input offsets; empty: the input's key."`
+
 	// Window is nil for one result per key, never closed.
 	Window *Window `koanf:"window" doc:"An event-time window: exactly one of tumbling, hopping (with advance) and session. Without one, each key has one result that never closes."`
 }
+
+// Join is a stream-table join (as_of processing: a record joins its key's latest row).
+type Join struct {
+	Stream string `koanf:"stream" default:"required" doc:"A source or an earlier operator: the records to enrich, keyed by the table's key."`
+	Table  string `koanf:"table" default:"required" doc:"A table: each record gets its key's row under the table's name (null when a left join finds none)."`
+	Type   string `koanf:"type" enum:"inner,left" doc:"inner: a record without a row is dropped; left: it goes on with null."`
+	AsOf   string `koanf:"as_of" enum:"processing" doc:"processing: the latest row when the record is processed, after the table's snapshot has loaded (event_time is not supported yet)."`
+}
+
+// Join types.
+const (
+	JoinInner = "inner"
+	JoinLeft  = "left"
+)
 
 // Window is an aggregate's event-time window: exactly one of Tumbling, Hopping (with Advance) and
 // Session is set. Tumbling and hopping windows are aligned to the epoch, [start, end); a window
@@ -347,12 +378,15 @@ func (c *Config) RepartitionTopic(op string) string { return c.Group + "-" + op 
 func (c *Config) DLQTopic() string { return c.Group + "-dlq" }
 
 // InternalTopics returns the internal topics this pipeline uses, sorted: the dead-letter topic
-// and the changelog of every aggregate. (Repartition topics are not used yet.)
+// the changelog of every aggregate and the repartition topic of every aggregate with group_by.
 func (c *Config) InternalTopics() []string {
 	topics := []string{c.DLQTopic()}
 	for i := range c.Operators {
-		if c.Operators[i].Aggregate != nil {
+		if a := c.Operators[i].Aggregate; a != nil {
 			topics = append(topics, c.ChangelogTopic(c.Operators[i].Name))
+			if a.GroupBy != "" {
+				topics = append(topics, c.RepartitionTopic(c.Operators[i].Name))
+			}
 		}
 	}
 	slices.Sort(topics)
@@ -434,9 +468,17 @@ func (c *Config) fillDefaults(hostname func() (string, error)) *Error {
 		setIfEmpty(&s.Format, "json")
 		c.Sinks[name] = s
 	}
+	for name, t := range c.Tables {
+		setIfEmpty(&t.Format, "json")
+		c.Tables[name] = t
+	}
 	for i := range c.Operators {
 		if a := c.Operators[i].Aggregate; a != nil {
 			setIfEmpty(&a.Emit, EmitUpdates)
+		}
+		if j := c.Operators[i].Join; j != nil {
+			setIfEmpty(&j.Type, JoinInner)
+			setIfEmpty(&j.AsOf, "processing")
 		}
 	}
 	if c.InstanceID == "" {

@@ -19,10 +19,12 @@ const probe = `
 kafka: {brokers: ["probe:9092"]}
 group: probe
 sources: {s: {topic: in}}
+tables: {t: {topic: rows}}
 operators:
   - {name: f, filter: {input: s, expr: "true"}}
   - {name: m, map: {input: f, set: {x: "1"}}}
-  - {name: a, aggregate: {input: m, fields: {n: {count: {}}}, window: {tumbling: 1m}}, output: o}
+  - {name: j, join: {stream: m, table: t}}
+  - {name: a, aggregate: {input: j, fields: {n: {count: {}}}, window: {tumbling: 1m}, group_by: t.region}, output: o}
 sinks: {o: {topic: out}}
 `
 

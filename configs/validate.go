@@ -26,6 +26,7 @@ func (c *Config) Validate() error {
 		c.validateLog,
 		c.validateSources,
 		c.validateSinks,
+		c.validateTables,
 		c.validateOperators,
 		c.validateTopics,
 	} {
@@ -221,7 +222,7 @@ func (c *Config) validateSinks() *Error {
 
 func (c *Config) validateOperators() *Error {
 	if len(c.Operators) == 0 {
-		return errorf("operators", "at least one operator (filter, map or aggregate) is required")
+		return errorf("operators", "at least one operator (filter, map, join or aggregate) is required")
 	}
 	index := make(map[string]int, len(c.Operators)) // name -> position
 	for i := range c.Operators {
@@ -249,20 +250,24 @@ func (c *Config) validateOperators() *Error {
 		for _, k := range []struct {
 			name string
 			set  bool
-		}{{"filter", op.Filter != nil}, {"map", op.Map != nil}, {"aggregate", op.Aggregate != nil}} {
+		}{{"filter", op.Filter != nil}, {"map", op.Map != nil}, {"join", op.Join != nil}, {"aggregate", op.Aggregate != nil}} {
 			if k.set {
 				kinds = append(kinds, k.name)
 			}
 		}
 		switch len(kinds) {
 		case 0:
-			return errorf(p, "needs one of filter, map or aggregate")
+			return errorf(p, "needs one of filter, map, join or aggregate")
 		case 1:
 		default:
-			return errorf(p, "has %s; an operator is exactly one of filter, map or aggregate", strings.Join(kinds, " and "))
+			return errorf(p, "has %s; an operator is exactly one of filter, map, join or aggregate", strings.Join(kinds, " and "))
 		}
 		kp := p + "." + kinds[0]
-		if err := c.checkInput(kp+".input", i, op.Input(), index); err != nil {
+		inKey := kp + ".input"
+		if op.Join != nil {
+			inKey = kp + ".stream"
+		}
+		if err := c.checkInput(inKey, i, op.Input(), index); err != nil {
 			return err
 		}
 		var err *Error
@@ -273,6 +278,13 @@ func (c *Config) validateOperators() *Error {
 			}
 		case op.Map != nil:
 			err = checkMap(kp, op.Map)
+		case op.Join != nil:
+			err = c.checkJoin(kp, op.Join)
+			if err == nil {
+				if _, ok := c.SourceOf(op.Name); !ok {
+					err = errorf(kp+".stream", "does not lead to a source")
+				}
+			}
 		case op.Aggregate != nil:
 			err = checkAggregate(kp, op.Aggregate)
 			if err == nil {
@@ -293,6 +305,67 @@ func (c *Config) validateOperators() *Error {
 		}
 	}
 	return nil
+}
+
+// validateTables checks the tables: names, topics, key fields; versions must be 0 until joins
+// with as_of: event_time exist.
+func (c *Config) validateTables() *Error {
+	for _, name := range sortedKeys(c.Tables) {
+		t, key := c.Tables[name], "tables."+name
+		if !validName(name, true, "") {
+			return errorf(key, "invalid table name %q (allowed characters: letters, digits, '_', '-')", name)
+		}
+		if _, dup := c.Sources[name]; dup {
+			return errorf(key, "%q is also a source name; joins and inputs refer to both, so they must differ", name)
+		}
+		for i, op := range c.Operators {
+			if op.Name == name {
+				return errorf(key, "%q is also the name of operators[%d]; they must differ", name, i)
+			}
+		}
+		if err := checkTopic(key+".topic", t.Topic); err != nil {
+			return err
+		}
+		if err := checkEnum(key+".format", t.Format, "json"); err != nil {
+			return err
+		}
+		if t.Key != "" {
+			if msg := checkFieldPath(t.Key); msg != "" {
+				return errorf(key+".key", "%s; or leave it out to use the Kafka record key", msg)
+			}
+		}
+		switch {
+		case t.Versions < 0:
+			return errorf(key+".versions", "must not be negative, got %s", fmtDuration(t.Versions))
+		case t.Versions > 0:
+			return errorf(key+".versions", "row versions serve joins with as_of: event_time, which sluice does not support yet; use 0s (the latest row)")
+		}
+	}
+	return nil
+}
+
+// checkJoin checks a join's table, type and as_of (its stream is checked as its input).
+func (c *Config) checkJoin(kp string, j *Join) *Error {
+	if j.Table == "" {
+		return errorf(kp+".table", "required: a table (%s)", c.tableList())
+	}
+	if _, ok := c.Tables[j.Table]; !ok {
+		return errorf(kp+".table", "unknown table %q (%s)", j.Table, c.tableList())
+	}
+	if err := checkEnum(kp+".type", j.Type, JoinInner, JoinLeft); err != nil {
+		return err
+	}
+	if j.AsOf == "event_time" {
+		return errorf(kp+".as_of", "event_time (the row version valid at the record's event time) is not supported yet; use processing (the latest row, after the table's snapshot has loaded)")
+	}
+	return checkEnum(kp+".as_of", j.AsOf, "processing")
+}
+
+func (c *Config) tableList() string {
+	if len(c.Tables) == 0 {
+		return "no tables are defined; declare one under tables:, e.g. tables: {customers: {topic: customers}}"
+	}
+	return "tables: " + strings.Join(sortedKeys(c.Tables), ", ")
 }
 
 // checkInput resolves the input of operator i: a source or an earlier operator.
@@ -367,6 +440,11 @@ func checkAggregate(kp string, a *Aggregate) *Error {
 	}
 	if err := checkEnum(kp+".emit", a.Emit, EmitUpdates, EmitFinal); err != nil {
 		return err
+	}
+	if a.GroupBy != "" {
+		if msg := checkFieldPath(a.GroupBy); msg != "" {
+			return errorf(kp+".group_by", "%s; or leave it out to group by the input's key", msg)
+		}
 	}
 	if a.Window == nil {
 		if a.Emit == EmitFinal {
@@ -455,6 +533,16 @@ func (c *Config) validateTopics() *Error {
 		}
 		if slices.Contains(internal, t) {
 			return errorf("sources."+name+".topic", "topic %q is one of sluice's internal topics", t)
+		}
+		readBy[t] = name
+	}
+	for _, name := range sortedKeys(c.Tables) {
+		t := c.Tables[name].Topic
+		if other, dup := readBy[t]; dup {
+			return errorf("tables."+name+".topic", "topic %q is already read by source %q", t, other)
+		}
+		if slices.Contains(internal, t) {
+			return errorf("tables."+name+".topic", "topic %q is one of sluice's internal topics", t)
 		}
 		readBy[t] = name
 	}

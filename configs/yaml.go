@@ -61,6 +61,9 @@ func toNode(v reflect.Value, flow bool) (*yaml.Node, error) {
 			if v.Type() == operatorType && key == "output" && v.Field(i).String() == "" {
 				continue // an operator without a sink
 			}
+			if (key == "group_by" && v.Field(i).String() == "") || (key == "tables" && v.Field(i).Len() == 0) {
+				continue // optional, and absent
+			}
 			val, err := toNode(v.Field(i), flow)
 			if err != nil {
 				return nil, err
