@@ -85,6 +85,13 @@ type Engine struct {
 
 	bounds map[tp]bound // Bounded: per input partition, where it starts and ends (set before the group is joined)
 
+	groups map[string][]string // a co-partitioned group's first topic -> its topics (immutable after New)
+	group  map[string]string   // topic -> its group's first topic
+	tables map[string]string   // table topic -> table name
+
+	purge  purger          // repartition topics: committed records deleted (purge.go)
+	runCtx context.Context // cancelled when Run returns (set by Run)
+
 	fails failStreak // checkpoints aborted by produce errors (failure.go)
 }
 
@@ -114,9 +121,35 @@ func New(o Options) (*Engine, error) {
 		runs:    map[tp]*runner{},
 		tm:      task.NewMetrics(o.Registry),
 		m:       newEngineMetrics(o.Registry),
+		groups:  map[string][]string{},
+		group:   map[string]string{},
+		tables:  o.Plan.TableTopics(),
+		purge:   purger{topics: map[string]bool{}},
+	}
+	for topic := range o.Plan.Repartitions() {
+		e.purge.topics[topic] = true
+	}
+	for _, g := range o.Plan.CoPartitioned() {
+		e.groups[g[0]] = g
+		for _, t := range g {
+			e.group[t] = g[0]
+		}
+	}
+	if o.Bounded && len(e.tables) > 0 {
+		return nil, errors.New("consumer: a bounded run (--bounded) does not support tables yet")
 	}
 	return e, nil
 }
+
+// groupOf returns the first topic of topic's co-partitioned group (the key of its tasks).
+func (e *Engine) groupOf(topic string) string {
+	if g, ok := e.group[topic]; ok {
+		return g
+	}
+	return topic
+}
+
+func (e *Engine) isTable(topic string) bool { _, ok := e.tables[topic]; return ok }
 
 // Run joins the group and processes until ctx is done (then it checkpoints what it has
 // processed, leaves, and returns nil) or a failure it cannot recover from.
@@ -147,10 +180,14 @@ func (e *Engine) Run(ctx context.Context) error {
 	if cfg.Processing.Guarantee != "at_least_once" {
 		g = producer.ExactlyOnce
 	}
+	defer e.purge.wait() // after cancelRuns below (deferred calls run last first)
 	runCtx, cancelRuns := context.WithCancel(context.Background())
 	defer cancelRuns()
+	e.runCtx = runCtx
 	extra := e.o.KafkaOpts
-	if e.o.Bounded {
+	if e.o.Bounded || len(e.tables) > 0 {
+		// Transaction markers are kept to see where a batch really ends: a bounded run's end
+		// offset, a table's snapshot end, may lie after the last record. dispatch drops them.
 		extra = append([]kgo.Opt{kgo.KeepControlRecords()}, extra...)
 	}
 	e.sess, err = producer.Open(producer.Options{
@@ -161,6 +198,7 @@ func (e *Engine) Run(ctx context.Context) error {
 		TransactionTimeout: cfg.Kafka.TransactionTimeout,
 		Guarantee:          g,
 		Topics:             e.o.Plan.Topics(),
+		CoPartitioned:      e.o.Plan.CoPartitioned(),
 		FetchMaxBytes:      int64(cfg.Kafka.FetchMaxBytes),
 		DeadLetterTopic:    cfg.DLQTopic(),
 		Logger:             e.log,
@@ -264,17 +302,43 @@ func (e *Engine) dispatch(ctx context.Context, fs kgo.Fetches, next time.Time) (
 	e.mu.Lock()
 	epoch := e.epoch
 	e.mu.Unlock()
+	// Tables first: a stream batch is processed after every table batch fetched with it.
+	var parts []kgo.FetchTopicPartition
 	fs.EachPartition(func(fp kgo.FetchTopicPartition) {
-		if derr != nil || len(fp.Records) == 0 {
+		if e.isTable(fp.Topic) {
+			parts = append(parts, fp)
+		}
+	})
+	fs.EachPartition(func(fp kgo.FetchTopicPartition) {
+		if !e.isTable(fp.Topic) {
+			parts = append(parts, fp)
+		}
+	})
+	for _, fp := range parts {
+		if derr != nil {
+			break
+		}
+		e.dispatchPartition(ctx, fp, epoch, timer, &due, &derr)
+	}
+	return due, derr
+}
+
+// dispatchPartition hands one fetched partition to its task (see dispatch).
+func (e *Engine) dispatchPartition(ctx context.Context, fp kgo.FetchTopicPartition, epoch uint64, timer *time.Timer, due *bool, derr *error) {
+	now := e.o.Clock()
+	func() {
+		if len(fp.Records) == 0 {
 			return
 		}
 		e.mu.Lock()
-		r := e.runs[tp{fp.Topic, fp.Partition}]
+		r := e.runs[tp{e.groupOf(fp.Topic), fp.Partition}]
 		if e.epoch != epoch {
 			r = nil
 		}
-		if r != nil && r.first < 0 {
-			r.first = fp.Records[0].Offset
+		if r != nil {
+			if _, ok := r.first[fp.Topic]; !ok {
+				r.first[fp.Topic] = fp.Records[0].Offset
+			}
 		}
 		e.mu.Unlock()
 		if r == nil {
@@ -302,8 +366,15 @@ func (e *Engine) dispatch(ctx context.Context, fs kgo.Fetches, next time.Time) (
 			}
 			lastOff = recs[n-1].Offset
 			reached = lastOff+1 >= bd.end
-			recs = slices.DeleteFunc(slices.Clone(recs[:n]), func(r *kgo.Record) bool { return r.Attrs.IsControl() })
-			if len(recs) == 0 && !reached {
+			recs = recs[:n]
+		}
+		if e.o.Bounded || len(e.tables) > 0 {
+			// Transaction markers (KeepControlRecords) tell where the batch ends; tasks get
+			// data records only.
+			if slices.ContainsFunc(recs, func(r *kgo.Record) bool { return r.Attrs.IsControl() }) {
+				recs = slices.DeleteFunc(slices.Clone(recs), func(r *kgo.Record) bool { return r.Attrs.IsControl() })
+			}
+			if len(recs) == 0 && !reached && !e.isTable(fp.Topic) {
 				return
 			}
 		}
@@ -311,6 +382,7 @@ func (e *Engine) dispatch(ctx context.Context, fs kgo.Fetches, next time.Time) (
 		// beyond it), which decides the mode the batch runs in, and after it, which lets a task
 		// leave backlog when the input stops.
 		b := batch{
+			topic: fp.Topic, next: lastOff + 1,
 			recs: recs, epoch: epoch, end: reached,
 			lag: max(end-firstOff, 0), lagAfter: max(end-(lastOff+1), 0),
 		}
@@ -325,14 +397,14 @@ func (e *Engine) dispatch(ctx context.Context, fs kgo.Fetches, next time.Time) (
 			case <-r.done:
 				return
 			case <-timer.C:
-				due = true
+				*due = true
 			case <-e.urgent:
 			case <-e.blocked:
 			case err := <-e.failed:
-				derr = err
+				*derr = err
 				return
 			case <-ctx.Done():
-				derr = nil
+				*derr = nil
 				return
 			}
 			// A checkpoint is needed while this task's channel is full (not while a task
@@ -342,7 +414,7 @@ func (e *Engine) dispatch(ctx context.Context, fs kgo.Fetches, next time.Time) (
 				continue
 			}
 			if err := e.checkpoint(ctx); err != nil {
-				derr = err
+				*derr = err
 				return
 			}
 			e.mu.Lock()
@@ -353,8 +425,7 @@ func (e *Engine) dispatch(ctx context.Context, fs kgo.Fetches, next time.Time) (
 			}
 			timer.Reset(e.o.Config.Processing.CommitInterval)
 		}
-	})
-	return due, derr
+	}()
 }
 
 // checkpoint runs one checkpoint across all restored tasks. Only the poll loop calls it. Once
@@ -478,22 +549,26 @@ func (e *Engine) checkpoint(ctx context.Context) error {
 	// offset it was sent.
 	e.mu.Lock()
 	for k, r := range e.runs {
-		if !committed && r.first >= 0 {
-			if _, ok := seeks[k.topic][k.p]; !ok {
-				if seeks[k.topic] == nil {
-					seeks[k.topic] = map[int32]kgo.EpochOffset{}
+		if committed {
+			continue
+		}
+		for topic, first := range r.first {
+			if _, ok := seeks[topic][k.p]; !ok {
+				if seeks[topic] == nil {
+					seeks[topic] = map[int32]kgo.EpochOffset{}
 				}
-				seeks[k.topic][k.p] = kgo.EpochOffset{Epoch: -1, Offset: r.first}
+				seeks[topic][k.p] = kgo.EpochOffset{Epoch: -1, Offset: first}
 			}
 		}
-		if !committed {
-			r.first = -1
-		}
+		clear(r.first)
 	}
 	e.mu.Unlock()
 	if len(seeks) > 0 {
 		e.log.Info("checkpoint aborted; rewinding to the last commit", "offsets", seeks)
 		e.sess.Client().SetOffsets(seeks)
+	}
+	if committed {
+		e.purge.committed(e.runCtx, e.adm, e.log, e.o.Clock(), offsets)
 	}
 	if committed && len(offsets)+records > 0 {
 		e.m.commits.Inc()
@@ -509,19 +584,40 @@ func (e *Engine) checkpoint(ctx context.Context) error {
 // ensureTopics checks the sources and creates the internal topics and missing sinks.
 func (e *Engine) ensureTopics(ctx context.Context) error {
 	cfg := e.o.Config
-	parts, err := changelog.Partitions(ctx, e.adm, e.o.Plan.Topics()...)
+	reparts := e.o.Plan.Repartitions()
+	var inputs []string
+	for _, t := range e.o.Plan.Topics() {
+		if _, internal := reparts[t]; !internal {
+			inputs = append(inputs, t)
+		}
+	}
+	parts, err := changelog.Partitions(ctx, e.adm, inputs...)
 	if err != nil {
 		return err
 	}
+	for rt, from := range reparts {
+		parts[rt] = parts[from]
+	}
+	// Co-partitioning: a task is one partition number across a group's topics.
+	for _, g := range e.o.Plan.CoPartitioned() {
+		for _, t := range g[1:] {
+			if parts[t] != parts[g[0]] {
+				return fmt.Errorf("consumer: topics %s (%d partitions) and %s (%d partitions) are joined, so they must have the same partition count (a task is one partition number of both)", g[0], parts[g[0]], t, parts[t])
+			}
+		}
+	}
 	var topics []changelog.Topic
 	maxParts := int32(1)
+	for rt, from := range reparts {
+		topics = append(topics, changelog.Topic{Name: rt, Partitions: parts[from], Exact: true})
+	}
 	for _, c := range e.o.Plan.Chains {
 		n := parts[c.Source.Topic]
 		maxParts = max(maxParts, n)
 		if c.Changelog != "" {
 			topics = append(topics, changelog.Topic{Name: c.Changelog, Partitions: n, Exact: true, Compacted: true})
 		}
-		if c.SinkTopic != "" {
+		if c.SinkTopic != "" && c.Rekey == "" {
 			topics = append(topics, changelog.Topic{Name: c.SinkTopic, Partitions: n})
 		}
 	}
@@ -547,7 +643,7 @@ func (e *Engine) Status() []task.Status {
 	out := make([]task.Status, 0, len(runs))
 	for _, r := range runs {
 		if !r.isRestored() { // its task may not be built yet
-			out = append(out, task.RestoringStatus(e.o.Plan, r.key.topic, r.key.p))
+			out = append(out, task.RestoringStatus(e.o.Plan, r.topics, r.key.p))
 			continue
 		}
 		out = append(out, r.t.Status())

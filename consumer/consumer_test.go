@@ -41,7 +41,7 @@ func TestStatusBeforeTaskBuilt(t *testing.T) {
 	}
 	k := tp{"orders", 3}
 	e.mu.Lock()
-	e.runs[k] = &runner{key: k, first: -1}
+	e.runs[k] = &runner{key: k, topics: []string{"orders"}, first: map[string]int64{}}
 	e.joined = true
 	e.mu.Unlock()
 	st := e.Status()

@@ -3,9 +3,12 @@ package consumer
 import (
 	"context"
 	"fmt"
+	"slices"
+	"sort"
 	"sync/atomic"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluice-dev/sluice/operators/task"
@@ -13,6 +16,8 @@ import (
 
 // batch is one fetched partition's records with the lag the fetch reported after them.
 type batch struct {
+	topic                 string
+	next                  int64 // the offset after the batch as fetched (past transaction markers)
 	recs                  []*kgo.Record
 	lag, lagAfter         int64 // records left to process before and after the batch
 	timeLag, timeLagAfter time.Duration
@@ -37,9 +42,11 @@ type ckptAck struct {
 	err  error
 }
 
-// runner is the goroutine that owns one task.
+// runner is the goroutine that owns one task: one partition number of a group of co-partitioned
+// topics (Plan.CoPartitioned; a topic in no join is a group of its own).
 type runner struct {
-	key      tp
+	key      tp              // the group's first topic and the partition number
+	topics   []string        // the group's topics assigned to this member (all of them, with the co-partitioning balancer)
 	t        *task.Task      // built by the task goroutine; other goroutines read it only once restored
 	in       chan batch      // bounded: the poll loop blocks (and serves checkpoints) when full
 	ckpt     chan *ckptReq   // checkpoint requests from the poll loop
@@ -47,8 +54,9 @@ type runner struct {
 	ctx      context.Context // the task goroutine's context (set before it starts)
 	cancel   context.CancelFunc
 	restored atomic.Bool
-	finished atomic.Bool // bounded run: the task has committed the end of its input
-	first    int64       // first offset dispatched since assignment or the last abort, -1 if none (guarded by Engine.mu)
+	finished atomic.Bool      // bounded run: the task has committed the end of its input
+	first    map[string]int64 // by topic: first offset dispatched since assignment or the last abort (guarded by Engine.mu)
+	waiting  bool             // the task's streams are paused until its tables load (runner goroutine only)
 }
 
 func (r *runner) isRestored() bool { return r.restored.Load() }
@@ -64,16 +72,21 @@ func (e *Engine) assigned(ctx context.Context, cl *kgo.Client, a map[string][]in
 	pause := map[string][]int32{}
 	var start []*runner
 	e.mu.Lock()
-	for topic, ps := range a {
-		for _, p := range ps {
-			k := tp{topic, p}
-			if e.runs[k] != nil {
+	for _, topic := range sortedTopics(a) {
+		for _, p := range a[topic] {
+			k := tp{e.groupOf(topic), p}
+			pause[topic] = append(pause[topic], p)
+			if r := e.runs[k]; r != nil {
+				if slices.Contains(start, r) && !slices.Contains(r.topics, topic) {
+					r.topics = append(r.topics, topic) // another topic of the same group and number
+				} else if !slices.Contains(r.topics, topic) {
+					e.log.Error("a topic of a co-partitioned group was assigned apart from the others; its records are not processed (the group's members must all use sluice's co-partitioning balancer)", "topic", topic, "partition", p, "task_topics", r.topics)
+				}
 				continue
 			}
 			rctx, cancel := context.WithCancel(ctx)
-			r := &runner{key: k, in: make(chan batch, 1), ckpt: make(chan *ckptReq, 1), done: make(chan struct{}), cancel: cancel, first: -1}
+			r := &runner{key: k, topics: []string{topic}, in: make(chan batch, 1), ckpt: make(chan *ckptReq, 1), done: make(chan struct{}), cancel: cancel, first: map[string]int64{}}
 			e.runs[k] = r
-			pause[topic] = append(pause[topic], p)
 			r.ctx = rctx
 			start = append(start, r)
 		}
@@ -97,9 +110,10 @@ func (e *Engine) revoked(rv map[string][]int32, how string) {
 	e.mu.Lock()
 	for topic, ps := range rv {
 		for _, p := range ps {
-			if r := e.runs[tp{topic, p}]; r != nil {
+			k := tp{e.groupOf(topic), p}
+			if r := e.runs[k]; r != nil {
 				stop = append(stop, r)
-				delete(e.runs, tp{topic, p})
+				delete(e.runs, k)
 			}
 		}
 	}
@@ -117,8 +131,10 @@ func (e *Engine) revoked(rv map[string][]int32, how string) {
 func (e *Engine) stopAll() {
 	e.mu.Lock()
 	all := map[string][]int32{}
-	for k := range e.runs {
-		all[k.topic] = append(all[k.topic], k.p)
+	for k, r := range e.runs {
+		for _, topic := range r.topics {
+			all[topic] = append(all[topic], k.p)
+		}
 	}
 	e.mu.Unlock()
 	e.revoked(all, "released")
@@ -128,7 +144,11 @@ func (e *Engine) stopAll() {
 // checkpoints. It closes the task when it exits.
 func (e *Engine) run(ctx context.Context, cl *kgo.Client, r *runner) {
 	defer close(r.done)
-	t, err := task.New(e.o.Plan, r.key.topic, r.key.p, task.Deps{
+	if want := e.groups[r.key.topic]; len(r.topics) != len(want) {
+		e.fail(fmt.Errorf("consumer: partition %d of %v was assigned without the rest of its co-partitioned group %v: every member of the group must run this sluice (its balancer keeps a partition number of co-partitioned topics together)", r.key.p, r.topics, want))
+		return
+	}
+	t, err := task.NewGroup(e.o.Plan, r.topics, r.key.p, task.Deps{
 		Store: e.o.Store, Budget: e.o.Budget, SortDir: e.o.SortDir, Producer: e.sess,
 		Clock: e.o.Clock, Logger: e.log.With("topic", r.key.topic), Metrics: e.tm,
 	})
@@ -157,8 +177,13 @@ func (e *Engine) run(ctx context.Context, cl *kgo.Client, r *runner) {
 		e.fail(fmt.Errorf("consumer: task %s[%d]: %w", r.key.topic, r.key.p, err))
 		return
 	}
+	if len(r.t.Tables()) > 0 {
+		if !e.startTables(ctx, cl, r) {
+			return
+		}
+	}
 	r.restored.Store(true)
-	cl.ResumeFetchPartitions(map[string][]int32{r.key.topic: {r.key.p}})
+	e.resume(cl, r)
 	if bd, ok := e.bounds[r.key]; ok && bd.start >= bd.end {
 		// A bounded run with nothing to read here: the input ends now.
 		if !e.endInput(ctx, r) {
@@ -177,9 +202,19 @@ func (e *Engine) run(ctx context.Context, cl *kgo.Client, r *runner) {
 			if b.epoch != e.currentEpoch() {
 				continue // fetched before an abort rewound the consumer
 			}
+			if e.isTable(b.topic) {
+				if err := r.t.ProcessTable(b.topic, b.recs, b.next); err != nil {
+					e.fail(err)
+					return
+				}
+				if r.waiting && !r.t.Waiting() {
+					e.resume(cl, r) // the snapshot is loaded: the streams go on
+				}
+				continue
+			}
 			// The mode this batch runs in (the policy is the task's: Task.BeforeBatch).
 			lag := task.Lag{Before: b.lag, After: b.lagAfter, TimeBefore: b.timeLag, TimeAfter: b.timeLagAfter}
-			if r.t.BeforeBatch(r.key.topic, lag) {
+			if r.t.BeforeBatch(b.topic, lag) {
 				// A mode switch needs a checkpoint before this batch is processed.
 				if !e.switchNow(ctx, r) {
 					return
@@ -199,7 +234,7 @@ func (e *Engine) run(ctx context.Context, cl *kgo.Client, r *runner) {
 			}
 			// The lag left after the batch: a task that has caught up folds its backlog and
 			// waits for the checkpoint that commits it.
-			r.t.AfterBatch(r.key.topic, lag)
+			r.t.AfterBatch(b.topic, lag)
 			if r.t.WantsFold() {
 				if !e.switchNow(ctx, r) {
 					return
@@ -297,7 +332,7 @@ func (e *Engine) process(ctx context.Context, r *runner, b batch) bool {
 	recs := b.recs
 	for len(recs) > 0 {
 		n := min(len(recs), slice)
-		if err := r.t.Process(r.key.topic, recs[:n]); err != nil {
+		if err := r.t.Process(b.topic, recs[:n]); err != nil {
 			e.fail(err)
 			return false
 		}
@@ -330,4 +365,63 @@ func (e *Engine) process(ctx context.Context, r *runner, b batch) bool {
 		}
 	}
 	return true
+}
+
+// startTables prepares the task's table partitions (FLIP-326): each is read from the offset its
+// store recorded (or its log start), and its snapshot is the end offset (last stable) it has
+// now. The task's streams stay paused until every table has loaded its snapshot. It returns
+// false if the goroutine must exit.
+func (e *Engine) startTables(ctx context.Context, cl *kgo.Client, r *runner) bool {
+	tables := r.t.Tables()
+	starts, err := e.adm.ListStartOffsets(ctx, tables...)
+	if err == nil {
+		err = starts.Error()
+	}
+	var ends kadm.ListedOffsets
+	if err == nil {
+		ends, err = e.adm.ListCommittedOffsets(ctx, tables...)
+		if err == nil {
+			err = ends.Error()
+		}
+	}
+	if err != nil {
+		if ctx.Err() == nil {
+			e.fail(fmt.Errorf("consumer: task %d: list the offsets of its tables %v: %w", r.key.p, tables, err))
+		}
+		return false
+	}
+	seek := map[string]map[int32]kgo.EpochOffset{}
+	for _, topic := range tables {
+		st, _ := starts.Lookup(topic, r.key.p)
+		end, _ := ends.Lookup(topic, r.key.p)
+		from, _ := r.t.TableStart(topic)
+		from = max(from, st.Offset)
+		seek[topic] = map[int32]kgo.EpochOffset{r.key.p: {Epoch: -1, Offset: from}}
+		r.t.SetTableEnd(topic, st.Offset, end.Offset)
+		e.log.Info("table partition: reading its snapshot before the streams", "topic", topic, "partition", r.key.p, "from", from, "snapshot_end", end.Offset)
+	}
+	cl.SetOffsets(seek)
+	return true
+}
+
+// resume resumes the task's partitions: its tables always, its streams unless they wait for
+// a table's snapshot.
+func (e *Engine) resume(cl *kgo.Client, r *runner) {
+	r.waiting = r.t.Waiting()
+	res := map[string][]int32{}
+	for _, topic := range r.topics {
+		if !r.waiting || e.isTable(topic) {
+			res[topic] = []int32{r.key.p}
+		}
+	}
+	cl.ResumeFetchPartitions(res)
+}
+
+func sortedTopics(a map[string][]int32) []string {
+	ts := make([]string, 0, len(a))
+	for t := range a {
+		ts = append(ts, t)
+	}
+	sort.Strings(ts)
+	return ts
 }

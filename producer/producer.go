@@ -44,7 +44,10 @@ type Options struct {
 	TransactionTimeout time.Duration
 	Guarantee          Guarantee
 	Topics             []string // topics to consume
-	FetchMaxBytes      int64    // bound of one fetch response (kafka.fetch_max_bytes); 0: 32 MiB
+	// CoPartitioned are the groups of topics whose partition p must go to one member (a task
+	// spans them); a topic in none is balanced alone.
+	CoPartitioned [][]string
+	FetchMaxBytes int64 // bound of one fetch response (kafka.fetch_max_bytes); 0: 32 MiB
 	// DeadLetterTopic is the dead-letter topic, whose batches are bounded by
 	// DeadLetterBatchMaxBytes instead of BatchMaxBytes: dead letters are arbitrary input (often
 	// incompressible), and the topic has the broker's default record size limit.
@@ -98,6 +101,18 @@ const BatchMaxBytes = 4 << 20
 // letters are bounded well below it (operators/task: DeadLetterMaxBytes), so one always fits.
 const DeadLetterBatchMaxBytes = 1_000_012
 
+// balancer is CoPartitioned(groups) when a group has several topics (a pipeline with joins),
+// else franz-go's cooperative-sticky balancer (what groups without joins have always used, so
+// their members keep agreeing on a protocol across an upgrade).
+func balancer(groups [][]string) kgo.GroupBalancer {
+	for _, g := range groups {
+		if len(g) > 1 {
+			return CoPartitioned(groups)
+		}
+	}
+	return kgo.CooperativeStickyBalancer()
+}
+
 // Open creates the client. It does not block on the network.
 func Open(o Options) (*Session, error) {
 	fetchMax := o.FetchMaxBytes
@@ -108,7 +123,7 @@ func Open(o Options) (*Session, error) {
 		kgo.SeedBrokers(o.Brokers...),
 		kgo.ConsumerGroup(o.Group),
 		kgo.ConsumeTopics(o.Topics...),
-		kgo.Balancers(kgo.CooperativeStickyBalancer()),
+		kgo.Balancers(balancer(o.CoPartitioned)),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.RequireStableFetchOffsets(),
 		kgo.BlockRebalanceOnPoll(),

@@ -38,6 +38,7 @@ type Pending struct {
 	silent  map[*chain]bool  // folds of a backlog checkpoint: no outputs, the chain stays in backlog
 	wm      map[*chain]int64 // windowed chains' watermarks written with their offsets
 	keys    map[*chain]int64
+	tables  map[*table]int64 // tables whose offset this checkpoint commits
 	records int
 }
 
@@ -162,6 +163,18 @@ func (t *Task) Checkpoint(p Producer) (pd *Pending, err error) {
 			pd.records++
 		}
 		t.dlq = nil
+		// A table's offset is committed too (its rows are in the store already): the group's
+		// lag shows how far a table is, and a rewind after an abort goes back to it. It moves
+		// only with its dead letters.
+		for _, tb := range t.tables {
+			if tb.next > tb.committed {
+				pd.Offsets[tb.topic] = tb.next
+				if pd.tables == nil {
+					pd.tables = map[*table]int64{}
+				}
+				pd.tables[tb] = tb.next
+			}
+		}
 	}
 	// Two chains on one topic: commit the smaller offset (both have processed up to it).
 	for _, c := range t.chains {
@@ -684,6 +697,9 @@ func (t *Task) Committed(pd *Pending) (err error) {
 			c.committed = off
 		}
 	}
+	for tb, next := range pd.tables {
+		tb.committed = max(tb.committed, next)
+	}
 	t.needCkpt = false
 	for _, c := range t.chains {
 		if len(c.dirty) >= t.cacheCap {
@@ -743,6 +759,14 @@ func (t *Task) Aborted(pd *Pending) map[string]int64 {
 		if c.committed >= 0 {
 			c.next = c.committed
 			seek[c.plan.Source.Topic] = c.committed
+		}
+	}
+	// A table's rows stay applied (applying them again changes nothing), but its dead letters
+	// since the last commit are dropped with the others: it reads them again.
+	for _, tb := range t.tables {
+		if tb.committed >= 0 && tb.next > tb.committed {
+			tb.next = tb.committed
+			seek[tb.topic] = tb.committed
 		}
 	}
 	t.dlq = nil

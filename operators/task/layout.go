@@ -269,7 +269,7 @@ func (p *Plan) StateChecks() (StateChecks, error) {
 		if c.Agg == nil {
 			continue
 		}
-		ops, err := c.build()
+		ops, err := c.build(nil)
 		if err != nil {
 			return nil, err
 		}

@@ -21,22 +21,34 @@ import (
 	"github.com/sluice-dev/sluice/operators"
 )
 
-// ChainPlan is one linear chain: a source, its stateless stages, and an optional keyed aggregate,
-// writing to a sink topic.
+// ChainPlan is one linear chain: a source, its stateless stages (filter, map, and stream-table
+// joins), and an optional keyed aggregate, writing to a sink topic. An aggregate with group_by
+// splits its chain in two: the first ends by writing its records, re-keyed by the group_by
+// field, to the aggregate's repartition topic (Rekey), and the second reads that topic as its
+// source.
 type ChainPlan struct {
 	SourceName string
 	Source     configs.Source
-	Stages     []configs.Operator // filter/map, in order
+	Stages     []configs.Operator // filter/map/join, in order
 	Agg        *configs.Operator  // nil for a stateless chain
 	Sink       string             // sink name ("" = the chain drops its output)
 	SinkTopic  string
-	Changelog  string // changelog topic of Agg ("" when stateless)
+	Changelog  string   // changelog topic of Agg ("" when stateless)
+	Tables     []string // the tables its joins read, in stage order
+	Rekey      string   // the group_by field path the records are re-keyed by ("" = none); SinkTopic is then the repartition topic
 }
 
 // Plan is a compiled pipeline. It is immutable after NewPlan and safe for concurrent use.
 type Plan struct {
 	Config *configs.Config
 	Chains []ChainPlan
+}
+
+// repartitionSource is the source of the chain that reads an aggregate's repartition topic:
+// the record key is the group key and the record timestamp the event time (the first chain
+// writes both), with the original source's watermark.
+func repartitionSource(cfg *configs.Config, op string, orig configs.Source) configs.Source {
+	return configs.Source{Topic: cfg.RepartitionTopic(op), Format: "json", Watermark: orig.Watermark}
 }
 
 // NewPlan checks that the operators form linear chains (each source and operator feeds at most
@@ -69,11 +81,26 @@ func NewPlan(cfg *configs.Config) (*Plan, error) {
 				break
 			}
 			op := cfg.Operators[i]
+			if op.Aggregate != nil && op.Aggregate.GroupBy != "" {
+				// Re-keying: this chain ends at the repartition topic; the aggregate's chain
+				// reads it.
+				c.Rekey = op.Aggregate.GroupBy
+				c.SinkTopic = cfg.RepartitionTopic(op.Name)
+				c.Sink = ""
+				p.Chains = append(p.Chains, c)
+				c = ChainPlan{SourceName: op.Name + "-repartition", Source: repartitionSource(cfg, op.Name, cfg.Sources[src])}
+			}
 			if op.Aggregate != nil {
 				c.Agg = &cfg.Operators[i]
 				c.Changelog = cfg.ChangelogTopic(op.Name)
 			} else {
 				c.Stages = append(c.Stages, op)
+				if op.Join != nil {
+					c.Tables = append(c.Tables, op.Join.Table)
+				}
+			}
+			if _, more := consumers[op.Name]; more && op.Output != "" && op.Aggregate == nil {
+				return nil, &configs.Error{Key: fmt.Sprintf("operators[%d].output", i), Msg: fmt.Sprintf("operator %q feeds a later operator, so it cannot also have an output (branching a stream is not supported yet)", op.Name)}
 			}
 			if op.Output != "" {
 				c.Sink = op.Output
@@ -105,25 +132,96 @@ func NewPlan(cfg *configs.Config) (*Plan, error) {
 	}
 	// Compile everything once now, so a bad expression is a config error, not a runtime one.
 	for _, c := range p.Chains {
-		if _, err := c.build(); err != nil {
+		if _, err := c.build(nil); err != nil {
 			return nil, err
 		}
 	}
 	return p, nil
 }
 
-// Topics returns the source topics, sorted.
+// Topics returns the topics the pipeline consumes, sorted: its sources, its tables and the
+// repartition topics it reads.
 func (p *Plan) Topics() []string {
 	seen := map[string]bool{}
 	var ts []string
+	add := func(t string) {
+		if !seen[t] {
+			seen[t] = true
+			ts = append(ts, t)
+		}
+	}
 	for _, c := range p.Chains {
-		if !seen[c.Source.Topic] {
-			seen[c.Source.Topic] = true
-			ts = append(ts, c.Source.Topic)
+		add(c.Source.Topic)
+		for _, tb := range c.Tables {
+			add(p.Config.Tables[tb].Topic)
 		}
 	}
 	sort.Strings(ts)
 	return ts
+}
+
+// TableTopics returns the topics of the tables the pipeline joins, by topic: the table's name.
+func (p *Plan) TableTopics() map[string]string {
+	out := map[string]string{}
+	for _, c := range p.Chains {
+		for _, tb := range c.Tables {
+			out[p.Config.Tables[tb].Topic] = tb
+		}
+	}
+	return out
+}
+
+// CoPartitioned returns the groups of topics a task spans: a stream and the tables its chain
+// joins (transitively: two streams joining one table are one group), each group sorted, the
+// groups sorted by their first topic. Topics in no join are groups of one. Partition p of every
+// topic of a group belongs to one task, so to one group member.
+func (p *Plan) CoPartitioned() [][]string {
+	parent := map[string]string{}
+	var find func(string) string
+	find = func(t string) string {
+		if parent[t] == "" || parent[t] == t {
+			parent[t] = t
+			return t
+		}
+		r := find(parent[t])
+		parent[t] = r
+		return r
+	}
+	for _, t := range p.Topics() {
+		find(t)
+	}
+	for _, c := range p.Chains {
+		for _, tb := range c.Tables {
+			a, b := find(c.Source.Topic), find(p.Config.Tables[tb].Topic)
+			if a != b {
+				parent[max(a, b)] = min(a, b)
+			}
+		}
+	}
+	groups := map[string][]string{}
+	for _, t := range p.Topics() {
+		r := find(t)
+		groups[r] = append(groups[r], t)
+	}
+	out := make([][]string, 0, len(groups))
+	for _, g := range groups {
+		sort.Strings(g)
+		out = append(out, g)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i][0] < out[j][0] })
+	return out
+}
+
+// Repartitions returns the repartition topics the pipeline writes and reads, with the source
+// topic whose partition count each takes.
+func (p *Plan) Repartitions() map[string]string {
+	out := map[string]string{}
+	for _, c := range p.Chains {
+		if c.Rekey != "" {
+			out[c.SinkTopic] = c.Source.Topic
+		}
+	}
+	return out
 }
 
 // Describe prints the operator plan with attributes and the internal topics it will use.
@@ -143,10 +241,19 @@ func (p *Plan) Describe(w io.Writer) {
 		}
 		fmt.Fprintf(w, "chain %d: source %s (topic %s, %s, key: %s, time: %s)\n", i+1, c.SourceName, c.Source.Topic, orDefault(c.Source.Format, "json"), key, ts)
 		for _, s := range c.Stages {
+			if s.Join != nil {
+				tb := cfg.Tables[s.Join.Table]
+				fmt.Fprintf(w, "  -> join %s: %s join with table %s (topic %s, key: %s), as_of processing: the stream waits until the table partition has loaded its snapshot; the row goes under %q\n",
+					s.Name, orDefault(s.Join.Type, "inner"), s.Join.Table, tb.Topic, orDefault(tb.Key, "record key"), s.Join.Table)
+				continue
+			}
 			fmt.Fprintf(w, "  -> %s %s (stateless, inline in both modes)\n", opKind(s), s.Name)
 		}
+		if c.Rekey != "" {
+			fmt.Fprintf(w, "  -> re-key by %s -> repartition topic %s (in the transaction of the input offsets)\n", c.Rekey, c.SinkTopic)
+		}
 		if c.Agg != nil {
-			ops, _ := c.build()
+			ops, _ := c.build(nil)
 			a := ops.agg.Attributes()
 			var specs []string
 			for _, s := range c.Agg.Aggregate.Specs() {
@@ -167,14 +274,23 @@ func (p *Plan) Describe(w io.Writer) {
 					win, c.Source.Watermark.MaxDelay)
 			}
 		}
-		if c.SinkTopic != "" {
+		if c.SinkTopic != "" && c.Rekey == "" {
 			fmt.Fprintf(w, "  -> sink %s (topic %s)\n", c.Sink, c.SinkTopic)
+		}
+	}
+	groups := p.CoPartitioned()
+	for _, g := range groups {
+		if len(g) > 1 {
+			fmt.Fprintf(w, "co-partitioned (one task per partition number, same partition count required): %s\n", strings.Join(g, ", "))
 		}
 	}
 	fmt.Fprintln(w, "internal topics:")
 	for _, c := range p.Chains {
 		if c.Changelog != "" {
 			fmt.Fprintf(w, "  %s (compacted, partitions = %s's)\n", c.Changelog, c.Source.Topic)
+		}
+		if c.Rekey != "" {
+			fmt.Fprintf(w, "  %s (repartition, partitions = %s's; committed records purged)\n", c.SinkTopic, c.Source.Topic)
 		}
 	}
 	fmt.Fprintf(w, "  %s (dead letters)\n", cfg.DLQTopic())
@@ -187,9 +303,12 @@ type chainOps struct {
 	stages []operators.Stage
 	agg    *operators.Aggregate
 	kop    operators.Keyed // session windows: the Keyed operator (its aggregate is agg)
+	rekey  *operators.Rekey // group_by: the key of the repartition topic's records
 }
 
-func (c ChainPlan) build() (*chainOps, error) {
+// build compiles the chain's operators; rows serves the joins' tables (nil: a compile check,
+// the joins are never applied).
+func (c ChainPlan) build(rows func(table string) operators.Rows) (*chainOps, error) {
 	src, err := operators.NewSource(c.SourceName, c.Source)
 	if err != nil {
 		return nil, err
@@ -197,9 +316,16 @@ func (c ChainPlan) build() (*chainOps, error) {
 	ops := &chainOps{src: src}
 	for _, s := range c.Stages {
 		var st operators.Stage
-		if s.Filter != nil {
+		switch {
+		case s.Filter != nil:
 			st, err = operators.NewFilter(s.Name, *s.Filter)
-		} else {
+		case s.Join != nil:
+			var r operators.Rows
+			if rows != nil {
+				r = rows(s.Join.Table)
+			}
+			st, err = operators.NewJoin(s.Name, *s.Join, r)
+		default:
 			st, err = operators.NewMap(s.Name, *s.Map)
 		}
 		if err != nil {
@@ -232,6 +358,8 @@ func opInput(op configs.Operator) string {
 		return op.Map.Input
 	case op.Aggregate != nil:
 		return op.Aggregate.Input
+	case op.Join != nil:
+		return op.Join.Stream
 	}
 	return ""
 }
@@ -242,6 +370,8 @@ func opKind(op configs.Operator) string {
 		return "filter"
 	case op.Map != nil:
 		return "map"
+	case op.Join != nil:
+		return "join"
 	}
 	return "aggregate"
 }

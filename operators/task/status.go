@@ -2,6 +2,7 @@ package task
 
 import (
 	"fmt"
+	"slices"
 	"math"
 	"strconv"
 	"time"
@@ -13,6 +14,10 @@ import (
 type Status struct {
 	Partition int32         `json:"partition"`
 	Chains    []ChainStatus `json:"chains"`
+	Tables    []TableStatus `json:"tables,omitempty"`
+	// Waiting says what the task's streams wait for, while a table partition loads its
+	// snapshot (FLIP-326); empty when they run.
+	Waiting string `json:"waiting,omitempty"`
 }
 
 // ChainStatus is one chain of a task.
@@ -61,12 +66,13 @@ func (t *Task) Status() Status {
 
 // RestoringStatus returns the snapshot of a task of plan for partition of topic that is not
 // built or not restored yet: its chains, each in mode "restoring", with no offsets.
-func RestoringStatus(plan *Plan, topic string, partition int32) Status {
+func RestoringStatus(plan *Plan, topics []string, partition int32) Status {
 	st := Status{Partition: partition}
 	for _, cp := range plan.Chains {
-		if cp.Source.Topic != topic {
+		if !slices.Contains(topics, cp.Source.Topic) {
 			continue
 		}
+		topic := cp.Source.Topic
 		cs := ChainStatus{Source: cp.SourceName, Topic: topic, Mode: "restoring", NextOffset: -1, CommittedOffset: -1}
 		if cp.Agg != nil {
 			cs.Operator = cp.Agg.Name
@@ -126,6 +132,16 @@ func (t *Task) publish() {
 		t.d.Metrics.observe(t.partition, c, cs)
 		st.Chains = append(st.Chains, cs)
 	}
+	st.Tables = t.tableStatus(now)
+	for _, ts := range st.Tables {
+		if !ts.Loaded {
+			st.Waiting = fmt.Sprintf("table %s (topic %s) to load its snapshot: %d records to go", ts.Table, ts.Topic, ts.Lag)
+			if ts.EndOffset < 0 {
+				st.Waiting = fmt.Sprintf("table %s (topic %s): its snapshot's end offset", ts.Table, ts.Topic)
+			}
+			break
+		}
+	}
 	t.mu.Lock()
 	t.status = st
 	t.mu.Unlock()
@@ -173,6 +189,8 @@ type Metrics struct {
 	progress *prometheus.GaugeVec
 	preKeys  *prometheus.GaugeVec
 	late     *prometheus.CounterVec
+	waiting  prometheus.Gauge
+	waitSecs prometheus.Histogram
 }
 
 // NewMetrics registers the task metrics with reg.
@@ -191,7 +209,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		preKeys:  prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "sluice_backlog_preaggregated_keys", Help: "Keys aggregated in memory in the current backlog (the rest is sorted)."}, []string{"operator", "partition"}),
 	}
 	m.late = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_late_records_total", Help: "Records whose every window was closed when they arrived (sent to the dead-letter topic), by operator."}, []string{"operator"})
-	reg.MustRegister(m.in, m.out, m.dead, m.switches, m.backlog, m.lag, m.sortMem, m.spilled, m.runs, m.progress, m.preKeys, m.late)
+	m.waiting = prometheus.NewGauge(prometheus.GaugeOpts{Name: "sluice_join_waiting", Help: "Tasks whose streams wait for a table partition to load its snapshot (FLIP-326)."})
+	m.waitSecs = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "sluice_join_wait_seconds", Help: "How long a task's streams waited for its table partitions' snapshots.", Buckets: prometheus.ExponentialBuckets(0.01, 2, 18)})
+	reg.MustRegister(m.in, m.out, m.dead, m.switches, m.backlog, m.lag, m.sortMem, m.spilled, m.runs, m.progress, m.preKeys, m.late, m.waiting, m.waitSecs)
 	for _, d := range []string{"to_backlog", "to_realtime"} {
 		m.switches.WithLabelValues(d)
 	}
@@ -213,6 +233,19 @@ func (m *Metrics) recordsOut(topic string, n int) {
 func (m *Metrics) deadLetter(op string) {
 	if m != nil {
 		m.dead.WithLabelValues(op).Inc()
+	}
+}
+
+// joinWaiting adds d to the tasks waiting for a table snapshot.
+func (m *Metrics) joinWaiting(d float64) {
+	if m != nil {
+		m.waiting.Add(d)
+	}
+}
+
+func (m *Metrics) joinWaited(seconds float64) {
+	if m != nil {
+		m.waitSecs.Observe(seconds)
 	}
 }
 

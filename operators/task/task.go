@@ -2,6 +2,7 @@ package task
 
 import (
 	"bytes"
+	"errors"
 	"container/heap"
 	"fmt"
 	"log/slog"
@@ -51,6 +52,7 @@ type Task struct {
 	d         Deps
 	chains    []*chain
 	byTopic   map[string][]*chain
+	tables    map[string]*table // by topic (table.go)
 	dlq       []*kgo.Record // dead letters not yet produced (held until the next checkpoint)
 	cacheCap  int
 	needCkpt  bool
@@ -128,10 +130,15 @@ type entry struct {
 	deleted                  bool
 }
 
-// New creates the task for partition of topic in plan, with fresh operator instances for the
-// chains reading topic. (A task covers one topic-partition: sluice has no two-input operator
-// yet, so co-partitioned inputs need not share a task.)
+// New creates the task for partition of topic in plan: NewGroup of topic alone.
 func New(plan *Plan, topic string, partition int32, d Deps) (*Task, error) {
+	return NewGroup(plan, []string{topic}, partition, d)
+}
+
+// NewGroup creates the task for partition number partition of topics (a group of
+// Plan.CoPartitioned: a stream and the tables it joins), with fresh operator instances for
+// the chains reading them and the table partitions they join.
+func NewGroup(plan *Plan, topics []string, partition int32, d Deps) (*Task, error) {
 	if d.Clock == nil {
 		d.Clock = time.Now
 	}
@@ -151,17 +158,54 @@ func New(plan *Plan, topic string, partition int32, d Deps) (*Task, error) {
 		plan:      plan,
 		d:         d,
 		byTopic:   map[string][]*chain{},
+		tables:    map[string]*table{},
 		cacheCap:  max(cfg.Processing.CacheKeys, 1),
 		log:       d.Logger.With("partition", partition),
 		out:       &errTracker{},
 	}
-	for _, cp := range plan.Chains {
-		if cp.Source.Topic != topic {
+	in := func(topic string) bool {
+		for _, tp := range topics {
+			if tp == topic {
+				return true
+			}
+		}
+		return false
+	}
+	for name, tc := range cfg.Tables {
+		if !in(tc.Topic) {
 			continue
 		}
-		ops, err := cp.build()
+		tb, err := newTable(name, tc, partition, d.Store, d.Clock())
 		if err != nil {
 			return nil, err
+		}
+		t.tables[tc.Topic] = tb
+	}
+	if len(t.tables) > 0 {
+		t.d.Metrics.joinWaiting(1) // until SetTableEnd and the loads say otherwise
+	}
+	for _, cp := range plan.Chains {
+		if !in(cp.Source.Topic) {
+			continue
+		}
+		for _, name := range cp.Tables {
+			if !in(cfg.Tables[name].Topic) {
+				t.Close()
+				return nil, fmt.Errorf("task %d: chain of %s joins table %s, whose topic %s is not among the task's topics %v", partition, cp.SourceName, name, cfg.Tables[name].Topic, topics)
+			}
+		}
+		ops, err := cp.build(func(name string) operators.Rows {
+			return rows{st: d.Store, ns: TableNamespace(name, partition)}
+		})
+		if err != nil {
+			t.Close()
+			return nil, err
+		}
+		if cp.Rekey != "" {
+			if ops.rekey, err = operators.NewRekey(cp.SinkTopic, cp.Rekey); err != nil {
+				t.Close()
+				return nil, err
+			}
 		}
 		c := &chain{plan: cp, ops: ops, next: -1, committed: -1}
 		if ops.agg != nil {
@@ -195,7 +239,7 @@ func New(plan *Plan, topic string, partition int32, d Deps) (*Task, error) {
 		t.chains = append(t.chains, c)
 		t.byTopic[cp.Source.Topic] = append(t.byTopic[cp.Source.Topic], c)
 	}
-	t.topic = topic
+	t.topic = topics[0]
 	if err := t.checkLayouts(); err != nil {
 		t.Close()
 		return nil, err
@@ -304,6 +348,11 @@ func (t *Task) leaveBacklog(c *chain, folded int64) {
 // of the batch may be partly applied, so the caller must abort to the last checkpoint.
 func (t *Task) Process(topic string, recs []*kgo.Record) error {
 	t.must("Process", phaseIdle)
+	if tb := t.tables[topic]; tb != nil {
+		if err := t.applyTable(tb, recs, -1); err != nil {
+			return err
+		}
+	}
 	for _, c := range t.byTopic[topic] {
 		if err := t.processChain(c, recs); err != nil {
 			return err
@@ -332,17 +381,35 @@ func (t *Task) processChain(c *chain, recs []*kgo.Record) error {
 		wmPrev := c.wm
 		c.observeTime(c.rec.Time)
 		keep := true
+		failed := false
 		for _, st := range ops.stages {
 			var err error
 			if keep, err = st.Apply(&c.rec); err != nil {
+				var rerr *operators.Error
+				if !errors.As(err, &rerr) {
+					return fmt.Errorf("task %d: %w", t.partition, err) // the store failed (a join's table)
+				}
 				t.deadLetter(c, kr, st.Name(), err)
+				failed = true
 				break
 			}
 			if !keep {
 				break
 			}
 		}
-		if !keep {
+		if !keep || failed {
+			continue
+		}
+		if ops.rekey != nil {
+			// Re-keyed into the repartition topic, with the event time as its timestamp.
+			key, err := ops.rekey.Key(&c.rec)
+			if err != nil {
+				t.deadLetter(c, kr, ops.rekey.Name(), err)
+				continue
+			}
+			out := &kgo.Record{Topic: c.plan.SinkTopic, Key: bytes.Clone(key), Value: bytes.Clone(c.rec.Value), Partition: -1, Timestamp: time.UnixMilli(c.rec.Time)}
+			t.d.Producer.Produce(out, t.out.promise)
+			c.recordsOut++
 			continue
 		}
 		if ops.agg == nil {
@@ -572,6 +639,9 @@ func (t *Task) deadLetterReason(c *chain, kr *kgo.Record, op, reason string, ext
 
 // Close releases the task's sorters (dropping anything buffered: nothing of it was committed).
 func (t *Task) Close() {
+	if t.phase != phaseClosed && t.Waiting() {
+		t.d.Metrics.joinWaiting(-1)
+	}
 	t.phase = phaseClosed
 	if t.prep != nil {
 		t.abortPending(t.prep)

@@ -1,7 +1,13 @@
 package workload
 
 import (
+	"context"
+	"fmt"
 	"strconv"
+	"strings"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/valyala/fastjson"
 )
 
 // Regions is the number of regions customers are spread over in the join workload.
@@ -86,4 +92,78 @@ func (s Spec) RegionTotals() map[string]Total {
 		}
 	}
 	return out
+}
+
+// Joined is what a join's output topic held, as VerifyJoined read it.
+type Joined struct {
+	Orders     int64 // orders read (each expected one counts once)
+	Duplicates int64 // records of an order already read
+	WrongRow   int64 // orders whose row is missing (null) or is another customer's or region's
+	Missing    int64 // orders of the spec not read (inner join: they found no row)
+	Extra      int64 // orders read that the spec does not have
+}
+
+// OK reports whether every order of the spec was read exactly once with its customer's row.
+func (j Joined) OK() bool {
+	return j.Duplicates == 0 && j.WrongRow == 0 && j.Missing == 0 && j.Extra == 0
+}
+
+func (j Joined) String() string {
+	return fmt.Sprintf("%d orders joined, %d duplicates, %d with a wrong or null row, %d missing, %d not in the workload",
+		j.Orders, j.Duplicates, j.WrongRow, j.Missing, j.Extra)
+}
+
+// VerifyJoined reads a stream-table join's output topic (read_committed, to its end, as
+// ReadTotals does) and checks it against the orders of specs joined with the customers table
+// under the member table: each order exactly once, carrying its customer's row (its
+// customer_id and Region). Order ids restart at 1 in each spec, so an id is expected once per
+// spec that has it.
+func VerifyJoined(ctx context.Context, brokers []string, topic, table string, specs ...Spec) (Joined, error) {
+	var most int64
+	for _, s := range specs {
+		most = max(most, s.Records)
+	}
+	want := make([]int32, most)
+	for _, s := range specs {
+		for i := range s.Records {
+			want[i]++
+		}
+	}
+	got := make([]int32, most)
+	var (
+		j      Joined
+		parser fastjson.Parser
+	)
+	err := readCommitted(ctx, brokers, topic, func(r *kgo.Record) error {
+		v, err := parser.ParseBytes(r.Value)
+		if err != nil {
+			return fmt.Errorf("workload: %s[%d]@%d: %w", topic, r.Partition, r.Offset, err)
+		}
+		id := string(v.GetStringBytes("order_id"))
+		n, err := strconv.ParseInt(strings.TrimPrefix(id, "o-"), 10, 64)
+		if err != nil || n < 1 || n > most {
+			j.Extra++
+			return nil
+		}
+		if got[n-1] >= want[n-1] {
+			j.Duplicates++
+			return nil
+		}
+		got[n-1]++
+		j.Orders++
+		cust := v.GetStringBytes("customer_id")
+		c := CustomerOf(cust)
+		row := v.Get(table)
+		if c < 0 || row == nil || string(row.GetStringBytes("customer_id")) != string(cust) || string(row.GetStringBytes("region")) != Region(c) {
+			j.WrongRow++
+		}
+		return nil
+	})
+	if err != nil {
+		return j, err
+	}
+	for i := range want {
+		j.Missing += int64(want[i] - got[i])
+	}
+	return j, nil
 }

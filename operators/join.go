@@ -1,0 +1,89 @@
+package operators
+
+import (
+	"fmt"
+
+	"github.com/sluice-dev/sluice/configs"
+)
+
+// Rows is a table partition as a join sees it: the latest row (a JSON object) of a key.
+// operators/task serves it from the state store.
+type Rows interface {
+	// Row appends key's row to dst and returns it, or ok=false if the table has no row for key.
+	// An error is a failure of the store, not of the record.
+	Row(key, dst []byte) (row []byte, ok bool, err error)
+}
+
+// join is the stream-table join of a chain (as_of processing): the record gets its key's
+// latest row under the table's name.
+type join struct {
+	name, table string
+	left        bool
+	rows        Rows
+	row         []byte // scratch
+	field       []byte // "<table>": the member name, JSON-quoted
+}
+
+// NewJoin returns the stage that joins each record with its key's row in rows, as the join
+// operator name configures it. The stage is not safe for concurrent use (one per task).
+//
+// The record's value gets the row under the table's name, as its last member ({...,
+// "customers": {...}}); a member of that name already in the record is replaced. An inner join
+// drops a record whose key has no row; a left join sets the member to null. Errors of rows are
+// returned as they are (a task failure); a record whose value cannot be rewritten is an *Error.
+func NewJoin(name string, cfg configs.Join, rows Rows) (Stage, error) {
+	switch cfg.Type {
+	case "", configs.JoinInner, configs.JoinLeft:
+	default:
+		return nil, fmt.Errorf("operators: join %s: unknown type %q", name, cfg.Type)
+	}
+	if cfg.AsOf != "" && cfg.AsOf != "processing" {
+		return nil, fmt.Errorf("operators: join %s: as_of %q is not supported", name, cfg.AsOf)
+	}
+	return &join{name: name, table: cfg.Table, left: cfg.Type == configs.JoinLeft, rows: rows,
+		field: appendJSONString(nil, cfg.Table)}, nil
+}
+
+func (j *join) Name() string { return j.name }
+
+func (j *join) Apply(r *Record) (bool, error) {
+	row, ok, err := j.rows.Row(r.Key, j.row[:0])
+	if err != nil {
+		return false, fmt.Errorf("operators: join %s: table %s: %w", j.name, j.table, err)
+	}
+	j.row = row
+	if !ok {
+		if !j.left {
+			return false, nil
+		}
+		row = append(row[:0], "null"...)
+	}
+	idx, err := r.index()
+	if err != nil {
+		return false, &Error{Operator: j.name, Reason: err.Error()}
+	}
+	val := r.Value
+	out := append(r.scratchValue(), '{')
+	for _, m := range idx {
+		if nameEquals(val[m.ks:m.ke], m.esc, j.table) {
+			continue // replaced by the row
+		}
+		if len(out) > 1 {
+			out = append(out, ',')
+		}
+		out = append(out, val[m.ks-1:m.ke+1]...)
+		out = append(out, ':')
+		out = append(out, val[m.vs:m.ve]...)
+	}
+	if len(out) > 1 {
+		out = append(out, ',')
+	}
+	out = append(out, j.field...)
+	out = append(out, ':')
+	out = append(out, row...)
+	out = append(out, '}')
+	if err := r.setValue(out); err != nil {
+		return false, &Error{Operator: j.name, Reason: fmt.Sprintf("joined value: %v", err)}
+	}
+	return true, nil
+}

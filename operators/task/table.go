@@ -1,0 +1,232 @@
+package task
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sluice-dev/sluice/configs"
+	"github.com/sluice-dev/sluice/operators"
+	"github.com/sluice-dev/sluice/state"
+)
+
+// A table partition (tables.<name> of the config) is materialized in the namespace
+// "<name>#table" of the store: the latest row (the record value, a JSON object) of each key, a
+// tombstone deleting it. The topic is its own changelog: each applied batch of records is one
+// store batch that also records the next offset to read, so a task resumes the table where its
+// store left it, and a fresh store reads the whole (compacted) topic. Rows are applied as they
+// arrive, outside the checkpoints: a join sees them at once, and applying a record twice (after
+// an abort) changes nothing.
+//
+// FLIP-326: a task's streams wait (the consumer keeps their partitions paused) until every
+// table partition of the task has reached the end offset it had when the task started: its
+// snapshot. The consumer sets that end (SetTableEnd) and resumes the streams when Waiting
+// turns false.
+
+// table is one table partition of a task.
+type table struct {
+	name, topic string
+	src         *operators.Source
+	ns          state.Namespace
+	rec         operators.Record
+
+	next      int64 // next offset to apply
+	committed int64 // next offset as of the last committed checkpoint (a rewind goes back here)
+	end       int64 // the snapshot: the end offset when the task started; -1 until SetTableEnd
+	loaded    bool  // next reached end
+	lag       int64
+
+	waitStart     time.Time
+	rows, deletes int64 // records applied since the task started
+	dead          int64
+}
+
+// TableNamespace is the store namespace of table name's partition.
+func TableNamespace(name string, partition int32) state.Namespace {
+	return state.Namespace{Operator: name + "#table", Partition: partition}
+}
+
+func newTable(name string, cfg configs.Table, partition int32, st state.Store, now time.Time) (*table, error) {
+	src, err := operators.NewSource(name, configs.Source{Topic: cfg.Topic, Format: cfg.Format, Key: cfg.Key})
+	if err != nil {
+		return nil, err
+	}
+	tb := &table{name: name, topic: cfg.Topic, src: src, ns: TableNamespace(name, partition), next: -1, committed: -1, end: -1, waitStart: now}
+	off, ok, err := st.Offset(tb.ns)
+	if err != nil {
+		return nil, fmt.Errorf("table %s[%d]: %w", cfg.Topic, partition, err)
+	}
+	if ok {
+		tb.next, tb.committed = off, off
+	}
+	return tb, nil
+}
+
+// rows serves a join's lookups from the table's namespace.
+type rows struct {
+	st state.Store
+	ns state.Namespace
+}
+
+func (r rows) Row(key, dst []byte) ([]byte, bool, error) { return r.st.Get(r.ns, key, dst) }
+
+// TableStart returns the offset the consumer must read topic's table partition from: the next
+// offset the store recorded, or -1 (none: from the log start). ok is false if topic is not a
+// table of the task.
+func (t *Task) TableStart(topic string) (offset int64, ok bool) {
+	tb := t.tables[topic]
+	if tb == nil {
+		return 0, false
+	}
+	return tb.next, true
+}
+
+// SetTableEnd gives topic's table partition its snapshot, the end offset (last stable) it had
+// when the task started, and its log start offset (where a store without an offset reads
+// from). A table already at its end is loaded; else the task's streams wait (Waiting).
+func (t *Task) SetTableEnd(topic string, start, end int64) {
+	tb := t.tables[topic]
+	if tb == nil {
+		return
+	}
+	if tb.next < start {
+		tb.next, tb.committed = start, start
+	}
+	tb.end = end
+	tb.lag = max(end-tb.next, 0)
+	if tb.next >= end && !tb.loaded {
+		t.tableLoaded(tb)
+	}
+	t.publish()
+}
+
+// Waiting reports whether the task's streams must wait: a table partition has not loaded its
+// snapshot yet (or has no snapshot end yet).
+func (t *Task) Waiting() bool {
+	for _, tb := range t.tables {
+		if !tb.loaded {
+			return true
+		}
+	}
+	return false
+}
+
+// Tables returns the topics of the task's tables.
+func (t *Task) Tables() []string {
+	out := make([]string, 0, len(t.tables))
+	for topic := range t.tables {
+		out = append(out, topic)
+	}
+	return out
+}
+
+// ProcessTable applies a batch of records of the table topic (in offset order); next is the
+// offset after the batch as the fetch saw it (past transaction markers, which are not records),
+// or -1. Process does the same with next -1.
+func (t *Task) ProcessTable(topic string, recs []*kgo.Record, next int64) error {
+	t.must("ProcessTable", phaseIdle)
+	tb := t.tables[topic]
+	if tb == nil {
+		return fmt.Errorf("task %d: %s is not a table of the task", t.partition, topic)
+	}
+	err := t.applyTable(tb, recs, next)
+	t.publish()
+	return err
+}
+
+// applyTable applies a batch of a table's records (in offset order) to its namespace in one
+// store batch with the next offset. last is the offset after the batch as the fetch saw it
+// (past transaction markers), or -1. A record that fails to decode is a dead letter.
+func (t *Task) applyTable(tb *table, recs []*kgo.Record, last int64) error {
+	b := t.d.Store.NewBatch()
+	defer b.Close()
+	for _, kr := range recs {
+		tb.next = kr.Offset + 1
+		if kr.Value == nil {
+			if kr.Key == nil {
+				t.deadLetterTable(tb, kr, fmt.Errorf("a tombstone without a key"))
+				continue
+			}
+			if err := b.Delete(tb.ns, kr.Key); err != nil {
+				return fmt.Errorf("task %d: table %s: %w", t.partition, tb.name, err)
+			}
+			tb.deletes++
+			continue
+		}
+		if err := tb.src.Decode(kr.Key, kr.Value, kr.Timestamp.UnixMilli(), &tb.rec); err != nil {
+			t.deadLetterTable(tb, kr, err)
+			continue
+		}
+		if err := b.Set(tb.ns, tb.rec.Key, kr.Value); err != nil {
+			return fmt.Errorf("task %d: table %s: %w", t.partition, tb.name, err)
+		}
+		tb.rows++
+	}
+	tb.next = max(tb.next, last)
+	if err := b.SetOffset(tb.ns, tb.next); err != nil {
+		return fmt.Errorf("task %d: table %s: %w", t.partition, tb.name, err)
+	}
+	if err := b.Commit(); err != nil {
+		return fmt.Errorf("task %d: table %s: %w", t.partition, tb.name, err)
+	}
+	if tb.end >= 0 {
+		tb.lag = max(tb.end-tb.next, 0)
+	}
+	if !tb.loaded && tb.end >= 0 && tb.next >= tb.end {
+		t.tableLoaded(tb)
+	}
+	return nil
+}
+
+func (t *Task) tableLoaded(tb *table) {
+	tb.loaded = true
+	tb.lag = 0
+	d := t.d.Clock().Sub(tb.waitStart)
+	t.log.Info("table snapshot loaded; its streams go on", "table", tb.name, "topic", tb.topic, "rows", tb.rows, "tombstones", tb.deletes,
+		"end_offset", tb.end, "seconds", d.Seconds())
+	t.d.Metrics.joinWaited(d.Seconds())
+	if !t.Waiting() {
+		t.d.Metrics.joinWaiting(-1)
+	}
+}
+
+func (t *Task) deadLetterTable(tb *table, kr *kgo.Record, err error) {
+	tb.dead++
+	t.d.Metrics.deadLetter("table " + tb.name)
+	t.dlq = append(t.dlq, newDeadLetter(t.plan.Config.DLQTopic(), kr, "table "+tb.name, err.Error(), nil))
+}
+
+// TableStatus is a table partition of a task in /status.
+type TableStatus struct {
+	Table      string   `json:"table"`
+	Topic      string   `json:"topic"`
+	Loaded     bool     `json:"loaded"`                // the snapshot is loaded: the streams go on
+	NextOffset int64    `json:"next_offset"`           // next offset to apply
+	EndOffset  int64    `json:"snapshot_end_offset"`   // the end offset when the task started (-1: not known yet)
+	Lag        int64    `json:"lag"`                   // records to the snapshot's end
+	Rows       int64    `json:"rows_applied"`          // rows and tombstones applied since the task started
+	WaitingFor []string `json:"waiting,omitempty"`     // the streams held back, while not loaded
+	ETASeconds float64  `json:"eta_seconds,omitempty"` // while loading: lag / rate since start
+}
+
+func (t *Task) tableStatus(now time.Time) []TableStatus {
+	var out []TableStatus
+	for _, tb := range t.tables {
+		ts := TableStatus{Table: tb.name, Topic: tb.topic, Loaded: tb.loaded, NextOffset: tb.next, EndOffset: tb.end, Lag: tb.lag, Rows: tb.rows + tb.deletes}
+		if !tb.loaded {
+			for _, c := range t.chains {
+				for _, name := range c.plan.Tables {
+					if name == tb.name {
+						ts.WaitingFor = append(ts.WaitingFor, c.plan.SourceName)
+					}
+				}
+			}
+			if d := now.Sub(tb.waitStart).Seconds(); d > 0 && ts.Rows > 0 {
+				ts.ETASeconds = float64(tb.lag) / (float64(ts.Rows) / d)
+			}
+		}
+		out = append(out, ts)
+	}
+	return out
+}
