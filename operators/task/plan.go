@@ -302,7 +302,7 @@ type chainOps struct {
 	src    *operators.Source
 	stages []operators.Stage
 	agg    *operators.Aggregate
-	kop    operators.Keyed // session windows: the Keyed operator (its aggregate is agg)
+	kop    operators.Keyed  // session windows: the Keyed operator (its aggregate is agg)
 	rekey  *operators.Rekey // group_by: the key of the repartition topic's records
 }
 

@@ -2,8 +2,8 @@ package task
 
 import (
 	"fmt"
-	"slices"
 	"math"
+	"slices"
 	"strconv"
 	"time"
 

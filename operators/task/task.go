@@ -2,8 +2,8 @@ package task
 
 import (
 	"bytes"
-	"errors"
 	"container/heap"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math"
@@ -53,7 +53,7 @@ type Task struct {
 	chains    []*chain
 	byTopic   map[string][]*chain
 	tables    map[string]*table // by topic (table.go)
-	dlq       []*kgo.Record // dead letters not yet produced (held until the next checkpoint)
+	dlq       []*kgo.Record     // dead letters not yet produced (held until the next checkpoint)
 	cacheCap  int
 	needCkpt  bool
 	log       *slog.Logger
