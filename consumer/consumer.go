@@ -1,5 +1,6 @@
 // Package consumer is sluice's group member: it joins the consumer group, owns one task per
-// assigned topic-partition (a goroutine started on assignment, joined on revocation or loss),
+// assigned partition number of each group of co-partitioned topics (a stream and the tables it
+// joins; any other topic alone) (a goroutine started on assignment, joined on revocation or loss),
 // feeds the tasks the fetched records with the lag each fetch reports, and drives checkpoints.
 //
 // Goroutines (see DESIGN.md for the whole map):
@@ -123,16 +124,19 @@ func New(o Options) (*Engine, error) {
 		m:       newEngineMetrics(o.Registry),
 		groups:  map[string][]string{},
 		group:   map[string]string{},
-		tables:  o.Plan.TableTopics(),
+		tables:  map[string]string{},
 		purge:   purger{topics: map[string]bool{}},
 	}
-	for topic := range o.Plan.Repartitions() {
-		e.purge.topics[topic] = true
-	}
-	for _, g := range o.Plan.CoPartitioned() {
-		e.groups[g[0]] = g
-		for _, t := range g {
-			e.group[t] = g[0]
+	if o.Plan != nil { // nil: an engine that only registers its metrics (tests)
+		e.tables = o.Plan.TableTopics()
+		for topic := range o.Plan.Repartitions() {
+			e.purge.topics[topic] = true
+		}
+		for _, g := range o.Plan.CoPartitioned() {
+			e.groups[g[0]] = g
+			for _, t := range g {
+				e.group[t] = g[0]
+			}
 		}
 	}
 	if o.Bounded && len(e.tables) > 0 {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
+	"reflect"
 	"slices"
 	"sort"
 	"sync"
@@ -141,8 +142,8 @@ func (s *balanceSim) round() (assignment, bool) {
 	return after, lost
 }
 
-// settle runs rounds until no member lost partitions; it fails past max rounds.
-func (s *balanceSim) settle(max int) []assignment {
+// settle runs rounds until no member lost partitions; it fails past limit rounds.
+func (s *balanceSim) settle(limit int) []assignment {
 	s.t.Helper()
 	var rounds []assignment
 	for {
@@ -151,13 +152,14 @@ func (s *balanceSim) settle(max int) []assignment {
 		if !lost {
 			return rounds
 		}
-		if len(rounds) >= max {
-			s.t.Fatalf("not settled after %d rounds: %v", max, rounds)
+		if len(rounds) >= limit {
+			s.t.Fatalf("not settled after %d rounds: %v", limit, rounds)
 		}
 	}
 }
 
-// balance runs the real encode/decode path of a leader's balance.
+// balance runs the real encode/decode path of a leader's balance, twice: the plan must be
+// deterministic.
 func balance(t *testing.T, bal kgo.GroupBalancer, members []kmsg.JoinGroupResponseMember, topics map[string]int32) assignment {
 	t.Helper()
 	mb, _, err := bal.MemberBalancer(members)
@@ -172,8 +174,14 @@ func balance(t *testing.T, bal kgo.GroupBalancer, members []kmsg.JoinGroupRespon
 	if err != nil {
 		t.Fatal(err)
 	}
+	plan := into.IntoSyncAssignment()
+	again, _, _ := bal.MemberBalancer(members)
+	into, _ = again.(kgo.GroupMemberBalancerOrError).BalanceOrError(topics)
+	if !reflect.DeepEqual(into.IntoSyncAssignment(), plan) {
+		t.Fatal("the same join balances differently")
+	}
 	out := assignment{}
-	for _, sa := range into.IntoSyncAssignment() {
+	for _, sa := range plan {
 		a, err := bal.ParseSyncAssignment(sa.MemberAssignment)
 		if err != nil {
 			t.Fatal(err)
@@ -599,7 +607,7 @@ func TestCoPartitionedBalancerKfake(t *testing.T) {
 		mu.Lock()
 		held[id] = map[topicPartition]bool{}
 		mu.Unlock()
-		drop := func(_ context.Context, _ *kgo.Client, ps map[string][]int32) {
+		lost := func(_ context.Context, _ *kgo.Client, ps map[string][]int32) {
 			mu.Lock()
 			defer mu.Unlock()
 			for topic, parts := range ps {
@@ -616,6 +624,7 @@ func TestCoPartitionedBalancerKfake(t *testing.T) {
 			kgo.Balancers(CoPartitioned([][]string{{"a", "b"}})),
 			kgo.DisableAutoCommit(),
 			kgo.HeartbeatInterval(100*time.Millisecond),
+			kgo.RebalanceTimeout(3*time.Second), // a broken rebalance fails the test fast
 			kgo.OnPartitionsAssigned(func(_ context.Context, _ *kgo.Client, ps map[string][]int32) {
 				mu.Lock()
 				defer mu.Unlock()
@@ -631,8 +640,13 @@ func TestCoPartitionedBalancerKfake(t *testing.T) {
 					}
 				}
 			}),
-			kgo.OnPartitionsRevoked(drop),
-			kgo.OnPartitionsLost(drop),
+			// A revoke takes a while (sluice checkpoints there): a balancer that hands a
+			// partition on before its owner revoked it is caught by the check above.
+			kgo.OnPartitionsRevoked(func(ctx context.Context, cl *kgo.Client, ps map[string][]int32) {
+				time.Sleep(100 * time.Millisecond)
+				lost(ctx, cl, ps)
+			}),
+			kgo.OnPartitionsLost(lost),
 		)
 		if err != nil {
 			t.Fatal(err)

@@ -1,6 +1,6 @@
 // Package task is the per-partition runtime of sluice: it runs the operator chains that read
-// one input topic-partition (a task is a topic-partition until operators with two inputs need a
-// partition number across topics), in backlog mode (keyed operators pre-aggregate, sort and fold
+// one partition number of a group of co-partitioned topics (a stream and the tables it joins,
+// table.go; any other topic alone), in backlog mode (keyed operators pre-aggregate, sort and fold
 // silently) or in real-time mode (a write-back cache over the state store), with event time,
 // windows and timers (window.go), Keyed operators such as session windows (keyed.go), and makes
 // its work durable through checkpoints driven by the consumer. Its calls follow the order of
