@@ -1,5 +1,5 @@
 # The two commands that matter are at the top of README.md: `go run ./cmd/sluice demo` and `make test`.
-.PHONY: build test demo bench peers-smoke peers-smoke-windows peers fuzz
+.PHONY: build test demo bench peers-smoke peers-smoke-windows peers-smoke-join peers fuzz
 
 build:
 	go build -o bin/sluice ./cmd/sluice
@@ -20,6 +20,9 @@ peers-smoke: build
 
 peers-smoke-windows: build
 	bash integration/peers/run.sh --smoke --workload windows
+
+peers-smoke-join: build
+	bash integration/peers/run.sh --smoke --workload join
 
 peers: build
 	bash integration/peers/run.sh

@@ -2,7 +2,7 @@
 # run.sh — sluice side by side with its peers (consume-only ceiling, Kafka Streams, Flink
 # STREAMING/BATCH, sluice backlog.mode never/auto) on one real Kafka broker.
 #
-#   bash integration/peers/run.sh [--records N] [--keys K] [--smoke] [--workload orders|windows]
+#   bash integration/peers/run.sh [--records N] [--keys K] [--smoke] [--workload orders|windows|join]
 #                                 [--brokers ADDR] [--out FILE] [--port P] [--keep] [harness flags...]
 #
 # Starts a broker with integration/kafka/kafka.sh (unless --brokers is given), builds the Java
@@ -10,6 +10,7 @@
 # (integration/peers/harness), which prefills the orders topic, runs every contender alone,
 # verifies it, and prints the table. --smoke: 20k records, 1k keys, short latency phase.
 # --workload windows: 1-hour tumbling windows per key with one final per window (no latency phase).
+# --workload join: the orders joined with a customers table produced after them (FLIP-326).
 # Any other flag goes to the harness (go run ./integration/peers/harness -h lists them).
 # Every child is stopped on exit. See integration/peers/README.md.
 set -euo pipefail
@@ -32,7 +33,7 @@ while [[ $# -gt 0 ]]; do
     --keep) KEEP=1; shift ;;
     --smoke) HARNESS_ARGS+=(-smoke); shift ;;
     --records|--keys|--contenders|--timeout|--latency-rate|--latency-duration|--latency-backlog|--java-heap|--seed|\
-    --workload|--window-span|--window-size|--kstreams-emit-interval)
+    --workload|--window-span|--window-size|--kstreams-emit-interval|--table-topic|--customers-ts|--kstreams-idle)
       HARNESS_ARGS+=("-${1#--}" "$2"); shift 2 ;;
     --*=*) HARNESS_ARGS+=("-${1#--}"); shift ;;
     -*) HARNESS_ARGS+=("$1"); shift ;;

@@ -25,6 +25,7 @@ const (
 // launch is what a contender needs to start one run.
 type launch struct {
 	in, out string // input and output topics
+	table   string // join: the table's topic
 	group   string // consumer group / application id / transactional id prefix
 	dir     string // a fresh directory for this run's state and config
 	// enterLag and exitLag are sluice's backlog.enter_lag and exit_lag for this run.
@@ -101,6 +102,9 @@ func (h *harness) contenders() []contender {
 			}, nil
 		}
 	}
+	if c.workload == "join" {
+		return h.joinContenders(javaCP(c.kstreamsDir), sluice("auto"))
+	}
 	self, _ := os.Executable()
 	heapNote := "heap " + c.javaHeap
 	// What each peer computes, for the settings column.
@@ -165,8 +169,51 @@ func (h *harness) contenders() []contender {
 	}
 }
 
+// joinContenders returns the contenders of the join workload: Kafka Streams' KStream#join(KTable)
+// with its defaults and with max.task.idle.ms, and sluice (backlog.mode auto). Flink is not one
+// (integration/peers/README.md says why).
+func (h *harness) joinContenders(kstreamsCP string, sluiceAuto func(l launch) ([]string, []string, error)) []contender {
+	c := h.cfg
+	kstreams := func(idle string) func(l launch) ([]string, []string, error) {
+		return func(l launch) ([]string, []string, error) {
+			return []string{
+				"java", "-Xmx" + c.javaHeap, "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
+				"-Djava.io.tmpdir=" + l.dir,
+				"-cp", kstreamsCP, "dev.sluice.peers.kstreams.Main",
+				c.brokers, l.in, l.out, l.group, strconv.Itoa(10 << 20),
+				strconv.Itoa(c.kstreamsThreads), "100", "join", l.table, idle,
+			}, nil, nil
+		}
+	}
+	what := fmt.Sprintf("stream(%s).join(table(%s)) inner, record timestamps", c.topic, c.tableTopic)
+	return []contender{
+		{
+			name: "kstreams",
+			setup: fmt.Sprintf("%s, max.task.idle.ms 0 (default), exactly_once_v2, commit 100 ms, cache 10 MiB (default), RocksDB, %d threads, heap %s",
+				what, c.kstreamsThreads, c.javaHeap),
+			done: doneGroup,
+			argv: kstreams("default"),
+		},
+		{
+			name: "kstreams-idle",
+			setup: fmt.Sprintf("%s, max.task.idle.ms %d, exactly_once_v2, commit 100 ms, cache 10 MiB (default), RocksDB, %d threads, heap %s",
+				what, c.ksIdleMS, c.kstreamsThreads, c.javaHeap),
+			done: doneGroup,
+			argv: kstreams(strconv.FormatInt(c.ksIdleMS, 10)),
+		},
+		{
+			name: "sluice-auto",
+			setup: fmt.Sprintf("join {stream: orders, table: %s, type: inner}, backlog.mode=auto (enter_lag %d, exit_lag %d, sort_memory %s), exactly_once, commit 100 ms",
+				joinTable, c.enterLag, c.exitLag, c.sortMemory),
+			done: doneGroup,
+			argv: sluiceAuto,
+		},
+	}
+}
+
 // sluiceConfig is DESIGN.md's minimal pipeline pointed at the run's topics (with -workload
-// windows: the same aggregate in tumbling windows, emit: final).
+// windows: the same aggregate in tumbling windows, emit: final; with -workload join: the orders
+// joined with the customers table).
 func sluiceConfig(c *config, l launch, mode, stateDir string, httpPort int) string {
 	brokers := strings.Split(c.brokers, ",")
 	head := fmt.Sprintf(`kafka:
@@ -177,8 +224,11 @@ processing: {guarantee: exactly_once, commit_interval: 100ms, state_dir: %s}
 backlog: {enter_lag: %d, exit_lag: %d, sort_memory: %s, checkpoint_interval: 0s, mode: %s}
 http: {listen: 127.0.0.1:%d}
 `, strings.Join(brokers, ", "), l.group, stateDir, l.enterLag, l.exitLag, c.sortMemory, mode, httpPort)
-	if c.workload == "windows" {
+	switch c.workload {
+	case "windows":
 		return head + windowsPipeline(l.in, l.out, c.windowSize)
+	case "join":
+		return head + joinPipeline(l.in, l.table, l.out)
 	}
 	return head + workload.Pipeline(l.in, l.out)
 }

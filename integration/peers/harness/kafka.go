@@ -8,6 +8,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // offsets is one topic's offset per partition.
@@ -168,4 +169,67 @@ func settledEnds(ctx context.Context, adm *kadm.Client, topic string) (offsets, 
 			return nil, fmt.Errorf("%s still has %d partitions with an open transaction: %w", topic, open, err)
 		}
 	}
+}
+
+// readTopic reads topic with read_committed from its start to its end (taken once no
+// transaction is open) and calls fn for every data record, in order within a partition.
+func readTopic(ctx context.Context, seeds []string, topic string, fn func(r *kgo.Record)) error {
+	cl, err := kgo.NewClient(
+		kgo.SeedBrokers(seeds...),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.KeepControlRecords(), // so the reader sees the offset of a trailing commit marker
+		kgo.FetchMaxBytes(64<<20),
+		kgo.FetchMaxPartitionBytes(16<<20),
+	)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	starts, err := adm.ListStartOffsets(ctx, topic)
+	if err == nil {
+		err = starts.Error()
+	}
+	if err != nil {
+		return fmt.Errorf("start offsets of %s: %w", topic, err)
+	}
+	ends, err := settledEnds(ctx, adm, topic)
+	if err != nil {
+		return err
+	}
+	need := map[int32]int64{}
+	assign := map[int32]kgo.Offset{}
+	for p, end := range ends {
+		if s, ok := starts.Lookup(topic, p); !ok || end > s.Offset {
+			need[p] = end
+			assign[p] = kgo.NewOffset().AtStart()
+		}
+	}
+	if len(need) == 0 {
+		return nil
+	}
+	cl.AddConsumePartitions(map[string]map[int32]kgo.Offset{topic: assign})
+	for len(need) > 0 {
+		fs := cl.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("reading %s: %w", topic, err)
+		}
+		if err := fs.Err(); err != nil {
+			return fmt.Errorf("reading %s: %w", topic, err)
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			end, ok := need[r.Partition]
+			if !ok || r.Offset >= end {
+				return
+			}
+			if r.Offset+1 >= end {
+				delete(need, r.Partition)
+			}
+			if r.Attrs.IsControl() {
+				return
+			}
+			fn(r)
+		})
+	}
+	return nil
 }

@@ -47,9 +47,12 @@ type config struct {
 	command    string
 	timeout    time.Duration
 
-	workload   string        // "orders" (per-key totals) or "windows" (tumbling windows, emit final)
+	workload   string        // "orders" (per-key totals), "windows" (tumbling windows, emit final) or "join"
 	windowSpan time.Duration // windows: event time covered by the backlog
 	windowSize time.Duration // windows: tumbling window size
+	tableTopic string        // join: the customers table's topic
+	rowsAfter  bool          // join: the customer rows timestamped after every order
+	ksIdleMS   int64         // join: max.task.idle.ms of the kstreams-idle contender
 
 	latency     bool
 	latRate     int
@@ -105,9 +108,14 @@ func parseFlags(args []string) (*config, error) {
 	fs.IntVar(&c.keys, "keys", 100_000, "distinct customer_id keys")
 	fs.IntVar(&c.partitions, "partitions", 8, "partitions of the input and output topics")
 	fs.Int64Var(&c.seed, "seed", 1, "workload seed")
-	fs.StringVar(&c.workload, "workload", "orders", "orders (per-key totals) or windows (tumbling windows per key, one final per key and window)")
+	fs.StringVar(&c.workload, "workload", "orders", "orders (per-key totals), windows (tumbling windows per key, one final per key and window) "+
+		"or join (the orders joined with a customers table written after them)")
 	fs.DurationVar(&c.windowSpan, "window-span", 2*time.Hour, "windows: event time the backlog spans (ts grows with the record index)")
 	fs.DurationVar(&c.windowSize, "window-size", time.Hour, "windows: tumbling window size (grace 0)")
+	fs.StringVar(&c.tableTopic, "table-topic", "customers", "join: the customers table's topic (recreated and prefilled with -keys rows)")
+	customersTS := fs.String("customers-ts", "start", "join: the customer rows' timestamp: start (the workload's start, at or before every order) "+
+		"or after (after every order)")
+	fs.Int64Var(&c.ksIdleMS, "kstreams-idle", 10_000, "join: max.task.idle.ms of the kstreams-idle contender")
 	fs.BoolVar(&c.smoke, "smoke", false, "20k records, 1k keys, 5 s latency phase: every contender must start and agree")
 	fs.StringVar(&c.topic, "topic", "orders", "input topic (recreated and prefilled unless -reuse-topic)")
 	fs.BoolVar(&c.reuse, "reuse-topic", false, "reuse the input topic when it already holds exactly -records records")
@@ -165,11 +173,18 @@ func parseFlags(args []string) (*config, error) {
 	if c.exitLag < 0 {
 		c.exitLag = 500
 	}
-	if c.workload == "windows" {
+	if c.workload == "windows" || c.workload == "join" {
 		if set["latency"] && c.latency {
 			return nil, errors.New("-latency: the real-time latency phase needs -workload orders")
 		}
 		c.latency = false
+	}
+	switch *customersTS {
+	case "start":
+	case "after":
+		c.rowsAfter = true
+	default:
+		return nil, fmt.Errorf("-customers-ts %q: want start or after", *customersTS)
 	}
 	if c.latBacklog < 0 {
 		c.latBacklog = min(c.records, 200_000)
@@ -184,8 +199,10 @@ func parseFlags(args []string) (*config, error) {
 		return nil, errors.New("-records, -keys and -partitions must be positive")
 	case c.latRate <= 0 || c.latDur <= 0:
 		return nil, errors.New("-latency-rate and -latency-duration must be positive")
-	case c.workload != "orders" && c.workload != "windows":
-		return nil, fmt.Errorf("-workload %q: want orders or windows", c.workload)
+	case c.workload != "orders" && c.workload != "windows" && c.workload != "join":
+		return nil, fmt.Errorf("-workload %q: want orders, windows or join", c.workload)
+	case c.workload == "join" && (c.tableTopic == "" || c.tableTopic == c.topic):
+		return nil, errors.New("-table-topic must name a topic other than -topic")
 	case c.windowSize < time.Millisecond || c.windowSize%time.Millisecond != 0 || c.windowSpan <= 0 || c.windowSpan%time.Millisecond != 0:
 		return nil, errors.New("-window-size and -window-span must be positive whole milliseconds")
 	}
@@ -215,6 +232,8 @@ type harness struct {
 	want     map[string]workload.Total // orders: the per-key totals
 	win      windowed                  // windows: the workload
 	wantWin  map[window]workload.Total // windows: the finals
+	join     joined                    // join: the workload
+	joinCust []int32                   // join: the customer of every order (order i+1 at i)
 	floor    *latencyStats             // the broker's own produce-to-consume latency at the live rate
 	floorErr string
 }
@@ -230,12 +249,23 @@ type result struct {
 	detail  []string // mismatches or log tail
 	lat     *latencyStats
 	latErr  string
+	join    *joinCounts // join: what the outputs held
 }
 
 func (r *result) ok() bool { return r.status == "ok" }
 
+// timed reports whether the row has a catch-up time: it is ok, or a join that ran to the end
+// and only missed orders.
+func (r *result) timed() bool { return r.ok() || r.status == statusMissed }
+
+// passed reports whether the row lets the run succeed: a peer that missed joins is the
+// measurement, not a failure; sluice must join every order.
+func (r *result) passed() bool {
+	return r.ok() || (r.status == statusMissed && !strings.HasPrefix(r.name, "sluice"))
+}
+
 func (r *result) rate() float64 {
-	if !r.ok() || r.seconds <= 0 {
+	if !r.timed() || r.seconds <= 0 {
 		return 0
 	}
 	return float64(r.records) / r.seconds
@@ -261,6 +291,7 @@ func run(ctx context.Context, cfg *config) (bool, error) {
 		},
 	}
 	h.win = windowed{spec: h.spec, span: cfg.windowSpan, size: cfg.windowSize}
+	h.join = joined{spec: h.spec, rowsAfter: cfg.rowsAfter}
 	cl, err := kgo.NewClient(append(workload.ProducerOpts(), kgo.SeedBrokers(h.seeds...))...)
 	if err != nil {
 		return false, fmt.Errorf("kafka client: %w", err)
@@ -293,13 +324,20 @@ func run(ctx context.Context, cfg *config) (bool, error) {
 		return false, err
 	}
 	logf("prefilled %s with %d records over %d keys in %.1fs", cfg.topic, h.inputRecords(), cfg.keys, time.Since(t0).Seconds())
-	if cfg.workload == "windows" {
+	switch cfg.workload {
+	case "join":
+		if h.joinCust, err = h.join.customers(); err != nil {
+			return false, err
+		}
+		logf("join: %d customer rows in %s (timestamp %d), written after the %d orders of %s",
+			cfg.keys, cfg.tableTopic, h.join.rowsTS(), cfg.records, cfg.topic)
+	case "windows":
 		if h.wantWin, err = h.win.expected(); err != nil {
 			return false, err
 		}
 		logf("windows: event time %s over the backlog, %s tumbling windows, closing records at ts %d; %d finals expected",
 			yamlDuration(cfg.windowSpan), yamlDuration(cfg.windowSize), h.win.closeTS(), len(h.wantWin))
-	} else {
+	default:
 		h.want = h.spec.Expected()
 	}
 
@@ -351,7 +389,7 @@ func run(ctx context.Context, cfg *config) (bool, error) {
 	}
 	allOK := true
 	for _, r := range results {
-		if !r.ok() || (cfg.latency && r.latErr != "") {
+		if !r.passed() || (cfg.latency && r.latErr != "") {
 			allOK = false
 		}
 	}
@@ -371,8 +409,13 @@ func (h *harness) inputRecords() int64 {
 func (h *harness) prefill(ctx context.Context) error {
 	c := h.cfg
 	want := h.inputRecords()
+	join := c.workload == "join"
 	if c.reuse {
-		if end, err := endOffsets(ctx, h.adm, c.topic); err == nil && end.total() == want && len(end) == c.partitions {
+		holds := func(topic string, n int64) bool {
+			end, err := endOffsets(ctx, h.adm, topic)
+			return err == nil && end.total() == n && len(end) == c.partitions
+		}
+		if holds(c.topic, want) && (!join || holds(c.tableTopic, int64(c.keys))) {
 			logf("reusing %s (%d records)", c.topic, want)
 			return nil
 		}
@@ -380,10 +423,18 @@ func (h *harness) prefill(ctx context.Context) error {
 	if err := recreateTopic(ctx, h.adm, c.topic, int32(c.partitions)); err != nil {
 		return err
 	}
+	if join {
+		if err := recreateTopic(ctx, h.adm, c.tableTopic, int32(c.partitions)); err != nil {
+			return err
+		}
+	}
 	var err error
-	if c.workload == "windows" {
+	switch c.workload {
+	case "windows":
 		err = h.win.produce(ctx, h.cl, c.topic)
-	} else {
+	case "join":
+		err = h.join.produce(ctx, h.cl, c.topic, c.tableTopic)
+	default:
 		err = workload.Produce(ctx, h.cl, c.topic, h.spec)
 	}
 	if err != nil {
@@ -396,6 +447,15 @@ func (h *harness) prefill(ctx context.Context) error {
 	if end.total() != want {
 		return fmt.Errorf("prefilling %s: end offsets sum to %d, want %d", c.topic, end.total(), want)
 	}
+	if join {
+		end, err := endOffsets(ctx, h.adm, c.tableTopic)
+		if err != nil {
+			return err
+		}
+		if end.total() != int64(c.keys) {
+			return fmt.Errorf("prefilling %s: end offsets sum to %d, want %d", c.tableTopic, end.total(), c.keys)
+		}
+	}
 	return nil
 }
 
@@ -404,7 +464,7 @@ func (h *harness) catchUp(ctx context.Context, c contender) *result {
 	r := &result{name: c.name, setup: c.setup, records: h.inputRecords()}
 	group := "peers-" + h.runID + "-" + c.name
 	l := launch{
-		in: h.cfg.topic, out: group + "-out", group: group, dir: filepath.Join(h.cfg.workDir, c.name),
+		in: h.cfg.topic, table: h.cfg.tableTopic, out: group + "-out", group: group, dir: filepath.Join(h.cfg.workDir, c.name),
 		enterLag: h.cfg.enterLag, exitLag: h.cfg.exitLag,
 	}
 	end, err := endOffsets(ctx, h.adm, l.in)
@@ -422,6 +482,11 @@ func (h *harness) catchUp(ctx context.Context, c contender) *result {
 	r.peakKiB = p.peakKiB.Load()
 	if err != nil {
 		r.status = "failed: " + err.Error()
+		if p.done() {
+			if l := lastLine(logPath); l != "" {
+				r.status += ": " + l
+			}
+		}
 		r.detail = []string{tail(logPath, 1500)}
 		return r
 	}
@@ -431,7 +496,27 @@ func (h *harness) catchUp(ctx context.Context, c contender) *result {
 		return r
 	}
 	var diff []string
-	if h.cfg.workload == "windows" {
+	switch h.cfg.workload {
+	case "join":
+		var check *joinCheck
+		var grown time.Time
+		check, grown, err = h.verifyJoin(ctx, l.out)
+		if err == nil {
+			k := check.counts()
+			r.join = &k
+			// The outputs of a contender that commits its input offsets before writing them
+			// become visible later: it has caught up when the output count stopped growing.
+			if c.done == doneGroup && grown.Sub(p.start) > elapsed {
+				logf("%-18s caught up at %.2fs, outputs stopped growing at %.2fs", c.name, elapsed.Seconds(), grown.Sub(p.start).Seconds())
+				r.seconds = grown.Sub(p.start).Seconds()
+			}
+			p.stop(30 * time.Second)
+			r.peakKiB = p.peakKiB.Load()
+			r.status = joinStatus(k)
+			r.detail = check.diff(10)
+			return r
+		}
+	case "windows":
 		var visible time.Time
 		diff, visible, err = h.verifyFinals(ctx, l.out)
 		// The finals of a contender that commits its input offsets before writing them become
@@ -440,7 +525,7 @@ func (h *harness) catchUp(ctx context.Context, c contender) *result {
 			logf("%-18s caught up at %.2fs, every final visible at %.2fs", c.name, elapsed.Seconds(), visible.Sub(p.start).Seconds())
 			r.seconds = visible.Sub(p.start).Seconds()
 		}
-	} else {
+	default:
 		diff, err = h.verify(ctx, l.out, h.want)
 	}
 	p.stop(30 * time.Second)
@@ -710,6 +795,16 @@ func (h *harness) floorPhase(ctx context.Context) {
 }
 
 func (r *result) summary() string {
+	if r.join != nil {
+		s := fmt.Sprintf("%s: %s", r.status, r.join)
+		if r.timed() {
+			s += fmt.Sprintf("; %.2fs, peak RSS %s", r.seconds, mib(r.peakKiB))
+		}
+		if !r.ok() && len(r.detail) > 1 {
+			s += "\n    " + strings.Join(r.detail[1:], "\n    ")
+		}
+		return s
+	}
 	if !r.ok() {
 		s := r.status
 		if len(r.detail) > 0 {

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -150,4 +151,18 @@ func tail(path string, n int64) string {
 	b := make([]byte, st.Size()-off)
 	_, _ = f.ReadAt(b, off)
 	return string(b)
+}
+
+// lastLine returns the last non-empty line of the process log (at most 300 bytes of it).
+func lastLine(path string) string {
+	lines := strings.Split(strings.TrimRight(tail(path, 4096), "\n"), "\n")
+	for i := len(lines) - 1; i >= 0; i-- {
+		if l := strings.TrimSpace(lines[i]); l != "" && !strings.HasPrefix(l, "# ") {
+			if len(l) > 300 {
+				l = l[:300] + "..."
+			}
+			return l
+		}
+	}
+	return ""
 }

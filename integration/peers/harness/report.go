@@ -64,6 +64,9 @@ func (h *harness) report(results []*result) report {
 		}
 		rows = append(rows, row)
 	}
+	if h.cfg.workload == "join" {
+		header, rows = joinRows(results)
+	}
 	latHeader := []string{"contender", "live records", "produced rec/s", "p50", "p99", "max", "status"}
 	var latRows [][]string
 	if h.floor != nil || h.floorErr != "" {
@@ -115,7 +118,20 @@ func (h *harness) report(results []*result) report {
 	fmt.Fprintf(&m, "# sluice peer benchmark\n\n")
 	fmt.Fprintf(&m, "Run %s (UTC %s).\n\n", h.runID, time.Now().UTC().Format(time.RFC3339))
 	fmt.Fprintf(&m, "Command: `%s`\n\n", h.commandLine())
-	if h.cfg.workload == "windows" {
+	switch h.cfg.workload {
+	case "join":
+		when := "the workload's start, at or before every order's timestamp"
+		if h.cfg.rowsAfter {
+			when = "after every order's timestamp"
+		}
+		fmt.Fprintf(&m, "Workload `join` (FLIP-326): topic `%s`, %d partitions, %d orders over %d customers, seed %d, "+
+			"then, once every order was acknowledged, topic `%s` (%d partitions): one row per customer "+
+			"`{\"customer_id\":..,\"region\":..,\"tier\":..}` keyed by customer_id, timestamp %d (%s). "+
+			"Both are in Kafka before any contender starts. Every contender joins each order with its customer's row "+
+			"(stream-table inner join) and writes the order's JSON object with the row under `\"%s\"`, keyed by customer_id.\n\n",
+			h.cfg.topic, h.cfg.partitions, h.cfg.records, h.cfg.keys, h.cfg.seed, h.cfg.tableTopic, h.cfg.partitions,
+			h.join.rowsTS(), when, joinTable)
+	case "windows":
 		fmt.Fprintf(&m, "Workload `windows`: topic `%s`, %d partitions, %d records, %d keys (customer_id), seed %d, "+
 			"event time `ts` growing with the record index over %s (no record late), then one closing record per partition "+
 			"at ts %d (the end of the last window, so every window of the backlog closes); every contender computes "+
@@ -123,7 +139,7 @@ func (h *harness) report(results []*result) report {
 			"`{\"key\":..,\"window_start\":..,\"window_end\":..,\"amount\":..,\"orders\":..}`: %d finals expected.\n\n",
 			h.cfg.topic, h.cfg.partitions, h.inputRecords(), h.cfg.keys, h.cfg.seed, yamlDuration(h.cfg.windowSpan), h.win.closeTS(),
 			yamlDuration(h.cfg.windowSize), len(h.wantWin))
-	} else {
+	default:
 		fmt.Fprintf(&m, "Workload: topic `%s`, %d partitions, %d records, %d keys (customer_id), seed %d; "+
 			"every contender computes per key sum(amount) and count and writes `{\"key\":..,\"amount\":..,\"orders\":..}`.\n\n",
 			h.cfg.topic, h.cfg.partitions, h.cfg.records, h.cfg.keys, h.cfg.seed)
@@ -137,12 +153,20 @@ func (h *harness) report(results []*result) report {
 		m.WriteString("- " + l + "\n")
 	}
 	m.WriteString("\n## Catch-up\n\n")
-	if h.cfg.workload == "windows" {
+	switch h.cfg.workload {
+	case "join":
+		m.WriteString("Wall time from process start until the contender's consumer group has committed the end " +
+			"offsets of the orders (or, if its outputs became visible later, until their count stopped growing). " +
+			"The output topic is then read read_committed: an order is joined when it has exactly one output, " +
+			"keyed by its customer_id, whose `customers` row is its customer's, with the region `workload.Region` gives. " +
+			"`missed joins`: the only difference is orders without output (an inner join that processed them " +
+			"before their customer's row); for a peer that is the measurement, for sluice a failure.\n\n")
+	case "windows":
 		m.WriteString("Wall time from process start until the contender's consumer group has committed the end " +
 			"offsets of the input and every final is visible read_committed (Kafka Streams, sluice), or the bounded " +
 			"job has exited (Flink, ceiling); every contender's finals are then checked exactly against the " +
 			"generator's: each (key, window) once, with the exact sum and count (a duplicate final is a disagreement).\n\n")
-	} else {
+	default:
 		m.WriteString("Wall time from process start until the contender's consumer group has committed the end " +
 			"offsets of the input (Kafka Streams, sluice) or the bounded job has exited (Flink, ceiling); every " +
 			"contender's final per-key totals are then checked exactly against the generator's.\n\n")
@@ -176,6 +200,26 @@ func (h *harness) report(results []*result) report {
 			"and say nothing about throughput; the run only shows that every contender starts and agrees.\n")
 	}
 	return report{table: t.String(), markdown: m.String()}
+}
+
+// joinRows is the catch-up table of the join workload.
+func joinRows(results []*result) ([]string, [][]string) {
+	header := []string{"contender", "orders", "joined right", "missing", "wrong", "duplicated", "seconds", "peak RSS", "status"}
+	var rows [][]string
+	for _, r := range results {
+		row := []string{r.name, fmt.Sprint(r.records), "-", "-", "-", "-", "-", mib(r.peakKiB), r.status}
+		if k := r.join; k != nil {
+			row[2], row[3], row[4], row[5] = fmt.Sprint(k.joined), fmt.Sprint(k.missing), fmt.Sprint(k.wrong), fmt.Sprint(k.duplicated)
+		}
+		if r.timed() {
+			row[6] = fmt.Sprintf("%.2f", r.seconds)
+		}
+		if i := strings.Index(row[8], "\n"); i >= 0 {
+			row[8] = row[8][:i]
+		}
+		rows = append(rows, row)
+	}
+	return header, rows
 }
 
 // criteria evaluates issue 4's targets on the figures at hand.

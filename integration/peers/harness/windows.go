@@ -11,7 +11,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/valyala/fastjson"
 
@@ -341,64 +340,11 @@ func (f *finals) diff(max int) (out []string, onlyMissing bool) {
 // readFinals reads topic with read_committed from its start to its end (taken once no
 // transaction is open) into a new finals check.
 func readFinals(ctx context.Context, seeds []string, topic string, w windowed, want map[window]workload.Total) (*finals, error) {
-	cl, err := kgo.NewClient(
-		kgo.SeedBrokers(seeds...),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-		kgo.KeepControlRecords(), // so the reader sees the offset of a trailing commit marker
-		kgo.FetchMaxBytes(64<<20),
-		kgo.FetchMaxPartitionBytes(16<<20),
-	)
-	if err != nil {
-		return nil, err
-	}
-	defer cl.Close()
-	adm := kadm.NewClient(cl)
-	starts, err := adm.ListStartOffsets(ctx, topic)
-	if err == nil {
-		err = starts.Error()
-	}
-	if err != nil {
-		return nil, fmt.Errorf("start offsets of %s: %w", topic, err)
-	}
-	ends, err := settledEnds(ctx, adm, topic)
-	if err != nil {
-		return nil, err
-	}
 	f := newFinals(w, want)
-	need := map[int32]int64{}
-	assign := map[int32]kgo.Offset{}
-	for p, end := range ends {
-		if s, ok := starts.Lookup(topic, p); !ok || end > s.Offset {
-			need[p] = end
-			assign[p] = kgo.NewOffset().AtStart()
-		}
-	}
-	if len(need) == 0 {
-		return f, nil
-	}
-	cl.AddConsumePartitions(map[string]map[int32]kgo.Offset{topic: assign})
 	var parser fastjson.Parser
-	for len(need) > 0 {
-		fs := cl.PollFetches(ctx)
-		if err := ctx.Err(); err != nil {
-			return nil, fmt.Errorf("reading %s: %w", topic, err)
-		}
-		if err := fs.Err(); err != nil {
-			return nil, fmt.Errorf("reading %s: %w", topic, err)
-		}
-		fs.EachRecord(func(r *kgo.Record) {
-			end, ok := need[r.Partition]
-			if !ok || r.Offset >= end {
-				return
-			}
-			if r.Offset+1 >= end {
-				delete(need, r.Partition)
-			}
-			if r.Attrs.IsControl() {
-				return
-			}
-			f.add(&parser, r.Value, r.Partition, r.Offset)
-		})
+	err := readTopic(ctx, seeds, topic, func(r *kgo.Record) { f.add(&parser, r.Value, r.Partition, r.Offset) })
+	if err != nil {
+		return nil, err
 	}
 	return f, nil
 }

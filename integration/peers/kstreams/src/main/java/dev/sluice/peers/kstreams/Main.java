@@ -50,8 +50,13 @@ import org.apache.kafka.streams.state.WindowStore;
  * __emit.interval.ms.kstreams.windowed.aggregation__, 1000 ms by default; -1 keeps the default):
  * a window closed by the last record of a backlog is emitted only if that check is due.
  *
+ * <p>With the "join" workload (class Join): the orders of inputTopic joined (KStream#join(KTable),
+ * inner) with the customers table of tableTopic; maxTaskIdleMs sets max.task.idle.ms ("default"
+ * keeps Kafka Streams' default, 0).
+ *
  * <p>Args: brokers inputTopic outputTopic applicationId cacheMaxBytes [streamThreads=2]
- * [commitIntervalMs=100] [workload=totals|windows] [windowMs=3600000] [emitIntervalMs=-1].
+ * [commitIntervalMs=100] [workload=totals|windows|join] then, for windows, [windowMs=3600000]
+ * [emitIntervalMs=-1], for join, tableTopic [maxTaskIdleMs=default].
  */
 public final class Main {
   private Main() {}
@@ -245,7 +250,7 @@ public final class Main {
     if (args.length < 5) {
       System.err.println(
           "usage: Main brokers inputTopic outputTopic applicationId cacheMaxBytes [streamThreads=2] [commitIntervalMs=100]"
-              + " [workload=totals|windows] [windowMs=3600000] [emitIntervalMs=-1]");
+              + " [workload=totals|windows|join] [windowMs=3600000 [emitIntervalMs=-1] | tableTopic [maxTaskIdleMs=default]]");
       System.exit(2);
     }
     String brokers = args[0];
@@ -256,10 +261,17 @@ public final class Main {
     int threads = args.length > 5 ? Integer.parseInt(args[5]) : 2;
     long commitMs = args.length > 6 ? Long.parseLong(args[6]) : 100;
     String workload = args.length > 7 ? args[7] : "totals";
-    long windowMs = args.length > 8 ? Long.parseLong(args[8]) : 3_600_000L;
-    long emitIntervalMs = args.length > 9 ? Long.parseLong(args[9]) : -1;
-    if (!workload.equals("totals") && !workload.equals("windows")) {
-      System.err.println("kstreams: workload must be totals or windows, got " + workload);
+    boolean join = workload.equals("join");
+    long windowMs = !join && args.length > 8 ? Long.parseLong(args[8]) : 3_600_000L;
+    long emitIntervalMs = !join && args.length > 9 ? Long.parseLong(args[9]) : -1;
+    String table = join && args.length > 8 ? args[8] : null;
+    String idle = join && args.length > 9 ? args[9] : "default";
+    if (!workload.equals("totals") && !workload.equals("windows") && !join) {
+      System.err.println("kstreams: workload must be totals, windows or join, got " + workload);
+      System.exit(2);
+    }
+    if (join && table == null) {
+      System.err.println("kstreams: the join workload needs the table topic");
       System.exit(2);
     }
 
@@ -275,13 +287,18 @@ public final class Main {
     p.put(StreamsConfig.STATE_DIR_CONFIG, stateDir.toString());
     p.put(StreamsConfig.REPLICATION_FACTOR_CONFIG, 1);
     p.put(StreamsConfig.consumerPrefix(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG), "earliest");
+    if (join && !idle.equals("default")) {
+      p.put(StreamsConfig.MAX_TASK_IDLE_MS_CONFIG, Long.parseLong(idle));
+    }
     if (emitIntervalMs >= 0) {
       p.put(StreamsConfig.InternalConfig.EMIT_INTERVAL_MS_KSTREAMS_WINDOWED_AGGREGATION, emitIntervalMs);
     }
 
     TotalsSerde totalsSerde = new TotalsSerde();
     StreamsBuilder b = new StreamsBuilder();
-    if (workload.equals("windows")) {
+    if (join) {
+      Join.build(b, input, table, output);
+    } else if (workload.equals("windows")) {
       b.stream(input, Consumed.with(Serdes.String(), Serdes.ByteArray()).withTimestampExtractor(new OrderTime()))
           .groupByKey()
           .windowedBy(TimeWindows.ofSizeAndGrace(Duration.ofMillis(windowMs), Duration.ZERO))
@@ -337,7 +354,9 @@ public final class Main {
     System.err.printf(
         "kstreams: kafka-streams %s app=%s in=%s out=%s cache=%d threads=%d commit=%dms workload=%s%s state=%s%n",
         kafkaVersion(), appId, input, output, cacheBytes, threads, commitMs, workload,
-        workload.equals("windows") ? " window=" + windowMs + "ms emitInterval=" + emitIntervalMs + "ms" : "",
+        workload.equals("windows")
+            ? " window=" + windowMs + "ms emitInterval=" + emitIntervalMs + "ms"
+            : join ? " table=" + table + " max.task.idle.ms=" + idle : "",
         stateDir);
     streams.start();
     done.await();
