@@ -75,6 +75,13 @@ func TestExamples(t *testing.T) {
 			eq(t, "checkpoint_interval", c.Backlog.CheckpointInterval, 30*time.Second)
 			eq(t, "sort_memory", c.Backlog.SortMemory, GiB)
 		},
+		"join.yaml": func(t *testing.T, c *Config) {
+			eq(t, "table topic", c.Tables["customers"].Topic, "customers")
+			eq(t, "join type (default)", c.Operators[0].Join.Type, JoinInner)
+			eq(t, "as_of (default)", c.Operators[0].Join.AsOf, "processing")
+			eq(t, "group_by", c.Operators[1].Aggregate.GroupBy, "customers.region")
+			eq(t, "internal topics", strings.Join(c.InternalTopics(), ","), "shop-by_region-changelog,shop-by_region-repartition,shop-dlq")
+		},
 	}
 	files, err := filepath.Glob("examples/*.yaml")
 	if err != nil {
