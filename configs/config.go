@@ -83,7 +83,7 @@ type Config struct {
 	Log        Log               `koanf:"log" doc:"The log, written to stderr."`
 	Sources    map[string]Source `koanf:"sources" doc:"The input topics, by name: operators name a source as their input. At least one."`
 	Tables     map[string]Table  `koanf:"tables" doc:"Tables, by name: compacted topics materialized per partition in Pebble (the topic is its own changelog), which join operators look rows up in."`
-	Operators  []Operator        `koanf:"operators" doc:"The pipeline: a list of operators, each exactly one of filter, map, join and aggregate, reading a source or an earlier operator. At least one. Lists can only be written in the file, not set by environment variables."`
+	Operators  []Operator        `koanf:"operators" doc:"The pipeline: a list of operators, each exactly one of filter, map, join, aggregate and cogroup, reading a source or an earlier operator. At least one. Lists can only be written in the file, not set by environment variables."`
 	Sinks      map[string]Sink   `koanf:"sinks" doc:"The output topics, by name: an operator's output names a sink."`
 }
 
@@ -194,6 +194,7 @@ type Operator struct {
 	Filter    *Filter    `koanf:"filter" doc:"Keeps the records for which expr is true."`
 	Map       *Map       `koanf:"map" doc:"Sets top-level fields of the record."`
 	Aggregate *Aggregate `koanf:"aggregate" doc:"A keyed aggregate over its input's key, with its state in Pebble and the changelog topic <group>-<name>-changelog."`
+	Cogroup   *Cogroup   `koanf:"cogroup" doc:"A keyed aggregate over several co-partitioned inputs: each field aggregates the records of one input (from), per key of all of them; state and changelog as an aggregate's."`
 	Join      *Join      `koanf:"join" doc:"A stream-table join: each record of stream gets its key's row of table (FLIP-326: a task's stream waits until its table partition has loaded its snapshot)."`
 	Output    string     `koanf:"output" default:"none" doc:"The sink the operator's records go to; required for an aggregate."`
 }
@@ -209,6 +210,8 @@ func (o *Operator) Kind() string {
 		return "aggregate"
 	case o.Join != nil:
 		return "join"
+	case o.Cogroup != nil:
+		return "cogroup"
 	}
 	return ""
 }
@@ -224,8 +227,18 @@ func (o *Operator) Input() string {
 		return o.Aggregate.Input
 	case o.Join != nil:
 		return o.Join.Stream
+	case o.Cogroup != nil && len(o.Cogroup.Inputs) > 0:
+		return o.Cogroup.Inputs[0]
 	}
 	return ""
+}
+
+// Inputs returns every input of the operator: a cogroup's inputs, or Input.
+func (o *Operator) Inputs() []string {
+	if o.Cogroup != nil {
+		return o.Cogroup.Inputs
+	}
+	return []string{o.Input()}
 }
 
 // Filter keeps the records for which Expr is true.
@@ -250,6 +263,41 @@ type Aggregate struct {
 
 	// Window is nil for one result per key, never closed.
 	Window *Window `koanf:"window" doc:"An event-time window: exactly one of tumbling, hopping (with advance) and session. Without one, each key has one result that never closes."`
+}
+
+// Cogroup aggregates several inputs per key: each field takes its records from one input.
+type Cogroup struct {
+	Inputs []string `koanf:"inputs" default:"required" doc:"Two or more sources or earlier operators, co-partitioned (same partition count) and keyed alike."`
+	// Fields is the raw YAML, {spent: {sum: amount, from: orders}, ...}: see Specs.
+	Fields map[string]map[string]any `koanf:"fields" default:"required" doc:"Output fields: name: {sum|min|max|avg: input field path, from: input} or name: {count: {}, from: input}. Sums are exact decimals."`
+	Emit   string                    `koanf:"emit" enum:"updates" doc:"updates: the current value at most once per key per commit."`
+}
+
+// Aggregate returns the cogroup as an aggregate of its fields (without their inputs), for
+// the checks and the state both share.
+func (cg *Cogroup) Aggregate() *Aggregate {
+	fields := make(map[string]map[string]any, len(cg.Fields))
+	for name, raw := range cg.Fields {
+		f := make(map[string]any, len(raw))
+		for k, v := range raw {
+			if k != "from" {
+				f[k] = v
+			}
+		}
+		fields[name] = f
+	}
+	return &Aggregate{Input: cg.Inputs[0], Fields: fields, Emit: cg.Emit}
+}
+
+// From returns, per field name, the input its records come from.
+func (cg *Cogroup) From() map[string]string {
+	out := make(map[string]string, len(cg.Fields))
+	for name, raw := range cg.Fields {
+		if s, ok := raw["from"].(string); ok {
+			out[name] = s
+		}
+	}
+	return out
 }
 
 // Join is a stream-table join (as_of processing: a record joins its key's latest row).
@@ -388,6 +436,9 @@ func (c *Config) InternalTopics() []string {
 				topics = append(topics, c.RepartitionTopic(c.Operators[i].Name))
 			}
 		}
+		if c.Operators[i].Cogroup != nil {
+			topics = append(topics, c.ChangelogTopic(c.Operators[i].Name))
+		}
 	}
 	slices.Sort(topics)
 	return topics
@@ -475,6 +526,9 @@ func (c *Config) fillDefaults(hostname func() (string, error)) *Error {
 	for i := range c.Operators {
 		if a := c.Operators[i].Aggregate; a != nil {
 			setIfEmpty(&a.Emit, EmitUpdates)
+		}
+		if cg := c.Operators[i].Cogroup; cg != nil {
+			setIfEmpty(&cg.Emit, EmitUpdates)
 		}
 		if j := c.Operators[i].Join; j != nil {
 			setIfEmpty(&j.Type, JoinInner)

@@ -250,24 +250,36 @@ func (c *Config) validateOperators() *Error {
 		for _, k := range []struct {
 			name string
 			set  bool
-		}{{"filter", op.Filter != nil}, {"map", op.Map != nil}, {"join", op.Join != nil}, {"aggregate", op.Aggregate != nil}} {
+		}{{"filter", op.Filter != nil}, {"map", op.Map != nil}, {"join", op.Join != nil}, {"aggregate", op.Aggregate != nil}, {"cogroup", op.Cogroup != nil}} {
 			if k.set {
 				kinds = append(kinds, k.name)
 			}
 		}
 		switch len(kinds) {
 		case 0:
-			return errorf(p, "needs one of filter, map, join or aggregate")
+			return errorf(p, "needs one of filter, map, join, aggregate or cogroup")
 		case 1:
 		default:
-			return errorf(p, "has %s; an operator is exactly one of filter, map, join or aggregate", strings.Join(kinds, " and "))
+			return errorf(p, "has %s; an operator is exactly one of filter, map, join, aggregate or cogroup", strings.Join(kinds, " and "))
 		}
 		kp := p + "." + kinds[0]
 		inKey := kp + ".input"
 		if op.Join != nil {
 			inKey = kp + ".stream"
 		}
-		if err := c.checkInput(inKey, i, op.Input(), index); err != nil {
+		if op.Cogroup != nil {
+			if len(op.Cogroup.Inputs) < 2 {
+				return errorf(kp+".inputs", "needs two or more inputs (one input: use aggregate)")
+			}
+			for k, in := range op.Cogroup.Inputs {
+				if slices.Contains(op.Cogroup.Inputs[:k], in) {
+					return errorf(fmt.Sprintf("%s.inputs[%d]", kp, k), "%q is listed twice", in)
+				}
+				if err := c.checkInput(fmt.Sprintf("%s.inputs[%d]", kp, k), i, in, index); err != nil {
+					return err
+				}
+			}
+		} else if err := c.checkInput(inKey, i, op.Input(), index); err != nil {
 			return err
 		}
 		var err *Error
@@ -285,6 +297,8 @@ func (c *Config) validateOperators() *Error {
 					err = errorf(kp+".stream", "does not lead to a source")
 				}
 			}
+		case op.Cogroup != nil:
+			err = checkCogroup(kp, op.Cogroup)
 		case op.Aggregate != nil:
 			err = checkAggregate(kp, op.Aggregate)
 			if err == nil {
@@ -297,6 +311,9 @@ func (c *Config) validateOperators() *Error {
 			return err
 		}
 		if op.Output == "" {
+			if op.Cogroup != nil {
+				return errorf(p+".output", "required for a cogroup: the sink its results go to (%s)", c.sinkList())
+			}
 			if op.Aggregate != nil {
 				return errorf(p+".output", "required for an aggregate: the sink its results go to (%s)", c.sinkList())
 			}
@@ -457,6 +474,27 @@ func checkAggregate(kp string, a *Aggregate) *Error {
 	}
 	if a.Window.Kind() == "session" && a.Emit != EmitFinal {
 		return errorf(kp+".emit", "session windows need emit: final (an update would have to retract the sessions a record merges)")
+	}
+	return nil
+}
+
+// checkCogroup checks a cogroup's fields (as an aggregate's) and that each names one of its
+// inputs in from.
+func checkCogroup(kp string, cg *Cogroup) *Error {
+	if err := checkEnum(kp+".emit", cg.Emit, EmitUpdates); err != nil {
+		return err
+	}
+	if err := checkAggregate(kp, cg.Aggregate()); err != nil {
+		return err
+	}
+	for _, name := range sortedKeys(cg.Fields) {
+		from, ok := cg.Fields[name]["from"].(string)
+		if !ok || from == "" {
+			return errorf(kp+".fields."+name+".from", "required: the input whose records the field aggregates (%s)", strings.Join(cg.Inputs, ", "))
+		}
+		if !slices.Contains(cg.Inputs, from) {
+			return errorf(kp+".fields."+name+".from", "%q is not an input of the cogroup (%s)", from, strings.Join(cg.Inputs, ", "))
+		}
 	}
 	return nil
 }

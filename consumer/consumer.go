@@ -615,13 +615,16 @@ func (e *Engine) ensureTopics(ctx context.Context) error {
 	for rt, from := range reparts {
 		topics = append(topics, changelog.Topic{Name: rt, Partitions: parts[from], Exact: true})
 	}
+	seen := map[string]bool{}
 	for _, c := range e.o.Plan.Chains {
 		n := parts[c.Source.Topic]
 		maxParts = max(maxParts, n)
-		if c.Changelog != "" {
+		if c.Changelog != "" && !seen[c.Changelog] {
+			seen[c.Changelog] = true
 			topics = append(topics, changelog.Topic{Name: c.Changelog, Partitions: n, Exact: true, Compacted: true})
 		}
-		if c.SinkTopic != "" && c.Rekey == "" {
+		if c.SinkTopic != "" && c.Rekey == "" && !seen[c.SinkTopic] {
+			seen[c.SinkTopic] = true
 			topics = append(topics, changelog.Topic{Name: c.SinkTopic, Partitions: n})
 		}
 	}

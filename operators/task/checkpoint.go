@@ -113,7 +113,7 @@ func (t *Task) Checkpoint(p Producer) (pd *Pending, err error) {
 			pd.records++
 		}
 		c.outbox = nil
-		if c.ops.agg != nil && !foldedIn(pd, c) {
+		if c.ops.agg != nil && c.primary && !foldedIn(pd, c) {
 			switch {
 			case len(c.dirty) > 0 && c.kop != nil:
 				if err := t.flushKeyed(c, p, pd); err != nil {
@@ -205,7 +205,7 @@ func newPending() *Pending {
 // leaving reports whether a chain is due to fold its backlog and stream: its detector left
 // backlog and it holds backlog records or outputs owed by backlog checkpoints.
 func (c *chain) leaving() bool {
-	return c.ops.agg != nil && len(c.dirty) == 0 && (!c.det.Backlog() || c.ended) && (c.buffered() > 0 || c.hasPending || c.ended && c.inBack)
+	return c.ops.agg != nil && c.primary && len(c.dirty) == 0 && (!c.anyBacklog() || c.ended) && (c.buffered() > 0 || c.hasPending || c.ended && c.inBack)
 }
 
 // WantsFold reports whether a chain of the task is due to fold its backlog (the expensive part
@@ -249,9 +249,10 @@ func (t *Task) Prepare(ctx context.Context, p Producer) error {
 	return nil
 }
 
+// foldedIn reports whether pd folded the backlog of c's operator (through any of its chains).
 func foldedIn(pd *Pending, c *chain) bool {
 	for _, f := range pd.folded {
-		if f == c {
+		if f.opState == c.opState {
 			return true
 		}
 	}
@@ -794,7 +795,7 @@ func (t *Task) untouchedByAbort(pd *Pending) bool {
 		if c.ops.agg == nil || !c.inBack || !c.det.Backlog() || len(c.dirty) > 0 {
 			return false
 		}
-		if pd != nil && (foldedIn(pd, c) || slices.Contains(pd.flushed, c)) {
+		if pd != nil && (foldedIn(pd, c) || slices.ContainsFunc(pd.flushed, func(f *chain) bool { return f.opState == c.opState })) {
 			return false
 		}
 	}
