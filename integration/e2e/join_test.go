@@ -147,11 +147,21 @@ func joinScenario(t *testing.T, brokers string, orders int64, keys int) {
 // them through its repartition topic inside the transactions, and the totals per region must be
 // exact after a kill -9 and a restart.
 func TestJoinGroupByRegionFake(t *testing.T) {
+	joinGroupByScenario(t, kafkatest.Fake(t, 8), 30_000, 3_000)
+}
+
+// TestJoinGroupByRegionKill9 is TestJoinGroupByRegionFake on the real broker: the repartition
+// topic is written in the same transactions as the orders' offsets, read read_committed by the
+// aggregate's chain, and purged.
+func TestJoinGroupByRegionKill9(t *testing.T) {
+	joinGroupByScenario(t, kafkatest.Brokers(t), 100_000, 10_000)
+}
+
+func joinGroupByScenario(t *testing.T, brokers string, records int64, keys int) {
 	ctx, cancel := context.WithTimeout(t.Context(), 120*time.Second)
 	defer cancel()
 	const parts = 4
-	brokers := kafkatest.Fake(t, 8)
-	s := workload.Spec{Records: 30_000, Keys: 3_000, Partitions: parts, Seed: 41}
+	s := workload.Spec{Records: records, Keys: keys, Partitions: parts, Seed: 41}
 	p, customers := joinPipeline(t, brokers, parts, true)
 	if err := p.produce(ctx, s); err != nil {
 		t.Fatal(err)
@@ -166,7 +176,7 @@ func TestJoinGroupByRegionFake(t *testing.T) {
 		in.checkAlive()
 		return len(in.logLines(in.runs, "table snapshot loaded; its streams go on")) > 0, nil
 	})
-	time.Sleep(200 * time.Millisecond) // somewhere in the backlog
+	time.Sleep(50 * time.Millisecond) // somewhere in the backlog
 	in.kill()
 	in.start()
 	want := s.RegionTotals()
