@@ -279,7 +279,7 @@ func (r *Restorer) apply(b state.Batch, rec *kgo.Record, ns state.Namespace, fp,
 		if len(rec.Value) != 8 {
 			return invalidWatermark(rec, ns)
 		}
-		return b.Set(WatermarkNamespace(ns), WatermarkKey, rec.Value)
+		return b.Set(WatermarkNamespace(ns), rec.Key, rec.Value) // WatermarkKey, or an input's (wm/<i>)
 	}
 	if err := checkLayout(rec, ns, fp, layout); err != nil {
 		return err

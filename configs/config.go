@@ -225,6 +225,8 @@ func (o *Operator) Input() string {
 		return o.Map.Input
 	case o.Aggregate != nil:
 		return o.Aggregate.Input
+	case o.Join != nil && o.Join.StreamStream():
+		return o.Join.Left
 	case o.Join != nil:
 		return o.Join.Stream
 	case o.Cogroup != nil && len(o.Cogroup.Inputs) > 0:
@@ -237,6 +239,9 @@ func (o *Operator) Input() string {
 func (o *Operator) Inputs() []string {
 	if o.Cogroup != nil {
 		return o.Cogroup.Inputs
+	}
+	if o.Join != nil && o.Join.StreamStream() {
+		return []string{o.Join.Left, o.Join.Right}
 	}
 	return []string{o.Input()}
 }
@@ -300,18 +305,26 @@ func (cg *Cogroup) From() map[string]string {
 	return out
 }
 
-// Join is a stream-table join (as_of processing: a record joins its key's latest row).
+// Join is a stream-table join (stream, table; as_of processing: a record joins its key's latest
+// row) or a windowed stream-stream join (left, right, within).
 type Join struct {
-	Stream string `koanf:"stream" default:"required" doc:"A source or an earlier operator: the records to enrich, keyed by the table's key."`
-	Table  string `koanf:"table" default:"required" doc:"A table: each record gets its key's row under the table's name (null when a left join finds none)."`
-	Type   string `koanf:"type" enum:"inner,left" doc:"inner: a record without a row is dropped; left: it goes on with null."`
-	AsOf   string `koanf:"as_of" enum:"processing" doc:"processing: the latest row when the record is processed, after the table's snapshot has loaded (event_time is not supported yet)."`
+	Stream string        `koanf:"stream" default:"none" doc:"Stream-table join: a source or an earlier operator, the records to enrich, keyed by the table's key."`
+	Table  string        `koanf:"table" default:"none" doc:"Stream-table join: a table; each record gets its key's row under the table's name (null when a left join finds none)."`
+	Left   string        `koanf:"left" default:"none" doc:"Stream-stream join: the left input (a source or an earlier operator), keyed like right and co-partitioned with it."`
+	Right  string        `koanf:"right" default:"none" doc:"Stream-stream join: the right input."`
+	Within time.Duration `koanf:"within" default:"none" doc:"Stream-stream join: a left and a right record of one key whose event times are at most this apart are a pair, emitted once as {<left>: ..., <right>: ...}."`
+	Type   string        `koanf:"type" enum:"inner,left,outer" default:"inner" doc:"inner: only matches; left: also each record of the stream (or left) side without a match, with null (for a stream-stream join, once its window has closed, never earlier); outer (stream-stream only): unmatched records of both sides."`
+	AsOf   string        `koanf:"as_of" enum:"processing" doc:"Stream-table join: processing, the latest row when the record is processed, after the table's snapshot has loaded (event_time is not supported yet)."`
 }
+
+// StreamStream reports whether the join is a windowed stream-stream join (left, right).
+func (j *Join) StreamStream() bool { return j.Left != "" || j.Right != "" }
 
 // Join types.
 const (
 	JoinInner = "inner"
 	JoinLeft  = "left"
+	JoinOuter = "outer"
 )
 
 // Window is an aggregate's event-time window: exactly one of Tumbling, Hopping (with Advance) and
@@ -436,7 +449,7 @@ func (c *Config) InternalTopics() []string {
 				topics = append(topics, c.RepartitionTopic(c.Operators[i].Name))
 			}
 		}
-		if c.Operators[i].Cogroup != nil {
+		if op := c.Operators[i]; op.Cogroup != nil || op.Join != nil && op.Join.StreamStream() {
 			topics = append(topics, c.ChangelogTopic(c.Operators[i].Name))
 		}
 	}
@@ -532,7 +545,9 @@ func (c *Config) fillDefaults(hostname func() (string, error)) *Error {
 		}
 		if j := c.Operators[i].Join; j != nil {
 			setIfEmpty(&j.Type, JoinInner)
-			setIfEmpty(&j.AsOf, "processing")
+			if !j.StreamStream() {
+				setIfEmpty(&j.AsOf, "processing")
+			}
 		}
 	}
 	if c.InstanceID == "" {

@@ -267,7 +267,16 @@ func (c *Config) validateOperators() *Error {
 		if op.Join != nil {
 			inKey = kp + ".stream"
 		}
-		if op.Cogroup != nil {
+		if op.Join != nil && op.Join.StreamStream() {
+			for _, side := range []struct{ key, in string }{{"left", op.Join.Left}, {"right", op.Join.Right}} {
+				if err := c.checkInput(kp+"."+side.key, i, side.in, index); err != nil {
+					return err
+				}
+			}
+			if op.Join.Left == op.Join.Right {
+				return errorf(kp+".right", "%q is also the left input; a stream-stream join joins two different inputs", op.Join.Right)
+			}
+		} else if op.Cogroup != nil {
 			if len(op.Cogroup.Inputs) < 2 {
 				return errorf(kp+".inputs", "needs two or more inputs (one input: use aggregate)")
 			}
@@ -290,6 +299,8 @@ func (c *Config) validateOperators() *Error {
 			}
 		case op.Map != nil:
 			err = checkMap(kp, op.Map)
+		case op.Join != nil && op.Join.StreamStream():
+			err = checkStreamJoin(kp, op.Join)
 		case op.Join != nil:
 			err = c.checkJoin(kp, op.Join)
 			if err == nil {
@@ -311,6 +322,9 @@ func (c *Config) validateOperators() *Error {
 			return err
 		}
 		if op.Output == "" {
+			if op.Join != nil && op.Join.StreamStream() {
+				return errorf(p+".output", "required for a stream-stream join: the sink its pairs go to (%s)", c.sinkList())
+			}
 			if op.Cogroup != nil {
 				return errorf(p+".output", "required for a cogroup: the sink its results go to (%s)", c.sinkList())
 			}
@@ -361,8 +375,31 @@ func (c *Config) validateTables() *Error {
 	return nil
 }
 
+// checkStreamJoin checks a windowed stream-stream join (its inputs are checked as inputs).
+func checkStreamJoin(kp string, j *Join) *Error {
+	switch {
+	case j.Stream != "" || j.Table != "":
+		return errorf(kp, "is a stream-table join (stream, table) or a stream-stream join (left, right, within), not both")
+	case j.Left == "":
+		return errorf(kp+".left", "required for a stream-stream join (with right and within)")
+	case j.Right == "":
+		return errorf(kp+".right", "required for a stream-stream join (with left and within)")
+	case j.Within <= 0:
+		return errorf(kp+".within", "required for a stream-stream join: how far apart in event time a left and a right record may be, e.g. 10m")
+	case j.AsOf != "":
+		return errorf(kp+".as_of", "applies to stream-table joins only")
+	}
+	return checkEnum(kp+".type", j.Type, JoinInner, JoinLeft, JoinOuter)
+}
+
 // checkJoin checks a join's table, type and as_of (its stream is checked as its input).
 func (c *Config) checkJoin(kp string, j *Join) *Error {
+	if j.Stream == "" {
+		return errorf(kp+".stream", "required: a source or an earlier operator (or left, right and within for a stream-stream join)")
+	}
+	if j.Type == JoinOuter {
+		return errorf(kp+".type", "outer applies to stream-stream joins; a stream-table join is inner or left")
+	}
 	if j.Table == "" {
 		return errorf(kp+".table", "required: a table (%s)", c.tableList())
 	}

@@ -139,8 +139,8 @@ func New(o Options) (*Engine, error) {
 			}
 		}
 	}
-	if o.Bounded && len(e.tables) > 0 {
-		return nil, errors.New("consumer: a bounded run (--bounded) does not support tables yet")
+	if o.Bounded && len(e.groups) < len(e.group) {
+		return nil, errors.New("consumer: a bounded run (--bounded) does not support operators of several inputs (joins, cogroups) yet")
 	}
 	return e, nil
 }

@@ -36,7 +36,8 @@ type Pending struct {
 	flushed []*chain         // chains whose dirty cache entries were written
 	folded  []*chain         // chains that folded their sorted backlog
 	silent  map[*chain]bool  // folds of a backlog checkpoint: no outputs, the chain stays in backlog
-	wm      map[*chain]int64 // windowed chains' watermarks written with their offsets
+	wm      map[*chain]int64 // windowed operators' watermarks written with their offsets (by primary chain)
+	iwm     map[*chain]int64 // operators of several inputs: each input's watermark written
 	keys    map[*chain]int64
 	tables  map[*table]int64 // tables whose offset this checkpoint commits
 	records int
@@ -199,6 +200,7 @@ func newPending() *Pending {
 		keys:    map[*chain]int64{},
 		silent:  map[*chain]bool{},
 		wm:      map[*chain]int64{},
+		iwm:     map[*chain]int64{},
 	}
 }
 
@@ -647,6 +649,9 @@ func (t *Task) Committed(pd *Pending) (err error) {
 	for c, wm := range pd.wm {
 		c.wmCommitted = wm
 	}
+	for c, wm := range pd.iwm {
+		c.iwmCommitted = wm
+	}
 	for _, c := range pd.flushed {
 		if c.win != nil {
 			c.committedWindows()
@@ -755,6 +760,7 @@ func (t *Task) Aborted(pd *Pending) map[string]int64 {
 		c.outbox = nil
 		if c.timed() {
 			c.wm = c.wmCommitted
+			c.iwm = c.iwmCommitted
 			c.tm.reset()
 		}
 		if c.committed >= 0 {

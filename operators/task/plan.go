@@ -37,6 +37,7 @@ type ChainPlan struct {
 	Changelog  string           // changelog topic of Agg ("" when stateless)
 	Tables     []string         // the tables its joins read, in stage order
 	Cogroup    *configs.Cogroup // the cogroup Agg stands for (Agg.Aggregate is its fields as an aggregate's), or nil
+	StreamJoin *configs.Join    // the windowed stream-stream join Agg stands for, or nil
 	Input      int              // a cogroup's chain: the index of its input
 	Rekey      string           // the group_by field path the records are re-keyed by ("" = none); SinkTopic is then the repartition topic
 }
@@ -74,6 +75,12 @@ func NewPlan(cfg *configs.Config) (*Plan, error) {
 			// A cogroup runs as an aggregate of its fields whose state counts per input.
 			cogroups[op.Name] = &configs.Operator{Name: op.Name, Aggregate: op.Cogroup.Aggregate(), Output: op.Output}
 		}
+		if op.Join != nil && op.Join.StreamStream() {
+			// A stream-stream join is a Keyed operator; its Agg is a stand-in without fields
+			// of its own (the runtime reads its name, output and window, none).
+			cogroups[op.Name] = &configs.Operator{Name: op.Name, Output: op.Output,
+				Aggregate: &configs.Aggregate{Fields: map[string]map[string]any{"pairs": {"count": nil}}, Emit: configs.EmitUpdates}}
+		}
 	}
 	p := &Plan{Config: cfg}
 	names := make([]string, 0, len(cfg.Sources))
@@ -99,9 +106,16 @@ func NewPlan(cfg *configs.Config) (*Plan, error) {
 				p.Chains = append(p.Chains, c)
 				c = ChainPlan{SourceName: op.Name + "-repartition", Source: repartitionSource(cfg, op.Name, cfg.Sources[src])}
 			}
+			streamJoin := op.Join != nil && op.Join.StreamStream()
 			if op.Cogroup != nil {
 				c.Agg, c.Cogroup = cogroups[op.Name], op.Cogroup
 				c.Input = slices.Index(op.Cogroup.Inputs, cur)
+				c.Changelog = cfg.ChangelogTopic(op.Name)
+			} else if streamJoin {
+				c.Agg, c.StreamJoin = cogroups[op.Name], op.Join
+				if cur == op.Join.Right {
+					c.Input = 1
+				}
 				c.Changelog = cfg.ChangelogTopic(op.Name)
 			} else if op.Aggregate != nil {
 				c.Agg = &cfg.Operators[i]
@@ -119,7 +133,7 @@ func NewPlan(cfg *configs.Config) (*Plan, error) {
 				c.Sink = op.Output
 				c.SinkTopic = cfg.Sinks[op.Output].Topic
 			}
-			if op.Aggregate != nil || op.Cogroup != nil {
+			if op.Aggregate != nil || op.Cogroup != nil || streamJoin {
 				if _, more := consumers[op.Name]; more {
 					return nil, &configs.Error{Key: fmt.Sprintf("operators[%d].output", i), Msg: "an aggregate must end its chain (operators after an aggregate are not supported yet)"}
 				}
@@ -213,7 +227,7 @@ func (p *Plan) CoPartitioned() [][]string {
 		for _, tb := range c.Tables {
 			union(c.Source.Topic, p.Config.Tables[tb].Topic)
 		}
-		if c.Cogroup != nil {
+		if c.Cogroup != nil || c.StreamJoin != nil {
 			if first, ok := cogroupTopic[c.Agg.Name]; ok {
 				union(first, c.Source.Topic)
 			} else {
@@ -275,7 +289,15 @@ func (p *Plan) Describe(w io.Writer) {
 		if c.Rekey != "" {
 			fmt.Fprintf(w, "  -> re-key by %s -> repartition topic %s (in the transaction of the input offsets)\n", c.Rekey, c.SinkTopic)
 		}
-		if c.Agg != nil {
+		if c.StreamJoin != nil {
+			j := c.StreamJoin
+			side := "left"
+			if c.Input == 1 {
+				side = "right"
+			}
+			fmt.Fprintf(w, "  -> stream-stream join %s (%s side): %s join of %s and %s within %v, pairs as {%q: ..., %q: ...}; a record is late once its input's watermark passes its time + within (dead letters); unmatched records only after their window closed; state in Pebble, one timer per key\n",
+				c.Agg.Name, side, orDefault(j.Type, "inner"), j.Left, j.Right, j.Within, j.Left, j.Right)
+		} else if c.Agg != nil {
 			ops, _ := c.build(nil)
 			a := ops.agg.Attributes()
 			var specs []string
@@ -364,6 +386,13 @@ func (c ChainPlan) build(rows func(table string) operators.Rows) (*chainOps, err
 	}
 	if c.Cogroup != nil {
 		ops.agg, err = operators.NewCogroup(c.Agg.Name, *c.Cogroup)
+		return ops, err
+	}
+	if c.StreamJoin != nil {
+		if ops.kop, err = operators.NewStreamJoin(c.Agg.Name, *c.StreamJoin); err != nil {
+			return nil, err
+		}
+		ops.agg, err = operators.NewAggregate(c.Agg.Name, *c.Agg.Aggregate) // the keyed chain's stand-in; never folded
 		return ops, err
 	}
 	if c.Agg != nil {

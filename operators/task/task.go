@@ -88,6 +88,12 @@ type chain struct {
 
 	observed bool // the chain has seen a batch since it started or was rewound (BeforeBatch)
 
+	// Event time of the chain's input: its watermark (the largest event time decoded minus its
+	// source's max_delay) and the one committed. The operator's watermark (opState.wm) is the
+	// smallest of its inputs'; a record is late by its own input's (window.go).
+	maxDelay          int64
+	iwm, iwmCommitted int64
+
 	recordsIn, recordsOut, dead int64
 }
 
@@ -110,8 +116,7 @@ type opState struct {
 	win         *operators.Windows // nil: unwindowed
 	kop         operators.Keyed    // a Keyed operator (session windows; keyed.go); nil: a mergeable aggregate
 	outbox      []*kgo.Record      // Keyed: outputs of real-time calls, produced by the next checkpoint
-	maxDelay    int64              // the source's watermark.max_delay, ms
-	wm          int64              // watermark at next (math.MinInt64 before any record)
+	wm          int64              // watermark at next (math.MinInt64 before any record): the smallest of its inputs' (chain.iwm)
 	wmCommitted int64              // watermark at committed
 	timerNS     state.Namespace
 	tm          timers
@@ -234,7 +239,8 @@ func NewGroup(plan *Plan, topics []string, partition int32, d Deps) (*Task, erro
 				return nil, err
 			}
 		}
-		c := &chain{plan: cp, ops: ops, next: -1, committed: -1, input: cp.Input}
+		c := &chain{plan: cp, ops: ops, next: -1, committed: -1, input: cp.Input,
+			maxDelay: cp.Source.Watermark.MaxDelay.Milliseconds(), iwm: math.MinInt64, iwmCommitted: math.MinInt64}
 		if ops.agg != nil {
 			c.det = backlog.NewDetector(backlog.Options{
 				Mode: mode, EnterLag: cfg.Backlog.EnterLag, ExitLag: cfg.Backlog.ExitLag,
@@ -261,7 +267,6 @@ func NewGroup(plan *Plan, topics []string, partition int32, d Deps) (*Task, erro
 				t.Close()
 				return nil, err
 			}
-			c.maxDelay = cp.Source.Watermark.MaxDelay.Milliseconds()
 			c.timerNS = timerNamespace(c.ns)
 			if d.Budget != nil {
 				dir := filepath.Join(d.SortDir, fmt.Sprintf("%s-%d", cp.Agg.Name, partition))
@@ -486,7 +491,13 @@ func (t *Task) processChain(c *chain, recs []*kgo.Record) error {
 			continue
 		}
 		// The projected input follows a tag byte: sorted entries are inputs or partial states.
-		in, err := ops.agg.ProjectInput(c.input, &c.rec, append(c.scratch[:0], tagInput))
+		var in []byte
+		var err error
+		if ops.kop != nil {
+			in, err = ops.kop.Project(c.input, &c.rec, append(c.scratch[:0], tagInput))
+		} else {
+			in, err = ops.agg.ProjectInput(c.input, &c.rec, append(c.scratch[:0], tagInput))
+		}
 		if err != nil {
 			t.deadLetter(c, kr, ops.agg.Name(), err)
 			continue
