@@ -213,3 +213,122 @@ func TestTableDeadLetterSurvivesRestart(t *testing.T) {
 	}
 	e2.stopClean(t)
 }
+
+// TestRepartitionPurgedUpToCommitted: orders joined with customers and summed by
+// customers.region go through the repartition topic; the totals per region are exact, and
+// the records of the repartition topic are deleted (DeleteRecords) only below the offsets the
+// group committed for it.
+func TestRepartitionPurgedUpToCommitted(t *testing.T) {
+	c := newJoinCluster(t)
+	brokers := c.ListenAddrs()
+	produceCustomers(t, brokers, 10) // c-i in region r(i mod 4); c-003's bad row leaves its row
+	cfg := newJoinConfig(t, brokers)
+	cfg.Operators = []configs.Operator{
+		{Name: "enriched", Join: &configs.Join{Stream: "orders", Table: "customers", Type: configs.JoinInner, AsOf: "processing"}},
+		{Name: "by_region", Aggregate: &configs.Aggregate{Input: "enriched", GroupBy: "customers.region",
+			Fields: map[string]map[string]any{"amount": {"sum": "amount"}, "orders": {"count": map[string]any{}}}}, Output: "out"},
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	repart := cfg.RepartitionTopic("by_region")
+	in := orders{n: 400, keys: 12, seed: 7} // c-010 and c-011 have no row: dropped by the inner join
+	produce(t, brokers, in)
+	e := newEngine(t, cfg, nil)
+	e.start(t)
+	adm := admin(t, brokers)
+	waitCaughtUp(t, e, adm)
+	want := map[string]total{}
+	in.each(func(key string, cents, _ int64) {
+		var i int
+		fmt.Sscanf(key, "c-%d", &i)
+		if i >= 10 {
+			return
+		}
+		r := fmt.Sprintf("r%d", i%4)
+		tt := want[r]
+		tt.cents += cents
+		tt.count++
+		want[r] = tt
+	})
+	waitFor(t, 20*time.Second, "the region totals", func() (bool, error) {
+		got := readTotals(t, brokers)
+		if len(got) != len(want) {
+			return false, e.failed()
+		}
+		for k, w := range want {
+			if got[k] != w {
+				return false, e.failed()
+			}
+		}
+		return true, e.failed()
+	})
+	var purged bool
+	waitFor(t, 20*time.Second, "the repartition topic purged up to its committed offsets", func() (bool, error) {
+		starts, err := adm.ListStartOffsets(t.Context(), repart)
+		if err != nil || starts.Error() != nil {
+			return false, e.failed()
+		}
+		fo, err := adm.FetchOffsets(t.Context(), cfg.Group)
+		if err != nil {
+			return false, e.failed()
+		}
+		committed := map[int32]int64{}
+		fo.Each(func(o kadm.OffsetResponse) {
+			if o.Topic == repart {
+				committed[o.Partition] = o.At
+			}
+		})
+		purged = false
+		var bad error
+		starts.Each(func(o kadm.ListedOffset) {
+			if o.Offset > committed[o.Partition] {
+				bad = fmt.Errorf("%s[%d] starts at %d, past the committed offset %d", repart, o.Partition, o.Offset, committed[o.Partition])
+			}
+			if o.Offset > 0 {
+				purged = true
+			}
+		})
+		if bad != nil {
+			return false, bad
+		}
+		return purged, e.failed()
+	})
+	e.stopClean(t)
+}
+
+// TestTableDeadLetterOnceOnFreshStore: a task that starts without the table in its store (a
+// partition moved to a new instance when the group scales out, a lost state dir) reads the
+// table from its log start, and commits again every dead letter of the table that the
+// previous owner committed: the group's committed offset of the table says they were. Same
+// fix as TestTableDeadLetterSurvivesRestart.
+func TestTableDeadLetterOnceOnFreshStore(t *testing.T) {
+	c := newJoinCluster(t)
+	brokers := c.ListenAddrs()
+	ends := produceCustomers(t, brokers, 10)
+	cfg := newJoinConfig(t, brokers)
+	adm := admin(t, brokers)
+	e := newEngine(t, cfg, nil)
+	e.start(t)
+	waitFor(t, 20*time.Second, "the table's offsets (and its dead letter) to be committed", func() (bool, error) {
+		got := committedTable(t, adm, cfg.Group)
+		for p, end := range ends {
+			if end > 0 && got[p] != end {
+				return false, e.failed()
+			}
+		}
+		return true, e.failed()
+	})
+	e.stopClean(t)
+
+	e2 := newEngine(t, cfg, nil) // another instance's store
+	e2.start(t)
+	produce(t, brokers, orders{n: 20, keys: 10, seed: 5})
+	waitCaughtUp(t, e2, adm)
+	for at, n := range tableDeadLetters(t, brokers, cfg) {
+		if n != 1 {
+			t.Errorf("the dead letter of customers %s was committed %d times, want once", at, n)
+		}
+	}
+	e2.stopClean(t)
+}
