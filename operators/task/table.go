@@ -2,6 +2,8 @@ package task
 
 import (
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -35,11 +37,12 @@ type table struct {
 	committed int64 // next offset as of the last committed checkpoint (a rewind goes back here)
 	end       int64 // the snapshot: the end offset when the task started; -1 until SetTableEnd
 	loaded    bool  // next reached end
-	lag       int64
 
 	waitStart     time.Time
 	rows, deletes int64 // records applied since the task started
 	dead          int64
+
+	err error // a failure of the store outside a call that returns errors (SetTableEnd); the next ProcessTable returns it
 }
 
 // TableNamespace is the store namespace of table name's partition.
@@ -85,16 +88,28 @@ func (t *Task) TableStart(topic string) (offset int64, ok bool) {
 // SetTableEnd gives topic's table partition its snapshot, the end offset (last stable) it had
 // when the task started, and its log start offset (where a store without an offset reads
 // from). A table already at its end is loaded; else the task's streams wait (Waiting).
+//
+// A stored offset before the log start means records the store never saw were deleted
+// (retention, DeleteRecords), tombstones among them: the rows it holds may be rows deleted
+// since, so the table is dropped and read again from the log start, as a fresh store would.
+// The caller must read the table from TableStart after this call.
 func (t *Task) SetTableEnd(topic string, start, end int64) {
 	tb := t.tables[topic]
 	if tb == nil {
 		return
 	}
+	if tb.next >= 0 && tb.next < start {
+		t.log.Warn("table partition: records after the stored offset were deleted; reading the table again from its log start",
+			"table", tb.name, "topic", tb.topic, "stored_offset", tb.next, "log_start", start)
+		if err := t.d.Store.Drop(tb.ns); err != nil && tb.err == nil {
+			tb.err = fmt.Errorf("task %d: table %s: drop the rows before reading it again from its log start: %w", t.partition, tb.name, err)
+		}
+		tb.next, tb.committed = -1, -1
+	}
 	if tb.next < start {
 		tb.next, tb.committed = start, start
 	}
 	tb.end = end
-	tb.lag = max(end-tb.next, 0)
 	if tb.next >= end && !tb.loaded {
 		t.tableLoaded(tb)
 	}
@@ -112,12 +127,22 @@ func (t *Task) Waiting() bool {
 	return false
 }
 
-// Tables returns the topics of the task's tables.
+// Tables returns the topics of the task's tables, sorted.
 func (t *Task) Tables() []string {
 	out := make([]string, 0, len(t.tables))
 	for topic := range t.tables {
 		out = append(out, topic)
 	}
+	slices.Sort(out)
+	return out
+}
+
+func (t *Task) sortedTables() []*table {
+	out := make([]*table, 0, len(t.tables))
+	for _, tb := range t.tables {
+		out = append(out, tb)
+	}
+	slices.SortFunc(out, func(a, b *table) int { return strings.Compare(a.name, b.name) })
 	return out
 }
 
@@ -139,6 +164,9 @@ func (t *Task) ProcessTable(topic string, recs []*kgo.Record, next int64) error 
 // store batch with the next offset. last is the offset after the batch as the fetch saw it
 // (past transaction markers), or -1. A record that fails to decode is a dead letter.
 func (t *Task) applyTable(tb *table, recs []*kgo.Record, last int64) error {
+	if tb.err != nil {
+		return tb.err
+	}
 	b := t.d.Store.NewBatch()
 	defer b.Close()
 	for _, kr := range recs {
@@ -158,20 +186,26 @@ func (t *Task) applyTable(tb *table, recs []*kgo.Record, last int64) error {
 			t.deadLetterTable(tb, kr, err)
 			continue
 		}
+		if tb.rec.Key == nil {
+			// No key field and a null record key: no stream record's key could find it (and
+			// a compacted topic refuses such records).
+			t.deadLetterTable(tb, kr, fmt.Errorf("a row without a key"))
+			continue
+		}
 		if err := b.Set(tb.ns, tb.rec.Key, kr.Value); err != nil {
 			return fmt.Errorf("task %d: table %s: %w", t.partition, tb.name, err)
 		}
 		tb.rows++
 	}
 	tb.next = max(tb.next, last)
+	if tb.next < 0 {
+		return nil // nothing read yet and no offset to record (an empty batch before SetTableEnd)
+	}
 	if err := b.SetOffset(tb.ns, tb.next); err != nil {
 		return fmt.Errorf("task %d: table %s: %w", t.partition, tb.name, err)
 	}
 	if err := b.Commit(); err != nil {
 		return fmt.Errorf("task %d: table %s: %w", t.partition, tb.name, err)
-	}
-	if tb.end >= 0 {
-		tb.lag = max(tb.end-tb.next, 0)
 	}
 	if !tb.loaded && tb.end >= 0 && tb.next >= tb.end {
 		t.tableLoaded(tb)
@@ -181,7 +215,6 @@ func (t *Task) applyTable(tb *table, recs []*kgo.Record, last int64) error {
 
 func (t *Task) tableLoaded(tb *table) {
 	tb.loaded = true
-	tb.lag = 0
 	d := t.d.Clock().Sub(tb.waitStart)
 	t.log.Info("table snapshot loaded; its streams go on", "table", tb.name, "topic", tb.topic, "rows", tb.rows, "tombstones", tb.deletes,
 		"end_offset", tb.end, "seconds", d.Seconds())
@@ -210,10 +243,15 @@ type TableStatus struct {
 	ETASeconds float64  `json:"eta_seconds,omitempty"` // while loading: lag / rate since start
 }
 
+// tableStatus returns the task's tables sorted by name (the first one not loaded is the
+// task's Waiting reason).
 func (t *Task) tableStatus(now time.Time) []TableStatus {
 	var out []TableStatus
-	for _, tb := range t.tables {
-		ts := TableStatus{Table: tb.name, Topic: tb.topic, Loaded: tb.loaded, NextOffset: tb.next, EndOffset: tb.end, Lag: tb.lag, Rows: tb.rows + tb.deletes}
+	for _, tb := range t.sortedTables() {
+		ts := TableStatus{Table: tb.name, Topic: tb.topic, Loaded: tb.loaded, NextOffset: tb.next, EndOffset: tb.end, Rows: tb.rows + tb.deletes}
+		if !tb.loaded && tb.end >= 0 {
+			ts.Lag = max(tb.end-max(tb.next, 0), 0) // from next: an abort rewinds it
+		}
 		if !tb.loaded {
 			for _, c := range t.chains {
 				for _, name := range c.plan.Tables {
@@ -223,7 +261,7 @@ func (t *Task) tableStatus(now time.Time) []TableStatus {
 				}
 			}
 			if d := now.Sub(tb.waitStart).Seconds(); d > 0 && ts.Rows > 0 {
-				ts.ETASeconds = float64(tb.lag) / (float64(ts.Rows) / d)
+				ts.ETASeconds = float64(ts.Lag) / (float64(ts.Rows) / d)
 			}
 		}
 		out = append(out, ts)
