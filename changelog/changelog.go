@@ -71,6 +71,11 @@ type Topic struct {
 	Partitions int32 // required count; an existing topic with another count is an error when Exact
 	Exact      bool
 	Compacted  bool
+	// Repartition creates a repartition topic: any record timestamp is accepted (they are event
+	// times, which may lie far from the broker's clock) and nothing is deleted by time
+	// (retention.ms -1, as those timestamps would expire it at once): sluice deletes the records
+	// it has committed past (DeleteRecords).
+	Repartition bool
 }
 
 // Ensure creates the missing topics and checks the existing ones. rf is the replication factor
@@ -94,6 +99,12 @@ func Ensure(ctx context.Context, adm *kadm.Client, topics []Topic, rf int16) err
 		cfg := map[string]*string{}
 		if t.Compacted {
 			cfg["cleanup.policy"] = ptr("compact")
+		}
+		if t.Repartition {
+			cfg["retention.ms"] = ptr("-1")
+			cfg["message.timestamp.type"] = ptr("CreateTime")
+			cfg["message.timestamp.before.max.ms"] = ptr("9223372036854775807")
+			cfg["message.timestamp.after.max.ms"] = ptr("9223372036854775807")
 		}
 		resp, err := adm.CreateTopic(ctx, t.Partitions, rf, cfg, t.Name)
 		if err == nil {

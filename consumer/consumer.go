@@ -613,7 +613,7 @@ func (e *Engine) ensureTopics(ctx context.Context) error {
 	var topics []changelog.Topic
 	maxParts := int32(1)
 	for rt, from := range reparts {
-		topics = append(topics, changelog.Topic{Name: rt, Partitions: parts[from], Exact: true})
+		topics = append(topics, changelog.Topic{Name: rt, Partitions: parts[from], Exact: true, Repartition: true})
 	}
 	seen := map[string]bool{}
 	for _, c := range e.o.Plan.Chains {

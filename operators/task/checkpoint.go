@@ -734,6 +734,11 @@ func (t *Task) Aborted(pd *Pending) map[string]int64 {
 				seek[c.plan.Source.Topic] = c.next
 			}
 		}
+		for _, tb := range t.tables {
+			if tb.next >= 0 {
+				seek[tb.topic] = tb.next // its held dead letters are kept too
+			}
+		}
 		t.needCkpt = false
 		t.publish()
 		return seek
@@ -771,7 +776,9 @@ func (t *Task) Aborted(pd *Pending) map[string]int64 {
 	// A table's rows stay applied (applying them again changes nothing), but its dead letters
 	// since the last commit are dropped with the others: it reads them again.
 	for _, tb := range t.tables {
-		if tb.committed >= 0 && tb.next > tb.committed {
+		// Always named: the consumer would otherwise rewind the table to the first offset it
+		// dispatched since the assignment.
+		if tb.committed >= 0 {
 			tb.next = tb.committed
 			seek[tb.topic] = tb.committed
 		}

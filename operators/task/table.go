@@ -34,6 +34,8 @@ type table struct {
 	rec         operators.Record
 
 	next      int64 // next offset to apply
+	dlqFrom   int64 // the group's committed offset of the table at start: dead letters before it were produced already
+	stored    int64 // the next offset the store recorded when the task started (-1: none)
 	committed int64 // next offset as of the last committed checkpoint (a rewind goes back here)
 	end       int64 // the snapshot: the end offset when the task started; -1 until SetTableEnd
 	loaded    bool  // next reached end
@@ -55,13 +57,13 @@ func newTable(name string, cfg configs.Table, partition int32, st state.Store, n
 	if err != nil {
 		return nil, err
 	}
-	tb := &table{name: name, topic: cfg.Topic, src: src, ns: TableNamespace(name, partition), next: -1, committed: -1, end: -1, waitStart: now}
+	tb := &table{name: name, topic: cfg.Topic, src: src, ns: TableNamespace(name, partition), next: -1, committed: -1, end: -1, stored: -1, waitStart: now}
 	off, ok, err := st.Offset(tb.ns)
 	if err != nil {
 		return nil, fmt.Errorf("table %s[%d]: %w", cfg.Topic, partition, err)
 	}
 	if ok {
-		tb.next, tb.committed = off, off
+		tb.next, tb.committed, tb.stored = off, off, off
 	}
 	return tb, nil
 }
@@ -85,6 +87,26 @@ func (t *Task) TableStart(topic string) (offset int64, ok bool) {
 	return tb.next, true
 }
 
+// SetTableCommitted gives topic's table partition the offset the group has committed for it
+// (-1: none), which moves with the table's dead letters: the table is read again from there if
+// its store is ahead (the dead letters of those records were never committed), or from its log
+// start if the group committed none; records before it produce no dead letter again (a store
+// behind it, or a fresh one). Call it before SetTableEnd.
+func (t *Task) SetTableCommitted(topic string, committed int64) {
+	tb := t.tables[topic]
+	if tb == nil {
+		return
+	}
+	if committed < 0 {
+		tb.next, tb.committed, tb.dlqFrom = -1, -1, 0
+		return
+	}
+	tb.dlqFrom = committed
+	if tb.next > committed {
+		tb.next, tb.committed = committed, committed
+	}
+}
+
 // SetTableEnd gives topic's table partition its snapshot, the end offset (last stable) it had
 // when the task started, and its log start offset (where a store without an offset reads
 // from). A table already at its end is loaded; else the task's streams wait (Waiting).
@@ -98,9 +120,10 @@ func (t *Task) SetTableEnd(topic string, start, end int64) {
 	if tb == nil {
 		return
 	}
-	if tb.next >= 0 && tb.next < start {
+	if tb.stored >= 0 && tb.stored < start {
 		t.log.Warn("table partition: records after the stored offset were deleted; reading the table again from its log start",
-			"table", tb.name, "topic", tb.topic, "stored_offset", tb.next, "log_start", start)
+			"table", tb.name, "topic", tb.topic, "stored_offset", tb.stored, "log_start", start)
+		tb.stored = -1
 		if err := t.d.Store.Drop(tb.ns); err != nil && tb.err == nil {
 			tb.err = fmt.Errorf("task %d: table %s: drop the rows before reading it again from its log start: %w", t.partition, tb.name, err)
 		}
@@ -225,6 +248,9 @@ func (t *Task) tableLoaded(tb *table) {
 }
 
 func (t *Task) deadLetterTable(tb *table, kr *kgo.Record, err error) {
+	if kr.Offset < tb.dlqFrom {
+		return // its dead letter was committed with the group's offset of the table already
+	}
 	tb.dead++
 	t.d.Metrics.deadLetter("table " + tb.name)
 	t.dlq = append(t.dlq, newDeadLetter(t.plan.Config.DLQTopic(), kr, "table "+tb.name, err.Error(), nil))
