@@ -275,7 +275,9 @@ type Cogroup struct {
 	Inputs []string `koanf:"inputs" default:"required" doc:"Two or more sources or earlier operators, co-partitioned (same partition count) and keyed alike."`
 	// Fields is the raw YAML, {spent: {sum: amount, from: orders}, ...}: see Specs.
 	Fields map[string]map[string]any `koanf:"fields" default:"required" doc:"Output fields: name: {sum|min|max|avg: input field path, from: input} or name: {count: {}, from: input}. Sums are exact decimals."`
-	Emit   string                    `koanf:"emit" enum:"updates" doc:"updates: the current value at most once per key per commit."`
+	Emit   string                    `koanf:"emit" enum:"updates,final" doc:"updates: the current value at most once per key (and window) per commit; final (windows only): exactly one output per key and window, when it closes."`
+	// Window is nil for one result per key, never closed.
+	Window *Window `koanf:"window" doc:"An event-time window (tumbling or hopping): a record is late when its own input's watermark has closed its windows; a window closes when the smallest of the inputs' watermarks reaches its end plus grace."`
 }
 
 // Aggregate returns the cogroup as an aggregate of its fields (without their inputs), for
@@ -291,7 +293,7 @@ func (cg *Cogroup) Aggregate() *Aggregate {
 		}
 		fields[name] = f
 	}
-	return &Aggregate{Input: cg.Inputs[0], Fields: fields, Emit: cg.Emit}
+	return &Aggregate{Input: cg.Inputs[0], Fields: fields, Emit: cg.Emit, Window: cg.Window}
 }
 
 // From returns, per field name, the input its records come from.

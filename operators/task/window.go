@@ -148,7 +148,11 @@ func (c *chain) syncWatermark() {
 func (t *Task) applyWindows(c *chain, kr *kgo.Record, in []byte) error {
 	var err error
 	open := 0
-	c.win.Assign(c.rec.Time, c.wm, func(start int64) {
+	own := c.wm
+	if len(c.chains) > 1 {
+		own = c.iwm // an operator of several inputs: late by the record's own input's watermark
+	}
+	c.win.Assign(c.rec.Time, own, func(start int64) {
 		if err != nil {
 			return
 		}
