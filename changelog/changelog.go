@@ -15,10 +15,12 @@
 package changelog
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -49,6 +51,24 @@ const WatermarkHeader = "sluice.watermark"
 
 // WatermarkKey is the changelog key of the watermark record, and its key in WatermarkNamespace.
 var WatermarkKey = []byte("wm")
+
+// IsWatermarkKey reports whether k is the key of a watermark record: WatermarkKey (the
+// operator's), or WatermarkKey + "/" + an input's index (an operator of several inputs).
+func IsWatermarkKey(k []byte) bool {
+	if bytes.Equal(k, WatermarkKey) {
+		return true
+	}
+	rest, ok := bytes.CutPrefix(k, append(slices.Clip(WatermarkKey), '/'))
+	if !ok || len(rest) == 0 || len(rest) > 4 {
+		return false
+	}
+	for _, c := range rest {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
+}
 
 // WatermarkNamespace is where the task stores its committed watermark.
 func WatermarkNamespace(ns state.Namespace) state.Namespace {
@@ -287,7 +307,7 @@ func (r *Restorer) Restore(ctx context.Context, topic string, ns state.Namespace
 // wrapping ErrLayout; nothing of it is applied.
 func (r *Restorer) apply(b state.Batch, rec *kgo.Record, ns state.Namespace, fp, layout string, marks *bool) error {
 	if hasHeader(rec, WatermarkHeader) {
-		if len(rec.Value) != 8 {
+		if len(rec.Value) != 8 || !IsWatermarkKey(rec.Key) {
 			return invalidWatermark(rec, ns)
 		}
 		return b.Set(WatermarkNamespace(ns), rec.Key, rec.Value) // WatermarkKey, or an input's (wm/<i>)

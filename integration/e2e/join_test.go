@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -21,8 +22,18 @@ import (
 // TestJoinWaitsForTableKill9 runs the inner join on the real broker with one then three
 // instances and kill -9s while tasks wait for their table, while they stream the backlog and
 // in real time, and demands every order exactly once with its customer's row.
+//
+// SLUICE_TEST_JOIN_ORDERS and SLUICE_TEST_JOIN_ROWS scale it (the size: 1000000 and
+// 100000, about two minutes here).
 func TestJoinWaitsForTableKill9(t *testing.T) {
-	joinScenario(t, kafkatest.Brokers(t), 200_000, 50_000)
+	orders, rows := int64(200_000), 50_000
+	if v, err := strconv.ParseInt(os.Getenv("SLUICE_TEST_JOIN_ORDERS"), 10, 64); err == nil && v > 0 {
+		orders = v
+	}
+	if v, err := strconv.Atoi(os.Getenv("SLUICE_TEST_JOIN_ROWS")); err == nil && v > 0 {
+		rows = v
+	}
+	joinScenario(t, kafkatest.Brokers(t), orders, rows)
 }
 
 // TestJoinWaitsForTableFake is the scenario against the in-process kfake cluster.
@@ -85,7 +96,7 @@ operators:
 func ptr(s string) *string { return &s }
 
 func joinScenario(t *testing.T, brokers string, orders int64, keys int) {
-	ctx, cancel := context.WithTimeout(t.Context(), 170*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 170*time.Second+time.Duration(orders/10_000)*time.Second)
 	defer cancel()
 	const parts = 8
 	first := workload.Spec{Records: orders, Keys: keys, Partitions: parts, Seed: 31}
@@ -124,7 +135,9 @@ func joinScenario(t *testing.T, brokers string, orders int64, keys int) {
 	if err := p.produce(ctx, second); err != nil {
 		t.Fatal(err)
 	}
-	p.waitCommitted(ctx, 90*time.Second, false, ins...)
+	start := time.Now()
+	p.waitCommitted(ctx, 90*time.Second+time.Duration(orders/10_000)*time.Second, false, ins...)
+	t.Logf("caught up %v after the three instances started", time.Since(start).Round(time.Millisecond))
 	ins[1].kill()
 	t.Log("kill -9 in real time")
 	ins[1].start()
