@@ -93,6 +93,10 @@ type chain struct {
 	// smallest of its inputs'; a record is late by its own input's (window.go).
 	maxDelay          int64
 	iwm, iwmCommitted int64
+	// Idleness (watermark.idle_after): an input of an operator of several inputs that has
+	// caught up and had no record for idleAfter stops holding the operator's watermark back.
+	idleAfter time.Duration
+	lastSeen  time.Time // wall clock of the input's last batch (or the task's start)
 
 	recordsIn, recordsOut, dead int64
 }
@@ -240,7 +244,8 @@ func NewGroup(plan *Plan, topics []string, partition int32, d Deps) (*Task, erro
 			}
 		}
 		c := &chain{plan: cp, ops: ops, next: -1, committed: -1, input: cp.Input,
-			maxDelay: cp.Source.Watermark.MaxDelay.Milliseconds(), iwm: math.MinInt64, iwmCommitted: math.MinInt64}
+			maxDelay: cp.Source.Watermark.MaxDelay.Milliseconds(), iwm: math.MinInt64, iwmCommitted: math.MinInt64,
+			idleAfter: cp.Source.Watermark.IdleAfter, lastSeen: d.Clock()}
 		if ops.agg != nil {
 			c.det = backlog.NewDetector(backlog.Options{
 				Mode: mode, EnterLag: cfg.Backlog.EnterLag, ExitLag: cfg.Backlog.ExitLag,
@@ -423,8 +428,10 @@ func (t *Task) Process(topic string, recs []*kgo.Record) error {
 			return err
 		}
 	}
+	now := t.d.Clock() // once per batch: the inputs' idleness (window.go)
 	for _, c := range t.byTopic[topic] {
-		if err := t.processChain(c, recs); err != nil {
+		c.lastSeen = now
+		if err := t.processChain(c, recs, now); err != nil {
 			return err
 		}
 	}
@@ -436,7 +443,7 @@ func (t *Task) Process(topic string, recs []*kgo.Record) error {
 	return nil
 }
 
-func (t *Task) processChain(c *chain, recs []*kgo.Record) error {
+func (t *Task) processChain(c *chain, recs []*kgo.Record, now time.Time) error {
 	ops := c.ops
 	for _, kr := range recs {
 		if c.committed < 0 {
@@ -449,7 +456,7 @@ func (t *Task) processChain(c *chain, recs []*kgo.Record) error {
 			continue
 		}
 		wmPrev := c.wm
-		c.observeTime(c.rec.Time)
+		c.observeTime(c.rec.Time, now)
 		keep := true
 		failed := false
 		for _, st := range ops.stages {

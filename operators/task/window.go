@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -116,7 +117,7 @@ func (t *Task) lateRecord(c *chain, kr *kgo.Record) {
 }
 
 // observeTime advances a windowed chain's watermark with the event time of a decoded record.
-func (c *chain) observeTime(ts int64) {
+func (c *chain) observeTime(ts int64, now time.Time) {
 	if !c.timed() || c.ended {
 		return
 	}
@@ -124,23 +125,46 @@ func (c *chain) observeTime(ts int64) {
 	if w > ts { // underflow
 		w = math.MinInt64
 	}
-	if w <= c.iwm {
-		return
+	if w > c.iwm {
+		c.iwm = w
 	}
-	c.iwm = w
-	c.syncWatermark()
+	c.syncWatermark(now)
 }
 
-// syncWatermark sets the operator's watermark from its inputs': the smallest of them (it never
-// goes back).
-func (c *chain) syncWatermark() {
-	m := int64(math.MaxInt64)
+// syncWatermark sets the operator's watermark from its inputs': the smallest of them, leaving
+// out idle inputs (caught up and without a record for watermark.idle_after; if every input is
+// idle, the largest). It never goes back.
+func (c *chain) syncWatermark(now time.Time) {
+	m, hi, active := int64(math.MaxInt64), int64(math.MinInt64), 0
 	for _, o := range c.chains {
+		hi = max(hi, o.iwm)
+		if len(c.chains) > 1 && o.idle(now) {
+			continue
+		}
+		active++
 		m = min(m, o.iwm)
+	}
+	if active == 0 {
+		m = hi
 	}
 	if m > c.wm {
 		c.wm = m
 	}
+}
+
+// idle reports whether the chain's input has caught up and seen no record for idle_after.
+func (c *chain) idle(now time.Time) bool {
+	return c.idleAfter > 0 && c.lag == 0 && now.Sub(c.lastSeen) >= c.idleAfter
+}
+
+// ownWatermark is the watermark a record of c's input is judged late by: its input's, or the
+// operator's if that is ahead (an idle input let it pass, and the windows it closed stay
+// closed). For an operator of one input it is the operator's.
+func (c *chain) ownWatermark() int64 {
+	if len(c.chains) > 1 {
+		return max(c.iwm, c.wm)
+	}
+	return c.wm
 }
 
 // applyWindows folds input in into every window of the record's event time that is still open
@@ -148,11 +172,7 @@ func (c *chain) syncWatermark() {
 func (t *Task) applyWindows(c *chain, kr *kgo.Record, in []byte) error {
 	var err error
 	open := 0
-	own := c.wm
-	if len(c.chains) > 1 {
-		own = c.iwm // an operator of several inputs: late by the record's own input's watermark
-	}
-	c.win.Assign(c.rec.Time, own, func(start int64) {
+	c.win.Assign(c.rec.Time, c.ownWatermark(), func(start int64) {
 		if err != nil {
 			return
 		}
