@@ -176,10 +176,12 @@ type Watermark struct {
 // Table is a compacted topic materialized per partition in Pebble: the latest row of each key,
 // a tombstone deleting it. The topic is its own changelog.
 type Table struct {
-	Topic    string        `koanf:"topic" default:"required" doc:"Kafka topic (compacted); it must exist, with the partition count of the streams joined with it."`
-	Format   string        `koanf:"format" enum:"json" doc:"Format of the record values."`
-	Key      string        `koanf:"key" doc:"Field path of the row key, which must equal the Kafka record key; empty: the Kafka record key."`
-	Versions time.Duration `koanf:"versions" doc:"How long superseded row versions are kept for joins with as_of: event_time; 0s: the latest row only (as_of: processing)."`
+	Topic     string        `koanf:"topic" default:"required" doc:"Kafka topic (compacted); it must exist, with the partition count of the streams joined with it."`
+	Format    string        `koanf:"format" enum:"json" doc:"Format of the record values."`
+	Key       string        `koanf:"key" doc:"Field path of the row key, which must equal the Kafka record key; empty: the Kafka record key."`
+	Timestamp string        `koanf:"timestamp" doc:"Joins with as_of: event_time: field path of the time from which a row version is valid (epoch ms or RFC 3339); empty: the record timestamp (also a tombstone's)."`
+	Watermark Watermark     `koanf:"watermark" doc:"Joins with as_of: event_time: how the table's event time advances (a stream record waits until it has passed the record's time)."`
+	Versions  time.Duration `koanf:"versions" doc:"Joins with as_of: event_time: how long superseded row versions are kept behind the watermark; 0s: only the version valid at the watermark."`
 }
 
 // Sink is one output topic.
@@ -316,7 +318,7 @@ type Join struct {
 	Right  string        `koanf:"right" default:"none" doc:"Stream-stream join: the right input."`
 	Within time.Duration `koanf:"within" default:"none" doc:"Stream-stream join: a left and a right record of one key whose event times are at most this apart are a pair, emitted once as {<left>: ..., <right>: ...}."`
 	Type   string        `koanf:"type" enum:"inner,left,outer" default:"inner" doc:"inner: only matches; left: also each record of the stream (or left) side without a match, with null (for a stream-stream join, once its window has closed, never earlier); outer (stream-stream only): unmatched records of both sides."`
-	AsOf   string        `koanf:"as_of" enum:"processing" doc:"Stream-table join: processing, the latest row when the record is processed, after the table's snapshot has loaded (event_time is not supported yet)."`
+	AsOf   string        `koanf:"as_of" enum:"processing,event_time" doc:"Stream-table join: processing, the latest row when the record is processed, after the table's snapshot has loaded; event_time, the row version valid at the record's event time, once the table's watermark has passed it (the table is then read as a stream of versions, with the task's other inputs)."`
 }
 
 // StreamStream reports whether the join is a windowed stream-stream join (left, right).
@@ -451,7 +453,7 @@ func (c *Config) InternalTopics() []string {
 				topics = append(topics, c.RepartitionTopic(c.Operators[i].Name))
 			}
 		}
-		if op := c.Operators[i]; op.Cogroup != nil || op.Join != nil && op.Join.StreamStream() {
+		if op := c.Operators[i]; op.Cogroup != nil || op.Join != nil && (op.Join.StreamStream() || op.Join.AsOf == "event_time") {
 			topics = append(topics, c.ChangelogTopic(c.Operators[i].Name))
 		}
 	}

@@ -81,6 +81,12 @@ func TestExamples(t *testing.T) {
 			eq(t, "from", c.Operators[0].Cogroup.From()["refunded"], "refunds")
 			eq(t, "internal topics", strings.Join(c.InternalTopics(), ","), "balances-balance-changelog,balances-dlq")
 		},
+		"asof-join.yaml": func(t *testing.T, c *Config) {
+			eq(t, "as_of", c.Operators[0].Join.AsOf, "event_time")
+			eq(t, "versions", c.Tables["customers"].Versions, time.Hour)
+			eq(t, "idle_after", c.Tables["customers"].Watermark.IdleAfter, 30*time.Second)
+			eq(t, "internal topics", strings.Join(c.InternalTopics(), ","), "orders-asof-dlq,orders-asof-enriched-changelog")
+		},
 		"payments-join.yaml": func(t *testing.T, c *Config) {
 			j := c.Operators[0].Join
 			eq(t, "stream-stream", j.StreamStream(), true)

@@ -365,11 +365,19 @@ func (c *Config) validateTables() *Error {
 				return errorf(key+".key", "%s; or leave it out to use the Kafka record key", msg)
 			}
 		}
-		switch {
-		case t.Versions < 0:
+		if t.Versions < 0 {
 			return errorf(key+".versions", "must not be negative, got %s", fmtDuration(t.Versions))
-		case t.Versions > 0:
-			return errorf(key+".versions", "row versions serve joins with as_of: event_time, which sluice does not support yet; use 0s (the latest row)")
+		}
+		if t.Timestamp != "" {
+			if msg := checkFieldPath(t.Timestamp); msg != "" {
+				return errorf(key+".timestamp", "%s; or leave it out to use the record timestamp", msg)
+			}
+		}
+		if t.Watermark.MaxDelay < 0 {
+			return errorf(key+".watermark.max_delay", "must not be negative, got %s", fmtDuration(t.Watermark.MaxDelay))
+		}
+		if t.Watermark.IdleAfter < 0 {
+			return errorf(key+".watermark.idle_after", "must not be negative (0: never idle), got %s", fmtDuration(t.Watermark.IdleAfter))
 		}
 	}
 	return nil
@@ -409,10 +417,7 @@ func (c *Config) checkJoin(kp string, j *Join) *Error {
 	if err := checkEnum(kp+".type", j.Type, JoinInner, JoinLeft); err != nil {
 		return err
 	}
-	if j.AsOf == "event_time" {
-		return errorf(kp+".as_of", "event_time (the row version valid at the record's event time) is not supported yet; use processing (the latest row, after the table's snapshot has loaded)")
-	}
-	return checkEnum(kp+".as_of", j.AsOf, "processing")
+	return checkEnum(kp+".as_of", j.AsOf, "processing", "event_time")
 }
 
 func (c *Config) tableList() string {

@@ -31,10 +31,10 @@ type Keyed interface {
 	// Project appends the input a decoded record of input (its index among the operator's
 	// inputs; 0 for an operator of one input) contributes to dst; a bad record is an *Error.
 	Project(input int, r *Record, dst []byte) ([]byte, error)
-	// IsLate reports whether a record with event time ts that arrives at watermark wm is late:
-	// it would only touch windows that are closed. The runtime sends late records to the
-	// dead-letter topic and never calls Process with them.
-	IsLate(ts, wm int64) bool
+	// IsLate reports whether a record of input with event time ts that arrives at watermark wm
+	// (its input's) is late: it would only touch windows that are closed. The runtime sends late
+	// records to the dead-letter topic and never calls Process with them.
+	IsLate(input int, ts, wm int64) bool
 	// Process applies one input of key with event time ts.
 	Process(ctx Context, key []byte, ts int64, in []byte) error
 	// OnTimer is called when the watermark has reached the key's timer at.

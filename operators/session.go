@@ -81,7 +81,7 @@ func sat(a, b int64) int64 {
 func (s *Sessions) closeAt(last int64) int64 { return sat(sat(last, s.gap), s.grace) }
 
 // IsLate reports whether a session of a record at ts alone would already be closed at wm.
-func (s *Sessions) IsLate(ts, wm int64) bool { return s.closeAt(ts) <= wm }
+func (s *Sessions) IsLate(_ int, ts, wm int64) bool { return s.closeAt(ts) <= wm }
 
 // decode loads st into s.ss. It reports false for bytes that are not a sessions state.
 func (s *Sessions) decode(st []byte) bool {

@@ -110,7 +110,7 @@ func satAdd(a, b int64) int64 {
 }
 
 // IsLate reports whether a record at ts arriving at its input's watermark wm is late.
-func (j *StreamJoin) IsLate(ts, wm int64) bool { return wm > satAdd(ts, j.within) }
+func (j *StreamJoin) IsLate(_ int, ts, wm int64) bool { return wm > satAdd(ts, j.within) }
 
 // dropAt is when a record at ts leaves the state (the timer fires at the watermark ≥ dropAt).
 func (j *StreamJoin) dropAt(ts int64) int64 { return satAdd(satAdd(ts, 2*j.within), 1) }

@@ -133,7 +133,7 @@ func (t *Task) emitNow(c *chain) func(key, value []byte) {
 // letters; in backlog the record is sorted; in real time it is Processed. wmPrev is the
 // watermark before the record, c.wm the one including it.
 func (t *Task) applyKeyed(c *chain, kr *kgo.Record, in []byte, wmPrev int64) error {
-	if c.kop.IsLate(c.rec.Time, c.ownWatermark()) {
+	if c.kop.IsLate(c.input, c.rec.Time, c.ownWatermark()) {
 		t.lateRecord(c, kr)
 		return nil
 	}
@@ -142,7 +142,11 @@ func (t *Task) applyKeyed(c *chain, kr *kgo.Record, in []byte, wmPrev int64) err
 		p = binary.BigEndian.AppendUint64(p, uint64(c.wm))
 		p = binary.BigEndian.AppendUint64(p, uint64(c.rec.Time))
 		c.wk = append(p, in[1:]...)
-		if err := c.sorter.Add(c.rec.Key, wmPrev, kr.Offset, c.wk); err != nil {
+		// The arrival sequence, not the offset, breaks ties of the watermark: an operator of
+		// several inputs replays a key's records in the order they arrived across its inputs
+		// (offsets of different topics do not compare).
+		c.arrivals++
+		if err := c.sorter.Add(c.rec.Key, wmPrev, c.arrivals, c.wk); err != nil {
 			return fmt.Errorf("task %d: sorter: %w", t.partition, err)
 		}
 		return nil

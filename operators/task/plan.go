@@ -17,6 +17,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/sluice-dev/sluice/configs"
 	"github.com/sluice-dev/sluice/operators"
@@ -38,6 +39,8 @@ type ChainPlan struct {
 	Tables     []string         // the tables its joins read, in stage order
 	Cogroup    *configs.Cogroup // the cogroup Agg stands for (Agg.Aggregate is its fields as an aggregate's), or nil
 	StreamJoin *configs.Join    // the windowed stream-stream join Agg stands for, or nil
+	AsOf       *configs.Join    // the stream-table join as of event time Agg stands for, or nil (Input 1: the table's chain)
+	Versions   time.Duration    // AsOf: the table's versions
 	Input      int              // a cogroup's chain: the index of its input
 	Rekey      string           // the group_by field path the records are re-keyed by ("" = none); SinkTopic is then the repartition topic
 }
@@ -75,8 +78,8 @@ func NewPlan(cfg *configs.Config) (*Plan, error) {
 			// A cogroup runs as an aggregate of its fields whose state counts per input.
 			cogroups[op.Name] = &configs.Operator{Name: op.Name, Aggregate: op.Cogroup.Aggregate(), Output: op.Output}
 		}
-		if op.Join != nil && op.Join.StreamStream() {
-			// A stream-stream join is a Keyed operator; its Agg is a stand-in without fields
+		if op.Join != nil && (op.Join.StreamStream() || op.Join.AsOf == "event_time") {
+			// A stream-stream join (or one as of event time) is a Keyed operator; its Agg is a stand-in without fields
 			// of its own (the runtime reads its name, output and window, none).
 			cogroups[op.Name] = &configs.Operator{Name: op.Name, Output: op.Output,
 				Aggregate: &configs.Aggregate{Fields: map[string]map[string]any{"pairs": {"count": nil}}, Emit: configs.EmitUpdates}}
@@ -107,7 +110,12 @@ func NewPlan(cfg *configs.Config) (*Plan, error) {
 				c = ChainPlan{SourceName: op.Name + "-repartition", Source: repartitionSource(cfg, op.Name, cfg.Sources[src])}
 			}
 			streamJoin := op.Join != nil && op.Join.StreamStream()
-			if op.Cogroup != nil {
+			asOf := op.Join != nil && op.Join.AsOf == "event_time"
+			if asOf {
+				c.Agg, c.AsOf = cogroups[op.Name], op.Join
+				c.Versions = cfg.Tables[op.Join.Table].Versions
+				c.Changelog = cfg.ChangelogTopic(op.Name)
+			} else if op.Cogroup != nil {
 				c.Agg, c.Cogroup = cogroups[op.Name], op.Cogroup
 				c.Input = slices.Index(op.Cogroup.Inputs, cur)
 				c.Changelog = cfg.ChangelogTopic(op.Name)
@@ -133,7 +141,7 @@ func NewPlan(cfg *configs.Config) (*Plan, error) {
 				c.Sink = op.Output
 				c.SinkTopic = cfg.Sinks[op.Output].Topic
 			}
-			if op.Aggregate != nil || op.Cogroup != nil || streamJoin {
+			if op.Aggregate != nil || op.Cogroup != nil || streamJoin || asOf {
 				if _, more := consumers[op.Name]; more {
 					return nil, &configs.Error{Key: fmt.Sprintf("operators[%d].output", i), Msg: "an aggregate must end its chain (operators after an aggregate are not supported yet)"}
 				}
@@ -153,6 +161,25 @@ func NewPlan(cfg *configs.Config) (*Plan, error) {
 			}
 		}
 		p.Chains = append(p.Chains, c)
+	}
+	// A join as of event time reads its table as its second input: a chain of its own.
+	for i, op := range cfg.Operators {
+		if op.Join == nil || op.Join.AsOf != "event_time" {
+			continue
+		}
+		tb := cfg.Tables[op.Join.Table]
+		for _, c := range p.Chains {
+			if slices.Contains(c.Tables, op.Join.Table) {
+				return nil, &configs.Error{Key: fmt.Sprintf("operators[%d].join.as_of", i),
+					Msg: fmt.Sprintf("table %q is also joined as_of processing; a table is joined one way", op.Join.Table)}
+			}
+		}
+		p.Chains = append(p.Chains, ChainPlan{
+			SourceName: op.Join.Table,
+			Source:     configs.Source{Topic: tb.Topic, Format: tb.Format, Key: tb.Key, Timestamp: tb.Timestamp, Watermark: tb.Watermark},
+			Agg:        cogroups[op.Name], AsOf: op.Join, Input: 1, Versions: tb.Versions,
+			Changelog: cfg.ChangelogTopic(op.Name), Sink: op.Output, SinkTopic: sinkTopic(cfg, op.Output),
+		})
 	}
 	if len(p.Chains) == 0 {
 		return nil, &configs.Error{Key: "operators", Msg: "no operator reads any source"}
@@ -227,7 +254,7 @@ func (p *Plan) CoPartitioned() [][]string {
 		for _, tb := range c.Tables {
 			union(c.Source.Topic, p.Config.Tables[tb].Topic)
 		}
-		if c.Cogroup != nil || c.StreamJoin != nil {
+		if c.Cogroup != nil || c.StreamJoin != nil || c.AsOf != nil {
 			if first, ok := cogroupTopic[c.Agg.Name]; ok {
 				union(first, c.Source.Topic)
 			} else {
@@ -289,7 +316,14 @@ func (p *Plan) Describe(w io.Writer) {
 		if c.Rekey != "" {
 			fmt.Fprintf(w, "  -> re-key by %s -> repartition topic %s (in the transaction of the input offsets)\n", c.Rekey, c.SinkTopic)
 		}
-		if c.StreamJoin != nil {
+		if c.AsOf != nil {
+			side := "stream"
+			if c.Input == 1 {
+				side = "table, read as versions"
+			}
+			fmt.Fprintf(w, "  -> join %s (%s side): %s join with table %s as of event time: a stream record waits until the watermark of both inputs has passed its time, then joins the row version valid then; table versions kept %v behind the watermark; late table versions -> dead letters; state in Pebble, one timer per key\n",
+				c.Agg.Name, side, orDefault(c.AsOf.Type, "inner"), c.AsOf.Table, c.Versions)
+		} else if c.StreamJoin != nil {
 			j := c.StreamJoin
 			side := "left"
 			if c.Input == 1 {
@@ -388,6 +422,13 @@ func (c ChainPlan) build(rows func(table string) operators.Rows) (*chainOps, err
 		ops.agg, err = operators.NewCogroup(c.Agg.Name, *c.Cogroup)
 		return ops, err
 	}
+	if c.AsOf != nil {
+		if ops.kop, err = operators.NewAsOfJoin(c.Agg.Name, *c.AsOf, c.Versions.Milliseconds()); err != nil {
+			return nil, err
+		}
+		ops.agg, err = operators.NewAggregate(c.Agg.Name, *c.Agg.Aggregate) // the keyed chain's stand-in; never folded
+		return ops, err
+	}
 	if c.StreamJoin != nil {
 		if ops.kop, err = operators.NewStreamJoin(c.Agg.Name, *c.StreamJoin); err != nil {
 			return nil, err
@@ -452,6 +493,13 @@ func cogroupFields(cg *configs.Cogroup, in string) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+func sinkTopic(cfg *configs.Config, sink string) string {
+	if sink == "" {
+		return ""
+	}
+	return cfg.Sinks[sink].Topic
 }
 
 func orDefault(s, d string) string {

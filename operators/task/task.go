@@ -134,6 +134,8 @@ type opState struct {
 	hasPending   bool // pendNS may hold keys
 	lastBackCkpt time.Time
 
+	arrivals int64 // Keyed: records taken into the sorter (their replay order); never reset
+
 	// backlog bookkeeping for progress and the switch log line
 	backStart   time.Time
 	backRecords int64
@@ -206,8 +208,9 @@ func NewGroup(plan *Plan, topics []string, partition int32, d Deps) (*Task, erro
 		}
 		return false
 	}
+	joined := plan.TableTopics() // tables of joins as of processing (a join as of event time reads its table as an input)
 	for name, tc := range cfg.Tables {
-		if !in(tc.Topic) {
+		if !in(tc.Topic) || joined[tc.Topic] != name {
 			continue
 		}
 		tb, err := newTable(name, tc, partition, d.Store, d.Clock())
@@ -451,7 +454,11 @@ func (t *Task) processChain(c *chain, recs []*kgo.Record, now time.Time) error {
 		}
 		c.next = kr.Offset + 1
 		c.recordsIn++
-		if err := ops.src.Decode(kr.Key, kr.Value, kr.Timestamp.UnixMilli(), &c.rec); err != nil {
+		if kr.Value == nil && kr.Key != nil && c.plan.AsOf != nil && c.input == 1 {
+			// A tombstone of a table read as versions: the row is deleted from its record
+			// timestamp on.
+			c.rec = operators.Record{Key: kr.Key, Time: kr.Timestamp.UnixMilli()}
+		} else if err := ops.src.Decode(kr.Key, kr.Value, kr.Timestamp.UnixMilli(), &c.rec); err != nil {
 			t.deadLetter(c, kr, "source "+c.plan.SourceName, err)
 			continue
 		}
