@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -241,7 +242,7 @@ func NewGroup(plan *Plan, topics []string, partition int32, d Deps) (*Task, erro
 			return nil, err
 		}
 		if cp.Rekey != "" {
-			if ops.rekey, err = operators.NewRekey(cp.SinkTopic, cp.Rekey); err != nil {
+			if ops.rekey, err = operators.NewRekey(strings.TrimSuffix(strings.TrimPrefix(cp.SinkTopic, cfg.Group+"-"), "-repartition"), cp.Rekey); err != nil {
 				t.Close()
 				return nil, err
 			}
