@@ -1,8 +1,21 @@
 # The two commands that matter are at the top of README.md: `go run ./cmd/sluice demo` and `make test`.
-.PHONY: build test demo bench peers-smoke peers-smoke-windows peers-smoke-join peers fuzz
+.PHONY: build image test demo bench peers-smoke peers-smoke-windows peers-smoke-join peers fuzz
 
 build:
 	go build -o bin/sluice ./cmd/sluice
+
+# The container image, built without Docker (deploy/image): dist/sluice-oci, an OCI layout of a
+# linux/amd64 + linux/arm64 index (crane push dist/sluice-oci REF), and dist/sluice-linux-<arch>.tar
+# (docker load -i), tagged $(IMAGE):$(VERSION). Reproducible: every time in it is the commit's.
+# make image IMAGE=registry.example.com/sluice VERSION=0.1.0
+VERSION ?= $(shell git describe --tags --dirty 2>/dev/null || echo 0.1.0-dev)
+REVISION ?= $(shell git rev-parse HEAD 2>/dev/null)
+SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
+IMAGE ?= sluice
+PLATFORMS ?= linux/amd64,linux/arm64
+image:
+	SOURCE_DATE_EPOCH='$(SOURCE_DATE_EPOCH)' go run ./deploy/image -o dist -version='$(VERSION)' \
+		-revision='$(REVISION)' -image='$(IMAGE)' -platforms='$(PLATFORMS)'
 
 # The whole suite, with a real Kafka broker that it starts and stops (see integration/test.sh).
 test:
