@@ -26,7 +26,7 @@ import (
 // runAsUser), the port and the absence of a shell; the test checks them against each other.
 const (
 	binaryPath = "/usr/local/bin/sluice"
-	configPath = "/etc/sluice/sluice.yaml"
+	configPath = "/etc/sluice/config.yaml"
 	workDir    = "/data"
 	uid        = 65532
 	userName   = "sluice"

@@ -126,7 +126,7 @@ func TestImage(t *testing.T) {
 		check("os/arch", cf.OS+"/"+cf.Architecture+"/"+cf.Variant, p.OS+"/"+p.Architecture+"/"+p.Variant)
 		check("created", cf.Created.Time.UTC(), epoch)
 		check("entrypoint", c.Entrypoint, []string{"/usr/local/bin/sluice"})
-		check("cmd", c.Cmd, []string{"run", "-c", "/etc/sluice/sluice.yaml"})
+		check("cmd", c.Cmd, []string{"run", "-c", "/etc/sluice/config.yaml"})
 		check("user", c.User, "65532:65532")
 		check("workdir", c.WorkingDir, "/data")
 		check("exposed ports", c.ExposedPorts, map[string]struct{}{"9464/tcp": {}})

@@ -12,7 +12,7 @@
 // The image: a scratch file system with /etc/passwd and /etc/group (user sluice, 65532), the
 // build machine's CA bundle, a /data owned by 65532 (the WORKDIR), /tmp, and the binary at
 // /usr/local/bin/sluice; ENTRYPOINT [/usr/local/bin/sluice], CMD [run -c
-// /etc/sluice/sluice.yaml], USER 65532:65532, port 9464 (http.listen must be 0.0.0.0:9464 to
+// /etc/sluice/config.yaml], USER 65532:65532, port 9464 (http.listen must be 0.0.0.0:9464 to
 // reach it), OCI labels with the version, revision and source. No shell.
 //
 // The build is reproducible: every time in the image is -epoch (SOURCE_DATE_EPOCH), the binary
