@@ -15,10 +15,12 @@
 package changelog
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -50,6 +52,24 @@ const WatermarkHeader = "sluice.watermark"
 // WatermarkKey is the changelog key of the watermark record, and its key in WatermarkNamespace.
 var WatermarkKey = []byte("wm")
 
+// IsWatermarkKey reports whether k is the key of a watermark record: WatermarkKey (the
+// operator's), or WatermarkKey + "/" + an input's index (an operator of several inputs).
+func IsWatermarkKey(k []byte) bool {
+	if bytes.Equal(k, WatermarkKey) {
+		return true
+	}
+	rest, ok := bytes.CutPrefix(k, append(slices.Clip(WatermarkKey), '/'))
+	if !ok || len(rest) == 0 || len(rest) > 4 {
+		return false
+	}
+	for _, c := range rest {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
+}
+
 // WatermarkNamespace is where the task stores its committed watermark.
 func WatermarkNamespace(ns state.Namespace) state.Namespace {
 	return state.Namespace{Operator: ns.Operator + "#watermark", Partition: ns.Partition}
@@ -71,6 +91,11 @@ type Topic struct {
 	Partitions int32 // required count; an existing topic with another count is an error when Exact
 	Exact      bool
 	Compacted  bool
+	// Repartition creates a repartition topic: any record timestamp is accepted (they are event
+	// times, which may lie far from the broker's clock) and nothing is deleted by time
+	// (retention.ms -1, as those timestamps would expire it at once): sluice deletes the records
+	// it has committed past (DeleteRecords).
+	Repartition bool
 }
 
 // Ensure creates the missing topics and checks the existing ones. rf is the replication factor
@@ -94,6 +119,12 @@ func Ensure(ctx context.Context, adm *kadm.Client, topics []Topic, rf int16) err
 		cfg := map[string]*string{}
 		if t.Compacted {
 			cfg["cleanup.policy"] = ptr("compact")
+		}
+		if t.Repartition {
+			cfg["retention.ms"] = ptr("-1")
+			cfg["message.timestamp.type"] = ptr("CreateTime")
+			cfg["message.timestamp.before.max.ms"] = ptr("9223372036854775807")
+			cfg["message.timestamp.after.max.ms"] = ptr("9223372036854775807")
 		}
 		resp, err := adm.CreateTopic(ctx, t.Partitions, rf, cfg, t.Name)
 		if err == nil {
@@ -276,10 +307,10 @@ func (r *Restorer) Restore(ctx context.Context, topic string, ns state.Namespace
 // wrapping ErrLayout; nothing of it is applied.
 func (r *Restorer) apply(b state.Batch, rec *kgo.Record, ns state.Namespace, fp, layout string, marks *bool) error {
 	if hasHeader(rec, WatermarkHeader) {
-		if len(rec.Value) != 8 {
+		if len(rec.Value) != 8 || !IsWatermarkKey(rec.Key) {
 			return invalidWatermark(rec, ns)
 		}
-		return b.Set(WatermarkNamespace(ns), WatermarkKey, rec.Value)
+		return b.Set(WatermarkNamespace(ns), rec.Key, rec.Value) // WatermarkKey, or an input's (wm/<i>)
 	}
 	if err := checkLayout(rec, ns, fp, layout); err != nil {
 		return err

@@ -54,7 +54,7 @@ func invalidState(rec *kgo.Record, ns state.Namespace, wantText string) error {
 
 // invalidWatermark is the error for a watermark record whose value is not 8 bytes.
 func invalidWatermark(rec *kgo.Record, ns state.Namespace) error {
-	return fmt.Errorf("%w: %s[%d] offset %d: a watermark record of operator %s holds %d bytes, want 8 (sluice did not write it); "+
+	return fmt.Errorf("%w: %s[%d] offset %d: a watermark record of operator %s holds %d bytes under key %q, want 8 under wm or wm/<input> (sluice did not write it); "+
 		"start the operator's state over with `sluice reset -c FILE --operator %s` (with sluice stopped, on every instance)",
-		ErrLayout, rec.Topic, rec.Partition, rec.Offset, ns.Operator, len(rec.Value), ns.Operator)
+		ErrLayout, rec.Topic, rec.Partition, rec.Offset, ns.Operator, len(rec.Value), rec.Key, ns.Operator)
 }

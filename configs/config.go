@@ -83,7 +83,7 @@ type Config struct {
 	Log        Log               `koanf:"log" doc:"The log, written to stderr."`
 	Sources    map[string]Source `koanf:"sources" doc:"The input topics, by name: operators name a source as their input. At least one."`
 	Tables     map[string]Table  `koanf:"tables" doc:"Tables, by name: compacted topics materialized per partition in Pebble (the topic is its own changelog), which join operators look rows up in."`
-	Operators  []Operator        `koanf:"operators" doc:"The pipeline: a list of operators, each exactly one of filter, map, join and aggregate, reading a source or an earlier operator. At least one. Lists can only be written in the file, not set by environment variables."`
+	Operators  []Operator        `koanf:"operators" doc:"The pipeline: a list of operators, each exactly one of filter, map, join, aggregate and cogroup, reading a source or an earlier operator. At least one. Lists can only be written in the file, not set by environment variables."`
 	Sinks      map[string]Sink   `koanf:"sinks" doc:"The output topics, by name: an operator's output names a sink."`
 }
 
@@ -194,6 +194,7 @@ type Operator struct {
 	Filter    *Filter    `koanf:"filter" doc:"Keeps the records for which expr is true."`
 	Map       *Map       `koanf:"map" doc:"Sets top-level fields of the record."`
 	Aggregate *Aggregate `koanf:"aggregate" doc:"A keyed aggregate over its input's key, with its state in Pebble and the changelog topic <group>-<name>-changelog."`
+	Cogroup   *Cogroup   `koanf:"cogroup" doc:"A keyed aggregate over several co-partitioned inputs: each field aggregates the records of one input (from), per key of all of them; state and changelog as an aggregate's."`
 	Join      *Join      `koanf:"join" doc:"A stream-table join: each record of stream gets its key's row of table (FLIP-326: a task's stream waits until its table partition has loaded its snapshot)."`
 	Output    string     `koanf:"output" default:"none" doc:"The sink the operator's records go to; required for an aggregate."`
 }
@@ -209,6 +210,8 @@ func (o *Operator) Kind() string {
 		return "aggregate"
 	case o.Join != nil:
 		return "join"
+	case o.Cogroup != nil:
+		return "cogroup"
 	}
 	return ""
 }
@@ -222,10 +225,25 @@ func (o *Operator) Input() string {
 		return o.Map.Input
 	case o.Aggregate != nil:
 		return o.Aggregate.Input
+	case o.Join != nil && o.Join.StreamStream():
+		return o.Join.Left
 	case o.Join != nil:
 		return o.Join.Stream
+	case o.Cogroup != nil && len(o.Cogroup.Inputs) > 0:
+		return o.Cogroup.Inputs[0]
 	}
 	return ""
+}
+
+// Inputs returns every input of the operator: a cogroup's inputs, or Input.
+func (o *Operator) Inputs() []string {
+	if o.Cogroup != nil {
+		return o.Cogroup.Inputs
+	}
+	if o.Join != nil && o.Join.StreamStream() {
+		return []string{o.Join.Left, o.Join.Right}
+	}
+	return []string{o.Input()}
 }
 
 // Filter keeps the records for which Expr is true.
@@ -252,18 +270,63 @@ type Aggregate struct {
 	Window *Window `koanf:"window" doc:"An event-time window: exactly one of tumbling, hopping (with advance) and session. Without one, each key has one result that never closes."`
 }
 
-// Join is a stream-table join (as_of processing: a record joins its key's latest row).
-type Join struct {
-	Stream string `koanf:"stream" default:"required" doc:"A source or an earlier operator: the records to enrich, keyed by the table's key."`
-	Table  string `koanf:"table" default:"required" doc:"A table: each record gets its key's row under the table's name (null when a left join finds none)."`
-	Type   string `koanf:"type" enum:"inner,left" doc:"inner: a record without a row is dropped; left: it goes on with null."`
-	AsOf   string `koanf:"as_of" enum:"processing" doc:"processing: the latest row when the record is processed, after the table's snapshot has loaded (event_time is not supported yet)."`
+// Cogroup aggregates several inputs per key: each field takes its records from one input.
+type Cogroup struct {
+	Inputs []string `koanf:"inputs" default:"required" doc:"Two or more sources or earlier operators, co-partitioned (same partition count) and keyed alike."`
+	// Fields is the raw YAML, {spent: {sum: amount, from: orders}, ...}: see Specs.
+	Fields map[string]map[string]any `koanf:"fields" default:"required" doc:"Output fields: name: {sum|min|max|avg: input field path, from: input} or name: {count: {}, from: input}. Sums are exact decimals."`
+	Emit   string                    `koanf:"emit" enum:"updates,final" doc:"updates: the current value at most once per key (and window) per commit; final (windows only): exactly one output per key and window, when it closes."`
+	// Window is nil for one result per key, never closed.
+	Window *Window `koanf:"window" doc:"An event-time window (tumbling or hopping): a record is late when its own input's watermark has closed its windows; a window closes when the smallest of the inputs' watermarks reaches its end plus grace."`
 }
+
+// Aggregate returns the cogroup as an aggregate of its fields (without their inputs), for
+// the checks and the state both share.
+func (cg *Cogroup) Aggregate() *Aggregate {
+	fields := make(map[string]map[string]any, len(cg.Fields))
+	for name, raw := range cg.Fields {
+		f := make(map[string]any, len(raw))
+		for k, v := range raw {
+			if k != "from" {
+				f[k] = v
+			}
+		}
+		fields[name] = f
+	}
+	return &Aggregate{Input: cg.Inputs[0], Fields: fields, Emit: cg.Emit, Window: cg.Window}
+}
+
+// From returns, per field name, the input its records come from.
+func (cg *Cogroup) From() map[string]string {
+	out := make(map[string]string, len(cg.Fields))
+	for name, raw := range cg.Fields {
+		if s, ok := raw["from"].(string); ok {
+			out[name] = s
+		}
+	}
+	return out
+}
+
+// Join is a stream-table join (stream, table; as_of processing: a record joins its key's latest
+// row) or a windowed stream-stream join (left, right, within).
+type Join struct {
+	Stream string        `koanf:"stream" default:"none" doc:"Stream-table join: a source or an earlier operator, the records to enrich, keyed by the table's key."`
+	Table  string        `koanf:"table" default:"none" doc:"Stream-table join: a table; each record gets its key's row under the table's name (null when a left join finds none)."`
+	Left   string        `koanf:"left" default:"none" doc:"Stream-stream join: the left input (a source or an earlier operator), keyed like right and co-partitioned with it."`
+	Right  string        `koanf:"right" default:"none" doc:"Stream-stream join: the right input."`
+	Within time.Duration `koanf:"within" default:"none" doc:"Stream-stream join: a left and a right record of one key whose event times are at most this apart are a pair, emitted once as {<left>: ..., <right>: ...}."`
+	Type   string        `koanf:"type" enum:"inner,left,outer" default:"inner" doc:"inner: only matches; left: also each record of the stream (or left) side without a match, with null (for a stream-stream join, once its window has closed, never earlier); outer (stream-stream only): unmatched records of both sides."`
+	AsOf   string        `koanf:"as_of" enum:"processing" doc:"Stream-table join: processing, the latest row when the record is processed, after the table's snapshot has loaded (event_time is not supported yet)."`
+}
+
+// StreamStream reports whether the join is a windowed stream-stream join (left, right).
+func (j *Join) StreamStream() bool { return j.Left != "" || j.Right != "" }
 
 // Join types.
 const (
 	JoinInner = "inner"
 	JoinLeft  = "left"
+	JoinOuter = "outer"
 )
 
 // Window is an aggregate's event-time window: exactly one of Tumbling, Hopping (with Advance) and
@@ -388,6 +451,9 @@ func (c *Config) InternalTopics() []string {
 				topics = append(topics, c.RepartitionTopic(c.Operators[i].Name))
 			}
 		}
+		if op := c.Operators[i]; op.Cogroup != nil || op.Join != nil && op.Join.StreamStream() {
+			topics = append(topics, c.ChangelogTopic(c.Operators[i].Name))
+		}
 	}
 	slices.Sort(topics)
 	return topics
@@ -476,9 +542,14 @@ func (c *Config) fillDefaults(hostname func() (string, error)) *Error {
 		if a := c.Operators[i].Aggregate; a != nil {
 			setIfEmpty(&a.Emit, EmitUpdates)
 		}
+		if cg := c.Operators[i].Cogroup; cg != nil {
+			setIfEmpty(&cg.Emit, EmitUpdates)
+		}
 		if j := c.Operators[i].Join; j != nil {
 			setIfEmpty(&j.Type, JoinInner)
-			setIfEmpty(&j.AsOf, "processing")
+			if !j.StreamStream() {
+				setIfEmpty(&j.AsOf, "processing")
+			}
 		}
 	}
 	if c.InstanceID == "" {

@@ -75,6 +75,20 @@ func TestExamples(t *testing.T) {
 			eq(t, "checkpoint_interval", c.Backlog.CheckpointInterval, 30*time.Second)
 			eq(t, "sort_memory", c.Backlog.SortMemory, GiB)
 		},
+		"cogroup.yaml": func(t *testing.T, c *Config) {
+			eq(t, "inputs", strings.Join(c.Operators[0].Cogroup.Inputs, ","), "orders,refunds")
+			eq(t, "emit (default)", c.Operators[0].Cogroup.Emit, EmitUpdates)
+			eq(t, "from", c.Operators[0].Cogroup.From()["refunded"], "refunds")
+			eq(t, "internal topics", strings.Join(c.InternalTopics(), ","), "balances-balance-changelog,balances-dlq")
+		},
+		"payments-join.yaml": func(t *testing.T, c *Config) {
+			j := c.Operators[0].Join
+			eq(t, "stream-stream", j.StreamStream(), true)
+			eq(t, "within", j.Within, 10*time.Minute)
+			eq(t, "type", j.Type, JoinLeft)
+			eq(t, "as_of (none)", j.AsOf, "")
+			eq(t, "internal topics", strings.Join(c.InternalTopics(), ","), "payments-dlq,payments-paid-changelog")
+		},
 		"join.yaml": func(t *testing.T, c *Config) {
 			eq(t, "table topic", c.Tables["customers"].Topic, "customers")
 			eq(t, "join type (default)", c.Operators[0].Join.Type, JoinInner)

@@ -18,13 +18,15 @@ const ReferenceFile = "docs/config.md"
 const probe = `
 kafka: {brokers: ["probe:9092"]}
 group: probe
-sources: {s: {topic: in}}
+sources: {s: {topic: in}, s2: {topic: in2}, s3: {topic: in3}, s4: {topic: in4}, s5: {topic: in5}}
 tables: {t: {topic: rows}}
 operators:
   - {name: f, filter: {input: s, expr: "true"}}
   - {name: m, map: {input: f, set: {x: "1"}}}
   - {name: j, join: {stream: m, table: t}}
   - {name: a, aggregate: {input: j, fields: {n: {count: {}}}, window: {tumbling: 1m}, group_by: t.region}, output: o}
+  - {name: c, cogroup: {inputs: [s2, s3], fields: {n: {count: {}, from: s2}}, window: {tumbling: 1m}}, output: o}
+  - {name: p, join: {left: s4, right: s5, within: 1m, type: inner}, output: o}
 sinks: {o: {topic: out}}
 `
 

@@ -78,6 +78,32 @@ func probeDoc(t *testing.T) map[string]any {
 // locate finds the key with this pattern in doc: "<name>" takes the first name, "[]" the first
 // list item that has the next key. It returns the mapping holding the key, the key and its
 // instance key ("sources.s.topic").
+// hasPath reports whether m holds the path segs (list segments "x[]": any item).
+func hasPath(m map[string]any, segs []string) bool {
+	if len(segs) == 0 {
+		return true
+	}
+	s := strings.TrimSuffix(segs[0], "[]")
+	v, ok := m[s]
+	if !ok {
+		return false
+	}
+	if len(segs) == 1 {
+		return true
+	}
+	switch x := v.(type) {
+	case map[string]any:
+		return hasPath(x, segs[1:])
+	case []any:
+		for _, it := range x {
+			if im, ok := it.(map[string]any); ok && hasPath(im, segs[1:]) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 func locate(t *testing.T, doc map[string]any, pattern string) (map[string]any, string, string) {
 	t.Helper()
 	segs := strings.Split(pattern, ".")
@@ -95,9 +121,17 @@ func locate(t *testing.T, doc map[string]any, pattern string) (map[string]any, s
 		case list:
 			items, _ := next.([]any)
 			found := false
-			for j, item := range items {
-				if m, ok := item.(map[string]any); ok && m[strings.TrimSuffix(segs[i+1], "[]")] != nil {
-					cur, key, found = m, key+"["+strconv.Itoa(j)+"]", true
+			// The first item that sets the whole rest of the path, else the first that has its
+			// next segment (the probe may hold two kinds of one operator, e.g. joins).
+			for _, whole := range []bool{true, false} {
+				for j, item := range items {
+					m, ok := item.(map[string]any)
+					if ok && m[strings.TrimSuffix(segs[i+1], "[]")] != nil && (!whole || hasPath(m, segs[i+1:])) {
+						cur, key, found = m, key+"["+strconv.Itoa(j)+"]", true
+						break
+					}
+				}
+				if found {
 					break
 				}
 			}

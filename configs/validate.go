@@ -250,24 +250,45 @@ func (c *Config) validateOperators() *Error {
 		for _, k := range []struct {
 			name string
 			set  bool
-		}{{"filter", op.Filter != nil}, {"map", op.Map != nil}, {"join", op.Join != nil}, {"aggregate", op.Aggregate != nil}} {
+		}{{"filter", op.Filter != nil}, {"map", op.Map != nil}, {"join", op.Join != nil}, {"aggregate", op.Aggregate != nil}, {"cogroup", op.Cogroup != nil}} {
 			if k.set {
 				kinds = append(kinds, k.name)
 			}
 		}
 		switch len(kinds) {
 		case 0:
-			return errorf(p, "needs one of filter, map, join or aggregate")
+			return errorf(p, "needs one of filter, map, join, aggregate or cogroup")
 		case 1:
 		default:
-			return errorf(p, "has %s; an operator is exactly one of filter, map, join or aggregate", strings.Join(kinds, " and "))
+			return errorf(p, "has %s; an operator is exactly one of filter, map, join, aggregate or cogroup", strings.Join(kinds, " and "))
 		}
 		kp := p + "." + kinds[0]
 		inKey := kp + ".input"
 		if op.Join != nil {
 			inKey = kp + ".stream"
 		}
-		if err := c.checkInput(inKey, i, op.Input(), index); err != nil {
+		if op.Join != nil && op.Join.StreamStream() {
+			for _, side := range []struct{ key, in string }{{"left", op.Join.Left}, {"right", op.Join.Right}} {
+				if err := c.checkInput(kp+"."+side.key, i, side.in, index); err != nil {
+					return err
+				}
+			}
+			if op.Join.Left == op.Join.Right {
+				return errorf(kp+".right", "%q is also the left input; a stream-stream join joins two different inputs", op.Join.Right)
+			}
+		} else if op.Cogroup != nil {
+			if len(op.Cogroup.Inputs) < 2 {
+				return errorf(kp+".inputs", "needs two or more inputs (one input: use aggregate)")
+			}
+			for k, in := range op.Cogroup.Inputs {
+				if slices.Contains(op.Cogroup.Inputs[:k], in) {
+					return errorf(fmt.Sprintf("%s.inputs[%d]", kp, k), "%q is listed twice", in)
+				}
+				if err := c.checkInput(fmt.Sprintf("%s.inputs[%d]", kp, k), i, in, index); err != nil {
+					return err
+				}
+			}
+		} else if err := c.checkInput(inKey, i, op.Input(), index); err != nil {
 			return err
 		}
 		var err *Error
@@ -278,6 +299,8 @@ func (c *Config) validateOperators() *Error {
 			}
 		case op.Map != nil:
 			err = checkMap(kp, op.Map)
+		case op.Join != nil && op.Join.StreamStream():
+			err = checkStreamJoin(kp, op.Join)
 		case op.Join != nil:
 			err = c.checkJoin(kp, op.Join)
 			if err == nil {
@@ -285,6 +308,8 @@ func (c *Config) validateOperators() *Error {
 					err = errorf(kp+".stream", "does not lead to a source")
 				}
 			}
+		case op.Cogroup != nil:
+			err = checkCogroup(kp, op.Cogroup)
 		case op.Aggregate != nil:
 			err = checkAggregate(kp, op.Aggregate)
 			if err == nil {
@@ -297,6 +322,12 @@ func (c *Config) validateOperators() *Error {
 			return err
 		}
 		if op.Output == "" {
+			if op.Join != nil && op.Join.StreamStream() {
+				return errorf(p+".output", "required for a stream-stream join: the sink its pairs go to (%s)", c.sinkList())
+			}
+			if op.Cogroup != nil {
+				return errorf(p+".output", "required for a cogroup: the sink its results go to (%s)", c.sinkList())
+			}
 			if op.Aggregate != nil {
 				return errorf(p+".output", "required for an aggregate: the sink its results go to (%s)", c.sinkList())
 			}
@@ -344,8 +375,31 @@ func (c *Config) validateTables() *Error {
 	return nil
 }
 
+// checkStreamJoin checks a windowed stream-stream join (its inputs are checked as inputs).
+func checkStreamJoin(kp string, j *Join) *Error {
+	switch {
+	case j.Stream != "" || j.Table != "":
+		return errorf(kp, "is a stream-table join (stream, table) or a stream-stream join (left, right, within), not both")
+	case j.Left == "":
+		return errorf(kp+".left", "required for a stream-stream join (with right and within)")
+	case j.Right == "":
+		return errorf(kp+".right", "required for a stream-stream join (with left and within)")
+	case j.Within <= 0:
+		return errorf(kp+".within", "required for a stream-stream join: how far apart in event time a left and a right record may be, e.g. 10m")
+	case j.AsOf != "":
+		return errorf(kp+".as_of", "applies to stream-table joins only")
+	}
+	return checkEnum(kp+".type", j.Type, JoinInner, JoinLeft, JoinOuter)
+}
+
 // checkJoin checks a join's table, type and as_of (its stream is checked as its input).
 func (c *Config) checkJoin(kp string, j *Join) *Error {
+	if j.Stream == "" {
+		return errorf(kp+".stream", "required: a source or an earlier operator (or left, right and within for a stream-stream join)")
+	}
+	if j.Type == JoinOuter {
+		return errorf(kp+".type", "outer applies to stream-stream joins; a stream-table join is inner or left")
+	}
 	if j.Table == "" {
 		return errorf(kp+".table", "required: a table (%s)", c.tableList())
 	}
@@ -457,6 +511,27 @@ func checkAggregate(kp string, a *Aggregate) *Error {
 	}
 	if a.Window.Kind() == "session" && a.Emit != EmitFinal {
 		return errorf(kp+".emit", "session windows need emit: final (an update would have to retract the sessions a record merges)")
+	}
+	return nil
+}
+
+// checkCogroup checks a cogroup's fields (as an aggregate's) and that each names one of its
+// inputs in from.
+func checkCogroup(kp string, cg *Cogroup) *Error {
+	if cg.Window.Kind() == "session" {
+		return errorf(kp+".window.session", "session windows over several inputs are not supported yet; use tumbling or hopping")
+	}
+	if err := checkAggregate(kp, cg.Aggregate()); err != nil {
+		return err
+	}
+	for _, name := range sortedKeys(cg.Fields) {
+		from, ok := cg.Fields[name]["from"].(string)
+		if !ok || from == "" {
+			return errorf(kp+".fields."+name+".from", "required: the input whose records the field aggregates (%s)", strings.Join(cg.Inputs, ", "))
+		}
+		if !slices.Contains(cg.Inputs, from) {
+			return errorf(kp+".fields."+name+".from", "%q is not an input of the cogroup (%s)", from, strings.Join(cg.Inputs, ", "))
+		}
 	}
 	return nil
 }

@@ -139,8 +139,8 @@ func New(o Options) (*Engine, error) {
 			}
 		}
 	}
-	if o.Bounded && len(e.tables) > 0 {
-		return nil, errors.New("consumer: a bounded run (--bounded) does not support tables yet")
+	if o.Bounded && len(e.groups) < len(e.group) {
+		return nil, errors.New("consumer: a bounded run (--bounded) does not support operators of several inputs (joins, cogroups) yet")
 	}
 	return e, nil
 }
@@ -613,15 +613,18 @@ func (e *Engine) ensureTopics(ctx context.Context) error {
 	var topics []changelog.Topic
 	maxParts := int32(1)
 	for rt, from := range reparts {
-		topics = append(topics, changelog.Topic{Name: rt, Partitions: parts[from], Exact: true})
+		topics = append(topics, changelog.Topic{Name: rt, Partitions: parts[from], Exact: true, Repartition: true})
 	}
+	seen := map[string]bool{}
 	for _, c := range e.o.Plan.Chains {
 		n := parts[c.Source.Topic]
 		maxParts = max(maxParts, n)
-		if c.Changelog != "" {
+		if c.Changelog != "" && !seen[c.Changelog] {
+			seen[c.Changelog] = true
 			topics = append(topics, changelog.Topic{Name: c.Changelog, Partitions: n, Exact: true, Compacted: true})
 		}
-		if c.SinkTopic != "" && c.Rekey == "" {
+		if c.SinkTopic != "" && c.Rekey == "" && !seen[c.SinkTopic] {
+			seen[c.SinkTopic] = true
 			topics = append(topics, changelog.Topic{Name: c.SinkTopic, Partitions: n})
 		}
 	}

@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sort"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluice-dev/sluice/operators/task"
@@ -390,14 +392,34 @@ func (e *Engine) startTables(ctx context.Context, cl *kgo.Client, r *runner) boo
 		}
 		return false
 	}
+	// The group's committed offsets of the tables move with their dead letters.
+	committed, err := e.adm.FetchOffsets(ctx, e.o.Config.Group)
+	if errors.Is(err, kerr.GroupIDNotFound) {
+		err = nil
+	}
+	if err != nil {
+		if ctx.Err() == nil {
+			e.fail(fmt.Errorf("consumer: task %d: fetch the group's offsets of its tables: %w", r.key.p, err))
+		}
+		return false
+	}
 	seek := map[string]map[int32]kgo.EpochOffset{}
 	for _, topic := range tables {
-		st, _ := starts.Lookup(topic, r.key.p)
-		end, _ := ends.Lookup(topic, r.key.p)
+		st, okS := starts.Lookup(topic, r.key.p)
+		end, okE := ends.Lookup(topic, r.key.p)
+		if !okS || !okE || st.Err != nil || end.Err != nil {
+			e.fail(fmt.Errorf("consumer: task %d: no offsets listed for table partition %s[%d]", r.key.p, topic, r.key.p))
+			return false
+		}
+		at := int64(-1)
+		if c, ok := committed.Lookup(topic, r.key.p); ok && c.Err == nil {
+			at = c.At
+		}
+		r.t.SetTableCommitted(topic, at)
+		r.t.SetTableEnd(topic, st.Offset, end.Offset)
 		from, _ := r.t.TableStart(topic)
 		from = max(from, st.Offset)
 		seek[topic] = map[int32]kgo.EpochOffset{r.key.p: {Epoch: -1, Offset: from}}
-		r.t.SetTableEnd(topic, st.Offset, end.Offset)
 		e.log.Info("table partition: reading its snapshot before the streams", "topic", topic, "partition", r.key.p, "from", from, "snapshot_end", end.Offset)
 	}
 	cl.SetOffsets(seek)

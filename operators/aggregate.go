@@ -44,6 +44,7 @@ const (
 type aggSpec struct {
 	name   string
 	kind   int
+	src    int // the input it aggregates (cogroup); 0 otherwise
 	field  string
 	off    int    // offset in state
 	in     int    // offset in input
@@ -64,11 +65,37 @@ type Aggregate struct {
 	fields    []path // distinct input fields, in input order
 	stateSize int
 	window    string // layout part of the window ("" when unwindowed)
+
+	// A cogroup (NewCogroup) has several inputs: its state has a record count per input after
+	// the version byte (header = 1 + 8·inputs), each spec counts or checks emptiness by its
+	// input's count, and a projected input starts with its input's index followed by that
+	// input's fields (srcFields[i], offsets srcIn).
+	inputs    []string
+	header    int
+	srcFields [][]path
 }
 
 // NewAggregate compiles the aggregate's field specs. cfg must have been validated.
 func NewAggregate(name string, cfg configs.Aggregate) (*Aggregate, error) {
-	a := &Aggregate{name: name, emit: cfg.Emit, stateSize: headerSize}
+	return newAggregate(name, cfg, nil, nil)
+}
+
+// NewCogroup compiles a cogroup (configs.Cogroup): an aggregate whose fields each take their
+// records from one of several inputs. Records are projected with ProjectInput(i, ...), i the
+// index of their input in cfg.Inputs. cfg must have been validated.
+func NewCogroup(name string, cfg configs.Cogroup) (*Aggregate, error) {
+	if len(cfg.Inputs) < 2 {
+		return nil, fmt.Errorf("operators: %s: a cogroup needs two or more inputs", name)
+	}
+	return newAggregate(name, *cfg.Aggregate(), cfg.Inputs, cfg.From())
+}
+
+func newAggregate(name string, cfg configs.Aggregate, inputs []string, from map[string]string) (*Aggregate, error) {
+	header := headerSize
+	if len(inputs) > 1 {
+		header = 1 + 8*len(inputs)
+	}
+	a := &Aggregate{name: name, emit: cfg.Emit, stateSize: header, header: header, inputs: inputs}
 	if cfg.Window.Kind() == "session" {
 		a.window = fmt.Sprintf("window=session:%dms", cfg.Window.Session.Milliseconds())
 	} else if w, err := NewWindows(cfg.Window); err != nil {
@@ -102,6 +129,17 @@ func NewAggregate(name string, cfg configs.Aggregate) (*Aggregate, error) {
 			return nil, fmt.Errorf("operators: %s: field name %q is reserved", name, sp.Name)
 		}
 		s := aggSpec{name: sp.Name, field: sp.Field, off: a.stateSize}
+		if len(inputs) > 1 {
+			s.src = -1
+			for i, in := range inputs {
+				if from[sp.Name] == in {
+					s.src = i
+				}
+			}
+			if s.src < 0 {
+				return nil, fmt.Errorf("operators: %s: field %s: from %q is not an input (%v)", name, sp.Name, from[sp.Name], inputs)
+			}
+		}
 		switch sp.Func {
 		case "sum":
 			s.kind = aggSum
@@ -129,13 +167,28 @@ func NewAggregate(name string, cfg configs.Aggregate) (*Aggregate, error) {
 			if err != nil {
 				return nil, fmt.Errorf("operators: %s: field %s: %w", name, sp.Name, err)
 			}
-			in, ok := fieldIn[sp.Field]
-			if !ok {
-				in = len(a.fields) * decSize
-				fieldIn[sp.Field] = in
-				a.fields = append(a.fields, p)
+			if len(inputs) > 1 {
+				// A cogroup projects each input's own fields.
+				if a.srcFields == nil {
+					a.srcFields = make([][]path, len(inputs))
+				}
+				key := fmt.Sprintf("%d\x00%s", s.src, sp.Field)
+				in, ok := fieldIn[key]
+				if !ok {
+					in = len(a.srcFields[s.src]) * decSize
+					fieldIn[key] = in
+					a.srcFields[s.src] = append(a.srcFields[s.src], p)
+				}
+				s.in = in
+			} else {
+				in, ok := fieldIn[sp.Field]
+				if !ok {
+					in = len(a.fields) * decSize
+					fieldIn[sp.Field] = in
+					a.fields = append(a.fields, p)
+				}
+				s.in = in
 			}
-			s.in = in
 		}
 		s.prefix = appendJSONString([]byte{','}, sp.Name)
 		s.prefix = append(s.prefix, ':')
@@ -161,6 +214,9 @@ func (a *Aggregate) StateSize() int { return a.stateSize }
 // InputSize is the fixed size of one projected input in bytes (0 when only counting).
 func (a *Aggregate) InputSize() int { return len(a.fields) * decSize }
 
+// Inputs returns a cogroup's inputs (nil for an aggregate of one input).
+func (a *Aggregate) Inputs() []string { return a.inputs }
+
 // InitState writes an empty state into dst[:StateSize()].
 func (a *Aggregate) InitState(dst []byte) {
 	clear(dst[:a.stateSize])
@@ -173,12 +229,26 @@ const reasonNoKey = "record has no key (aggregates are keyed: set the source's k
 // a missing or non-numeric field, or an out-of-range number is an *Error (dst is returned
 // unchanged). It does not allocate.
 func (a *Aggregate) Project(r *Record, dst []byte) ([]byte, error) {
+	return a.ProjectInput(0, r, dst)
+}
+
+// ProjectInput is Project for a record of input i of a cogroup (i indexes NewCogroup's
+// inputs; an aggregate of one input has only input 0): the input's index, then its fields.
+func (a *Aggregate) ProjectInput(i int, r *Record, dst []byte) ([]byte, error) {
 	if r.Key == nil {
 		return dst, &Error{Operator: a.name, Reason: reasonNoKey}
 	}
 	n0 := len(dst)
-	for k := range a.fields {
-		p := &a.fields[k]
+	fields := a.fields
+	if len(a.inputs) > 1 {
+		if i < 0 || i >= len(a.inputs) {
+			return dst, fmt.Errorf("operators: %s: input %d of %d", a.name, i, len(a.inputs))
+		}
+		dst = append(dst, byte(i))
+		fields = a.srcFields[i]
+	}
+	for k := range fields {
+		p := &fields[k]
 		raw, ok, err := r.lookup(*p)
 		if err != nil {
 			return dst[:n0], &Error{Operator: a.name, Reason: err.Error()}
@@ -237,6 +307,10 @@ func storeSum(b []byte, s int192) {
 // multiset of inputs folded since InitState, never on their order. It does not allocate.
 func (a *Aggregate) Fold(state, input []byte) {
 	_ = state[a.stateSize-1]
+	if len(a.inputs) > 1 {
+		a.foldInput(state, int(input[0]), input[1:])
+		return
+	}
 	n := binary.LittleEndian.Uint64(state[1:])
 	for k := range a.specs {
 		s := &a.specs[k]
@@ -253,12 +327,61 @@ func (a *Aggregate) Fold(state, input []byte) {
 	binary.LittleEndian.PutUint64(state[1:], n+1)
 }
 
+// foldInput is a cogroup's Fold of a record of input i: only that input's fields and count.
+func (a *Aggregate) foldInput(state []byte, i int, input []byte) {
+	n := binary.LittleEndian.Uint64(state[1+8*i:])
+	for k := range a.specs {
+		s := &a.specs[k]
+		if s.src != i {
+			continue
+		}
+		switch s.kind {
+		case aggSum, aggAvg:
+			st := state[s.off : s.off+sumSize]
+			storeSum(st, loadSum(st).add(loadDec(input[s.in:])))
+		case aggMin:
+			keepIf(state[s.off:s.off+decSize], loadDec(input[s.in:]), n == 0, -1)
+		case aggMax:
+			keepIf(state[s.off:s.off+decSize], loadDec(input[s.in:]), n == 0, 1)
+		}
+	}
+	binary.LittleEndian.PutUint64(state[1+8*i:], n+1)
+}
+
+// count returns the records folded into state for spec s (its input's, in a cogroup).
+func (a *Aggregate) count(state []byte, s *aggSpec) uint64 {
+	return binary.LittleEndian.Uint64(state[1+8*s.src:])
+}
+
 // Merge folds the partial state src into dst, in place: the result is the state of folding
 // dst's inputs and src's inputs, byte for byte whatever the split (sums add, counts add, min and
 // max compare, an empty side changes nothing). It lets backlog mode pre-aggregate a key's
 // records in memory and combine the partial with the stored state later. It does not allocate.
 func (a *Aggregate) Merge(dst, src []byte) {
 	_, _ = dst[a.stateSize-1], src[a.stateSize-1]
+	if len(a.inputs) > 1 {
+		for k := range a.specs {
+			s := &a.specs[k]
+			nd, ns := a.count(dst, s), a.count(src, s)
+			if ns == 0 {
+				continue
+			}
+			switch s.kind {
+			case aggSum, aggAvg:
+				d := dst[s.off : s.off+sumSize]
+				storeSum(d, loadSum(d).plus(loadSum(src[s.off:])))
+			case aggMin:
+				keepIf(dst[s.off:s.off+decSize], loadDec(src[s.off:]), nd == 0, -1)
+			case aggMax:
+				keepIf(dst[s.off:s.off+decSize], loadDec(src[s.off:]), nd == 0, 1)
+			}
+		}
+		for i := range a.inputs {
+			o := 1 + 8*i
+			binary.LittleEndian.PutUint64(dst[o:], binary.LittleEndian.Uint64(dst[o:])+binary.LittleEndian.Uint64(src[o:]))
+		}
+		return
+	}
 	nd := binary.LittleEndian.Uint64(dst[1:])
 	ns := binary.LittleEndian.Uint64(src[1:])
 	if ns == 0 {
@@ -315,9 +438,9 @@ func (a *Aggregate) RenderWindow(key []byte, start, end int64, state, dst []byte
 
 // renderFields appends each field of state and the closing brace.
 func (a *Aggregate) renderFields(state, dst []byte) []byte {
-	n := binary.LittleEndian.Uint64(state[1:])
 	for k := range a.specs {
 		s := &a.specs[k]
+		n := a.count(state, s)
 		dst = append(dst, s.prefix...)
 		switch s.kind {
 		case aggCount:
@@ -347,12 +470,16 @@ func (a *Aggregate) ValidState(b []byte) bool {
 	if len(b) != a.stateSize || b[0] != stateVersion {
 		return false
 	}
-	n := binary.LittleEndian.Uint64(b[1:])
-	if int64(n) < 0 {
-		return false
+	var total uint64
+	for i := range max(len(a.inputs), 1) {
+		n := binary.LittleEndian.Uint64(b[1+8*i:])
+		if int64(n) < 0 {
+			return false
+		}
+		total += n
 	}
-	if n == 0 {
-		for _, c := range b[headerSize:] {
+	if total == 0 {
+		for _, c := range b[a.header:] {
 			if c != 0 {
 				return false
 			}
@@ -361,7 +488,7 @@ func (a *Aggregate) ValidState(b []byte) bool {
 	}
 	for k := range a.specs {
 		s := &a.specs[k]
-		if s.kind == aggMin || s.kind == aggMax {
+		if (s.kind == aggMin || s.kind == aggMax) && a.count(b, s) > 0 {
 			if d := loadDec(b[s.off:]); d.hi == 1<<63 && d.lo == 0 { // -2^127 is never produced
 				return false
 			}

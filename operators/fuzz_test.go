@@ -140,7 +140,7 @@ func FuzzSessionState(f *testing.F) {
 	if err := src.Decode([]byte("c-1"), []byte(`{"amount":2.5}`), 7, &r); err != nil {
 		f.Fatal(err)
 	}
-	in, err := s.Project(&r, nil)
+	in, err := s.Project(0, &r, nil)
 	if err != nil {
 		f.Fatal(err)
 	}

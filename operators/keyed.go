@@ -13,7 +13,9 @@ package operators
 //
 // An operator whose state depends only on the multiset of its inputs (Aggregate, windowed or
 // not) offers the faster capability instead: the runtime pre-aggregates its inputs in memory
-// (Fold, Merge) and needs no replay. Keyed is for the others (session windows, later joins).
+// (Fold, Merge) and needs no replay. Keyed is for the others (session windows, stream-stream
+// joins). An operator of several inputs gets each input's records (Project's input), a watermark
+// that is the smallest of its inputs', and IsLate asked with the record's own input's watermark.
 //
 // A Keyed operator belongs to one task and is not safe for concurrent use; Layout and
 // IsLate are.
@@ -26,8 +28,9 @@ type Keyed interface {
 	Layout() Layout
 	// ValidState reports whether b is a state of this operator (restores check them).
 	ValidState(b []byte) bool
-	// Project appends the input a decoded record contributes to dst; a bad record is an *Error.
-	Project(r *Record, dst []byte) ([]byte, error)
+	// Project appends the input a decoded record of input (its index among the operator's
+	// inputs; 0 for an operator of one input) contributes to dst; a bad record is an *Error.
+	Project(input int, r *Record, dst []byte) ([]byte, error)
 	// IsLate reports whether a record with event time ts that arrives at watermark wm is late:
 	// it would only touch windows that are closed. The runtime sends late records to the
 	// dead-letter topic and never calls Process with them.

@@ -115,13 +115,22 @@ func layoutWord(s string) string {
 // Aggregate, they are safe for concurrent use.
 func (a *Aggregate) Layout() Layout {
 	l := Layout{Kind: "aggregate", Version: stateVersion, Parts: make([]string, 0, len(a.specs))}
+	if len(a.inputs) > 1 {
+		// A cogroup: its inputs in order (a count per input heads the state), and each
+		// field's input.
+		l.Kind = "cogroup"
+		l.Parts = append(l.Parts, LayoutPart("inputs", "list", a.inputs...))
+	}
 	for k := range a.specs {
 		s := &a.specs[k]
-		if s.kind == aggCount {
-			l.Parts = append(l.Parts, LayoutPart(s.name, aggNames[s.kind]))
-		} else {
-			l.Parts = append(l.Parts, LayoutPart(s.name, aggNames[s.kind], s.field))
+		args := []string{}
+		if s.kind != aggCount {
+			args = append(args, s.field)
 		}
+		if len(a.inputs) > 1 {
+			args = append(args, "from="+a.inputs[s.src])
+		}
+		l.Parts = append(l.Parts, LayoutPart(s.name, aggNames[s.kind], args...))
 	}
 	if a.window != "" {
 		l.Parts = append(l.Parts, a.window)

@@ -65,7 +65,9 @@ func (s *Sessions) Layout() Layout { return s.agg.Layout() }
 func (s *Sessions) Aggregate() *Aggregate { return s.agg }
 
 // Project is the aggregate's.
-func (s *Sessions) Project(r *Record, dst []byte) ([]byte, error) { return s.agg.Project(r, dst) }
+func (s *Sessions) Project(_ int, r *Record, dst []byte) ([]byte, error) {
+	return s.agg.Project(r, dst)
+}
 
 // sat adds saturating at MaxInt64.
 func sat(a, b int64) int64 {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -21,8 +22,18 @@ import (
 // TestJoinWaitsForTableKill9 runs the inner join on the real broker with one then three
 // instances and kill -9s while tasks wait for their table, while they stream the backlog and
 // in real time, and demands every order exactly once with its customer's row.
+//
+// SLUICE_TEST_JOIN_ORDERS and SLUICE_TEST_JOIN_ROWS scale it (the size: 1000000 and
+// 100000, about two minutes here).
 func TestJoinWaitsForTableKill9(t *testing.T) {
-	joinScenario(t, kafkatest.Brokers(t), 200_000, 50_000)
+	orders, rows := int64(200_000), 50_000
+	if v, err := strconv.ParseInt(os.Getenv("SLUICE_TEST_JOIN_ORDERS"), 10, 64); err == nil && v > 0 {
+		orders = v
+	}
+	if v, err := strconv.Atoi(os.Getenv("SLUICE_TEST_JOIN_ROWS")); err == nil && v > 0 {
+		rows = v
+	}
+	joinScenario(t, kafkatest.Brokers(t), orders, rows)
 }
 
 // TestJoinWaitsForTableFake is the scenario against the in-process kfake cluster.
@@ -85,7 +96,7 @@ operators:
 func ptr(s string) *string { return &s }
 
 func joinScenario(t *testing.T, brokers string, orders int64, keys int) {
-	ctx, cancel := context.WithTimeout(t.Context(), 170*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 170*time.Second+time.Duration(orders/10_000)*time.Second)
 	defer cancel()
 	const parts = 8
 	first := workload.Spec{Records: orders, Keys: keys, Partitions: parts, Seed: 31}
@@ -124,7 +135,9 @@ func joinScenario(t *testing.T, brokers string, orders int64, keys int) {
 	if err := p.produce(ctx, second); err != nil {
 		t.Fatal(err)
 	}
-	p.waitCommitted(ctx, 90*time.Second, false, ins...)
+	start := time.Now()
+	p.waitCommitted(ctx, 90*time.Second+time.Duration(orders/10_000)*time.Second, false, ins...)
+	t.Logf("caught up %v after the three instances started", time.Since(start).Round(time.Millisecond))
 	ins[1].kill()
 	t.Log("kill -9 in real time")
 	ins[1].start()
@@ -147,11 +160,21 @@ func joinScenario(t *testing.T, brokers string, orders int64, keys int) {
 // them through its repartition topic inside the transactions, and the totals per region must be
 // exact after a kill -9 and a restart.
 func TestJoinGroupByRegionFake(t *testing.T) {
+	joinGroupByScenario(t, kafkatest.Fake(t, 8), 30_000, 3_000)
+}
+
+// TestJoinGroupByRegionKill9 is TestJoinGroupByRegionFake on the real broker: the repartition
+// topic is written in the same transactions as the orders' offsets, read read_committed by the
+// aggregate's chain, and purged.
+func TestJoinGroupByRegionKill9(t *testing.T) {
+	joinGroupByScenario(t, kafkatest.Brokers(t), 100_000, 10_000)
+}
+
+func joinGroupByScenario(t *testing.T, brokers string, records int64, keys int) {
 	ctx, cancel := context.WithTimeout(t.Context(), 120*time.Second)
 	defer cancel()
 	const parts = 4
-	brokers := kafkatest.Fake(t, 8)
-	s := workload.Spec{Records: 30_000, Keys: 3_000, Partitions: parts, Seed: 41}
+	s := workload.Spec{Records: records, Keys: keys, Partitions: parts, Seed: 41}
 	p, customers := joinPipeline(t, brokers, parts, true)
 	if err := p.produce(ctx, s); err != nil {
 		t.Fatal(err)
@@ -166,7 +189,7 @@ func TestJoinGroupByRegionFake(t *testing.T) {
 		in.checkAlive()
 		return len(in.logLines(in.runs, "table snapshot loaded; its streams go on")) > 0, nil
 	})
-	time.Sleep(200 * time.Millisecond) // somewhere in the backlog
+	time.Sleep(50 * time.Millisecond) // somewhere in the backlog
 	in.kill()
 	in.start()
 	want := s.RegionTotals()

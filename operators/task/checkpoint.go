@@ -36,7 +36,8 @@ type Pending struct {
 	flushed []*chain         // chains whose dirty cache entries were written
 	folded  []*chain         // chains that folded their sorted backlog
 	silent  map[*chain]bool  // folds of a backlog checkpoint: no outputs, the chain stays in backlog
-	wm      map[*chain]int64 // windowed chains' watermarks written with their offsets
+	wm      map[*chain]int64 // windowed operators' watermarks written with their offsets (by primary chain)
+	iwm     map[*chain]int64 // operators of several inputs: each input's watermark written
 	keys    map[*chain]int64
 	tables  map[*table]int64 // tables whose offset this checkpoint commits
 	records int
@@ -113,7 +114,7 @@ func (t *Task) Checkpoint(p Producer) (pd *Pending, err error) {
 			pd.records++
 		}
 		c.outbox = nil
-		if c.ops.agg != nil && !foldedIn(pd, c) {
+		if c.ops.agg != nil && c.primary && !foldedIn(pd, c) {
 			switch {
 			case len(c.dirty) > 0 && c.kop != nil:
 				if err := t.flushKeyed(c, p, pd); err != nil {
@@ -199,13 +200,14 @@ func newPending() *Pending {
 		keys:    map[*chain]int64{},
 		silent:  map[*chain]bool{},
 		wm:      map[*chain]int64{},
+		iwm:     map[*chain]int64{},
 	}
 }
 
 // leaving reports whether a chain is due to fold its backlog and stream: its detector left
 // backlog and it holds backlog records or outputs owed by backlog checkpoints.
 func (c *chain) leaving() bool {
-	return c.ops.agg != nil && len(c.dirty) == 0 && (!c.det.Backlog() || c.ended) && (c.buffered() > 0 || c.hasPending || c.ended && c.inBack)
+	return c.ops.agg != nil && c.primary && len(c.dirty) == 0 && (!c.anyBacklog() || c.ended) && (c.buffered() > 0 || c.hasPending || c.ended && c.inBack)
 }
 
 // WantsFold reports whether a chain of the task is due to fold its backlog (the expensive part
@@ -249,9 +251,10 @@ func (t *Task) Prepare(ctx context.Context, p Producer) error {
 	return nil
 }
 
+// foldedIn reports whether pd folded the backlog of c's operator (through any of its chains).
 func foldedIn(pd *Pending, c *chain) bool {
 	for _, f := range pd.folded {
-		if f == c {
+		if f.opState == c.opState {
 			return true
 		}
 	}
@@ -646,6 +649,9 @@ func (t *Task) Committed(pd *Pending) (err error) {
 	for c, wm := range pd.wm {
 		c.wmCommitted = wm
 	}
+	for c, wm := range pd.iwm {
+		c.iwmCommitted = wm
+	}
 	for _, c := range pd.flushed {
 		if c.win != nil {
 			c.committedWindows()
@@ -728,6 +734,11 @@ func (t *Task) Aborted(pd *Pending) map[string]int64 {
 				seek[c.plan.Source.Topic] = c.next
 			}
 		}
+		for _, tb := range t.tables {
+			if tb.next >= 0 {
+				seek[tb.topic] = tb.next // its held dead letters are kept too
+			}
+		}
 		t.needCkpt = false
 		t.publish()
 		return seek
@@ -754,6 +765,7 @@ func (t *Task) Aborted(pd *Pending) map[string]int64 {
 		c.outbox = nil
 		if c.timed() {
 			c.wm = c.wmCommitted
+			c.iwm = c.iwmCommitted
 			c.tm.reset()
 		}
 		if c.committed >= 0 {
@@ -764,7 +776,9 @@ func (t *Task) Aborted(pd *Pending) map[string]int64 {
 	// A table's rows stay applied (applying them again changes nothing), but its dead letters
 	// since the last commit are dropped with the others: it reads them again.
 	for _, tb := range t.tables {
-		if tb.committed >= 0 && tb.next > tb.committed {
+		// Always named: the consumer would otherwise rewind the table to the first offset it
+		// dispatched since the assignment.
+		if tb.committed >= 0 {
 			tb.next = tb.committed
 			seek[tb.topic] = tb.committed
 		}
@@ -794,7 +808,7 @@ func (t *Task) untouchedByAbort(pd *Pending) bool {
 		if c.ops.agg == nil || !c.inBack || !c.det.Backlog() || len(c.dirty) > 0 {
 			return false
 		}
-		if pd != nil && (foldedIn(pd, c) || slices.Contains(pd.flushed, c)) {
+		if pd != nil && (foldedIn(pd, c) || slices.ContainsFunc(pd.flushed, func(f *chain) bool { return f.opState == c.opState })) {
 			return false
 		}
 	}

@@ -133,7 +133,11 @@ func (t *Task) emitNow(c *chain) func(key, value []byte) {
 // letters; in backlog the record is sorted; in real time it is Processed. wmPrev is the
 // watermark before the record, c.wm the one including it.
 func (t *Task) applyKeyed(c *chain, kr *kgo.Record, in []byte, wmPrev int64) error {
-	if c.kop.IsLate(c.rec.Time, c.wm) {
+	own := c.wm
+	if len(c.chains) > 1 {
+		own = c.iwm // an operator of several inputs: late by the record's own input's watermark
+	}
+	if c.kop.IsLate(c.rec.Time, own) {
 		t.lateRecord(c, kr)
 		return nil
 	}

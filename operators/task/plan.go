@@ -14,6 +14,7 @@ package task
 import (
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strings"
 
@@ -33,9 +34,12 @@ type ChainPlan struct {
 	Agg        *configs.Operator  // nil for a stateless chain
 	Sink       string             // sink name ("" = the chain drops its output)
 	SinkTopic  string
-	Changelog  string   // changelog topic of Agg ("" when stateless)
-	Tables     []string // the tables its joins read, in stage order
-	Rekey      string   // the group_by field path the records are re-keyed by ("" = none); SinkTopic is then the repartition topic
+	Changelog  string           // changelog topic of Agg ("" when stateless)
+	Tables     []string         // the tables its joins read, in stage order
+	Cogroup    *configs.Cogroup // the cogroup Agg stands for (Agg.Aggregate is its fields as an aggregate's), or nil
+	StreamJoin *configs.Join    // the windowed stream-stream join Agg stands for, or nil
+	Input      int              // a cogroup's chain: the index of its input
+	Rekey      string           // the group_by field path the records are re-keyed by ("" = none); SinkTopic is then the repartition topic
 }
 
 // Plan is a compiled pipeline. It is immutable after NewPlan and safe for concurrent use.
@@ -56,15 +60,27 @@ func repartitionSource(cfg *configs.Config, op string, orig configs.Source) conf
 // errors surface at start-up, naming the operator.
 func NewPlan(cfg *configs.Config) (*Plan, error) {
 	consumers := map[string]int{} // input name -> index of the operator reading it
+	cogroups := map[string]*configs.Operator{}
 	for i, op := range cfg.Operators {
-		in := opInput(op)
-		if j, ok := consumers[in]; ok {
-			return nil, &configs.Error{
-				Key: fmt.Sprintf("operators[%d].%s.input", i, opKind(op)),
-				Msg: fmt.Sprintf("%q already feeds operator %q; branching a stream into several operators is not supported yet", in, cfg.Operators[j].Name),
+		for _, in := range op.Inputs() {
+			if j, ok := consumers[in]; ok {
+				return nil, &configs.Error{
+					Key: fmt.Sprintf("operators[%d].%s.input", i, opKind(op)),
+					Msg: fmt.Sprintf("%q already feeds operator %q; branching a stream into several operators is not supported yet", in, cfg.Operators[j].Name),
+				}
 			}
+			consumers[in] = i
 		}
-		consumers[in] = i
+		if op.Cogroup != nil {
+			// A cogroup runs as an aggregate of its fields whose state counts per input.
+			cogroups[op.Name] = &configs.Operator{Name: op.Name, Aggregate: op.Cogroup.Aggregate(), Output: op.Output}
+		}
+		if op.Join != nil && op.Join.StreamStream() {
+			// A stream-stream join is a Keyed operator; its Agg is a stand-in without fields
+			// of its own (the runtime reads its name, output and window, none).
+			cogroups[op.Name] = &configs.Operator{Name: op.Name, Output: op.Output,
+				Aggregate: &configs.Aggregate{Fields: map[string]map[string]any{"pairs": {"count": nil}}, Emit: configs.EmitUpdates}}
+		}
 	}
 	p := &Plan{Config: cfg}
 	names := make([]string, 0, len(cfg.Sources))
@@ -90,7 +106,18 @@ func NewPlan(cfg *configs.Config) (*Plan, error) {
 				p.Chains = append(p.Chains, c)
 				c = ChainPlan{SourceName: op.Name + "-repartition", Source: repartitionSource(cfg, op.Name, cfg.Sources[src])}
 			}
-			if op.Aggregate != nil {
+			streamJoin := op.Join != nil && op.Join.StreamStream()
+			if op.Cogroup != nil {
+				c.Agg, c.Cogroup = cogroups[op.Name], op.Cogroup
+				c.Input = slices.Index(op.Cogroup.Inputs, cur)
+				c.Changelog = cfg.ChangelogTopic(op.Name)
+			} else if streamJoin {
+				c.Agg, c.StreamJoin = cogroups[op.Name], op.Join
+				if cur == op.Join.Right {
+					c.Input = 1
+				}
+				c.Changelog = cfg.ChangelogTopic(op.Name)
+			} else if op.Aggregate != nil {
 				c.Agg = &cfg.Operators[i]
 				c.Changelog = cfg.ChangelogTopic(op.Name)
 			} else {
@@ -106,7 +133,7 @@ func NewPlan(cfg *configs.Config) (*Plan, error) {
 				c.Sink = op.Output
 				c.SinkTopic = cfg.Sinks[op.Output].Topic
 			}
-			if op.Aggregate != nil {
+			if op.Aggregate != nil || op.Cogroup != nil || streamJoin {
 				if _, more := consumers[op.Name]; more {
 					return nil, &configs.Error{Key: fmt.Sprintf("operators[%d].output", i), Msg: "an aggregate must end its chain (operators after an aggregate are not supported yet)"}
 				}
@@ -190,11 +217,21 @@ func (p *Plan) CoPartitioned() [][]string {
 	for _, t := range p.Topics() {
 		find(t)
 	}
+	union := func(x, y string) {
+		if a, b := find(x), find(y); a != b {
+			parent[max(a, b)] = min(a, b)
+		}
+	}
+	cogroupTopic := map[string]string{} // a cogroup's first input topic
 	for _, c := range p.Chains {
 		for _, tb := range c.Tables {
-			a, b := find(c.Source.Topic), find(p.Config.Tables[tb].Topic)
-			if a != b {
-				parent[max(a, b)] = min(a, b)
+			union(c.Source.Topic, p.Config.Tables[tb].Topic)
+		}
+		if c.Cogroup != nil || c.StreamJoin != nil {
+			if first, ok := cogroupTopic[c.Agg.Name]; ok {
+				union(first, c.Source.Topic)
+			} else {
+				cogroupTopic[c.Agg.Name] = c.Source.Topic
 			}
 		}
 	}
@@ -252,7 +289,15 @@ func (p *Plan) Describe(w io.Writer) {
 		if c.Rekey != "" {
 			fmt.Fprintf(w, "  -> re-key by %s -> repartition topic %s (in the transaction of the input offsets)\n", c.Rekey, c.SinkTopic)
 		}
-		if c.Agg != nil {
+		if c.StreamJoin != nil {
+			j := c.StreamJoin
+			side := "left"
+			if c.Input == 1 {
+				side = "right"
+			}
+			fmt.Fprintf(w, "  -> stream-stream join %s (%s side): %s join of %s and %s within %v, pairs as {%q: ..., %q: ...}; a record is late once its input's watermark passes its time + within (dead letters); unmatched records only after their window closed; state in Pebble, one timer per key\n",
+				c.Agg.Name, side, orDefault(j.Type, "inner"), j.Left, j.Right, j.Within, j.Left, j.Right)
+		} else if c.Agg != nil {
 			ops, _ := c.build(nil)
 			a := ops.agg.Attributes()
 			var specs []string
@@ -263,8 +308,12 @@ func (p *Plan) Describe(w io.Writer) {
 					specs = append(specs, fmt.Sprintf("%s=%s(%s)", s.Name, s.Func, s.Field))
 				}
 			}
-			fmt.Fprintf(w, "  -> aggregate %s [%s] emit=%s attributes{InternalSorter:%v OutputOnlyAtEnd:%v OutputOnCheckpoint:%v}\n",
-				c.Agg.Name, strings.Join(specs, " "), orDefault(c.Agg.Aggregate.Emit, "updates"), a.InternalSorter, a.OutputOnlyAtEnd, a.OutputOnCheckpoint)
+			kind := "aggregate"
+			if c.Cogroup != nil {
+				kind = fmt.Sprintf("cogroup (input %d of %s: fields %s)", c.Input+1, strings.Join(c.Cogroup.Inputs, ", "), strings.Join(cogroupFields(c.Cogroup, c.Cogroup.Inputs[c.Input]), ", "))
+			}
+			fmt.Fprintf(w, "  -> %s %s [%s] emit=%s attributes{InternalSorter:%v OutputOnlyAtEnd:%v OutputOnCheckpoint:%v}\n",
+				kind, c.Agg.Name, strings.Join(specs, " "), orDefault(c.Agg.Aggregate.Emit, "updates"), a.InternalSorter, a.OutputOnlyAtEnd, a.OutputOnCheckpoint)
 			if sw := c.Agg.Aggregate.Window; sw.Kind() == "session" {
 				fmt.Fprintf(w, "     window session gap %v grace %v (a keyed operator: backlog replays each key's records in arrival order); watermark = max event time - %v; timers: one per key, in Pebble; late records -> dead letters\n",
 					sw.Session, sw.Grace, c.Source.Watermark.MaxDelay)
@@ -285,8 +334,10 @@ func (p *Plan) Describe(w io.Writer) {
 		}
 	}
 	fmt.Fprintln(w, "internal topics:")
+	listed := map[string]bool{}
 	for _, c := range p.Chains {
-		if c.Changelog != "" {
+		if c.Changelog != "" && !listed[c.Changelog] {
+			listed[c.Changelog] = true
 			fmt.Fprintf(w, "  %s (compacted, partitions = %s's)\n", c.Changelog, c.Source.Topic)
 		}
 		if c.Rekey != "" {
@@ -333,6 +384,17 @@ func (c ChainPlan) build(rows func(table string) operators.Rows) (*chainOps, err
 		}
 		ops.stages = append(ops.stages, st)
 	}
+	if c.Cogroup != nil {
+		ops.agg, err = operators.NewCogroup(c.Agg.Name, *c.Cogroup)
+		return ops, err
+	}
+	if c.StreamJoin != nil {
+		if ops.kop, err = operators.NewStreamJoin(c.Agg.Name, *c.StreamJoin); err != nil {
+			return nil, err
+		}
+		ops.agg, err = operators.NewAggregate(c.Agg.Name, *c.Agg.Aggregate) // the keyed chain's stand-in; never folded
+		return ops, err
+	}
 	if c.Agg != nil {
 		if c.Agg.Aggregate.Window.Kind() == "session" {
 			s, err := operators.NewSessions(c.Agg.Name, *c.Agg.Aggregate)
@@ -360,6 +422,8 @@ func opInput(op configs.Operator) string {
 		return op.Aggregate.Input
 	case op.Join != nil:
 		return op.Join.Stream
+	case op.Cogroup != nil:
+		return op.Cogroup.Inputs[0]
 	}
 	return ""
 }
@@ -372,8 +436,22 @@ func opKind(op configs.Operator) string {
 		return "map"
 	case op.Join != nil:
 		return "join"
+	case op.Cogroup != nil:
+		return "cogroup"
 	}
 	return "aggregate"
+}
+
+// cogroupFields returns the fields of cg that aggregate input in, sorted.
+func cogroupFields(cg *configs.Cogroup, in string) []string {
+	var out []string
+	for name, from := range cg.From() {
+		if from == in {
+			out = append(out, name)
+		}
+	}
+	sort.Strings(out)
+	return out
 }
 
 func orDefault(s, d string) string {

@@ -2,6 +2,8 @@ package task
 
 import (
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -32,14 +34,17 @@ type table struct {
 	rec         operators.Record
 
 	next      int64 // next offset to apply
+	dlqFrom   int64 // the group's committed offset of the table at start: dead letters before it were produced already
+	stored    int64 // the next offset the store recorded when the task started (-1: none)
 	committed int64 // next offset as of the last committed checkpoint (a rewind goes back here)
 	end       int64 // the snapshot: the end offset when the task started; -1 until SetTableEnd
 	loaded    bool  // next reached end
-	lag       int64
 
 	waitStart     time.Time
 	rows, deletes int64 // records applied since the task started
 	dead          int64
+
+	err error // a failure of the store outside a call that returns errors (SetTableEnd); the next ProcessTable returns it
 }
 
 // TableNamespace is the store namespace of table name's partition.
@@ -52,13 +57,13 @@ func newTable(name string, cfg configs.Table, partition int32, st state.Store, n
 	if err != nil {
 		return nil, err
 	}
-	tb := &table{name: name, topic: cfg.Topic, src: src, ns: TableNamespace(name, partition), next: -1, committed: -1, end: -1, waitStart: now}
+	tb := &table{name: name, topic: cfg.Topic, src: src, ns: TableNamespace(name, partition), next: -1, committed: -1, end: -1, stored: -1, waitStart: now}
 	off, ok, err := st.Offset(tb.ns)
 	if err != nil {
 		return nil, fmt.Errorf("table %s[%d]: %w", cfg.Topic, partition, err)
 	}
 	if ok {
-		tb.next, tb.committed = off, off
+		tb.next, tb.committed, tb.stored = off, off, off
 	}
 	return tb, nil
 }
@@ -82,19 +87,52 @@ func (t *Task) TableStart(topic string) (offset int64, ok bool) {
 	return tb.next, true
 }
 
+// SetTableCommitted gives topic's table partition the offset the group has committed for it
+// (-1: none), which moves with the table's dead letters: the table is read again from there if
+// its store is ahead (the dead letters of those records were never committed), or from its log
+// start if the group committed none; records before it produce no dead letter again (a store
+// behind it, or a fresh one). Call it before SetTableEnd.
+func (t *Task) SetTableCommitted(topic string, committed int64) {
+	tb := t.tables[topic]
+	if tb == nil {
+		return
+	}
+	if committed < 0 {
+		tb.next, tb.committed, tb.dlqFrom = -1, -1, 0
+		return
+	}
+	tb.dlqFrom = committed
+	if tb.next > committed {
+		tb.next, tb.committed = committed, committed
+	}
+}
+
 // SetTableEnd gives topic's table partition its snapshot, the end offset (last stable) it had
 // when the task started, and its log start offset (where a store without an offset reads
 // from). A table already at its end is loaded; else the task's streams wait (Waiting).
+//
+// A stored offset before the log start means records the store never saw were deleted
+// (retention, DeleteRecords), tombstones among them: the rows it holds may be rows deleted
+// since, so the table is dropped and read again from the log start, as a fresh store would.
+// The caller must read the table from TableStart after this call.
 func (t *Task) SetTableEnd(topic string, start, end int64) {
 	tb := t.tables[topic]
 	if tb == nil {
 		return
 	}
+	if tb.stored >= 0 && tb.stored < start {
+		t.log.Warn("table partition: records after the stored offset were deleted; reading the table again from its log start",
+			"table", tb.name, "topic", tb.topic, "stored_offset", tb.stored, "log_start", start)
+		tb.stored = -1
+		if err := t.d.Store.Drop(tb.ns); err != nil && tb.err == nil {
+			tb.err = fmt.Errorf("task %d: table %s: drop the rows before reading it again from its log start: %w", t.partition, tb.name, err)
+		}
+		tb.next, tb.committed = -1, -1
+	}
 	if tb.next < start {
 		tb.next, tb.committed = start, start
 	}
 	tb.end = end
-	tb.lag = max(end-tb.next, 0)
 	if tb.next >= end && !tb.loaded {
 		t.tableLoaded(tb)
 	}
@@ -112,12 +150,22 @@ func (t *Task) Waiting() bool {
 	return false
 }
 
-// Tables returns the topics of the task's tables.
+// Tables returns the topics of the task's tables, sorted.
 func (t *Task) Tables() []string {
 	out := make([]string, 0, len(t.tables))
 	for topic := range t.tables {
 		out = append(out, topic)
 	}
+	slices.Sort(out)
+	return out
+}
+
+func (t *Task) sortedTables() []*table {
+	out := make([]*table, 0, len(t.tables))
+	for _, tb := range t.tables {
+		out = append(out, tb)
+	}
+	slices.SortFunc(out, func(a, b *table) int { return strings.Compare(a.name, b.name) })
 	return out
 }
 
@@ -139,6 +187,9 @@ func (t *Task) ProcessTable(topic string, recs []*kgo.Record, next int64) error 
 // store batch with the next offset. last is the offset after the batch as the fetch saw it
 // (past transaction markers), or -1. A record that fails to decode is a dead letter.
 func (t *Task) applyTable(tb *table, recs []*kgo.Record, last int64) error {
+	if tb.err != nil {
+		return tb.err
+	}
 	b := t.d.Store.NewBatch()
 	defer b.Close()
 	for _, kr := range recs {
@@ -158,20 +209,26 @@ func (t *Task) applyTable(tb *table, recs []*kgo.Record, last int64) error {
 			t.deadLetterTable(tb, kr, err)
 			continue
 		}
+		if tb.rec.Key == nil {
+			// No key field and a null record key: no stream record's key could find it (and
+			// a compacted topic refuses such records).
+			t.deadLetterTable(tb, kr, fmt.Errorf("a row without a key"))
+			continue
+		}
 		if err := b.Set(tb.ns, tb.rec.Key, kr.Value); err != nil {
 			return fmt.Errorf("task %d: table %s: %w", t.partition, tb.name, err)
 		}
 		tb.rows++
 	}
 	tb.next = max(tb.next, last)
+	if tb.next < 0 {
+		return nil // nothing read yet and no offset to record (an empty batch before SetTableEnd)
+	}
 	if err := b.SetOffset(tb.ns, tb.next); err != nil {
 		return fmt.Errorf("task %d: table %s: %w", t.partition, tb.name, err)
 	}
 	if err := b.Commit(); err != nil {
 		return fmt.Errorf("task %d: table %s: %w", t.partition, tb.name, err)
-	}
-	if tb.end >= 0 {
-		tb.lag = max(tb.end-tb.next, 0)
 	}
 	if !tb.loaded && tb.end >= 0 && tb.next >= tb.end {
 		t.tableLoaded(tb)
@@ -181,7 +238,6 @@ func (t *Task) applyTable(tb *table, recs []*kgo.Record, last int64) error {
 
 func (t *Task) tableLoaded(tb *table) {
 	tb.loaded = true
-	tb.lag = 0
 	d := t.d.Clock().Sub(tb.waitStart)
 	t.log.Info("table snapshot loaded; its streams go on", "table", tb.name, "topic", tb.topic, "rows", tb.rows, "tombstones", tb.deletes,
 		"end_offset", tb.end, "seconds", d.Seconds())
@@ -192,6 +248,9 @@ func (t *Task) tableLoaded(tb *table) {
 }
 
 func (t *Task) deadLetterTable(tb *table, kr *kgo.Record, err error) {
+	if kr.Offset < tb.dlqFrom {
+		return // its dead letter was committed with the group's offset of the table already
+	}
 	tb.dead++
 	t.d.Metrics.deadLetter("table " + tb.name)
 	t.dlq = append(t.dlq, newDeadLetter(t.plan.Config.DLQTopic(), kr, "table "+tb.name, err.Error(), nil))
@@ -210,10 +269,15 @@ type TableStatus struct {
 	ETASeconds float64  `json:"eta_seconds,omitempty"` // while loading: lag / rate since start
 }
 
+// tableStatus returns the task's tables sorted by name (the first one not loaded is the
+// task's Waiting reason).
 func (t *Task) tableStatus(now time.Time) []TableStatus {
 	var out []TableStatus
-	for _, tb := range t.tables {
-		ts := TableStatus{Table: tb.name, Topic: tb.topic, Loaded: tb.loaded, NextOffset: tb.next, EndOffset: tb.end, Lag: tb.lag, Rows: tb.rows + tb.deletes}
+	for _, tb := range t.sortedTables() {
+		ts := TableStatus{Table: tb.name, Topic: tb.topic, Loaded: tb.loaded, NextOffset: tb.next, EndOffset: tb.end, Rows: tb.rows + tb.deletes}
+		if !tb.loaded && tb.end >= 0 {
+			ts.Lag = max(tb.end-max(tb.next, 0), 0) // from next: an abort rewinds it
+		}
 		if !tb.loaded {
 			for _, c := range t.chains {
 				for _, name := range c.plan.Tables {
@@ -223,7 +287,7 @@ func (t *Task) tableStatus(now time.Time) []TableStatus {
 				}
 			}
 			if d := now.Sub(tb.waitStart).Seconds(); d > 0 && ts.Rows > 0 {
-				ts.ETASeconds = float64(tb.lag) / (float64(ts.Rows) / d)
+				ts.ETASeconds = float64(ts.Lag) / (float64(ts.Rows) / d)
 			}
 		}
 		out = append(out, ts)

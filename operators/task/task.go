@@ -68,17 +68,15 @@ type Task struct {
 
 // chain is one ChainPlan's runtime in this task.
 type chain struct {
-	plan   ChainPlan
-	ops    *chainOps
-	ns     state.Namespace
-	layout *layout // the keyed operator's state layout and changelog headers (layout.go)
-	det    *backlog.Detector
-	inBack bool // current mode: backlog (records go to the partials, or beyond them the sorter)
-	sorter *sorter.Sorter
-	part   *partials // backlog pre-aggregation of the first cache_keys keys
+	plan ChainPlan
+	ops  *chainOps
+	det  *backlog.Detector
 
-	cache map[string]*entry // real-time write-back cache
-	dirty []*entry
+	// The keyed operator the chain ends in, shared by the chains of a cogroup (one per input;
+	// the first one, primary, does the operator's part of checkpoints). Its fields are promoted.
+	*opState
+	input   int  // the chain's input index in a cogroup (ProjectInput); 0 otherwise
+	primary bool // the chain does the operator's part of a checkpoint (fold, flush, windows)
 
 	next      int64 // next offset to process; -1 before the first record
 	committed int64 // next offset covered by the last commit (or where consumption started)
@@ -88,18 +86,42 @@ type chain struct {
 	rec     operators.Record
 	scratch []byte
 
+	observed bool // the chain has seen a batch since it started or was rewound (BeforeBatch)
+
+	// Event time of the chain's input: its watermark (the largest event time decoded minus its
+	// source's max_delay) and the one committed. The operator's watermark (opState.wm) is the
+	// smallest of its inputs'; a record is late by its own input's (window.go).
+	maxDelay          int64
+	iwm, iwmCommitted int64
+
+	recordsIn, recordsOut, dead int64
+}
+
+// opState is a keyed operator's runtime in a task: its mode, state access, backlog buffers,
+// event time and bookkeeping. One chain owns it, or the chains of a cogroup share it (the
+// operator is in backlog while any of them is: the combiner rule).
+type opState struct {
+	chains []*chain // the chains feeding the operator (a cogroup's inputs, in order)
+
+	ns     state.Namespace
+	layout *layout // the keyed operator's state layout and changelog headers (layout.go)
+	inBack bool    // current mode: backlog (records go to the partials, or beyond them the sorter)
+	sorter *sorter.Sorter
+	part   *partials // backlog pre-aggregation of the first cache_keys keys
+
+	cache map[string]*entry // real-time write-back cache
+	dirty []*entry
+
 	// event time (windowed aggregates only; see window.go)
 	win         *operators.Windows // nil: unwindowed
 	kop         operators.Keyed    // a Keyed operator (session windows; keyed.go); nil: a mergeable aggregate
 	outbox      []*kgo.Record      // Keyed: outputs of real-time calls, produced by the next checkpoint
-	maxDelay    int64              // the source's watermark.max_delay, ms
-	wm          int64              // watermark at next (math.MinInt64 before any record)
+	wm          int64              // watermark at next (math.MinInt64 before any record): the smallest of its inputs' (chain.iwm)
 	wmCommitted int64              // watermark at committed
 	timerNS     state.Namespace
 	tm          timers
 	wk          []byte // scratch window key
 	ended       bool   // the input ended (bounded run): the watermark is +infinity
-	observed    bool   // the chain has seen a batch since it started or was rewound (BeforeBatch)
 	endWM       int64  // while ended: the watermark to commit (the data's, or the latest close of a window the end closed)
 	late        int64
 
@@ -112,8 +134,17 @@ type chain struct {
 	backStart   time.Time
 	backRecords int64
 	lastLog     time.Time
+}
 
-	recordsIn, recordsOut, dead int64
+// anyBacklog reports whether a detector of the operator's chains says backlog (the combiner
+// rule: an operator of several inputs is in backlog while any of them is).
+func (o *opState) anyBacklog() bool {
+	for _, c := range o.chains {
+		if c.det != nil && c.det.Backlog() {
+			return true
+		}
+	}
+	return false
 }
 
 type entry struct {
@@ -184,6 +215,7 @@ func NewGroup(plan *Plan, topics []string, partition int32, d Deps) (*Task, erro
 	if len(t.tables) > 0 {
 		t.d.Metrics.joinWaiting(1) // until SetTableEnd and the loads say otherwise
 	}
+	shared := map[string]*opState{} // keyed operators by name: a cogroup's chains share one
 	for _, cp := range plan.Chains {
 		if !in(cp.Source.Topic) {
 			continue
@@ -207,14 +239,25 @@ func NewGroup(plan *Plan, topics []string, partition int32, d Deps) (*Task, erro
 				return nil, err
 			}
 		}
-		c := &chain{plan: cp, ops: ops, next: -1, committed: -1}
+		c := &chain{plan: cp, ops: ops, next: -1, committed: -1, input: cp.Input,
+			maxDelay: cp.Source.Watermark.MaxDelay.Milliseconds(), iwm: math.MinInt64, iwmCommitted: math.MinInt64}
 		if ops.agg != nil {
-			c.ns = state.Namespace{Operator: cp.Agg.Name, Partition: partition}
-			c.pendNS = changelog.PendingNamespace(c.ns)
 			c.det = backlog.NewDetector(backlog.Options{
 				Mode: mode, EnterLag: cfg.Backlog.EnterLag, ExitLag: cfg.Backlog.ExitLag,
 				EnterTimeLag: cfg.Backlog.EnterTimeLag, ExitTimeLag: cfg.Backlog.ExitTimeLag,
 			})
+		}
+		if op := ops.agg; op != nil && shared[cp.Agg.Name] != nil {
+			c.opState = shared[cp.Agg.Name] // another input of a cogroup
+		} else {
+			c.opState = &opState{wm: math.MinInt64, wmCommitted: math.MinInt64}
+			c.primary = true
+		}
+		c.opState.chains = append(c.opState.chains, c)
+		if ops.agg != nil && c.primary {
+			shared[cp.Agg.Name] = c.opState
+			c.ns = state.Namespace{Operator: cp.Agg.Name, Partition: partition}
+			c.pendNS = changelog.PendingNamespace(c.ns)
 			c.cache = make(map[string]*entry)
 			c.kop = ops.kop
 			if c.kop == nil {
@@ -224,9 +267,7 @@ func NewGroup(plan *Plan, topics []string, partition int32, d Deps) (*Task, erro
 				t.Close()
 				return nil, err
 			}
-			c.maxDelay = cp.Source.Watermark.MaxDelay.Milliseconds()
 			c.timerNS = timerNamespace(c.ns)
-			c.wm, c.wmCommitted = math.MinInt64, math.MinInt64
 			if d.Budget != nil {
 				dir := filepath.Join(d.SortDir, fmt.Sprintf("%s-%d", cp.Agg.Name, partition))
 				c.sorter, err = sorter.New(sorter.Options{Dir: dir, Budget: d.Budget})
@@ -293,6 +334,9 @@ func (t *Task) observe(c *chain, lag int64, timeLag time.Duration) (needCheckpoi
 	if c.det == nil {
 		return false
 	}
+	if len(c.chains) > 1 {
+		return t.observeShared(c, lag, timeLag)
+	}
 	attr, changed, first := c.det.Observe(lag, timeLag)
 	switch {
 	case first && attr.Backlog:
@@ -315,6 +359,32 @@ func (t *Task) observe(c *chain, lag int64, timeLag time.Duration) (needCheckpoi
 		} else {
 			needCheckpoint = true // the checkpoint folds the sorted backlog, then streams
 		}
+	}
+	return needCheckpoint
+}
+
+// observeShared is observe for a chain of an operator with several inputs (a cogroup): the
+// operator is in backlog while any of its inputs' detectors says backlog (the combiner rule),
+// and it changes mode when that answer changes.
+func (t *Task) observeShared(c *chain, lag int64, timeLag time.Duration) (needCheckpoint bool) {
+	_, _, first := c.det.Observe(lag, timeLag)
+	want := c.anyBacklog()
+	switch {
+	case want && !c.inBack:
+		t.d.Metrics.switched("to_backlog")
+		t.log.Info("switch to backlog mode", "operator", c.plan.Agg.Name, "input", c.plan.SourceName, "lag", lag, "time_lag", timeLag)
+		if len(c.dirty) > 0 {
+			needCheckpoint = true // flush the cache first; the checkpoint then enters backlog
+		}
+		t.enterBacklog(c)
+	case !want && c.inBack:
+		if c.buffered() == 0 && !c.hasPending {
+			t.leaveBacklog(c, 0)
+		} else {
+			needCheckpoint = true // the checkpoint folds the sorted backlog, then streams
+		}
+	case first && !want && c.hasPending:
+		needCheckpoint = true // outputs still due from backlog checkpoints
 	}
 	return needCheckpoint
 }
@@ -421,7 +491,13 @@ func (t *Task) processChain(c *chain, recs []*kgo.Record) error {
 			continue
 		}
 		// The projected input follows a tag byte: sorted entries are inputs or partial states.
-		in, err := ops.agg.Project(&c.rec, append(c.scratch[:0], tagInput))
+		var in []byte
+		var err error
+		if ops.kop != nil {
+			in, err = ops.kop.Project(c.input, &c.rec, append(c.scratch[:0], tagInput))
+		} else {
+			in, err = ops.agg.ProjectInput(c.input, &c.rec, append(c.scratch[:0], tagInput))
+		}
 		if err != nil {
 			t.deadLetter(c, kr, ops.agg.Name(), err)
 			continue
@@ -550,7 +626,7 @@ func (t *Task) makeRoom(c *chain) {
 // state now (backlog.checkpoint_interval) to bound the re-work after a crash.
 func (t *Task) backlogCheckpointDue(c *chain) bool {
 	every := t.plan.Config.Backlog.CheckpointInterval
-	return every > 0 && c.kop == nil && c.inBack && c.det.Backlog() && c.buffered() > 0 && t.d.Clock().Sub(c.lastBackCkpt) >= every
+	return every > 0 && c.kop == nil && c.inBack && c.anyBacklog() && c.buffered() > 0 && t.d.Clock().Sub(c.lastBackCkpt) >= every
 }
 
 // Sorted entries' payloads start with a tag: a record's projected input, or a key's partial
@@ -648,7 +724,7 @@ func (t *Task) Close() {
 		t.prep = nil
 	}
 	for _, c := range t.chains {
-		if c.sorter != nil {
+		if c.sorter != nil && c.primary {
 			_ = c.sorter.Close()
 		}
 		if c.det != nil {

@@ -124,8 +124,22 @@ func (c *chain) observeTime(ts int64) {
 	if w > ts { // underflow
 		w = math.MinInt64
 	}
-	if w > c.wm {
-		c.wm = w
+	if w <= c.iwm {
+		return
+	}
+	c.iwm = w
+	c.syncWatermark()
+}
+
+// syncWatermark sets the operator's watermark from its inputs': the smallest of them (it never
+// goes back).
+func (c *chain) syncWatermark() {
+	m := int64(math.MaxInt64)
+	for _, o := range c.chains {
+		m = min(m, o.iwm)
+	}
+	if m > c.wm {
+		c.wm = m
 	}
 }
 
@@ -134,7 +148,11 @@ func (c *chain) observeTime(ts int64) {
 func (t *Task) applyWindows(c *chain, kr *kgo.Record, in []byte) error {
 	var err error
 	open := 0
-	c.win.Assign(c.rec.Time, c.wm, func(start int64) {
+	own := c.wm
+	if len(c.chains) > 1 {
+		own = c.iwm // an operator of several inputs: late by the record's own input's watermark
+	}
+	c.win.Assign(c.rec.Time, own, func(start int64) {
 		if err != nil {
 			return
 		}
@@ -281,11 +299,21 @@ func (c *chain) committedWindows() {
 // checkpointWatermark writes a windowed chain's watermark when its offset moves in this
 // checkpoint: a changelog record and the store, so both match the offset committed with them.
 func (t *Task) checkpointWatermark(c *chain, p Producer, pd *Pending) error {
-	if !c.timed() || c.wm == c.wmCommitted {
+	if !c.timed() {
 		return nil
 	}
 	if _, ok := pd.Offsets[c.plan.Source.Topic]; !ok && !(c.ended && c.buffered() == 0) {
 		return nil // the watermark moves with the offset (an ended input has no offset to move)
+	}
+	if len(c.chains) > 1 && c.iwm != c.iwmCommitted {
+		// An operator of several inputs commits each input's watermark with its offset.
+		if err := t.writeWatermark(c, inputWatermarkKey(c.input), c.iwm, p, pd); err != nil {
+			return err
+		}
+		pd.iwm[c] = c.iwm
+	}
+	if _, done := pd.wm[c.chains[0]]; done || c.wm == c.wmCommitted {
+		return nil // unmoved, or written by another input's chain of the operator
 	}
 	wm := c.wm
 	if c.ended {
@@ -297,36 +325,46 @@ func (t *Task) checkpointWatermark(c *chain, p Producer, pd *Pending) error {
 			return nil
 		}
 	}
+	if err := t.writeWatermark(c, changelog.WatermarkKey, wm, p, pd); err != nil {
+		return err
+	}
+	pd.wm[c.chains[0]] = wm
+	return nil
+}
+
+// writeWatermark writes a watermark under key into the changelog and the checkpoint's batch.
+func (t *Task) writeWatermark(c *chain, key []byte, wm int64, p Producer, pd *Pending) error {
 	v := binary.BigEndian.AppendUint64(nil, uint64(wm))
 	p.Produce(&kgo.Record{
-		Topic: c.plan.Changelog, Partition: t.partition, Key: changelog.WatermarkKey, Value: v,
+		Topic: c.plan.Changelog, Partition: t.partition, Key: key, Value: v,
 		Headers: []kgo.RecordHeader{{Key: changelog.WatermarkHeader, Value: []byte{}}},
 	}, pd.changelogPromise(c.ns))
 	pd.records++
 	if pd.batch == nil {
 		pd.batch = t.d.Store.NewBatch()
 	}
-	if err := pd.batch.Set(changelog.WatermarkNamespace(c.ns), changelog.WatermarkKey, v); err != nil {
-		return err
-	}
-	pd.wm[c] = wm
-	return nil
+	return pd.batch.Set(changelog.WatermarkNamespace(c.ns), key, v)
 }
 
 // restoreWindows loads a windowed chain's committed watermark and rebuilds its timers from its
 // stored windows (a changelog restore brings states, not timers).
 func (t *Task) restoreWindows(c *chain) error {
 	c.wm, c.wmCommitted = math.MinInt64, math.MinInt64
-	v, ok, err := t.d.Store.Get(changelog.WatermarkNamespace(c.ns), changelog.WatermarkKey, nil)
+	wm, err := t.storedWatermark(c, changelog.WatermarkKey)
 	if err != nil {
 		return err
 	}
-	if ok {
-		if len(v) != 8 {
-			return fmt.Errorf("task %d: %s: stored watermark is %d bytes, want 8", t.partition, c.plan.Agg.Name, len(v))
+	c.wm, c.wmCommitted = wm, wm
+	c.iwm, c.iwmCommitted = wm, wm
+	if len(c.chains) > 1 {
+		// Each input's own watermark (an operator of several inputs commits them too).
+		if c.iwm, err = t.storedWatermark(c, inputWatermarkKey(c.input)); err != nil {
+			return err
 		}
-		c.wm = int64(binary.BigEndian.Uint64(v))
-		c.wmCommitted = c.wm
+		c.iwmCommitted = c.iwm
+	}
+	if !c.primary {
+		return nil // the operator's timers are the primary chain's to rebuild
 	}
 	if c.kop != nil {
 		return t.restoreKeyedTimers(c)
@@ -339,6 +377,22 @@ func (t *Task) restoreWindows(c *chain) error {
 		return c.win.Close(start), true, nil
 	})
 }
+
+// storedWatermark returns the watermark stored under key for c's operator, or MinInt64.
+func (t *Task) storedWatermark(c *chain, key []byte) (int64, error) {
+	v, ok, err := t.d.Store.Get(changelog.WatermarkNamespace(c.ns), key, nil)
+	if err != nil || !ok {
+		return math.MinInt64, err
+	}
+	if len(v) != 8 {
+		return 0, fmt.Errorf("task %d: %s: stored watermark %q is %d bytes, want 8", t.partition, c.plan.Agg.Name, key, len(v))
+	}
+	return int64(binary.BigEndian.Uint64(v)), nil
+}
+
+// inputWatermarkKey is the key of input i's watermark, beside the operator's (WatermarkKey), in
+// the store and the changelog of an operator of several inputs.
+func inputWatermarkKey(i int) []byte { return fmt.Appendf(nil, "%s/%d", changelog.WatermarkKey, i) }
 
 // rebuildTimers replaces a chain's timer namespace with the timers of its stored states (timerOf
 // returns a state's timer, if it has one).

@@ -359,3 +359,9 @@ func Diff(want, got map[string]Total, max int) []string {
 func (t Total) String() string {
 	return "sum=" + string(appendCents(nil, t.SumCents)) + " count=" + strconv.FormatInt(t.Count, 10)
 }
+
+// ReadEach reads topic with read_committed from its start to its end (as ReadTotals does) and
+// calls fn with each data record, in offset order per partition; fn's error stops it.
+func ReadEach(ctx context.Context, brokers []string, topic string, fn func(r *kgo.Record) error) error {
+	return readCommitted(ctx, brokers, topic, fn)
+}

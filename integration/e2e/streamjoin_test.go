@@ -1,0 +1,196 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sluice-dev/sluice/cmd/sluice/workload"
+	"github.com/sluice-dev/sluice/integration/kafkatest"
+)
+
+// TestStreamJoinExactlyOnceKill9 joins orders with their payments within 10 s of event time
+// (a left join: orders without a payment come out with null once their window closed) on the
+// real broker, with a kill -9 during the backlog and one in real time; the committed output
+// must be exactly the oracle's pairs and unmatched orders, each once.
+func TestStreamJoinExactlyOnceKill9(t *testing.T) {
+	streamJoinScenario(t, kafkatest.Brokers(t), 60_000)
+}
+
+// TestStreamJoinExactlyOnceKill9Fake is the scenario on kfake.
+func TestStreamJoinExactlyOnceKill9Fake(t *testing.T) {
+	streamJoinScenario(t, kafkatest.Fake(t, 8), 20_000)
+}
+
+type sjEvent struct {
+	key, value string
+	ts         int64
+}
+
+func streamJoinScenario(t *testing.T, brokers string, n int) {
+	ctx, cancel := context.WithTimeout(t.Context(), 170*time.Second)
+	defer cancel()
+	const parts = 4
+	const within = 10_000 // ms
+	p := &pipeline{
+		t: t, brokers: brokers,
+		topic:   kafkatest.UniqueName(t, "orders"),
+		sink:    kafkatest.UniqueName(t, "paid"),
+		group:   kafkatest.UniqueName(t, "g"),
+		cfgPath: filepath.Join(t.TempDir(), "sluice.yaml"),
+		nudged:  map[string]workload.Total{},
+	}
+	payments := kafkatest.UniqueName(t, "payments")
+	kafkatest.CreateTopic(t, brokers, p.topic, parts, nil)
+	kafkatest.CreateTopic(t, brokers, payments, parts, nil)
+	cfg := fmt.Sprintf(`# written by the e2e test %s
+kafka:
+  brokers: [%s]
+group: %s
+instance_id: unset
+processing: {guarantee: exactly_once, commit_interval: 100ms, state_dir: ./unset}
+backlog: {enter_lag: 1000, exit_lag: 200, sort_memory: 64MiB, mode: auto}
+http: {listen: "off"}
+log: {level: info, format: json}
+sources:
+  orders: {topic: %s, key: customer_id, timestamp: ts}
+  payments: {topic: %s, key: customer_id, timestamp: ts}
+operators:
+  - name: paid
+    join: {left: orders, right: payments, within: 10s, type: left}
+    output: out
+sinks:
+  out: {topic: %s}
+`, t.Name(), strings.Join(kafkatest.SplitBrokers(brokers), ", "), p.group, p.topic, payments, p.sink)
+	if err := os.WriteFile(p.cfgPath, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// Orders one second apart in event time (in order); 80% get a payment 0-5 s later. Each
+	// order's key is its customer; customers repeat.
+	rng := rand.New(rand.NewPCG(61, 62))
+	base := workload.DefaultStartTS
+	var orders, pays []sjEvent
+	for i := range n {
+		key := fmt.Sprintf("c-%04d", rng.IntN(500))
+		ts := base + int64(i)*1000
+		orders = append(orders, sjEvent{key, fmt.Sprintf(`{"order_id":%d,"customer_id":%q,"ts":%d}`, i, key, ts), ts})
+		if rng.IntN(5) > 0 {
+			pts := ts + rng.Int64N(5000)
+			pays = append(pays, sjEvent{key, fmt.Sprintf(`{"payment_id":%d,"customer_id":%q,"ts":%d}`, i, key, pts), pts})
+		}
+	}
+	sort.SliceStable(pays, func(i, j int) bool { return pays[i].ts < pays[j].ts })
+	produce := func(topic string, evs []sjEvent) {
+		t.Helper()
+		cl := kafkatest.Client(t, brokers, workload.ProducerOpts()...)
+		for _, e := range evs {
+			cl.Produce(ctx, &kgo.Record{Topic: topic, Key: []byte(e.key), Value: []byte(e.value), Timestamp: time.UnixMilli(e.ts)}, nil)
+		}
+		if err := cl.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	half := len(orders) / 2
+	produce(p.topic, orders[:half])
+	produce(payments, pays[:len(pays)/2])
+	ins := []*instance{p.newInstance("i0", true), p.newInstance("i1", true)}
+	ins[0].start()
+	poll(ctx, t, "i0 to sort a backlog", 5*time.Millisecond, func() (bool, error) {
+		ins[0].checkAlive()
+		return len(ins[0].logLines(ins[0].runs, "switch to backlog mode"))+len(ins[0].logLines(ins[0].runs, "task starts in backlog mode")) > 0, nil
+	})
+	time.Sleep(20 * time.Millisecond)
+	ins[0].kill()
+	t.Log("kill -9 during the backlog")
+	for _, in := range ins {
+		in.start()
+	}
+	produce(p.topic, orders[half:])
+	produce(payments, pays[len(pays)/2:])
+	adm := p.admin()
+	wait := func() {
+		t.Helper()
+		wctx, cancel := context.WithTimeout(ctx, 90*time.Second)
+		defer cancel()
+		poll(wctx, t, "the group to commit both inputs", 200*time.Millisecond, func() (bool, error) {
+			for _, in := range ins {
+				in.checkAlive()
+			}
+			return committedAll(wctx, adm, p.group, p.topic, payments), nil
+		})
+	}
+	wait()
+	ins[1].kill()
+	t.Log("kill -9 in real time")
+	ins[1].start()
+	wait()
+	for _, in := range ins {
+		in.term()
+	}
+	p.checkTransactions(ctx, "i0", "i1")
+
+	// The oracle: inputs in order per partition, no record is late (orders are in order,
+	// payments are produced sorted by time); the operator's final watermark is the smaller of
+	// the inputs' per partition, so only orders whose window closed there come out unmatched.
+	want := map[string]int{}
+	finalWM := map[int32][2]int64{}
+	for side, evs := range [][]sjEvent{orders, pays} {
+		for _, e := range evs {
+			part := workload.Partition([]byte(e.key), parts)
+			w := finalWM[part]
+			w[side] = max(w[side], e.ts)
+			finalWM[part] = w
+		}
+	}
+	byKey := map[string][]sjEvent{}
+	for _, e := range pays {
+		byKey[e.key] = append(byKey[e.key], e)
+	}
+	for _, o := range orders {
+		matched := false
+		for _, py := range byKey[o.key] {
+			if d := py.ts - o.ts; d >= -within && d <= within {
+				want[o.key+" "+fmt.Sprintf(`{"orders":%s,"payments":%s}`, o.value, py.value)]++
+				matched = true
+			}
+		}
+		w := finalWM[workload.Partition([]byte(o.key), parts)]
+		if !matched && o.ts+2*within+1 <= min(w[0], w[1]) {
+			want[o.key+" "+fmt.Sprintf(`{"orders":%s,"payments":null}`, o.value)]++
+		}
+	}
+	got := map[string]int{}
+	if err := readAll(ctx, brokers, p.sink, func(r *kgo.Record) { got[string(r.Key)+" "+string(r.Value)]++ }); err != nil {
+		t.Fatal(err)
+	}
+	var diffs []string
+	for k, n := range want {
+		if got[k] != n {
+			diffs = append(diffs, fmt.Sprintf("%dx (want %d) %s", got[k], n, k))
+		}
+	}
+	for k, n := range got {
+		if _, ok := want[k]; !ok {
+			diffs = append(diffs, fmt.Sprintf("%dx (want 0) %s", n, k))
+		}
+	}
+	slices.Sort(diffs)
+	if len(diffs) > 0 {
+		t.Fatalf("%d output lines differ from the oracle's %d (first 10):\n%s", len(diffs), len(want), strings.Join(diffs[:min(10, len(diffs))], "\n"))
+	}
+	t.Logf("%d pairs and unmatched orders, each exactly once", len(want))
+}
+
+// readAll reads topic read_committed from start to end.
+func readAll(ctx context.Context, brokers, topic string, fn func(*kgo.Record)) error {
+	return workload.ReadEach(ctx, kafkatest.SplitBrokers(brokers), topic, func(r *kgo.Record) error { fn(r); return nil })
+}
