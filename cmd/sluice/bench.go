@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -63,18 +64,31 @@ type benchRun struct {
 
 // benchWorkload is what differs between bench's workloads (--workload): the pipeline the
 // children run, the backlog they catch up on, and how a run's results are read and checked.
-// Results are keyed as workload.Diff compares them: by customer, or by customer and window.
+// Results are keyed as workload.Diff compares them: by customer, by customer and window, or by
+// customer and side (cogroup); the join has none (its read checks every order itself).
 type benchWorkload struct {
 	// header is appended to bench's first line.
 	header string
-	// pipeline returns the sources, operators and sinks of a child's config.
-	pipeline func(topic, sink string) string
-	// prefill produces the backlog to topic and returns how many records it wrote.
-	prefill func(ctx context.Context, cl *kgo.Client, topic string) (int64, error)
-	// want computes the results every run must produce.
+	// streams are the roles of the input topics a run must consume to their end (the run is
+	// done when the group has committed their end offsets); tables those it reads as tables,
+	// whose offsets are not waited for. benchTopics names their topics.
+	streams, tables []string
+	// records is the number of stream records the runs process: the rate's numerator.
+	records int64
+	// operator is the stateful operator whose changelog topic ("<group>-<operator>-changelog")
+	// a run writes, or "" for a stateless chain.
+	operator string
+	// pipeline returns the tables, sources, operators and sinks of a child's config, given the
+	// topic of each role.
+	pipeline func(topics map[string]string, sink string) string
+	// prefill produces the backlog (every table and stream, in the order the workload wants
+	// them in the log) and returns how many records it wrote to each role's topic.
+	prefill func(ctx context.Context, cl *kgo.Client, topics map[string]string) (map[string]int64, error)
+	// want computes the results every run must produce; nil when read checks them itself.
 	want func() map[string]workload.Total
 	// read reads a run's results from sink. problems are what is wrong besides the values (a
-	// (key, window) with more than one final); extra is appended to the run's line.
+	// (key, window) with more than one final, an order not joined); extra is appended to the
+	// run's line.
 	read func(ctx context.Context, brokers []string, sink string) (got map[string]workload.Total, extra string, problems []string, err error)
 }
 
@@ -82,9 +96,25 @@ type benchWorkload struct {
 const (
 	benchOrders  = "orders"
 	benchWindows = "windows"
+	benchJoin    = "join"
+	benchCogroup = "cogroup"
 )
 
-// newBenchWorkload returns the workload o asks for. Both generate the orders of the same spec.
+// Roles of bench's input topics; each role's topic is named after it (benchTopics).
+const (
+	roleOrders    = "orders"
+	roleCustomers = workload.JoinTable
+	roleRefunds   = "refunds"
+)
+
+// benchDefaults are --records and --keys of the join workload when they are not given: its full
+// size (10M orders joined with 1M customers), not the aggregate's 2M over 100k keys.
+const (
+	benchJoinRecords = 10_000_000
+	benchJoinKeys    = 1_000_000
+)
+
+// newBenchWorkload returns the workload o asks for. All generate the orders of the same spec.
 //
 // orders: the aggregate per customer, verified against the exact totals.
 //
@@ -94,13 +124,27 @@ const (
 // the end of the last window closes every window of the backlog (its own window stays open and
 // its key is no customer's); each run must then have written exactly one final per (customer,
 // window), equal to the totals computed from the generator.
+//
+// join: the orders joined (inner, as_of processing) with the customers table, one row per
+// customer (o.keys rows) produced after every order; both are in the log before a run starts,
+// and each run must write every order exactly once with its customer's row
+// (workload.VerifyJoined). The chain is stateless: backlog mode has nothing to fold, so never
+// and auto should take about the same time.
+//
+// cogroup: orders and refunds (two specs of o.records records over the same customers and
+// partitions, seeds 1 and 2) co-grouped per customer into a balance: the sum and count of each
+// input, equal to each spec's exact totals.
 func newBenchWorkload(o benchOpts) benchWorkload {
 	spec := workload.Spec{Records: o.records, Keys: o.keys, Partitions: int32(o.partitions), Seed: 1}
-	if o.workload == benchOrders {
+	switch o.workload {
+	case benchOrders:
 		return benchWorkload{
-			pipeline: workload.Pipeline,
-			prefill: func(ctx context.Context, cl *kgo.Client, topic string) (int64, error) {
-				return spec.Records, workload.Produce(ctx, cl, topic, spec)
+			streams:  []string{roleOrders},
+			records:  spec.Records,
+			operator: workload.PipelineOperator,
+			pipeline: func(t map[string]string, sink string) string { return workload.Pipeline(t[roleOrders], sink) },
+			prefill: func(ctx context.Context, cl *kgo.Client, t map[string]string) (map[string]int64, error) {
+				return map[string]int64{roleOrders: spec.Records}, workload.Produce(ctx, cl, t[roleOrders], spec)
 			},
 			want: spec.Expected,
 			read: func(ctx context.Context, brokers []string, sink string) (map[string]workload.Total, string, []string, error) {
@@ -108,20 +152,75 @@ func newBenchWorkload(o benchOpts) benchWorkload {
 				return g, "", nil, err
 			},
 		}
+	case benchJoin:
+		return benchWorkload{
+			header:  fmt.Sprintf(" workload=join table_rows=%d", o.keys),
+			streams: []string{roleOrders},
+			tables:  []string{roleCustomers},
+			records: spec.Records,
+			pipeline: func(t map[string]string, sink string) string {
+				return workload.JoinPipeline(t[roleOrders], t[roleCustomers], sink)
+			},
+			prefill: func(ctx context.Context, cl *kgo.Client, t map[string]string) (map[string]int64, error) {
+				// Every order is acknowledged before the first row is produced: each row comes
+				// after every order in the log, as in the peers' join workload.
+				if err := workload.Produce(ctx, cl, t[roleOrders], spec); err != nil {
+					return nil, err
+				}
+				n := map[string]int64{roleOrders: spec.Records, roleCustomers: int64(spec.Keys)}
+				return n, workload.ProduceEach(ctx, cl, t[roleCustomers], spec.EachCustomer)
+			},
+			read: func(ctx context.Context, brokers []string, sink string) (map[string]workload.Total, string, []string, error) {
+				j, err := workload.VerifyJoined(ctx, brokers, sink, workload.JoinTable, spec)
+				var problems []string
+				if err == nil && !j.OK() {
+					problems = []string{j.String()}
+				}
+				return nil, fmt.Sprintf(" joined=%d", j.Orders-j.WrongRow), problems, err
+			},
+		}
+	case benchCogroup:
+		refunds := spec
+		refunds.Seed = 2
+		return benchWorkload{
+			header:   fmt.Sprintf(" workload=cogroup refunds=%d", refunds.Records),
+			streams:  []string{roleOrders, roleRefunds},
+			records:  spec.Records + refunds.Records,
+			operator: workload.CogroupOperator,
+			pipeline: func(t map[string]string, sink string) string {
+				return workload.CogroupPipeline(t[roleOrders], t[roleRefunds], sink)
+			},
+			prefill: func(ctx context.Context, cl *kgo.Client, t map[string]string) (map[string]int64, error) {
+				if err := workload.Produce(ctx, cl, t[roleOrders], spec); err != nil {
+					return nil, err
+				}
+				n := map[string]int64{roleOrders: spec.Records, roleRefunds: refunds.Records}
+				return n, workload.Produce(ctx, cl, t[roleRefunds], refunds)
+			},
+			want: func() map[string]workload.Total { return workload.ExpectedCogroup(spec, refunds) },
+			read: func(ctx context.Context, brokers []string, sink string) (map[string]workload.Total, string, []string, error) {
+				g, customers, err := workload.ReadCogroup(ctx, brokers, sink)
+				return g, fmt.Sprintf(" customers=%d", customers), nil, err
+			},
+		}
 	}
 	spec.Span = o.span
 	return benchWorkload{
-		header: fmt.Sprintf(" workload=%s window=%v span=%v", o.workload, o.window, o.span),
-		pipeline: func(topic, sink string) string {
-			return workload.WindowedPipeline(topic, sink, o.window)
+		header:   fmt.Sprintf(" workload=%s window=%v span=%v", o.workload, o.window, o.span),
+		streams:  []string{roleOrders},
+		records:  spec.Records,
+		operator: workload.PipelineOperator,
+		pipeline: func(t map[string]string, sink string) string {
+			return workload.WindowedPipeline(t[roleOrders], sink, o.window)
 		},
-		prefill: func(ctx context.Context, cl *kgo.Client, topic string) (int64, error) {
-			if err := workload.Produce(ctx, cl, topic, spec); err != nil {
-				return 0, err
+		prefill: func(ctx context.Context, cl *kgo.Client, t map[string]string) (map[string]int64, error) {
+			if err := workload.Produce(ctx, cl, t[roleOrders], spec); err != nil {
+				return nil, err
 			}
 			size := o.window.Milliseconds()
 			closeAt := workload.WindowStart(spec.MaxTS(), size) + size // the last window's end + grace 0
-			return spec.Records + int64(spec.Partitions), workload.ProduceClosers(ctx, cl, topic, spec, closeAt)
+			n := map[string]int64{roleOrders: spec.Records + int64(spec.Partitions)}
+			return n, workload.ProduceClosers(ctx, cl, t[roleOrders], spec, closeAt)
 		},
 		want: func() map[string]workload.Total { return spec.ExpectedWindows(o.window) },
 		read: func(ctx context.Context, brokers []string, sink string) (map[string]workload.Total, string, []string, error) {
@@ -131,18 +230,37 @@ func newBenchWorkload(o benchOpts) benchWorkload {
 	}
 }
 
-// cmdBench prefills a backlog of orders, runs the same aggregate pipeline as a child `sluice
-// run` with backlog.mode=never and then auto, verifies both final results against each other
-// and against the workload's expected results, and prints one line per run and the speedup.
+// roles returns every input role of w: its tables, then its streams.
+func (w benchWorkload) roles() []string {
+	return append(append([]string(nil), w.tables...), w.streams...)
+}
+
+// benchTopics names the topic of each of w's roles: the role itself on the embedded broker,
+// "<prefix>-<role>" on a real cluster.
+func benchTopics(w benchWorkload, prefix string, embedded bool) map[string]string {
+	t := map[string]string{}
+	for _, r := range w.roles() {
+		t[r] = r
+		if !embedded {
+			t[r] = prefix + "-" + r
+		}
+	}
+	return t
+}
+
+// cmdBench prefills a backlog, runs the same pipeline as a child `sluice run` with
+// backlog.mode=never and then auto, verifies both runs' results against each other and against
+// the workload's expected results, and prints one line per run and the speedup.
 func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
 	o := benchOpts{sortMemory: 256 * configs.MiB}
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	fs.StringVar(&o.workload, "workload", benchOrders, "orders (a total per customer) or windows (a total per customer and tumbling window, emit: final)")
+	fs.StringVar(&o.workload, "workload", benchOrders, "orders (a total per customer), windows (a total per customer and tumbling window, emit: final), "+
+		"join (the orders joined with a customers table of --keys rows produced after them) or cogroup (orders and refunds, --records each, co-grouped per customer)")
 	fs.DurationVar(&o.window, "window", time.Hour, "--workload windows: the tumbling window size")
 	fs.DurationVar(&o.span, "span", 2*time.Hour, "--workload windows: the event time the orders span, evenly")
-	fs.Int64Var(&o.records, "records", 2_000_000, "orders in the backlog")
-	fs.IntVar(&o.keys, "keys", 100_000, "distinct customers (keys)")
-	fs.IntVar(&o.partitions, "partitions", 8, "partitions of the orders topic")
+	fs.Int64Var(&o.records, "records", 2_000_000, fmt.Sprintf("orders in the backlog (--workload join: %d unless given; cogroup: and as many refunds)", benchJoinRecords))
+	fs.IntVar(&o.keys, "keys", 100_000, fmt.Sprintf("distinct customers (keys; --workload join: the table's rows, %d unless given)", benchJoinKeys))
+	fs.IntVar(&o.partitions, "partitions", 8, "partitions of every input topic")
 	fs.TextVar(&o.sortMemory, "sort-memory", o.sortMemory, "backlog.sort_memory of each run")
 	fs.IntVar(&o.cache, "cache", 0, "processing.cache_keys per task (0: 100000/partitions, i.e. 100000 keys in all)")
 	fs.Int64Var(&o.enterLag, "enter-lag", 0, "backlog.enter_lag (0: 50000, or less for a small backlog so that auto enters backlog mode)")
@@ -155,14 +273,26 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 	if err := parseFlags(fs, args, stderr); err != nil {
 		return err
 	}
+	if o.workload == benchJoin {
+		set := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		if !set["records"] {
+			o.records = benchJoinRecords
+		}
+		if !set["keys"] {
+			o.keys = benchJoinKeys
+		}
+	}
 	if o.records < 1 || o.keys < 1 || o.partitions < 1 || o.cache < 0 || o.enterLag < 0 || o.commitInterval <= 0 || o.timeout <= 0 || o.stall <= 0 {
 		return &usageError{"bench: --records, --keys and --partitions must be >= 1; --cache and --enter-lag >= 0; --commit-interval, --timeout and --stall > 0"}
 	}
 	if o.only != "" && o.only != configs.ModeNever && o.only != configs.ModeAuto {
 		return &usageError{fmt.Sprintf("bench: --only %q: want never or auto", o.only)}
 	}
-	if o.workload != benchOrders && o.workload != benchWindows {
-		return &usageError{fmt.Sprintf("bench: --workload %q: want orders or windows", o.workload)}
+	switch o.workload {
+	case benchOrders, benchWindows, benchJoin, benchCogroup:
+	default:
+		return &usageError{fmt.Sprintf("bench: --workload %q: want orders, windows, join or cogroup", o.workload)}
 	}
 	if o.workload == benchWindows && (o.window < time.Millisecond || o.window%time.Millisecond != 0 || o.span < time.Millisecond) {
 		return &usageError{fmt.Sprintf("bench: --window %v and --span %v: want a whole number of milliseconds and at least 1ms", o.window, o.span)}
@@ -175,6 +305,12 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 		// A task is in backlog when its lag exceeds enter_lag; keep the product default unless
 		// the backlog per partition is too small to ever count as one.
 		o.enterLag = min(50_000, max(1_000, o.records/int64(o.partitions)/4))
+	}
+	bin := os.Getenv(benchBinaryEnv)
+	if bin == "" {
+		if bin, err = os.Executable(); err != nil {
+			return fmt.Errorf("bench: %w", err)
+		}
 	}
 
 	dir, err := os.MkdirTemp("", "sluice-bench-")
@@ -191,10 +327,31 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 	}()
 
 	// The broker, and names that cannot collide with an earlier bench on a real cluster.
-	topic, prefix := "orders", "bench"
+	prefix := "bench"
+	if o.brokers != "" {
+		prefix = "sluice-bench-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	}
+	topics := benchTopics(wl, prefix, o.brokers == "")
+	var inputs []string
+	for _, r := range wl.roles() {
+		inputs = append(inputs, topics[r])
+	}
+	modes := []string{configs.ModeNever, configs.ModeAuto}
+	if o.only != "" {
+		modes = []string{o.only}
+	}
+
+	// The children's binary must accept the pipeline before anything is produced: a sluice
+	// that refuses it (an operator it does not have yet) fails here with its own error.
+	for _, mode := range modes {
+		if err := benchValidate(ctx, o, wl, bin, mode, dir, prefix, topics); err != nil {
+			return err
+		}
+	}
+
 	var brokers []string
 	if o.brokers == "" {
-		c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(int32(o.partitions), topic))
+		c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(int32(o.partitions), inputs...))
 		if err != nil {
 			return fmt.Errorf("bench: embedded broker: %w", err)
 		}
@@ -202,8 +359,6 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 		brokers = c.ListenAddrs()
 	} else {
 		brokers = strings.Split(o.brokers, ",")
-		prefix = "sluice-bench-" + strconv.FormatInt(time.Now().UnixNano(), 36)
-		topic = prefix + "-orders"
 	}
 	cl, err := kgo.NewClient(append(workload.ProducerOpts(), kgo.SeedBrokers(brokers...))...)
 	if err != nil {
@@ -212,17 +367,19 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 	defer cl.Close()
 	adm := kadm.NewClient(cl)
 	if o.brokers != "" {
-		if _, err := adm.CreateTopic(ctx, int32(o.partitions), -1, nil, topic); err != nil {
-			return fmt.Errorf("bench: create %s: %w", topic, err)
-		}
-		if err := topicReady(ctx, adm, topic, o.partitions); err != nil {
-			return err
+		for _, topic := range inputs {
+			if _, err := adm.CreateTopic(ctx, int32(o.partitions), -1, nil, topic); err != nil {
+				return fmt.Errorf("bench: create %s: %w", topic, err)
+			}
+			if err := topicReady(ctx, adm, topic, o.partitions); err != nil {
+				return err
+			}
 		}
 		if !o.keep {
 			defer func() {
 				dctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 				defer cancel()
-				adm.DeleteTopics(dctx, topic, prefix+"-never-totals", prefix+"-auto-totals")
+				adm.DeleteTopics(dctx, append(inputs, prefix+"-never-totals", prefix+"-auto-totals")...)
 			}()
 		}
 	}
@@ -234,47 +391,54 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 	fmt.Fprintf(stdout, "bench: broker=%s records=%d keys=%d partitions=%d cache_keys=%d/task sort_memory=%v enter_lag=%d commit_interval=%v%s\n",
 		broker, o.records, o.keys, o.partitions, o.cache, o.sortMemory, o.enterLag, o.commitInterval, wl.header)
 
-	produced, err := wl.prefill(ctx, cl, topic)
+	produced, err := wl.prefill(ctx, cl, topics)
 	if err != nil {
 		return fmt.Errorf("bench: prefill: %w", err)
 	}
-	ends, err := adm.ListEndOffsets(ctx, topic)
-	if err != nil {
-		return fmt.Errorf("bench: end offsets of %s: %w", topic, err)
-	}
-	end := map[int32]int64{}
-	var total int64
-	var endErr error
-	ends.Each(func(l kadm.ListedOffset) {
-		if l.Err != nil {
-			endErr = l.Err
+	// ends holds the end offsets of the streams: a run is done when its group committed them.
+	ends := map[string]map[int32]int64{}
+	for _, role := range wl.roles() {
+		topic := topics[role]
+		listed, err := adm.ListEndOffsets(ctx, topic)
+		if err != nil {
+			return fmt.Errorf("bench: end offsets of %s: %w", topic, err)
 		}
-		end[l.Partition] = l.Offset
-		total += l.Offset
-	})
-	if endErr != nil || total != produced {
-		return fmt.Errorf("bench: %s holds %d records after the prefill, want %d: %v", topic, total, produced, endErr)
+		end := map[int32]int64{}
+		var total int64
+		var endErr error
+		listed.Each(func(l kadm.ListedOffset) {
+			if l.Err != nil {
+				endErr = l.Err
+			}
+			end[l.Partition] = l.Offset
+			total += l.Offset
+		})
+		if endErr != nil || total != produced[role] {
+			return fmt.Errorf("bench: %s holds %d records after the prefill, want %d: %v", topic, total, produced[role], endErr)
+		}
+		if slices.Contains(wl.streams, role) {
+			ends[topic] = end
+		}
 	}
 
 	// Each run is verified as soon as it ends, and (unless --keep) its output, changelog and
 	// dead-letter topics are deleted, so that the next run meets the same broker: with the
 	// embedded one, the first run's 20M output and changelog records stayed in this process's
 	// heap and its collections slowed the second run down by a third.
-	want := wl.want()
+	var want map[string]workload.Total
+	if wl.want != nil {
+		want = wl.want()
+	}
 	equivalent := true
 	var (
 		runs []benchRun
 		got  []map[string]workload.Total
 	)
-	modes := []string{configs.ModeNever, configs.ModeAuto}
-	if o.only != "" {
-		modes = []string{o.only}
-	}
 	for _, mode := range modes {
 		// Collect the prefill's (or the previous run's) garbage now rather than during the run.
 		runtime.GC()
 		before := selfCPU()
-		r, err := benchChild(ctx, o, wl, mode, dir, prefix, topic, brokers, adm, end)
+		r, err := benchChild(ctx, o, wl, bin, mode, dir, prefix, topics, brokers, adm, ends)
 		if err != nil {
 			return err
 		}
@@ -283,7 +447,7 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 		// cpu is what the run cost in CPU seconds (2 cores give 2 per second); broker_cpu, with
 		// the embedded broker, what serving it cost this process.
 		line := fmt.Sprintf("mode=%s records=%d seconds=%.2f rate=%.0f/s peak_rss=%dMiB cpu=%.1fs",
-			mode, o.records, r.seconds, float64(o.records)/r.seconds, (r.rssKiB+512)/1024, r.cpu)
+			mode, wl.records, r.seconds, float64(wl.records)/r.seconds, (r.rssKiB+512)/1024, r.cpu)
 		if o.brokers == "" {
 			line += fmt.Sprintf(" broker_cpu=%.1fs", r.broker)
 		}
@@ -301,14 +465,18 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 			equivalent = false
 			fmt.Fprintf(stderr, "bench: mode=%s wrote wrong outputs (log %s):\n  %s\n", r.mode, r.log, strings.Join(problems, "\n  "))
 		}
-		if d := workload.Diff(want, g, 5); len(d) > 0 {
+		if d := workload.Diff(want, g, 5); wl.want != nil && len(d) > 0 {
 			equivalent = false
 			fmt.Fprintf(stderr, "bench: mode=%s differs from the produced totals (log %s):\n  %s\n", r.mode, r.log, strings.Join(d, "\n  "))
 		}
 		if !o.keep {
 			group := prefix + "-" + mode
+			drop := []string{r.sink, group + "-dlq"}
+			if wl.operator != "" {
+				drop = append(drop, group+"-"+wl.operator+"-changelog")
+			}
 			dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-			adm.DeleteTopics(dctx, r.sink, group+"-"+workload.PipelineOperator+"-changelog", group+"-dlq")
+			adm.DeleteTopics(dctx, drop...)
 			cancel()
 		}
 	}
@@ -328,17 +496,10 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 	return nil
 }
 
-// benchChild runs the pipeline in mode as a child `sluice run` until its group has committed
-// every input offset, then stops it with SIGTERM and returns its time (start to done) and
-// peak RSS.
-func benchChild(ctx context.Context, o benchOpts, wl benchWorkload, mode, dir, prefix, topic string, brokers []string, adm *kadm.Client, end map[int32]int64) (benchRun, error) {
-	group := prefix + "-" + mode
-	r := benchRun{mode: mode, sink: group + "-totals", log: filepath.Join(dir, mode+".log")}
-	port, err := freePort()
-	if err != nil {
-		return r, fmt.Errorf("bench: %w", err)
-	}
-	cfg := fmt.Sprintf(`# sluice bench, mode=%[1]s
+// benchConfig returns the config of a child run in mode: the workload's pipeline with the
+// run's group, sink, state dir and settings. port is its HTTP port (0 for any).
+func benchConfig(o benchOpts, wl benchWorkload, mode, dir, group, sink string, topics map[string]string, port int) string {
+	return fmt.Sprintf(`# sluice bench, mode=%[1]s
 group: %[2]s
 instance_id: %[1]s-0
 processing: {guarantee: exactly_once, commit_interval: %[3]s, state_dir: %[4]q, cache_keys: %[5]d}
@@ -346,11 +507,43 @@ backlog: {mode: %[1]s, enter_lag: %[6]d, exit_lag: %[7]d, sort_memory: %[8]q}
 http: {listen: "127.0.0.1:%[9]d"}
 log: {level: info, format: text}
 `, mode, group, o.commitInterval, filepath.Join(dir, mode+"-state"), o.cache, o.enterLag, min(500, o.enterLag/2),
-		o.sortMemory.String(), port) + wl.pipeline(topic, r.sink)
-	env := childEnv(os.Environ(), "SLUICE_KAFKA__BROKERS="+strings.Join(brokers, ","))
-	if _, err := configs.Parse([]byte(cfg), env); err != nil {
-		return r, fmt.Errorf("bench: child config: %w", err)
+		o.sortMemory.String(), port) + wl.pipeline(topics, sink)
+}
+
+// benchValidate runs `bin validate` on the config of a run in mode, so that a sluice that
+// refuses the workload's pipeline says why, in its own words, before anything is produced.
+func benchValidate(ctx context.Context, o benchOpts, wl benchWorkload, bin, mode, dir, prefix string, topics map[string]string) error {
+	group := prefix + "-" + mode
+	path := filepath.Join(dir, mode+"-validate.yaml")
+	if err := os.WriteFile(path, []byte(benchConfig(o, wl, mode, dir, group, group+"-totals", topics, 0)), 0o644); err != nil {
+		return fmt.Errorf("bench: %w", err)
 	}
+	cmd := exec.CommandContext(ctx, bin, "validate", "-c", path)
+	cmd.Env = childEnv(os.Environ(), "SLUICE_KAFKA__BROKERS=127.0.0.1:9092")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		msg := strings.TrimSpace(string(out))
+		if i := strings.Index(msg, "\n\nusage:"); i >= 0 {
+			msg = msg[:i] // a usage error repeats the usage text
+		}
+		return fmt.Errorf("bench: --workload %s: the sluice that runs the children (%s) refuses the pipeline of mode=%s (%v; config %s):\n  %s",
+			o.workload, bin, mode, err, path, strings.ReplaceAll(msg, "\n", "\n  "))
+	}
+	return nil
+}
+
+// benchChild runs the pipeline in mode as a child `sluice run` until its group has committed
+// the end offsets of every stream (ends, by topic), then stops it with SIGTERM and returns its
+// time (start to done) and peak RSS.
+func benchChild(ctx context.Context, o benchOpts, wl benchWorkload, bin, mode, dir, prefix string, topics map[string]string, brokers []string, adm *kadm.Client, ends map[string]map[int32]int64) (benchRun, error) {
+	group := prefix + "-" + mode
+	r := benchRun{mode: mode, sink: group + "-totals", log: filepath.Join(dir, mode+".log")}
+	port, err := freePort()
+	if err != nil {
+		return r, fmt.Errorf("bench: %w", err)
+	}
+	cfg := benchConfig(o, wl, mode, dir, group, r.sink, topics, port)
+	env := childEnv(os.Environ(), "SLUICE_KAFKA__BROKERS="+strings.Join(brokers, ","))
 	cfgPath := filepath.Join(dir, mode+".yaml")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
 		return r, fmt.Errorf("bench: %w", err)
@@ -360,12 +553,6 @@ log: {level: info, format: text}
 		return r, fmt.Errorf("bench: %w", err)
 	}
 	defer logf.Close()
-	bin := os.Getenv(benchBinaryEnv)
-	if bin == "" {
-		if bin, err = os.Executable(); err != nil {
-			return r, fmt.Errorf("bench: %w", err)
-		}
-	}
 
 	cmd := exec.Command(bin, "run", "-c", cfgPath)
 	cmd.Env = env
@@ -402,11 +589,11 @@ log: {level: info, format: text}
 		select {
 		case <-tctx.Done():
 			stop()
-			return r, fmt.Errorf("bench: mode=%s did not commit the whole input: %w; last status: %s (log %s)", mode, tctx.Err(), status, r.log)
+			return r, fmt.Errorf("bench: mode=%s did not commit the whole input: %w; last status: %s (log %s)%s", mode, tctx.Err(), status, r.log, logErrors(r.log))
 		case err := <-exited:
-			return r, fmt.Errorf("bench: mode=%s exited before it committed the whole input: %v (log %s)", mode, err, r.log)
+			return r, fmt.Errorf("bench: mode=%s exited before it committed the whole input: %v (log %s)%s", mode, err, r.log, logErrors(r.log))
 		case now := <-tick.C:
-			done = committedAll(tctx, adm, group, topic, end)
+			done = committedAll(tctx, adm, group, ends)
 			if done || now.Before(nextStatus) {
 				continue
 			}
@@ -416,7 +603,7 @@ log: {level: info, format: text}
 				lastProgress, progressAt = p, now
 			} else if now.Sub(progressAt) > o.stall {
 				stop()
-				return r, fmt.Errorf("bench: mode=%s made no progress for %v: %s (log %s)", mode, o.stall, status, r.log)
+				return r, fmt.Errorf("bench: mode=%s made no progress for %v: %s (log %s)%s", mode, o.stall, status, r.log, logErrors(r.log))
 			}
 		}
 	}
@@ -425,22 +612,55 @@ log: {level: info, format: text}
 	// process, with the embedded broker's data, had when it forked the child).
 	r.rssKiB, _ = procstat.PeakRSS(cmd.Process.Pid)
 	if err := stop(); err != nil {
-		return r, fmt.Errorf("bench: mode=%s on SIGTERM: %w (log %s)", mode, err, r.log)
+		return r, fmt.Errorf("bench: mode=%s on SIGTERM: %w (log %s)%s", mode, err, r.log, logErrors(r.log))
 	}
 	r.cpu = (cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()).Seconds()
 	return r, nil
 }
 
-// committedAll reports whether group's committed offsets on topic reach end on every partition.
-func committedAll(ctx context.Context, adm *kadm.Client, group, topic string, end map[int32]int64) bool {
+// logErrors returns the lines of a child's log that say what went wrong, each on a line of its
+// own after ":\n  ": its errors (level=ERROR, or the "sluice: ..." line it prints when it
+// exits with an error), at most the last 5; else its last 3 lines; "" for an empty log.
+func logErrors(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	if len(b) > 1<<20 {
+		b = b[len(b)-1<<20:]
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	var pick []string
+	for _, l := range lines {
+		if strings.Contains(l, "level=ERROR") || strings.HasPrefix(l, "sluice: ") || strings.HasPrefix(l, "panic: ") {
+			pick = append(pick, l)
+		}
+	}
+	if len(pick) > 5 {
+		pick = pick[len(pick)-5:]
+	}
+	if len(pick) == 0 {
+		pick = lines[max(0, len(lines)-3):]
+	}
+	if len(pick) == 0 || (len(pick) == 1 && pick[0] == "") {
+		return ""
+	}
+	return ":\n  " + strings.Join(pick, "\n  ")
+}
+
+// committedAll reports whether group's committed offsets reach ends (by topic and partition)
+// on every partition.
+func committedAll(ctx context.Context, adm *kadm.Client, group string, ends map[string]map[int32]int64) bool {
 	offs, err := adm.FetchOffsets(ctx, group)
 	if err != nil {
 		return false // the group may not exist yet
 	}
-	for p, e := range end {
-		c, ok := offs.Lookup(topic, p)
-		if e > 0 && (!ok || c.Err != nil || c.At < e) {
-			return false
+	for topic, end := range ends {
+		for p, e := range end {
+			c, ok := offs.Lookup(topic, p)
+			if e > 0 && (!ok || c.Err != nil || c.At < e) {
+				return false
+			}
 		}
 	}
 	return true

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -63,6 +64,87 @@ func TestBenchWindows(t *testing.T) {
 	}
 }
 
+// TestBenchJoin runs the join workload small: 20k orders, then a table of 500 customers
+// produced after them; both runs must join every order exactly once with its customer's row.
+func TestBenchJoin(t *testing.T) {
+	if testing.Short() {
+		t.Skip("short: builds the sluice binary and runs two child processes")
+	}
+	buildBenchBinary(t)
+	var out, errb bytes.Buffer
+	code := realMain([]string{"bench", "--workload", "join", "--records", "20000", "--keys", "500", "--stall", "20s"}, &out, &errb)
+	if code != 0 {
+		t.Fatalf("bench exit %d\nstdout:\n%s\nstderr:\n%s", code, out.String(), errb.String())
+	}
+	for _, want := range []string{"records=20000 keys=500 ", " workload=join table_rows=500\n",
+		"mode=never records=20000 ", "mode=auto records=20000 ", " joined=20000\n", "\nspeedup=", " equivalent=true\n"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+	if n := strings.Count(out.String(), " joined=20000\n"); n != 2 {
+		t.Errorf("%d runs joined every order, want 2:\n%s", n, out.String())
+	}
+}
+
+// TestBenchCogroup runs the cogroup workload small: 20k orders and 20k refunds over 2k
+// customers, a cache of 50 keys per task; both runs' balances must equal both specs' totals. A
+// sluice without the cogroup operator must make bench fail before it produces anything, saying
+// that the children's sluice refuses the pipeline and why.
+func TestBenchCogroup(t *testing.T) {
+	if testing.Short() {
+		t.Skip("short: builds the sluice binary and runs two child processes")
+	}
+	buildBenchBinary(t)
+	t.Setenv("TMPDIR", t.TempDir()) // a failed bench keeps its temp dir
+	var out, errb bytes.Buffer
+	code := realMain([]string{"bench", "--workload", "cogroup", "--records", "20000", "--keys", "2000", "--cache", "50", "--stall", "20s"}, &out, &errb)
+	if code != 0 && strings.Contains(errb.String(), "refuses the pipeline of mode=never") {
+		if !strings.Contains(errb.String(), "cogroup") || out.Len() != 0 {
+			t.Fatalf("a refused pipeline: exit %d, stdout %q, stderr:\n%s", code, out.String(), errb.String())
+		}
+		t.Skipf("this sluice has no cogroup operator; bench says:\n%s", errb.String())
+	}
+	if code != 0 {
+		t.Fatalf("bench exit %d\nstdout:\n%s\nstderr:\n%s", code, out.String(), errb.String())
+	}
+	// 20k orders and 20k refunds over 2k customers: every customer has both, but a few.
+	lines := regexp.MustCompile(`mode=(never|auto) records=40000 .* customers=(\d+)\n`).FindAllStringSubmatch(out.String(), -1)
+	if len(lines) != 2 || lines[0][2] != lines[1][2] {
+		t.Fatalf("want a line with the same customers= per run:\n%s", out.String())
+	}
+	if n, _ := strconv.Atoi(lines[0][2]); n < 1990 || n > 2000 {
+		t.Errorf("%d customers, want about 2000", n)
+	}
+	for _, want := range []string{" workload=cogroup refunds=20000\n", "\nspeedup=", " equivalent=true\n"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+}
+
+// TestLogErrors: a failed child's log is quoted by its error lines, else by its last lines.
+func TestLogErrors(t *testing.T) {
+	dir := t.TempDir()
+	for _, c := range []struct{ log, want string }{
+		{"", ""},
+		{"time=1 level=INFO msg=a\ntime=2 level=ERROR msg=\"task failed\"\ntime=3 level=INFO msg=b\nsluice: run: task failed\n",
+			":\n  time=2 level=ERROR msg=\"task failed\"\n  sluice: run: task failed"},
+		{"a\nb\nc\nd\n", ":\n  b\n  c\n  d"},
+	} {
+		path := filepath.Join(dir, "log")
+		if err := os.WriteFile(path, []byte(c.log), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if got := logErrors(path); got != c.want {
+			t.Errorf("logErrors(%q) = %q, want %q", c.log, got, c.want)
+		}
+	}
+	if got := logErrors(filepath.Join(dir, "none")); got != "" {
+		t.Errorf("logErrors of no file = %q", got)
+	}
+}
+
 // buildBenchBinary builds sluice for bench to run as its children: in a test os.Executable is
 // the test binary.
 func buildBenchBinary(t *testing.T) {
@@ -84,7 +166,7 @@ func TestChildEnvDropsSluiceConfig(t *testing.T) {
 
 func TestBenchUsage(t *testing.T) {
 	for _, args := range [][]string{{"bench", "--records", "0"}, {"bench", "--keys", "-1"}, {"bench", "extra"}, {"bench", "--sort-memory", "lots"},
-		{"bench", "--workload", "joins"}, {"bench", "--workload", "windows", "--window", "0s"}, {"bench", "--workload", "windows", "--span", "0s"}} {
+		{"bench", "--workload", "joins"}, {"bench", "--workload", "join", "--keys", "0"}, {"bench", "--workload", "cogroup", "--records", "0"}, {"bench", "--workload", "windows", "--window", "0s"}, {"bench", "--workload", "windows", "--span", "0s"}} {
 		var out, errb bytes.Buffer
 		if code := realMain(args, &out, &errb); code != 2 {
 			t.Errorf("%v: exit %d, want 2", args, code)

@@ -167,3 +167,26 @@ func VerifyJoined(ctx context.Context, brokers []string, topic, table string, sp
 	}
 	return j, nil
 }
+
+// JoinTable is the table's name in JoinPipeline: the joined row is nested under it, so
+// VerifyJoined reads a JoinPipeline's output with table JoinTable.
+const JoinTable = "customers"
+
+// JoinPipeline returns the tables, sources, operators and sinks sections of a sluice config
+// (YAML) that joins the orders on topic orders with the customers table on topic customers
+// (inner, as_of processing: each order waits for its task's table snapshot) and writes each
+// joined order to sink: what VerifyJoined(..., sink, JoinTable, spec) checks. The chain is
+// stateless (no changelog).
+func JoinPipeline(orders, customers, sink string) string {
+	return fmt.Sprintf(`tables:
+  %[1]s: {topic: %[2]s, format: json, key: customer_id}
+sources:
+  orders: {topic: %[3]s, format: json, key: customer_id, timestamp: ts}
+operators:
+  - name: enriched
+    join: {stream: orders, table: %[1]s, type: inner}
+    output: enriched_out
+sinks:
+  enriched_out: {topic: %[4]s, format: json}
+`, JoinTable, customers, orders, sink)
+}

@@ -3,6 +3,8 @@ package workload
 import (
 	"encoding/json"
 	"testing"
+
+	"github.com/sluice-dev/sluice/configs"
 )
 
 func TestEachCustomer(t *testing.T) {
@@ -45,5 +47,16 @@ func TestRegionTotals(t *testing.T) {
 		if got[r] != w {
 			t.Fatalf("%s: %+v, want %+v", r, got[r], w)
 		}
+	}
+}
+
+func TestJoinPipelineParses(t *testing.T) {
+	cfg := "kafka: {brokers: [127.0.0.1:9092]}\ngroup: g\n" + JoinPipeline("o", "c", "out")
+	c, err := configs.Parse([]byte(cfg), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := c.Tables[JoinTable]; !ok {
+		t.Fatalf("no table %q in %+v", JoinTable, c.Tables)
 	}
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -84,5 +85,36 @@ func TestTables(t *testing.T) {
 	}
 	if got, want := markdown(h, rows), "| a | bb |\n| --- | --- |\n| xyz | 1\\|2 |\n"; got != want {
 		t.Errorf("markdown = %q, want %q", got, want)
+	}
+}
+
+func TestStatCPU(t *testing.T) {
+	for _, c := range []struct {
+		stat string
+		want float64
+	}{
+		{"1234 (java) S 1 1234 1234 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 30 0 123 456 789", 3.0},
+		{"99 (a b) c)) R 1 2 3 4 5 6 7 8 9 10 1 2 3 4", 0.03},
+		{"99 (short) R 1 2", 0},
+		{"garbage", 0},
+	} {
+		if got := statCPU(c.stat); got != c.want {
+			t.Errorf("statCPU(%q) = %v, want %v", c.stat, got, c.want)
+		}
+	}
+}
+
+func TestCPUSecondsOfAChild(t *testing.T) {
+	p, err := startProc([]string{"sh", "-c", "i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done; sleep 5"}, nil, t.TempDir(), filepath.Join(t.TempDir(), "log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.stop(time.Second)
+	deadline := time.Now().Add(10 * time.Second)
+	for p.cpuSeconds() <= 0 && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if got := p.cpuSeconds(); got <= 0 || got > 10 {
+		t.Fatalf("cpuSeconds of a busy child = %v, want some", got)
 	}
 }

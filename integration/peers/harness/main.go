@@ -245,6 +245,7 @@ type result struct {
 	records int64
 	seconds float64
 	peakKiB int64
+	cpu     float64  // the contender's user+system CPU seconds when it had caught up
 	status  string   // "ok", or why the row is not timed
 	detail  []string // mismatches or log tail
 	lat     *latencyStats
@@ -480,6 +481,7 @@ func (h *harness) catchUp(ctx context.Context, c contender) *result {
 	defer p.stop(30 * time.Second)
 	elapsed, err := h.waitCaughtUp(ctx, c, p, l, end)
 	r.peakKiB = p.peakKiB.Load()
+	r.cpu = p.cpuSeconds()
 	if err != nil {
 		r.status = "failed: " + err.Error()
 		if p.done() {
@@ -509,6 +511,7 @@ func (h *harness) catchUp(ctx context.Context, c contender) *result {
 			if c.done == doneGroup && grown.Sub(p.start) > elapsed {
 				logf("%-18s caught up at %.2fs, outputs stopped growing at %.2fs", c.name, elapsed.Seconds(), grown.Sub(p.start).Seconds())
 				r.seconds = grown.Sub(p.start).Seconds()
+				r.cpu = p.cpuSeconds() // since then it only verified: idle
 			}
 			p.stop(30 * time.Second)
 			r.peakKiB = p.peakKiB.Load()
@@ -798,7 +801,7 @@ func (r *result) summary() string {
 	if r.join != nil {
 		s := fmt.Sprintf("%s: %s", r.status, r.join)
 		if r.timed() {
-			s += fmt.Sprintf("; %.2fs, peak RSS %s", r.seconds, mib(r.peakKiB))
+			s += fmt.Sprintf("; %.2fs, cpu %.1fs, peak RSS %s", r.seconds, r.cpu, mib(r.peakKiB))
 		}
 		if !r.ok() && len(r.detail) > 1 {
 			s += "\n    " + strings.Join(r.detail[1:], "\n    ")
@@ -812,7 +815,7 @@ func (r *result) summary() string {
 		}
 		return s
 	}
-	return fmt.Sprintf("%.2fs  %.0f rec/s  peak RSS %s", r.seconds, r.rate(), mib(r.peakKiB))
+	return fmt.Sprintf("%.2fs  %.0f rec/s  cpu %.1fs  peak RSS %s", r.seconds, r.rate(), r.cpu, mib(r.peakKiB))
 }
 
 func logf(format string, args ...any) {

@@ -92,6 +92,46 @@ func (p *proc) notePeak(kib int64) {
 	}
 }
 
+// clockTicks is the kernel's USER_HZ, the unit of /proc/<pid>/stat's utime and stime: 100 on
+// every Linux the harness runs on.
+const clockTicks = 100
+
+// cpuSeconds returns the user+system CPU seconds the process has used so far (every thread: a
+// JVM's GC and JIT threads included), read from /proc/<pid>/stat while it runs and from its
+// rusage once it has exited; 0 if neither can be read.
+func (p *proc) cpuSeconds() float64 {
+	if p.done() {
+		if st := p.cmd.ProcessState; st != nil {
+			return (st.UserTime() + st.SystemTime()).Seconds()
+		}
+		return 0
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(p.cmd.Process.Pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	return statCPU(string(b))
+}
+
+// statCPU parses utime + stime (fields 14 and 15) of a /proc/<pid>/stat line into seconds, or
+// returns 0. The command name (field 2) is in parentheses and may hold spaces.
+func statCPU(stat string) float64 {
+	i := strings.LastIndexByte(stat, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(stat[i+1:]) // f[0] is field 3 (state)
+	if len(f) < 13 {
+		return 0
+	}
+	u, err1 := strconv.ParseInt(f[11], 10, 64)
+	s, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0
+	}
+	return float64(u+s) / clockTicks
+}
+
 // done reports whether the process has exited.
 func (p *proc) done() bool {
 	select {

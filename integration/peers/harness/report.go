@@ -47,20 +47,21 @@ func (h *harness) report(results []*result) report {
 		auto = r.rate()
 	}
 
-	header := []string{"contender", "records", "seconds", "records/s", "peak RSS", "vs ceiling", "sluice(auto)/peer", "status"}
+	header := []string{"contender", "records", "seconds", "records/s", "CPU s", "peak RSS", "vs ceiling", "sluice(auto)/peer", "status"}
 	var rows [][]string
 	for _, r := range results {
-		row := []string{r.name, fmt.Sprint(r.records), "-", "-", mib(r.peakKiB), "-", "-", r.status}
+		row := []string{r.name, fmt.Sprint(r.records), "-", "-", "-", mib(r.peakKiB), "-", "-", r.status}
 		if r.ok() {
 			row[2] = fmt.Sprintf("%.2f", r.seconds)
 			row[3] = fmt.Sprintf("%.0f", r.rate())
-			row[5] = ratio(r.rate(), ceiling)
+			row[4] = fmt.Sprintf("%.1f", r.cpu)
+			row[6] = ratio(r.rate(), ceiling)
 			if !strings.HasPrefix(r.name, "sluice-auto") {
-				row[6] = ratio(auto, r.rate())
+				row[7] = ratio(auto, r.rate())
 			}
 		}
-		if i := strings.Index(row[7], "\n"); i >= 0 {
-			row[7] = row[7][:i]
+		if i := strings.Index(row[8], "\n"); i >= 0 {
+			row[8] = row[8][:i]
 		}
 		rows = append(rows, row)
 	}
@@ -171,6 +172,8 @@ func (h *harness) report(results []*result) report {
 			"offsets of the input (Kafka Streams, sluice) or the bounded job has exited (Flink, ceiling); every " +
 			"contender's final per-key totals are then checked exactly against the generator's.\n\n")
 	}
+	m.WriteString("`CPU s`: the contender's user+system CPU seconds (every thread) when it had caught up " +
+		"(/proc/<pid>/stat; a bounded job's whole run); 2 cores give 2 per second.\n\n")
 	m.WriteString(markdown(header, rows))
 	m.WriteString("\nSettings:\n\n")
 	for _, r := range results {
@@ -204,18 +207,19 @@ func (h *harness) report(results []*result) report {
 
 // joinRows is the catch-up table of the join workload.
 func joinRows(results []*result) ([]string, [][]string) {
-	header := []string{"contender", "orders", "joined right", "missing", "wrong", "duplicated", "seconds", "peak RSS", "status"}
+	header := []string{"contender", "orders", "joined right", "missing", "wrong", "duplicated", "seconds", "CPU s", "peak RSS", "status"}
 	var rows [][]string
 	for _, r := range results {
-		row := []string{r.name, fmt.Sprint(r.records), "-", "-", "-", "-", "-", mib(r.peakKiB), r.status}
+		row := []string{r.name, fmt.Sprint(r.records), "-", "-", "-", "-", "-", "-", mib(r.peakKiB), r.status}
 		if k := r.join; k != nil {
 			row[2], row[3], row[4], row[5] = fmt.Sprint(k.joined), fmt.Sprint(k.missing), fmt.Sprint(k.wrong), fmt.Sprint(k.duplicated)
 		}
 		if r.timed() {
 			row[6] = fmt.Sprintf("%.2f", r.seconds)
+			row[7] = fmt.Sprintf("%.1f", r.cpu)
 		}
-		if i := strings.Index(row[8], "\n"); i >= 0 {
-			row[8] = row[8][:i]
+		if i := strings.Index(row[9], "\n"); i >= 0 {
+			row[9] = row[9][:i]
 		}
 		rows = append(rows, row)
 	}
