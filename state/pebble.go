@@ -129,11 +129,12 @@ func Open(o Options) (*DB, error) {
 	if size <= 0 {
 		size = defaultCacheSize
 	}
-	// Pebble charges its memtables to the block cache (Cache.Reserve: up to two of
-	// memTableSize while one flushes), so a cache of size alone held no block at all once the
-	// memtables had reserved it: every read of a flushed table missed (a join's lookups cost
-	// 3x). The cache gets size for blocks on top of what the memtables reserve.
-	cache := pebble.NewCache(size + 2*memTableSize)
+	// Pebble charges its memtables to the block cache (Cache.Reserve: memTableSize for the
+	// active one, twice that while one flushes), so a cache of size alone held no block at all
+	// once the memtable had reserved it: every read of a flushed table missed (a join's lookups
+	// cost 3x). The cache gets size for blocks on top of the active memtable (while a flush
+	// runs, less), which bounds its memory at size + memTableSize beside the memtables.
+	cache := pebble.NewCache(size + memTableSize)
 	defer cache.Unref() // the DB holds its own reference
 	d.po = pebbleOptions(o, fs, cache)
 	db, err := pebble.Open(fs.PathJoin(o.Dir, "pebble"), d.po)
