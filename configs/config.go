@@ -79,7 +79,7 @@ type Config struct {
 	InstanceID string            `koanf:"instance_id" default:"the host name" doc:"Static group member id (KIP-345) and transactional.id = <group>-<instance_id>: unique within the group and the same after a restart (in Kubernetes: the pod name). Letters, digits, '.', '_', '-'."`
 	Processing Processing        `koanf:"processing" doc:"How records are processed and checkpointed."`
 	Backlog    Backlog           `koanf:"backlog" doc:"When a task's input counts as a backlog, and how backlog processing is bounded."`
-	HTTP       HTTP              `koanf:"http" doc:"The HTTP server: /metrics (Prometheus), /healthz, /readyz, /status."`
+	HTTP       HTTP              `koanf:"http" doc:"The HTTP server: /metrics (Prometheus), /healthz, /readyz, /status; /debug/pprof/ when asked."`
 	Log        Log               `koanf:"log" doc:"The log, written to stderr."`
 	Sources    map[string]Source `koanf:"sources" doc:"The input topics, by name: operators name a source as their input. At least one."`
 	Tables     map[string]Table  `koanf:"tables" doc:"Tables, by name: compacted topics materialized per partition in Pebble (the topic is its own changelog), which join operators look rows up in."`
@@ -144,7 +144,8 @@ const (
 
 // HTTP is the http section.
 type HTTP struct {
-	Listen string `koanf:"listen" doc:"host:port of /metrics, /healthz, /readyz, /status and /debug/pprof/; off (or empty) disables the server. In a container use 0.0.0.0:9464, so that probes and scrapes reach it."`
+	Listen string `koanf:"listen" doc:"host:port of /metrics, /healthz, /readyz and /status (and /debug/pprof/ with http.pprof); off (or empty) disables the server. In a container use 0.0.0.0:9464, so that probes and scrapes reach it."`
+	Pprof  bool   `koanf:"pprof" doc:"Also serve Go's profiles (/debug/pprof/) on http.listen. Off by default: anyone who reaches the port could read the process's memory layout and stall it with a CPU profile, and in a container that port is open to the cluster for scrapes. Needs http.listen."`
 }
 
 // Enabled reports whether the HTTP server should run.

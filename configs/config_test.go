@@ -292,6 +292,12 @@ func TestEnvOverrides(t *testing.T) {
 			eq(t, "http enabled", c.HTTP.Enabled(), false)
 			eq(t, "log format", c.Log.Format, "json")
 		}},
+		{"pprof on", []string{"SLUICE_HTTP__PPROF=true"}, func(t *testing.T, c *Config) {
+			eq(t, "pprof", c.HTTP.Pprof, true)
+		}},
+		{"pprof off", []string{"SLUICE_HTTP__PPROF=False"}, func(t *testing.T, c *Config) {
+			eq(t, "pprof", c.HTTP.Pprof, false)
+		}},
 		{"other variables ignored", []string{"PATH=/bin", "SLUICE_TEST_KAFKA=127.0.0.1:19092", "SLUICE_REQUIRE_KAFKA=1", "NOEQUALS"}, func(t *testing.T, c *Config) {
 			eq(t, "brokers", c.Kafka.Brokers, []string{"127.0.0.1:9092"})
 		}},

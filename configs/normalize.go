@@ -68,6 +68,8 @@ func normalize(path string, v any, t reflect.Type) (any, *Error) {
 		return nil, errorf(path, "expected a string, got %s (quote it)", describe(v))
 	case reflect.Int, reflect.Int16, reflect.Int64:
 		return normInt(path, v, t.Bits())
+	case reflect.Bool:
+		return normBool(path, v)
 	case reflect.Pointer:
 		return normalize(path, v, t.Elem())
 	case reflect.Interface:
@@ -154,6 +156,22 @@ func normSize(path string, v any) (any, *Error) {
 		return nil, errorf(path, "size %d is too large", x)
 	}
 	return nil, errorf(path, "expected %s, got %s", sizeHelp, describe(v))
+}
+
+// normBool accepts a YAML boolean, or the text true or false (the environment's values are text).
+func normBool(path string, v any) (any, *Error) {
+	switch x := v.(type) {
+	case bool:
+		return x, nil
+	case string:
+		switch strings.ToLower(strings.TrimSpace(x)) {
+		case "true":
+			return true, nil
+		case "false":
+			return false, nil
+		}
+	}
+	return nil, errorf(path, "expected true or false, got %s", describe(v))
 }
 
 func normInt(path string, v any, bits int) (any, *Error) {

@@ -154,6 +154,9 @@ func (c *Config) validateBacklog() *Error {
 func (c *Config) validateHTTP() *Error {
 	l := c.HTTP.Listen
 	if !c.HTTP.Enabled() {
+		if c.HTTP.Pprof {
+			return errorf("http.pprof", "true needs the HTTP server, but http.listen is off (set http.listen, or http.pprof: false)")
+		}
 		return nil
 	}
 	if _, port, err := net.SplitHostPort(l); err != nil || !validPort(port, 0) {

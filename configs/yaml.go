@@ -50,6 +50,8 @@ func toNode(v reflect.Value, flow bool) (*yaml.Node, error) {
 		return scalar("!!str", v.String()), nil
 	case reflect.Int, reflect.Int16, reflect.Int64:
 		return scalar("!!int", strconv.FormatInt(v.Int(), 10)), nil
+	case reflect.Bool:
+		return scalar("!!bool", strconv.FormatBool(v.Bool())), nil
 	case reflect.Struct:
 		n := &yaml.Node{Kind: yaml.MappingNode, Style: style}
 		for i := range v.NumField() {

@@ -89,6 +89,10 @@ func Partitioner() kgo.Partitioner {
 	})
 }
 
+// endStuck is how long a transaction's end may take before End lets a blocked rebalance
+// callback run (see End).
+const endStuck = 5 * time.Second
+
 // DefaultFetchMaxWait is how long a fetch waits for data before the broker answers empty.
 const DefaultFetchMaxWait = 500 * time.Millisecond
 
@@ -258,7 +262,15 @@ func (s *Session) End(ctx context.Context, offsets map[string]map[int32]int64, c
 		}
 		return nil
 	})
+	// A member the group has dropped (its session expired: a long pause, SIGSTOP) deadlocks
+	// GroupTransactSession.End under BlockRebalanceOnPoll: End waits to force a heartbeat, but
+	// the heartbeat loop has exited, and franz-go's onLost, which would release End, waits
+	// for AllowRebalance, which the poll loop calls only after End. A healthy End takes a few
+	// round trips; one still running after endStuck lets the blocked callback run (a revoke
+	// or a loss during End aborts the transaction).
+	stuck := time.AfterFunc(endStuck, s.cl.AllowRebalance)
 	committed, err := s.txn.End(ctx, kgo.TransactionEndTry(commit))
+	stuck.Stop()
 	if err != nil {
 		return false, fmt.Errorf("producer: end transaction: %w", err)
 	}

@@ -11,9 +11,10 @@ import (
 	"github.com/sluice-dev/sluice/consumer"
 )
 
-// httpHandler serves /metrics, /healthz, /readyz, /status and /debug/pprof/ (Go profiles: the
-// listener is loopback by default).
-func httpHandler(eng *consumer.Engine, reg *prometheus.Registry) http.Handler {
+// httpHandler serves /metrics, /healthz, /readyz and /status, and Go's profiles under
+// /debug/pprof/ only when pprof is true (http.pprof): the port may be open to a whole cluster
+// for scrapes, and a profile reveals the process's memory and can stall it.
+func httpHandler(eng *consumer.Engine, reg *prometheus.Registry, pprofOn bool) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -32,9 +33,11 @@ func httpHandler(eng *consumer.Engine, reg *prometheus.Registry) http.Handler {
 		enc.SetIndent("", "  ")
 		enc.Encode(map[string]any{"ready": eng.Ready(), "tasks": eng.Status()})
 	})
-	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	if pprofOn {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
 	return mux
 }

@@ -169,7 +169,7 @@ func served(t *testing.T, p string) bool {
 		t.Fatal(err)
 	}
 	rec := httptest.NewRecorder()
-	httpHandler(eng, prometheus.NewRegistry()).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, p, nil))
+	httpHandler(eng, prometheus.NewRegistry(), false).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, p, nil))
 	return rec.Code != http.StatusNotFound
 }
 
@@ -356,6 +356,12 @@ func checkSluiceContainer(t *testing.T, objs []k8sObject, workload k8sObject, po
 	}
 	if ip := net.ParseIP(host); host == "localhost" || (ip != nil && ip.IsLoopback()) {
 		t.Errorf("http.listen %s is loopback: probes and Prometheus cannot reach it", cfg.HTTP.Listen)
+	}
+	if cfg.HTTP.Pprof {
+		t.Errorf("http.pprof is on, but http.listen %s is open to the cluster: anyone there could read profiles", cfg.HTTP.Listen)
+	}
+	if served(t, "/debug/pprof/") {
+		t.Errorf("/debug/pprof/ is served with http.pprof off")
 	}
 	ports := map[string]string{} // name -> number
 	for _, p := range list(c["ports"]) {

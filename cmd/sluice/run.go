@@ -121,7 +121,7 @@ func runPipeline(ctx context.Context, cfg *configs.Config, log *slog.Logger, ro 
 		if err != nil {
 			return fmt.Errorf("http.listen %s: %w", cfg.HTTP.Listen, err)
 		}
-		srv := &http.Server{Handler: httpHandler(eng, reg), ReadHeaderTimeout: 5 * time.Second}
+		srv := &http.Server{Handler: httpHandler(eng, reg, cfg.HTTP.Pprof), ReadHeaderTimeout: 5 * time.Second}
 		g.Go(func() error {
 			if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 				return err
