@@ -627,6 +627,12 @@ func (e *Engine) ensureTopics(ctx context.Context) error {
 			seen[c.SinkTopic] = true
 			topics = append(topics, changelog.Topic{Name: c.SinkTopic, Partitions: n})
 		}
+		for _, tap := range c.Taps {
+			if !seen[tap.SinkTopic] {
+				seen[tap.SinkTopic] = true
+				topics = append(topics, changelog.Topic{Name: tap.SinkTopic, Partitions: n})
+			}
+		}
 	}
 	topics = append(topics, changelog.Topic{Name: cfg.DLQTopic(), Partitions: maxParts})
 	return changelog.Ensure(ctx, e.adm, topics, cfg.Kafka.ReplicationFactor)

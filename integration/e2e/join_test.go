@@ -60,8 +60,11 @@ func joinPipeline(t *testing.T, brokers string, parts int32, groupBy bool) (p *p
     output: out
 `
 	if groupBy {
+		// enriched also writes every joined order to its own sink (a tap) while by_region
+		// reads it.
 		ops = `  - name: enriched
     join: {stream: orders, table: customers, type: inner}
+    output: tapped
   - name: by_region
     aggregate:
       input: enriched
@@ -86,7 +89,8 @@ tables:
 operators:
 %ssinks:
   out: {topic: %s}
-`, t.Name(), strings.Join(kafkatest.SplitBrokers(brokers), ", "), p.group, p.topic, customers, ops, p.sink)
+  tapped: {topic: %s}
+`, t.Name(), strings.Join(kafkatest.SplitBrokers(brokers), ", "), p.group, p.topic, customers, ops, p.sink, p.sink+"-tapped")
 	if err := os.WriteFile(p.cfgPath, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -203,4 +207,12 @@ func joinGroupByScenario(t *testing.T, brokers string, records int64, keys int) 
 	})
 	in.term()
 	p.verify(ctx, want, "i0")
+	j, err := workload.VerifyJoined(ctx, kafkatest.SplitBrokers(brokers), p.sink+"-tapped", "customers", s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !j.OK() || j.Orders != s.Records {
+		t.Fatalf("the join's own sink: %v; want each of the %d orders exactly once with its row", j, s.Records)
+	}
+	t.Logf("the join's own sink: %v", j)
 }

@@ -41,8 +41,16 @@ type ChainPlan struct {
 	StreamJoin *configs.Join    // the windowed stream-stream join Agg stands for, or nil
 	AsOf       *configs.Join    // the stream-table join as of event time Agg stands for, or nil (Input 1: the table's chain)
 	Versions   time.Duration    // AsOf: the table's versions
+	Taps       []Tap            // stages whose records also go to a sink as they leave them
 	Input      int              // a cogroup's chain: the index of its input
 	Rekey      string           // the group_by field path the records are re-keyed by ("" = none); SinkTopic is then the repartition topic
+}
+
+// Tap is a stage's output in the middle of a chain: the records leaving Stages[Stage] also go
+// to SinkTopic (inside the open transaction, like any stateless output).
+type Tap struct {
+	Stage           int
+	Sink, SinkTopic string
 }
 
 // Plan is a compiled pipeline. It is immutable after NewPlan and safe for concurrent use.
@@ -134,10 +142,13 @@ func NewPlan(cfg *configs.Config) (*Plan, error) {
 					c.Tables = append(c.Tables, op.Join.Table)
 				}
 			}
-			if _, more := consumers[op.Name]; more && op.Output != "" && op.Aggregate == nil {
-				return nil, &configs.Error{Key: fmt.Sprintf("operators[%d].output", i), Msg: fmt.Sprintf("operator %q feeds a later operator, so it cannot also have an output (branching a stream is not supported yet)", op.Name)}
-			}
-			if op.Output != "" {
+			_, more := consumers[op.Name]
+			stage := op.Filter != nil || op.Map != nil || op.Join != nil && !streamJoin && !asOf
+			if more && op.Output != "" && stage {
+				// A stage with an output that also feeds later operators: its records go to
+				// the sink as they leave it (a tap), and on down the chain.
+				c.Taps = append(c.Taps, Tap{Stage: len(c.Stages) - 1, Sink: op.Output, SinkTopic: cfg.Sinks[op.Output].Topic})
+			} else if op.Output != "" {
 				c.Sink = op.Output
 				c.SinkTopic = cfg.Sinks[op.Output].Topic
 			}
@@ -304,7 +315,12 @@ func (p *Plan) Describe(w io.Writer) {
 			ts = "field " + c.Source.Timestamp
 		}
 		fmt.Fprintf(w, "chain %d: source %s (topic %s, %s, key: %s, time: %s)\n", i+1, c.SourceName, c.Source.Topic, orDefault(c.Source.Format, "json"), key, ts)
-		for _, s := range c.Stages {
+		for si, s := range c.Stages {
+			for _, tap := range c.Taps {
+				if tap.Stage == si-1 {
+					fmt.Fprintf(w, "     (and on to sink %s, topic %s)\n", tap.Sink, tap.SinkTopic)
+				}
+			}
 			if s.Join != nil {
 				tb := cfg.Tables[s.Join.Table]
 				fmt.Fprintf(w, "  -> join %s: %s join with table %s (topic %s, key: %s), as_of processing: the stream waits until the table partition has loaded its snapshot; the row goes under %q\n",
@@ -312,6 +328,11 @@ func (p *Plan) Describe(w io.Writer) {
 				continue
 			}
 			fmt.Fprintf(w, "  -> %s %s (stateless, inline in both modes)\n", opKind(s), s.Name)
+		}
+		for _, tap := range c.Taps {
+			if tap.Stage == len(c.Stages)-1 {
+				fmt.Fprintf(w, "     (and on to sink %s, topic %s)\n", tap.Sink, tap.SinkTopic)
+			}
 		}
 		if c.Rekey != "" {
 			fmt.Fprintf(w, "  -> re-key by %s -> repartition topic %s (in the transaction of the input offsets)\n", c.Rekey, c.SinkTopic)

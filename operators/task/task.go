@@ -467,7 +467,7 @@ func (t *Task) processChain(c *chain, recs []*kgo.Record, now time.Time) error {
 		c.observeTime(c.rec.Time, now)
 		keep := true
 		failed := false
-		for _, st := range ops.stages {
+		for si, st := range ops.stages {
 			var err error
 			if keep, err = st.Apply(&c.rec); err != nil {
 				var rerr *operators.Error
@@ -480,6 +480,13 @@ func (t *Task) processChain(c *chain, recs []*kgo.Record, now time.Time) error {
 			}
 			if !keep {
 				break
+			}
+			for _, tap := range c.plan.Taps {
+				if tap.Stage == si {
+					t.d.Producer.Produce(&kgo.Record{Topic: tap.SinkTopic, Key: bytes.Clone(c.rec.Key), Value: bytes.Clone(c.rec.Value), Partition: -1}, t.out.promise)
+					c.recordsOut++
+					t.d.Metrics.recordsOut(tap.SinkTopic, 1)
+				}
 			}
 		}
 		if !keep || failed {
