@@ -38,7 +38,7 @@ commands:
                      check FILE and print the operator plan and internal topics; --explain
                      also prints every key's effective value and where it came from (file,
                      env var, default), secrets masked
-  bench              measure backlog mode against pure streaming on the orders workload
+  bench              measure backlog mode against pure streaming (--workload orders, windows, join, cogroup)
   reset -c FILE --operator NAME [--yes]
                      start a keyed operator's state over from empty: delete its local state
                      (processing.state_dir) and its changelog topic <group>-NAME-changelog;
