@@ -307,28 +307,10 @@ func storeSum(b []byte, s int192) {
 // multiset of inputs folded since InitState, never on their order. It does not allocate.
 func (a *Aggregate) Fold(state, input []byte) {
 	_ = state[a.stateSize-1]
+	i := 0 // a cogroup's input starts with its index; it folds only that input's fields and count
 	if len(a.inputs) > 1 {
-		a.foldInput(state, int(input[0]), input[1:])
-		return
+		i, input = int(input[0]), input[1:]
 	}
-	n := binary.LittleEndian.Uint64(state[1:])
-	for k := range a.specs {
-		s := &a.specs[k]
-		switch s.kind {
-		case aggSum, aggAvg:
-			st := state[s.off : s.off+sumSize]
-			storeSum(st, loadSum(st).add(loadDec(input[s.in:])))
-		case aggMin:
-			keepIf(state[s.off:s.off+decSize], loadDec(input[s.in:]), n == 0, -1)
-		case aggMax:
-			keepIf(state[s.off:s.off+decSize], loadDec(input[s.in:]), n == 0, 1)
-		}
-	}
-	binary.LittleEndian.PutUint64(state[1:], n+1)
-}
-
-// foldInput is a cogroup's Fold of a record of input i: only that input's fields and count.
-func (a *Aggregate) foldInput(state []byte, i int, input []byte) {
 	n := binary.LittleEndian.Uint64(state[1+8*i:])
 	for k := range a.specs {
 		s := &a.specs[k]
@@ -359,36 +341,12 @@ func (a *Aggregate) count(state []byte, s *aggSpec) uint64 {
 // records in memory and combine the partial with the stored state later. It does not allocate.
 func (a *Aggregate) Merge(dst, src []byte) {
 	_, _ = dst[a.stateSize-1], src[a.stateSize-1]
-	if len(a.inputs) > 1 {
-		for k := range a.specs {
-			s := &a.specs[k]
-			nd, ns := a.count(dst, s), a.count(src, s)
-			if ns == 0 {
-				continue
-			}
-			switch s.kind {
-			case aggSum, aggAvg:
-				d := dst[s.off : s.off+sumSize]
-				storeSum(d, loadSum(d).plus(loadSum(src[s.off:])))
-			case aggMin:
-				keepIf(dst[s.off:s.off+decSize], loadDec(src[s.off:]), nd == 0, -1)
-			case aggMax:
-				keepIf(dst[s.off:s.off+decSize], loadDec(src[s.off:]), nd == 0, 1)
-			}
-		}
-		for i := range a.inputs {
-			o := 1 + 8*i
-			binary.LittleEndian.PutUint64(dst[o:], binary.LittleEndian.Uint64(dst[o:])+binary.LittleEndian.Uint64(src[o:]))
-		}
-		return
-	}
-	nd := binary.LittleEndian.Uint64(dst[1:])
-	ns := binary.LittleEndian.Uint64(src[1:])
-	if ns == 0 {
-		return
-	}
 	for k := range a.specs {
 		s := &a.specs[k]
+		nd, ns := a.count(dst, s), a.count(src, s)
+		if ns == 0 {
+			continue
+		}
 		switch s.kind {
 		case aggSum, aggAvg:
 			d := dst[s.off : s.off+sumSize]
@@ -399,7 +357,10 @@ func (a *Aggregate) Merge(dst, src []byte) {
 			keepIf(dst[s.off:s.off+decSize], loadDec(src[s.off:]), nd == 0, 1)
 		}
 	}
-	binary.LittleEndian.PutUint64(dst[1:], nd+ns)
+	for i := range max(len(a.inputs), 1) { // the counts: one, or a cogroup's per input
+		o := 1 + 8*i
+		binary.LittleEndian.PutUint64(dst[o:], binary.LittleEndian.Uint64(dst[o:])+binary.LittleEndian.Uint64(src[o:]))
+	}
 }
 
 // keepIf stores v as the min (want -1) or max (want 1) held in st, when st holds none yet
