@@ -44,6 +44,7 @@ type ChainPlan struct {
 	Taps       []Tap            // stages whose records also go to a sink as they leave them
 	Input      int              // a cogroup's chain: the index of its input
 	Rekey      string           // the group_by field path the records are re-keyed by ("" = none); SinkTopic is then the repartition topic
+	RekeyFor   string           // with Rekey: the aggregate the records are re-keyed for
 }
 
 // Tap is a stage's output in the middle of a chain: the records leaving Stages[Stage] also go
@@ -111,7 +112,7 @@ func NewPlan(cfg *configs.Config) (*Plan, error) {
 			if op.Aggregate != nil && op.Aggregate.GroupBy != "" {
 				// Re-keying: this chain ends at the repartition topic; the aggregate's chain
 				// reads it.
-				c.Rekey = op.Aggregate.GroupBy
+				c.Rekey, c.RekeyFor = op.Aggregate.GroupBy, op.Name
 				c.SinkTopic = cfg.RepartitionTopic(op.Name)
 				c.Sink = ""
 				p.Chains = append(p.Chains, c)

@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"math"
 	"path/filepath"
-	"strings"
 	"sync"
 	"time"
 
@@ -242,7 +241,7 @@ func NewGroup(plan *Plan, topics []string, partition int32, d Deps) (*Task, erro
 			return nil, err
 		}
 		if cp.Rekey != "" {
-			if ops.rekey, err = operators.NewRekey(strings.TrimSuffix(strings.TrimPrefix(cp.SinkTopic, cfg.Group+"-"), "-repartition"), cp.Rekey); err != nil {
+			if ops.rekey, err = operators.NewRekey(cp.RekeyFor, cp.Rekey); err != nil {
 				t.Close()
 				return nil, err
 			}
@@ -466,7 +465,6 @@ func (t *Task) processChain(c *chain, recs []*kgo.Record, now time.Time) error {
 		wmPrev := c.wm
 		c.observeTime(c.rec.Time, now)
 		keep := true
-		failed := false
 		for si, st := range ops.stages {
 			var err error
 			if keep, err = st.Apply(&c.rec); err != nil {
@@ -475,7 +473,6 @@ func (t *Task) processChain(c *chain, recs []*kgo.Record, now time.Time) error {
 					return fmt.Errorf("task %d: %w", t.partition, err) // the store failed (a join's table)
 				}
 				t.deadLetter(c, kr, st.Name(), err)
-				failed = true
 				break
 			}
 			if !keep {
@@ -489,7 +486,7 @@ func (t *Task) processChain(c *chain, recs []*kgo.Record, now time.Time) error {
 				}
 			}
 		}
-		if !keep || failed {
+		if !keep { // dropped, or a dead letter (Apply returns keep=false with an error)
 			continue
 		}
 		if ops.rekey != nil {
