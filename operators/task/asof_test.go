@@ -12,9 +12,6 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
-
-	"github.com/sluice-dev/sluice/sorter"
-	"github.com/sluice-dev/sluice/state"
 )
 
 // The as-of join's metamorphic test: orders joined with the customers row version valid at
@@ -144,39 +141,8 @@ func asofOneAnswer(t *testing.T, seed uint64) {
 	sort.Strings(want)
 	for run, mode := range []string{"never", "always", "auto", "auto", "auto"} {
 		rr := rand.New(rand.NewPCG(seed, uint64(run)+20))
-		cacheKeys := []int{1, 8, 100000}[rr.IntN(3)]
-		plan := mustPlan(t, asofConfig(mode, typ, versions, maxDelay, cacheKeys))
-		var store state.Store = state.NewMem()
-		if run == 4 {
-			db, err := state.Open(state.Options{Dir: t.TempDir()})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { db.Close() })
-			store = db
-		}
-		tk, err := NewGroup(plan, []string{cgOrders, cgRefunds}, 0, Deps{
-			Store: store, Budget: sorter.NewBudget(64 << 10), SortDir: t.TempDir(),
-			Clock: (&stepClock{}).Now, Logger: discardLogger(),
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		d := &cgDriver{t: t, rng: rr, task: tk, prod: newFakeProducer(),
-			inputs:         map[string][]*kgo.Record{cgOrders: inputs[0], cgRefunds: inputs[1]},
-			pos:            map[string]int{},
-			lagMul:         map[string]int64{cgOrders: int64(1 + rr.IntN(3)*100), cgRefunds: int64(1 + rr.IntN(3)*100)},
-			pAbort:         []float64{0, 0.1, 0.3}[rr.IntN(3)],
-			backlogBatches: map[string]int{},
-		}
-		d.run()
-		var got []string
-		for _, r := range d.prod.committed(cgSink) {
-			got = append(got, string(r.Key)+" "+string(r.Value))
-		}
-		sort.Strings(got)
-		dead := len(d.prod.committed("meta-dlq"))
-		tk.Close()
+		r := runTwoInputs(t, rr, run, func(cacheKeys int) string { return asofConfig(mode, typ, versions, maxDelay, cacheKeys) }, inputs[0], inputs[1])
+		got, dead, d, cacheKeys := r.got, r.dead, r.d, r.cacheKeys
 		if !slices.Equal(got, want) {
 			t.Fatalf("run %d (%s, %s, versions %d, max_delay %d, cache %d, aborts %d, backlog %v): outputs differ from the oracle (%d got, %d want):\n%s",
 				run, mode, typ, versions, maxDelay, cacheKeys, d.aborts, d.backlogBatches, len(got), len(want), lineDiff(want, got))

@@ -6,6 +6,7 @@ import (
 	"math/big"
 	"math/rand/v2"
 	"slices"
+	"sort"
 	"strconv"
 	"testing"
 
@@ -306,4 +307,54 @@ func ratText(r *big.Rat) string {
 		return "0"
 	}
 	return s
+}
+
+// twoInputRun is one run of a two-input pipeline's metamorphic test (the inputs on cgOrders
+// and cgRefunds): what it committed to the sink as sorted "key value" lines, how many dead
+// letters, and its driver and cache size for the failure message.
+type twoInputRun struct {
+	got       []string
+	dead      int
+	d         *cgDriver
+	cacheKeys int
+}
+
+// runTwoInputs runs config(cacheKeys) in mode over the inputs with the driver of cogroup_test.go:
+// random batches of either input, lags, checkpoints and aborts from rr; the store is Pebble on
+// run 4, else in memory.
+func runTwoInputs(t *testing.T, rr *rand.Rand, run int, config func(cacheKeys int) string, orders, refunds []*kgo.Record) twoInputRun {
+	t.Helper()
+	cacheKeys := []int{1, 8, 100000}[rr.IntN(3)]
+	plan := mustPlan(t, config(cacheKeys))
+	var store state.Store = state.NewMem()
+	if run == 4 {
+		db, err := state.Open(state.Options{Dir: t.TempDir()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { db.Close() })
+		store = db
+	}
+	tk, err := NewGroup(plan, []string{cgOrders, cgRefunds}, 0, Deps{
+		Store: store, Budget: sorter.NewBudget(64 << 10), SortDir: t.TempDir(),
+		Clock: (&stepClock{}).Now, Logger: discardLogger(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tk.Close()
+	d := &cgDriver{t: t, rng: rr, task: tk, prod: newFakeProducer(),
+		inputs:         map[string][]*kgo.Record{cgOrders: orders, cgRefunds: refunds},
+		pos:            map[string]int{},
+		lagMul:         map[string]int64{cgOrders: int64(1 + rr.IntN(3)*100), cgRefunds: int64(1 + rr.IntN(3)*100)},
+		pAbort:         []float64{0, 0.1, 0.3}[rr.IntN(3)],
+		backlogBatches: map[string]int{},
+	}
+	d.run()
+	r := twoInputRun{d: d, cacheKeys: cacheKeys, dead: len(d.prod.committed("meta-dlq"))}
+	for _, rec := range d.prod.committed(cgSink) {
+		r.got = append(r.got, string(rec.Key)+" "+string(rec.Value))
+	}
+	sort.Strings(r.got)
+	return r
 }

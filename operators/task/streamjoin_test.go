@@ -10,9 +10,6 @@ import (
 	"testing"
 
 	"github.com/twmb/franz-go/pkg/kgo"
-
-	"github.com/sluice-dev/sluice/sorter"
-	"github.com/sluice-dev/sluice/state"
 )
 
 // The stream-stream join's metamorphic test: orders (left) and payments (right) with event
@@ -145,51 +142,16 @@ func streamJoinOneAnswer(t *testing.T, seed uint64) {
 	typ := []string{"inner", "left", "outer"}[rng.IntN(3)]
 	left, right, recs := genStreamJoin(rng, 100+rng.IntN(800), within)
 	want, wantLate := sjOracle(recs, within, maxDelay, typ)
-	var first []string
 	for run, mode := range []string{"never", "always", "auto", "auto", "auto"} {
 		rr := rand.New(rand.NewPCG(seed, uint64(run)))
-		cacheKeys := []int{1, 8, 100000}[rr.IntN(3)]
-		plan := mustPlan(t, streamJoinConfig(mode, typ, within, maxDelay, cacheKeys))
-		var store state.Store = state.NewMem()
-		if run == 4 {
-			db, err := state.Open(state.Options{Dir: t.TempDir()})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { db.Close() })
-			store = db
-		}
-		tk, err := NewGroup(plan, []string{cgOrders, cgRefunds}, 0, Deps{
-			Store: store, Budget: sorter.NewBudget(64 << 10), SortDir: t.TempDir(),
-			Clock: (&stepClock{}).Now, Logger: discardLogger(),
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		d := &cgDriver{t: t, rng: rr, task: tk, prod: newFakeProducer(),
-			inputs:         map[string][]*kgo.Record{cgOrders: left, cgRefunds: right},
-			pos:            map[string]int{},
-			lagMul:         map[string]int64{cgOrders: int64(1 + rr.IntN(3)*100), cgRefunds: int64(1 + rr.IntN(3)*100)},
-			pAbort:         []float64{0, 0.1, 0.3}[rr.IntN(3)],
-			backlogBatches: map[string]int{},
-		}
-		d.run()
-		var got []string
-		for _, r := range d.prod.committed(cgSink) {
-			got = append(got, string(r.Key)+" "+string(r.Value))
-		}
-		sort.Strings(got)
-		late := len(d.prod.committed("meta-dlq"))
-		tk.Close()
+		r := runTwoInputs(t, rr, run, func(cacheKeys int) string { return streamJoinConfig(mode, typ, within, maxDelay, cacheKeys) }, left, right)
+		got, late, d, cacheKeys := r.got, r.dead, r.d, r.cacheKeys
 		if !slices.Equal(got, want) {
 			t.Fatalf("run %d (%s, %s join, max_delay %d, cache %d, aborts %d, backlog batches %v): outputs differ from the oracle (%d got, %d want):\n%s",
 				run, mode, typ, maxDelay, cacheKeys, d.aborts, d.backlogBatches, len(got), len(want), diffLines(want, got))
 		}
 		if late != wantLate {
 			t.Fatalf("run %d (%s): %d dead letters, want %d late records", run, mode, late, wantLate)
-		}
-		if first == nil {
-			first = got
 		}
 	}
 	t.Logf("%s join, max_delay %d: %d outputs, %d late", typ, maxDelay, len(want), wantLate)
