@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"os"
-	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
@@ -35,27 +33,8 @@ func asofScenario(t *testing.T, brokers string, n int) {
 	ctx, cancel := context.WithTimeout(t.Context(), 170*time.Second)
 	defer cancel()
 	const parts = 4
-	p := &pipeline{
-		t: t, brokers: brokers,
-		topic:   kafkatest.UniqueName(t, "orders"),
-		sink:    kafkatest.UniqueName(t, "enriched"),
-		group:   kafkatest.UniqueName(t, "g"),
-		cfgPath: filepath.Join(t.TempDir(), "sluice.yaml"),
-		nudged:  map[string]workload.Total{},
-	}
-	customers := kafkatest.UniqueName(t, "customers")
-	kafkatest.CreateTopic(t, brokers, p.topic, parts, nil)
-	kafkatest.CreateTopic(t, brokers, customers, parts, nil)
-	cfg := fmt.Sprintf(`# written by the e2e test %s
-kafka:
-  brokers: [%s]
-group: %s
-instance_id: unset
-processing: {guarantee: exactly_once, commit_interval: 100ms, state_dir: ./unset}
-backlog: {enter_lag: 1000, exit_lag: 200, sort_memory: 64MiB, mode: auto}
-http: {listen: "off"}
-log: {level: info, format: json}
-sources:
+	p, customers := twoInputPipeline(t, brokers, parts, "customers", "enriched", "", func(orders, customers, sink string) string {
+		return fmt.Sprintf(`sources:
   orders: {topic: %s, key: customer_id, timestamp: ts}
 tables:
   customers: {topic: %s, key: customer_id, timestamp: updated_at, versions: 1h}
@@ -65,10 +44,8 @@ operators:
     output: out
 sinks:
   out: {topic: %s}
-`, t.Name(), strings.Join(kafkatest.SplitBrokers(brokers), ", "), p.group, p.topic, customers, p.sink)
-	if err := os.WriteFile(p.cfgPath, []byte(cfg), 0o644); err != nil {
-		t.Fatal(err)
-	}
+`, orders, customers, sink)
+	})
 	// Orders one per 100 ms of event time; customer versions (a quarter of them tombstones)
 	// one per 300 ms, both in time order, so nothing is late.
 	type ev struct {
@@ -122,18 +99,7 @@ sinks:
 	}
 	produce(customers, vers[len(vers)/2:])
 	produce(p.topic, orders[len(orders)/2:])
-	adm := p.admin()
-	wait := func() {
-		t.Helper()
-		wctx, cancel := context.WithTimeout(ctx, 90*time.Second)
-		defer cancel()
-		poll(wctx, t, "the group to commit both inputs", 200*time.Millisecond, func() (bool, error) {
-			for _, in := range ins {
-				in.checkAlive()
-			}
-			return committedAll(wctx, adm, p.group, p.topic, customers), nil
-		})
-	}
+	wait := func() { p.waitInputsCommitted(ctx, 90*time.Second, ins, p.topic, customers) }
 	wait()
 	ins[1].kill()
 	t.Log("kill -9 in real time")

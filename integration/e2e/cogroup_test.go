@@ -3,8 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -32,27 +30,8 @@ func cogroupScenario(t *testing.T, brokers string, records int64, keys int) {
 	ctx, cancel := context.WithTimeout(t.Context(), 170*time.Second)
 	defer cancel()
 	const parts = 8
-	p := &pipeline{
-		t: t, brokers: brokers,
-		topic:   kafkatest.UniqueName(t, "orders"),
-		sink:    kafkatest.UniqueName(t, "balances"),
-		group:   kafkatest.UniqueName(t, "g"),
-		cfgPath: filepath.Join(t.TempDir(), "sluice.yaml"),
-		nudged:  map[string]workload.Total{},
-	}
-	refunds := kafkatest.UniqueName(t, "refunds")
-	kafkatest.CreateTopic(t, brokers, p.topic, parts, nil)
-	kafkatest.CreateTopic(t, brokers, refunds, parts, nil)
-	cfg := fmt.Sprintf(`# written by the e2e test %s
-kafka:
-  brokers: [%s]
-group: %s
-instance_id: unset
-processing: {guarantee: exactly_once, commit_interval: 100ms, state_dir: ./unset, cache_keys: 500}
-backlog: {enter_lag: 1000, exit_lag: 200, sort_memory: 64MiB, mode: auto}
-http: {listen: "off"}
-log: {level: info, format: json}
-sources:
+	p, refunds := twoInputPipeline(t, brokers, parts, "refunds", "balances", ", cache_keys: 500", func(orders, refunds, sink string) string {
+		return fmt.Sprintf(`sources:
   orders: {topic: %s, key: customer_id, timestamp: ts}
   refunds: {topic: %s, key: customer_id, timestamp: ts}
 operators:
@@ -67,10 +46,8 @@ operators:
     output: out
 sinks:
   out: {topic: %s}
-`, t.Name(), strings.Join(kafkatest.SplitBrokers(brokers), ", "), p.group, p.topic, refunds, p.sink)
-	if err := os.WriteFile(p.cfgPath, []byte(cfg), 0o644); err != nil {
-		t.Fatal(err)
-	}
+`, orders, refunds, sink)
+	})
 	ordersA := workload.Spec{Records: records, Keys: keys, Partitions: parts, Seed: 51}
 	refundsA := workload.Spec{Records: records / 2, Keys: keys, Partitions: parts, Seed: 52}
 	cl := kafkatest.Client(t, brokers, workload.ProducerOpts()...)
@@ -100,18 +77,7 @@ sinks:
 	if err := workload.Produce(ctx, cl, refunds, refundsB); err != nil {
 		t.Fatal(err)
 	}
-	waitBoth := func(within time.Duration) {
-		t.Helper()
-		adm := p.admin()
-		wctx, cancel := context.WithTimeout(ctx, within)
-		defer cancel()
-		poll(wctx, t, "the group to commit both inputs to their ends", 200*time.Millisecond, func() (bool, error) {
-			for _, in := range ins {
-				in.checkAlive()
-			}
-			return committedAll(wctx, adm, p.group, p.topic, refunds), nil
-		})
-	}
+	waitBoth := func(within time.Duration) { p.waitInputsCommitted(ctx, within, ins, p.topic, refunds) }
 	waitBoth(90 * time.Second)
 	ins[2].kill()
 	t.Log("kill -9 in real time")

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"os"
-	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
@@ -41,27 +39,8 @@ func streamJoinScenario(t *testing.T, brokers string, n int) {
 	defer cancel()
 	const parts = 4
 	const within = 10_000 // ms
-	p := &pipeline{
-		t: t, brokers: brokers,
-		topic:   kafkatest.UniqueName(t, "orders"),
-		sink:    kafkatest.UniqueName(t, "paid"),
-		group:   kafkatest.UniqueName(t, "g"),
-		cfgPath: filepath.Join(t.TempDir(), "sluice.yaml"),
-		nudged:  map[string]workload.Total{},
-	}
-	payments := kafkatest.UniqueName(t, "payments")
-	kafkatest.CreateTopic(t, brokers, p.topic, parts, nil)
-	kafkatest.CreateTopic(t, brokers, payments, parts, nil)
-	cfg := fmt.Sprintf(`# written by the e2e test %s
-kafka:
-  brokers: [%s]
-group: %s
-instance_id: unset
-processing: {guarantee: exactly_once, commit_interval: 100ms, state_dir: ./unset}
-backlog: {enter_lag: 1000, exit_lag: 200, sort_memory: 64MiB, mode: auto}
-http: {listen: "off"}
-log: {level: info, format: json}
-sources:
+	p, payments := twoInputPipeline(t, brokers, parts, "payments", "paid", "", func(orders, payments, sink string) string {
+		return fmt.Sprintf(`sources:
   orders: {topic: %s, key: customer_id, timestamp: ts}
   payments: {topic: %s, key: customer_id, timestamp: ts}
 operators:
@@ -70,10 +49,8 @@ operators:
     output: out
 sinks:
   out: {topic: %s}
-`, t.Name(), strings.Join(kafkatest.SplitBrokers(brokers), ", "), p.group, p.topic, payments, p.sink)
-	if err := os.WriteFile(p.cfgPath, []byte(cfg), 0o644); err != nil {
-		t.Fatal(err)
-	}
+`, orders, payments, sink)
+	})
 	// Orders one second apart in event time (in order); 80% get a payment 0-5 s later. Each
 	// order's key is its customer; customers repeat.
 	rng := rand.New(rand.NewPCG(61, 62))
@@ -116,18 +93,7 @@ sinks:
 	}
 	produce(p.topic, orders[half:])
 	produce(payments, pays[len(pays)/2:])
-	adm := p.admin()
-	wait := func() {
-		t.Helper()
-		wctx, cancel := context.WithTimeout(ctx, 90*time.Second)
-		defer cancel()
-		poll(wctx, t, "the group to commit both inputs", 200*time.Millisecond, func() (bool, error) {
-			for _, in := range ins {
-				in.checkAlive()
-			}
-			return committedAll(wctx, adm, p.group, p.topic, payments), nil
-		})
-	}
+	wait := func() { p.waitInputsCommitted(ctx, 90*time.Second, ins, p.topic, payments) }
 	wait()
 	ins[1].kill()
 	t.Log("kill -9 in real time")
