@@ -1,7 +1,11 @@
 // Package operators owns what sluice does to one record: decoding a source's Kafka records
 // (JSON values, group key, event time) into Records, the stateless stages (filter and map,
-// with expr-lang expressions) and the keyed aggregate (sum, count, min, max, avg), whose
-// compact per-key state the runtime stores and folds.
+// with expr-lang expressions, and the stream-table join's lookup, join.go), re-keying
+// (rekey.go), event-time windows, and the keyed operators: the aggregate (sum, count, min, max,
+// avg; a cogroup is an aggregate of several inputs), whose compact per-key state the runtime
+// stores and folds, and the Keyed operators (keyed.go), whose results depend on order and time:
+// session windows, the windowed stream-stream join (streamjoin.go) and the join as of event
+// time (asofjoin.go).
 //
 // The runtime (operators/task) drives these types from one goroutine per task, in both modes:
 // in real time it decodes, applies stages, projects and folds record by record; in backlog it

@@ -13,6 +13,9 @@
 // acknowledged, commits the offsets with a plain OffsetCommit.
 //
 // The same client consumes (it is the group member): the consumer package polls through Session.
+// Its group balancer is cooperative-sticky, or CoPartitioned (balancer.go) when a pipeline has
+// co-partitioned topics (joins, cogroups). A transaction end that hangs for 5 s lets a blocked
+// rebalance callback run (Session.End): a member the group dropped would otherwise deadlock.
 package producer
 
 import (
