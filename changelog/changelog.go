@@ -27,6 +27,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/sluice-dev/sluice/producer"
 	"github.com/sluice-dev/sluice/state"
 )
 
@@ -389,8 +390,9 @@ func (r *Restorer) stableEnd(ctx context.Context, topic string, p int32) (kadm.L
 	}
 }
 
-// retry lists offsets, retrying retriable errors (a topic that was just created may not be
-// served by every broker yet) for up to about 30 seconds.
+// retry lists offsets, retrying retriable errors for up to about 30 seconds: a topic that was
+// just created may not be served by every broker yet, and a broker that died may still be named
+// the leader in the client's metadata until it is fenced (connection refused).
 func retry(ctx context.Context, list func() (kadm.ListedOffsets, error)) (kadm.ListedOffsets, error) {
 	wait := 50 * time.Millisecond
 	deadline := time.Now().Add(30 * time.Second)
@@ -399,7 +401,7 @@ func retry(ctx context.Context, list func() (kadm.ListedOffsets, error)) (kadm.L
 		if err == nil {
 			err = l.Error()
 		}
-		if err == nil || !kerr.IsRetriable(err) || time.Now().After(deadline) {
+		if err == nil || !producer.Retriable(err) || time.Now().After(deadline) {
 			return l, err
 		}
 		select {

@@ -94,6 +94,8 @@ type Engine struct {
 	runCtx context.Context // cancelled when Run returns (set by Run)
 
 	fails failStreak // checkpoints aborted by produce errors (failure.go)
+
+	transientLogged time.Time // when the poll loop last logged a transient fetch error (poll loop only)
 }
 
 type tp struct {
@@ -251,7 +253,7 @@ func (e *Engine) loop(ctx context.Context) error {
 			e.sess.AllowRebalance()
 			return nil
 		}
-		if err := fetchErr(fs); err != nil {
+		if err := e.fetchErr(fs); err != nil {
 			e.sess.AllowRebalance()
 			return err
 		}
@@ -764,10 +766,20 @@ func (e *Engine) finished() bool {
 	return true
 }
 
-func fetchErr(fs kgo.Fetches) error {
+// fetchErr returns the first error of fs that ends the run. An error that goes away when
+// retried does not: a broker or the group's coordinator that cannot be reached (a node died and
+// is not fenced yet), which franz-go keeps retrying itself; it is logged, at most every 10 s.
+func (e *Engine) fetchErr(fs kgo.Fetches) error {
 	var out error
 	fs.EachError(func(t string, p int32, err error) {
 		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+			return
+		}
+		if producer.Retriable(err) {
+			if now := e.o.Clock(); now.Sub(e.transientLogged) >= 10*time.Second {
+				e.transientLogged = now
+				e.log.Warn("kafka unreachable for now; retrying", "topic", t, "partition", p, "err", err)
+			}
 			return
 		}
 		if out == nil {
