@@ -196,7 +196,7 @@ func (e *Engine) Run(ctx context.Context) error {
 		// offset, a table's snapshot end, may lie after the last record. dispatch drops them.
 		extra = append([]kgo.Opt{kgo.KeepControlRecords()}, extra...)
 	}
-	e.sess, err = producer.Open(producer.Options{
+	popts := producer.Options{
 		Brokers:            cfg.Kafka.Brokers,
 		Group:              cfg.Group,
 		InstanceID:         cfg.InstanceID,
@@ -214,13 +214,20 @@ func (e *Engine) Run(ctx context.Context) error {
 			kgo.OnPartitionsLost(func(_ context.Context, _ *kgo.Client, l map[string][]int32) { e.revoked(l, "lost") }),
 			kgo.OnPartitionsCallbackBlocked(func(context.Context, *kgo.Client) { signal(e.blocked) }),
 		}, extra...),
-	})
-	if err != nil {
-		return err
 	}
-	close(e.sessSet)
-	e.log.Info("joining group", "group", cfg.Group, "instance_id", cfg.InstanceID, "topics", e.o.Plan.Topics(), "guarantee", cfg.Processing.Guarantee)
-	err = e.loop(ctx)
+	for {
+		e.sess, err = producer.Open(popts)
+		if err != nil {
+			return err
+		}
+		close(e.sessSet)
+		e.log.Info("joining group", "group", cfg.Group, "instance_id", cfg.InstanceID, "topics", e.o.Plan.Topics(), "guarantee", cfg.Processing.Guarantee)
+		err = e.loop(ctx)
+		if !errors.Is(err, producer.ErrSessionLost) || ctx.Err() != nil {
+			break
+		}
+		e.restartSession(err)
+	}
 	// Shutdown: checkpoint what was processed (if the session is healthy), stop the tasks, leave.
 	closeCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -230,8 +237,35 @@ func (e *Engine) Run(ctx context.Context) error {
 		}
 	}
 	e.stopAll()
-	e.sess.Close(closeCtx)
+	if errors.Is(err, producer.ErrSessionLost) {
+		e.sess.Abandon()
+	} else {
+		e.sess.Close(closeCtx)
+	}
 	return err
+}
+
+// restartSession abandons a lost session (a transaction's outcome unknown, or no producer id for
+// the next one, for want of a broker), as a crash would, so that Run opens a new one: every task stops and drops what it holds (its state is
+// applied only after a commit it heard of), the client closes without ending its transaction,
+// and the new session's producer fences it (aborting it if it is still open). The new tasks
+// restore from the changelog, which holds the lost transaction if it did commit, and resume
+// from the offsets Kafka committed. Static membership gives them the same partitions back.
+func (e *Engine) restartSession(cause error) {
+	e.log.Warn("Kafka session lost (a broker could not be reached while a transaction ended or began); restarting it as after a crash", "err", cause)
+	e.stopAll()
+	e.sess.Abandon()
+	e.m.sessionRestarts.Inc()
+	e.mu.Lock()
+	e.epoch++
+	e.joined = false
+	e.mu.Unlock()
+	select {
+	case <-e.failed: // the old tasks' errors (a begin refused after the failed end) go with them
+	default:
+	}
+	// Set before the new client exists: its rebalance callbacks wait on it.
+	e.sessSet = make(chan struct{})
 }
 
 func (e *Engine) loop(ctx context.Context) error {
@@ -815,6 +849,7 @@ type engineMetrics struct {
 	restored        prometheus.Counter
 	tasks           prometheus.Gauge
 	ckptFailures    prometheus.Gauge
+	sessionRestarts prometheus.Counter
 }
 
 func newEngineMetrics(reg prometheus.Registerer) engineMetrics {
@@ -827,7 +862,9 @@ func newEngineMetrics(reg prometheus.Registerer) engineMetrics {
 		tasks:          prometheus.NewGauge(prometheus.GaugeOpts{Name: "sluice_tasks", Help: "Tasks (topic-partitions) assigned to this member."}),
 		ckptFailures: prometheus.NewGauge(prometheus.GaugeOpts{Name: "sluice_checkpoint_failures_consecutive",
 			Help: "Checkpoints aborted in a row because a record could not be produced (0 after a commit); see processing.max_checkpoint_failures."}),
+		sessionRestarts: prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_session_restarts_total",
+			Help: "Kafka sessions abandoned and reopened, as after a crash, because a broker could not be reached while a transaction ended (its outcome unknown) or began."}),
 	}
-	reg.MustRegister(m.commits, m.aborts, m.commitSeconds, m.restoreSeconds, m.restored, m.tasks, m.ckptFailures)
+	reg.MustRegister(m.commits, m.aborts, m.commitSeconds, m.restoreSeconds, m.restored, m.tasks, m.ckptFailures, m.sessionRestarts)
 	return m
 }

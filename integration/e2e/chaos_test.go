@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -29,22 +30,49 @@ const envChaosLong = "SLUICE_CHAOS_LONG"
 // committed input offset going back, and no transaction left open.
 //
 // The short run is in the CI suite; SLUICE_CHAOS_LONG=1 runs rounds until at least 30 instance
-// kills (and a broker kill per round).
+// kills (and three broker kills per round).
 func TestChaos(t *testing.T) {
 	c := kafkatest.StartCluster(t)
 	size := chaosSize{prefill: 120_000, burst: 80_000, keys: 5_000, minKills: 0, timeout: 6 * time.Minute}
 	if os.Getenv(envChaosLong) == "1" {
 		size = chaosSize{prefill: 400_000, burst: 120_000, keys: 20_000, minKills: 30, timeout: 40 * time.Minute}
 	}
-	chaosScenario(t, c, size)
+	chaosScenario(t, c, size, &aggLoad{keys: size.keys})
+}
+
+// TestChaosWindows is TestChaos with tumbling windows, emit final, and late records: every
+// (key, window) final exactly once with its exact sum and count, and every late record exactly
+// once in the dead-letter topic, by the oracle of the windows scenario.
+func TestChaosWindows(t *testing.T) {
+	c := kafkatest.StartCluster(t)
+	size := chaosSize{prefill: 120_000, burst: 80_000, keys: 2_000, minKills: 0, timeout: 6 * time.Minute}
+	if os.Getenv(envChaosLong) == "1" {
+		size = chaosSize{prefill: 400_000, burst: 120_000, keys: 5_000, minKills: 30, timeout: 40 * time.Minute}
+	}
+	chaosScenario(t, c, size, newWindowsLoad(t, size.keys))
 }
 
 type chaosSize struct {
-	prefill  int64 // orders before the first instance starts
-	burst    int64 // orders produced while every instance is down, before the kill at the switch
+	prefill  int // orders before the first instance starts
+	burst    int // orders produced while every instance is down, before the kill at the switch
 	keys     int
 	minKills int // keep going in rounds until this many instance kills
 	timeout  time.Duration
+}
+
+// chaosLoad is what a chaos run's pipeline computes and how it is fed and checked. Its methods
+// are called from the test goroutine, except that the traffic it starts runs beside it.
+type chaosLoad interface {
+	opts() pipelineOpts
+	// produce writes n more orders and returns once every one is acknowledged.
+	produce(ch *chaos, n int)
+	// startTraffic produces orders until the returned function is called, which waits for the
+	// batch in flight.
+	startTraffic(ch *chaos) (stop func())
+	// finish waits, after the traffic stopped, until the group committed every input record.
+	finish(ch *chaos, in *instance)
+	// verify checks the outputs once every instance stopped; it returns the orders verified.
+	verify(ch *chaos, ids []string) int64
 }
 
 // chaos is the state of one chaos run: the cluster, the pipeline, its instances and the counts
@@ -57,18 +85,15 @@ type chaos struct {
 	p       *pipeline
 	ins     []*instance
 	rng     *rand.Rand
-	specs   []workload.Spec // every batch produced outside the live traffic
-	seed    int64           // of the next such batch
-	keys    int
+	load    chaosLoad
 	kills   int // SIGKILLs of sluice instances
 	brokers int // SIGKILLs of broker nodes (controller included)
 	events  []string
 }
 
-func chaosScenario(t *testing.T, c *kafkatest.Cluster, size chaosSize) {
+func chaosScenario(t *testing.T, c *kafkatest.Cluster, size chaosSize, load chaosLoad) {
 	ctx, cancel := context.WithTimeout(t.Context(), size.timeout)
 	defer cancel()
-	const parts = 8
 	seed := time.Now().UnixNano()
 	t.Logf("random seed %d", seed)
 	ch := &chaos{
@@ -76,21 +101,22 @@ func chaosScenario(t *testing.T, c *kafkatest.Cluster, size chaosSize) {
 		ctx:  ctx,
 		c:    c,
 		rng:  rand.New(rand.NewPCG(uint64(seed), 11)),
-		seed: 31,
-		keys: size.keys,
+		load: load,
 		cl:   kafkatest.Client(t, c.Addrs),
 	}
-	ch.p = newPipeline(t, c.Addrs, pipelineOpts{partitions: parts, keys: size.keys, enterLag: 5000, exitLag: 500})
+	o := load.opts()
+	o.partitions, o.keys, o.enterLag, o.exitLag = chaosParts, size.keys, 5000, 500
+	ch.p = newPipeline(t, c.Addrs, o)
 	ch.ins = []*instance{ch.p.newInstance("i0", true), ch.p.newInstance("i1", true), ch.p.newInstance("i2", true)}
 	adm := ch.p.admin()
 	watch := ch.p.watchOffsets(ctx, adm)
 
-	ch.produce(size.prefill)
+	load.produce(ch, size.prefill)
 	i0 := ch.ins[0]
 	i0.start()
 	ch.killInBacklog(i0)
 
-	tr := ch.p.startTraffic(ctx, size.keys, parts)
+	stopTraffic := load.startTraffic(ch)
 	for round := 1; ; round++ {
 		t.Logf("=== round %d", round)
 		// The leader of a busy input partition, while its group is catching up.
@@ -117,29 +143,32 @@ func chaosScenario(t *testing.T, c *kafkatest.Cluster, size chaosSize) {
 			break
 		}
 	}
-	live := tr.stop(t)
+	stopTraffic()
 	start := time.Now()
-	ch.p.waitCaughtUp(ctx, 3*time.Minute, i0)
+	load.finish(ch, i0)
 	t.Logf("caught up %v after the last fault", time.Since(start).Round(time.Millisecond))
 	i0.term()
 	if back := watch.stop(); len(back) > 0 {
 		t.Errorf("committed input offsets went back: %v", back)
 	}
 	ids := []string{"i0", "i1", "i2"}
-	want := ch.p.expected(append(ch.specs, live...)...)
-	ch.verify(want, ids)
+	ch.p.checkTransactions(ctx, ids...)
+	records := load.verify(ch, ids)
+	var lost, unreachable int
+	for _, in := range ch.ins {
+		lost += len(in.logLines(0, sessionLostMsg))
+		unreachable += len(in.logLines(0, "kafka unreachable for now; retrying"))
+	}
+	t.Logf("chaos figures: %d instance kills, %d broker kills, %d orders verified, no open transaction; %d Kafka sessions lost and restarted in-process, %d fetch warnings of an unreachable broker",
+		ch.kills, ch.brokers, records, lost, unreachable)
+	t.Logf("chaos events:\n  %s", strings.Join(ch.events, "\n  "))
 }
 
-// produce writes n more orders (a new seed each time) and waits until every one is acknowledged.
-func (ch *chaos) produce(n int64) {
-	ch.t.Helper()
-	s := workload.Spec{Records: n, Keys: ch.keys, Partitions: ch.p.keys.Partitions, Seed: ch.seed}
-	ch.seed++
-	if err := ch.p.produce(ch.ctx, s); err != nil {
-		ch.t.Fatal(err)
-	}
-	ch.specs = append(ch.specs, s)
-}
+// sessionLostMsg is the log line of an instance that restarts its Kafka session in-process.
+const sessionLostMsg = "Kafka session lost (a broker could not be reached while a transaction ended or began); restarting it as after a crash"
+
+// chaosParts is the partition count of a chaos run's input.
+const chaosParts = 8
 
 func (ch *chaos) event(format string, args ...any) {
 	ch.t.Helper()
@@ -202,7 +231,7 @@ func (ch *chaos) killInBacklog(in *instance) {
 // killAtSwitch kills every running instance, produces a burst larger than enter_lag on every
 // partition, restarts them (every task starts in backlog mode) and kills the first instance that
 // logs a switch to real-time mode, right then: its switch transaction holds every key it folded.
-func (ch *chaos) killAtSwitch(burst int64) {
+func (ch *chaos) killAtSwitch(burst int) {
 	ch.t.Helper()
 	var running []*instance
 	for _, in := range ch.ins {
@@ -213,7 +242,7 @@ func (ch *chaos) killAtSwitch(burst int64) {
 		}
 	}
 	ch.event("kill -9 of all %d running instances (kills up to #%d), then a burst of %d orders", len(running), ch.kills, burst)
-	ch.produce(burst)
+	ch.load.produce(ch, burst)
 	before := make([]int, len(running))
 	for i, in := range running {
 		before[i] = len(in.logLines(0, "switch to real-time mode"))
@@ -306,12 +335,44 @@ func short(topic string) string {
 	return topic
 }
 
-// verify reads the sink with read_committed and demands exact totals and no open transaction;
-// it prints the run's figures, lost and duplicated orders counted per key.
-func (ch *chaos) verify(want map[string]workload.Total, ids []string) {
+// aggLoad is the orders-totals aggregate of workload.Pipeline: orders in batches of
+// workload.Spec, exact totals per key.
+type aggLoad struct {
+	keys  int
+	specs []workload.Spec // every batch produced outside the live traffic
+	live  []workload.Spec // the live traffic's batches, once stopped
+	seed  int64           // of the next batch
+}
+
+func (a *aggLoad) opts() pipelineOpts { return pipelineOpts{} }
+
+func (a *aggLoad) produce(ch *chaos, n int) {
+	ch.t.Helper()
+	s := workload.Spec{Records: int64(n), Keys: a.keys, Partitions: chaosParts, Seed: 31 + a.seed}
+	a.seed++
+	if err := ch.p.produce(ch.ctx, s); err != nil {
+		ch.t.Fatal(err)
+	}
+	a.specs = append(a.specs, s)
+}
+
+func (a *aggLoad) startTraffic(ch *chaos) func() {
+	tr := ch.p.startTraffic(ch.ctx, a.keys, chaosParts)
+	return func() { a.live = tr.stop(ch.t) }
+}
+
+// finish nudges partitions whose committed offset stands still (see waitCommitted).
+func (a *aggLoad) finish(ch *chaos, in *instance) {
+	ch.t.Helper()
+	ch.p.waitCaughtUp(ch.ctx, 3*time.Minute, in)
+}
+
+// verify reads the sink with read_committed and demands exact totals; it counts lost and
+// duplicated orders per key.
+func (a *aggLoad) verify(ch *chaos, ids []string) int64 {
 	t := ch.t
 	t.Helper()
-	ch.p.checkTransactions(ch.ctx, ids...)
+	want := ch.p.expected(append(a.specs, a.live...)...)
 	got, err := workload.ReadTotals(ch.ctx, kafkatest.SplitBrokers(ch.p.brokers), ch.p.sink, "amount", "orders")
 	if err != nil {
 		t.Fatalf("reading totals: %v", err)
@@ -328,10 +389,135 @@ func (ch *chaos) verify(want map[string]workload.Total, ids []string) {
 			dup += g.Count
 		}
 	}
-	t.Logf("chaos figures: %d instance kills, %d broker kills, %d orders verified over %d keys, lost %d, duplicated %d",
-		ch.kills, ch.brokers, records, len(want), lost, dup)
-	t.Logf("chaos events:\n  %s", strings.Join(ch.events, "\n  "))
+	t.Logf("totals: %d orders over %d keys, lost %d, duplicated %d", records, len(want), lost, dup)
 	if d := workload.Diff(want, got, 20); d != nil {
 		t.Fatalf("totals differ from expected (%d keys expected, %d read):\n%s", len(want), len(got), strings.Join(d, "\n"))
 	}
+	return records
+}
+
+// windowsLoad is the windows scenario's pipeline (tumbling windows of one second, emit final,
+// stragglers that are late) fed by its timed orders: its verifier is the windows oracle.
+type windowsLoad struct {
+	ev   eventTime
+	prod *kgo.Client // keeps each record's partition
+
+	mu  sync.Mutex // guards gen: the live traffic and the test goroutine both draw orders
+	gen *timedOrders
+}
+
+func newWindowsLoad(t *testing.T, keys int) *windowsLoad {
+	ev := eventTime{window: 1000, grace: winGraceMS, maxDelay: winDelayMS}
+	seed := time.Now().UnixNano()
+	t.Logf("windows load: seed %d", seed)
+	return &windowsLoad{ev: ev, gen: newTimedOrders(uint64(seed), keys, chaosParts, ev)}
+}
+
+func (w *windowsLoad) opts() pipelineOpts {
+	return pipelineOpts{
+		window:    fmt.Sprintf("{tumbling: %dms, grace: %dms}", w.ev.window, w.ev.grace),
+		watermark: fmt.Sprintf("{max_delay: %dms}", w.ev.maxDelay),
+		emit:      "final",
+	}
+}
+
+// orders draws the next n orders (or closing ones), under the lock.
+func (w *windowsLoad) orders(n int, closing bool) []*kgo.Record {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if closing {
+		return w.gen.closing()
+	}
+	return w.gen.orders(n)
+}
+
+func (w *windowsLoad) client(ch *chaos) *kgo.Client {
+	if w.prod == nil {
+		w.prod = kafkatest.Client(ch.t, ch.c.Addrs, append(workload.ProducerOpts(), kgo.RecordPartitioner(kgo.ManualPartitioner()))...)
+	}
+	return w.prod
+}
+
+func (w *windowsLoad) produce(ch *chaos, n int) {
+	ch.t.Helper()
+	if err := produceRecords(ch.ctx, w.client(ch), ch.p.topic, w.orders(n, false)); err != nil {
+		ch.t.Fatal(err)
+	}
+}
+
+func (w *windowsLoad) startTraffic(ch *chaos) func() {
+	ctx, cancel := context.WithCancel(ch.ctx)
+	cl := w.client(ch)
+	done := make(chan error, 1)
+	go func() {
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			// A batch is produced whole; the stop waits for the one in flight.
+			if err := produceRecords(context.WithoutCancel(ctx), cl, ch.p.topic, w.orders(200, false)); err != nil {
+				done <- err
+				return
+			}
+			select {
+			case <-ctx.Done():
+				done <- nil
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return func() {
+		cancel()
+		if err := <-done; err != nil {
+			ch.t.Fatalf("traffic: %v", err)
+		}
+	}
+}
+
+// finish produces one order per partition past its last window, which closes every other
+// window, and waits without nudges: every partition's last order must be committed by itself.
+func (w *windowsLoad) finish(ch *chaos, in *instance) {
+	ch.t.Helper()
+	if err := produceRecords(ch.ctx, w.client(ch), ch.p.topic, w.orders(0, true)); err != nil {
+		ch.t.Fatal(err)
+	}
+	ch.p.waitCommitted(ch.ctx, 3*time.Minute, false, in)
+}
+
+// verify demands every (key, window) final exactly once with its exact sum and count, and every
+// late record exactly once in the dead-letter topic, as the oracle computes them from the input
+// read back (lateness follows its offsets).
+func (w *windowsLoad) verify(ch *chaos, _ []string) int64 {
+	t := ch.t
+	t.Helper()
+	input, err := readCommitted(ch.ctx, ch.p.brokers, ch.p.topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := windowOracle(input, w.ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(input) != w.gen.produced {
+		t.Fatalf("input holds %d records, want the %d produced", len(input), w.gen.produced)
+	}
+	if len(want.late) == 0 || want.open != chaosParts {
+		t.Fatalf("the workload must have late records and exactly one open window per partition: %d late, %d open", len(want.late), want.open)
+	}
+	finals, err := readCommitted(ch.ctx, ch.p.brokers, ch.p.sink)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := diffFinals(want, finals, w.ev, 20); d != nil {
+		t.Errorf("windowed finals differ from the oracle (%d expected, %d read):\n%s", len(want.finals), len(finals), strings.Join(d, "\n"))
+	}
+	dlq, err := readCommitted(ch.ctx, ch.p.brokers, ch.p.group+"-dlq")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := diffLate(want, dlq, ch.p.topic, 20); d != nil {
+		t.Errorf("dead letters differ from the oracle's late records (%d expected, %d read):\n%s", len(want.late), len(dlq), strings.Join(d, "\n"))
+	}
+	t.Logf("windows: %d orders, %d (key, window) finals exactly once, %d late records exactly once in the DLQ", len(input), len(finals), len(dlq))
+	return int64(len(input))
 }
