@@ -184,7 +184,7 @@ type Stats struct {
 func (r *Restorer) Restore(ctx context.Context, topic string, ns state.Namespace) (Stats, error) {
 	start := time.Now()
 	var st Stats
-	starts, err := retry(ctx, func() (kadm.ListedOffsets, error) { return r.Admin.ListStartOffsets(ctx, topic) })
+	starts, err := producer.RetryList(ctx, func() (kadm.ListedOffsets, error) { return r.Admin.ListStartOffsets(ctx, topic) })
 	if err != nil {
 		return st, fmt.Errorf("changelog: %s: list start offsets: %w", topic, err)
 	}
@@ -364,11 +364,11 @@ func (r *Restorer) stableEnd(ctx context.Context, topic string, p int32) (kadm.L
 	wait := 20 * time.Millisecond
 	logged := false
 	for {
-		lso, err := retry(ctx, func() (kadm.ListedOffsets, error) { return r.Admin.ListCommittedOffsets(ctx, topic) })
+		lso, err := producer.RetryList(ctx, func() (kadm.ListedOffsets, error) { return r.Admin.ListCommittedOffsets(ctx, topic) })
 		if err != nil {
 			return nil, fmt.Errorf("changelog: %s: list stable offsets: %w", topic, err)
 		}
-		hwm, err := retry(ctx, func() (kadm.ListedOffsets, error) { return r.Admin.ListEndOffsets(ctx, topic) })
+		hwm, err := producer.RetryList(ctx, func() (kadm.ListedOffsets, error) { return r.Admin.ListEndOffsets(ctx, topic) })
 		if err != nil {
 			return nil, fmt.Errorf("changelog: %s: list end offsets: %w", topic, err)
 		}
@@ -384,29 +384,6 @@ func (r *Restorer) stableEnd(ctx context.Context, topic string, p int32) (kadm.L
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()
-		case <-time.After(wait):
-		}
-		wait = min(2*wait, time.Second)
-	}
-}
-
-// retry lists offsets, retrying retriable errors for up to about 30 seconds: a topic that was
-// just created may not be served by every broker yet, and a broker that died may still be named
-// the leader in the client's metadata until it is fenced (connection refused).
-func retry(ctx context.Context, list func() (kadm.ListedOffsets, error)) (kadm.ListedOffsets, error) {
-	wait := 50 * time.Millisecond
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		l, err := list()
-		if err == nil {
-			err = l.Error()
-		}
-		if err == nil || !producer.Retriable(err) || time.Now().After(deadline) {
-			return l, err
-		}
-		select {
-		case <-ctx.Done():
-			return l, ctx.Err()
 		case <-time.After(wait):
 		}
 		wait = min(2*wait, time.Second)

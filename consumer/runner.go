@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluice-dev/sluice/operators/task"
+	"github.com/sluice-dev/sluice/producer"
 )
 
 // batch is one fetched partition's records with the lag the fetch reported after them.
@@ -375,16 +376,11 @@ func (e *Engine) process(ctx context.Context, r *runner, b batch) bool {
 // false if the goroutine must exit.
 func (e *Engine) startTables(ctx context.Context, cl *kgo.Client, r *runner) bool {
 	tables := r.t.Tables()
-	starts, err := e.adm.ListStartOffsets(ctx, tables...)
-	if err == nil {
-		err = starts.Error()
-	}
+	// Retried: a broker that died may still lead these partitions in the client's metadata.
+	starts, err := producer.RetryList(ctx, func() (kadm.ListedOffsets, error) { return e.adm.ListStartOffsets(ctx, tables...) })
 	var ends kadm.ListedOffsets
 	if err == nil {
-		ends, err = e.adm.ListCommittedOffsets(ctx, tables...)
-		if err == nil {
-			err = ends.Error()
-		}
+		ends, err = producer.RetryList(ctx, func() (kadm.ListedOffsets, error) { return e.adm.ListCommittedOffsets(ctx, tables...) })
 	}
 	if err != nil {
 		if ctx.Err() == nil {
@@ -393,7 +389,7 @@ func (e *Engine) startTables(ctx context.Context, cl *kgo.Client, r *runner) boo
 		return false
 	}
 	// The group's committed offsets of the tables move with their dead letters.
-	committed, err := e.adm.FetchOffsets(ctx, e.o.Config.Group)
+	committed, err := producer.Retry(ctx, func() (kadm.OffsetResponses, error) { return e.adm.FetchOffsets(ctx, e.o.Config.Group) })
 	if errors.Is(err, kerr.GroupIDNotFound) {
 		err = nil
 	}

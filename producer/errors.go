@@ -1,8 +1,10 @@
 package producer
 
 import (
+	"context"
 	"errors"
 	"net"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -30,4 +32,38 @@ func Retriable(err error) bool {
 		return true
 	}
 	return kerr.IsRetriable(err) || kgo.IsRetryableBrokerErr(err)
+}
+
+// retryFor bounds how long Retry keeps trying: longer than a dead broker takes to be fenced and
+// its partitions' leaders moved.
+const retryFor = 30 * time.Second
+
+// Retry calls fn until it succeeds, fails with an error that is not Retriable, retryFor has
+// passed (then it returns the last error) or ctx ends, backing off from 50 ms to 1 s.
+func Retry[T any](ctx context.Context, fn func() (T, error)) (T, error) {
+	wait := 50 * time.Millisecond
+	deadline := time.Now().Add(retryFor)
+	for {
+		v, err := fn()
+		if err == nil || !Retriable(err) || time.Now().After(deadline) {
+			return v, err
+		}
+		select {
+		case <-ctx.Done():
+			return v, ctx.Err()
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, time.Second)
+	}
+}
+
+// RetryList is Retry for an offset listing, whose partitions' errors fail the call.
+func RetryList(ctx context.Context, list func() (kadm.ListedOffsets, error)) (kadm.ListedOffsets, error) {
+	return Retry(ctx, func() (kadm.ListedOffsets, error) {
+		l, err := list()
+		if err == nil {
+			err = l.Error()
+		}
+		return l, err
+	})
 }

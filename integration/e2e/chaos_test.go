@@ -40,6 +40,17 @@ func TestChaos(t *testing.T) {
 	chaosScenario(t, c, size, &aggLoad{keys: size.keys})
 }
 
+// TestChaosJoin is TestChaos with the stream-table join that waits for its table (FLIP-326):
+// every order exactly once, with its customer's row.
+func TestChaosJoin(t *testing.T) {
+	c := kafkatest.StartCluster(t)
+	size := chaosSize{prefill: 120_000, burst: 80_000, keys: 20_000, minKills: 0, timeout: 6 * time.Minute}
+	if os.Getenv(envChaosLong) == "1" {
+		size = chaosSize{prefill: 400_000, burst: 120_000, keys: 50_000, minKills: 30, timeout: 40 * time.Minute}
+	}
+	chaosScenario(t, c, size, &joinLoad{aggLoad: aggLoad{keys: size.keys}})
+}
+
 // TestChaosWindows is TestChaos with tumbling windows, emit final, and late records: every
 // (key, window) final exactly once with its exact sum and count, and every late record exactly
 // once in the dead-letter topic, by the oracle of the windows scenario.
@@ -63,7 +74,11 @@ type chaosSize struct {
 // chaosLoad is what a chaos run's pipeline computes and how it is fed and checked. Its methods
 // are called from the test goroutine, except that the traffic it starts runs beside it.
 type chaosLoad interface {
-	opts() pipelineOpts
+	// pipeline creates the input topics and writes the config; o has the run's partitions,
+	// keys and lags.
+	pipeline(t *testing.T, brokers string, o pipelineOpts) *pipeline
+	// switchMsg is the log line of the moment the kills at a switch aim at.
+	switchMsg() string
 	// produce writes n more orders and returns once every one is acknowledged.
 	produce(ch *chaos, n int)
 	// startTraffic produces orders until the returned function is called, which waits for the
@@ -104,9 +119,7 @@ func chaosScenario(t *testing.T, c *kafkatest.Cluster, size chaosSize, load chao
 		load: load,
 		cl:   kafkatest.Client(t, c.Addrs),
 	}
-	o := load.opts()
-	o.partitions, o.keys, o.enterLag, o.exitLag = chaosParts, size.keys, 5000, 500
-	ch.p = newPipeline(t, c.Addrs, o)
+	ch.p = load.pipeline(t, c.Addrs, pipelineOpts{partitions: chaosParts, keys: size.keys, enterLag: 5000, exitLag: 500})
 	ch.ins = []*instance{ch.p.newInstance("i0", true), ch.p.newInstance("i1", true), ch.p.newInstance("i2", true)}
 	adm := ch.p.admin()
 	watch := ch.p.watchOffsets(ctx, adm)
@@ -209,18 +222,20 @@ func (ch *chaos) randomMoment() {
 }
 
 // killInBacklog kills in as soon as /status shows one of its tasks in backlog mode (or, if the
-// backlog was sorted between two polls, just after its switch).
+// backlog was sorted between two polls, or the load has no backlog mode, just after the load's
+// switch).
 func (ch *chaos) killInBacklog(in *instance) {
 	ch.t.Helper()
 	how := "while in backlog"
-	switches := len(in.logLines(0, "switch to real-time mode"))
+	msg := ch.load.switchMsg()
+	switches := len(in.logLines(0, msg))
 	poll(ch.ctx, ch.t, in.id+" to report a task in backlog mode", 20*time.Millisecond, func() (bool, error) {
 		in.checkAlive()
 		if st, ok := in.status(ch.ctx); ok && st.backlogTasks() > 0 {
 			return true, nil
 		}
-		if len(in.logLines(0, "switch to real-time mode")) > switches {
-			how = "just after a switch from backlog"
+		if len(in.logLines(0, msg)) > switches {
+			how = "just after: " + msg
 			return true, nil
 		}
 		return false, nil
@@ -230,7 +245,8 @@ func (ch *chaos) killInBacklog(in *instance) {
 
 // killAtSwitch kills every running instance, produces a burst larger than enter_lag on every
 // partition, restarts them (every task starts in backlog mode) and kills the first instance that
-// logs a switch to real-time mode, right then: its switch transaction holds every key it folded.
+// logs the load's switch (to real-time mode: its switch transaction holds every key it folded;
+// a join: its table's snapshot loaded), right then.
 func (ch *chaos) killAtSwitch(burst int) {
 	ch.t.Helper()
 	var running []*instance
@@ -243,23 +259,24 @@ func (ch *chaos) killAtSwitch(burst int) {
 	}
 	ch.event("kill -9 of all %d running instances (kills up to #%d), then a burst of %d orders", len(running), ch.kills, burst)
 	ch.load.produce(ch, burst)
+	msg := ch.load.switchMsg()
 	before := make([]int, len(running))
 	for i, in := range running {
-		before[i] = len(in.logLines(0, "switch to real-time mode"))
+		before[i] = len(in.logLines(0, msg))
 		in.start()
 	}
 	var victim *instance
-	poll(ch.ctx, ch.t, "an instance to switch to real-time mode after the burst", 5*time.Millisecond, func() (bool, error) {
+	poll(ch.ctx, ch.t, fmt.Sprintf("an instance to log %q after the burst", msg), 5*time.Millisecond, func() (bool, error) {
 		for i, in := range running {
 			in.checkAlive()
-			if len(in.logLines(0, "switch to real-time mode")) > before[i] {
+			if len(in.logLines(0, msg)) > before[i] {
 				victim = in
 				return true, nil
 			}
 		}
 		return false, nil
 	})
-	ch.kill(victim, "right at its switch to real-time mode")
+	ch.kill(victim, "right at: "+msg)
 }
 
 // killDuringRestore stops in cleanly, deletes its state dir, restarts it and kills it as soon as
@@ -344,7 +361,11 @@ type aggLoad struct {
 	seed  int64           // of the next batch
 }
 
-func (a *aggLoad) opts() pipelineOpts { return pipelineOpts{} }
+func (a *aggLoad) pipeline(t *testing.T, brokers string, o pipelineOpts) *pipeline {
+	return newPipeline(t, brokers, o)
+}
+
+func (a *aggLoad) switchMsg() string { return "switch to real-time mode" }
 
 func (a *aggLoad) produce(ch *chaos, n int) {
 	ch.t.Helper()
@@ -413,13 +434,14 @@ func newWindowsLoad(t *testing.T, keys int) *windowsLoad {
 	return &windowsLoad{ev: ev, gen: newTimedOrders(uint64(seed), keys, chaosParts, ev)}
 }
 
-func (w *windowsLoad) opts() pipelineOpts {
-	return pipelineOpts{
-		window:    fmt.Sprintf("{tumbling: %dms, grace: %dms}", w.ev.window, w.ev.grace),
-		watermark: fmt.Sprintf("{max_delay: %dms}", w.ev.maxDelay),
-		emit:      "final",
-	}
+func (w *windowsLoad) pipeline(t *testing.T, brokers string, o pipelineOpts) *pipeline {
+	o.window = fmt.Sprintf("{tumbling: %dms, grace: %dms}", w.ev.window, w.ev.grace)
+	o.watermark = fmt.Sprintf("{max_delay: %dms}", w.ev.maxDelay)
+	o.emit = "final"
+	return newPipeline(t, brokers, o)
 }
+
+func (w *windowsLoad) switchMsg() string { return "switch to real-time mode" }
 
 // orders draws the next n orders (or closing ones), under the lock.
 func (w *windowsLoad) orders(n int, closing bool) []*kgo.Record {
@@ -520,4 +542,58 @@ func (w *windowsLoad) verify(ch *chaos, _ []string) int64 {
 	}
 	t.Logf("windows: %d orders, %d (key, window) finals exactly once, %d late records exactly once in the DLQ", len(input), len(finals), len(dlq))
 	return int64(len(input))
+}
+
+// joinLoad is the inner stream-table join of joinPipeline: the customers table is produced
+// after the prefill of orders (every order must still find its row), orders come in batches of
+// workload.Spec, and the verifier demands each order exactly once with its customer's row.
+type joinLoad struct {
+	aggLoad
+	customers string
+}
+
+func (j *joinLoad) pipeline(t *testing.T, brokers string, o pipelineOpts) *pipeline {
+	p, customers := joinPipeline(t, brokers, o.partitions, false)
+	p.keys = workload.Spec{Keys: o.keys, Partitions: o.partitions}
+	j.customers = customers
+	return p
+}
+
+func (j *joinLoad) switchMsg() string { return "table snapshot loaded; its streams go on" }
+
+// produce writes n orders; the first time, the customers table after them.
+func (j *joinLoad) produce(ch *chaos, n int) {
+	ch.t.Helper()
+	j.aggLoad.produce(ch, n)
+	if len(j.specs) == 1 {
+		cl := kafkatest.Client(ch.t, ch.p.brokers, workload.ProducerOpts()...)
+		if err := workload.ProduceEach(ch.ctx, cl, j.customers, j.specs[0].EachCustomer); err != nil {
+			ch.t.Fatal(err)
+		}
+	}
+}
+
+// finish waits without nudges: a nudge's order is not in the workload.
+func (j *joinLoad) finish(ch *chaos, in *instance) {
+	ch.t.Helper()
+	ch.p.waitCommitted(ch.ctx, 3*time.Minute, false, in)
+}
+
+func (j *joinLoad) verify(ch *chaos, _ []string) int64 {
+	t := ch.t
+	t.Helper()
+	specs := append(j.specs, j.live...)
+	var want int64
+	for _, s := range specs {
+		want += s.Records
+	}
+	got, err := workload.VerifyJoined(ch.ctx, kafkatest.SplitBrokers(ch.p.brokers), ch.p.sink, "customers", specs...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("join output: %v", got)
+	if !got.OK() || got.Orders != want {
+		t.Fatalf("join output: %v; want each of the %d orders exactly once with its customer's row", got, want)
+	}
+	return want
 }
