@@ -141,9 +141,6 @@ func New(o Options) (*Engine, error) {
 			}
 		}
 	}
-	if o.Bounded && len(e.groups) < len(e.group) {
-		return nil, errors.New("consumer: a bounded run (--bounded) does not support operators of several inputs (joins, cogroups) yet")
-	}
 	return e, nil
 }
 

@@ -187,10 +187,12 @@ func (e *Engine) run(ctx context.Context, cl *kgo.Client, r *runner) {
 	}
 	r.restored.Store(true)
 	e.resume(cl, r)
-	if bd, ok := e.bounds[r.key]; ok && bd.start >= bd.end {
-		// A bounded run with nothing to read here: the input ends now.
-		if !e.endInput(ctx, r) {
-			return
+	for _, topic := range r.topics {
+		if bd, ok := e.bounds[tp{topic, r.key.p}]; ok && bd.start >= bd.end {
+			// A bounded run with nothing to read here: this input ends now.
+			if !e.endInput(ctx, r, topic) {
+				return
+			}
 		}
 	}
 	for {
@@ -230,7 +232,7 @@ func (e *Engine) run(ctx context.Context, cl *kgo.Client, r *runner) {
 				return
 			}
 			if b.end && b.epoch == e.currentEpoch() {
-				if !e.endInput(ctx, r) {
+				if !e.endInput(ctx, r, b.topic) {
 					return
 				}
 				continue
@@ -249,12 +251,13 @@ func (e *Engine) run(ctx context.Context, cl *kgo.Client, r *runner) {
 	}
 }
 
-// endInput ends a bounded run's task: its input reached the end offset it had at start, so
-// every window closes and a backlog folds; it checkpoints that. It returns false if the
-// goroutine must exit. An aborted checkpoint leaves the task unfinished: the consumer rewinds
-// and the task ends its input again when it gets there.
-func (e *Engine) endInput(ctx context.Context, r *runner) bool {
-	if err := r.t.EndInput(r.key.topic); err != nil {
+// endInput ends one input of a bounded run's task: topic reached the end offset it had at
+// start, so its windows close (an operator of several inputs: once every input has ended) and
+// a backlog folds; it checkpoints that. It returns false if the goroutine must exit. An aborted
+// checkpoint leaves the task unfinished: the consumer rewinds and the task ends its inputs again
+// when it gets there.
+func (e *Engine) endInput(ctx context.Context, r *runner, topic string) bool {
+	if err := r.t.EndInput(topic); err != nil {
 		e.fail(err)
 		return false
 	}
@@ -263,7 +266,7 @@ func (e *Engine) endInput(ctx context.Context, r *runner) bool {
 	}
 	if r.t.Finished() {
 		r.finished.Store(true)
-		e.log.Info("input ended", "topic", r.key.topic, "partition", r.key.p)
+		e.log.Info("input ended", "topics", r.topics, "partition", r.key.p)
 	}
 	return true
 }
