@@ -26,6 +26,7 @@ import (
 	"log/slog"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -177,6 +178,10 @@ func (e *Engine) Run(ctx context.Context) error {
 	defer admCl.Close()
 	e.adm = kadm.NewClient(admCl)
 	if err := e.ensureTopics(ctx); err != nil {
+		if dial.Refused(err) { // the first requests: say which settings to check
+			return fmt.Errorf("consumer: the connection to kafka %s failed its security handshake (%s; check kafka.tls and kafka.sasl): %w",
+				strings.Join(cfg.Kafka.Brokers, ","), dial.Describe(cfg.Kafka), err)
+		}
 		return err
 	}
 	if e.o.Bounded {

@@ -13,10 +13,13 @@ package dial
 import (
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
+	"net"
 	"os"
 	"strings"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sasl"
 	"github.com/twmb/franz-go/pkg/sasl/plain"
@@ -55,6 +58,52 @@ func Opts(k configs.Kafka) ([]kgo.Opt, error) {
 // (a SASL_PLAINTEXT listener). sluice allows it and warns.
 func Cleartext(k configs.Kafka) bool {
 	return k.SASL.MechanismName() == configs.SASLPlain && !k.TLS.Enabled
+}
+
+// Describe says how k connects, for error messages: "TLS with a client certificate, SASL
+// scram-sha-256", "plaintext". It names no user, file or password.
+func Describe(k configs.Kafka) string {
+	var parts []string
+	switch {
+	case k.TLS.Enabled && k.TLS.CertFile != "":
+		parts = append(parts, "TLS with a client certificate")
+	case k.TLS.Enabled:
+		parts = append(parts, "TLS")
+	default:
+		parts = append(parts, "plaintext")
+	}
+	if k.SASL.Mechanism != "" {
+		parts = append(parts, "SASL "+k.SASL.MechanismName())
+	}
+	return strings.Join(parts, ", ")
+}
+
+// Refused reports whether err is about the connection's security rather than the network or
+// the request: SASL authentication failed or was not expected, a TLS handshake failed (either
+// side rejected the other's certificate), or one side speaks TLS or SASL and the other not.
+func Refused(err error) bool {
+	if errors.Is(err, kerr.SaslAuthenticationFailed) || errors.Is(err, kerr.IllegalSaslState) ||
+		errors.Is(err, kerr.UnsupportedSaslMechanism) {
+		return true
+	}
+	var (
+		verify  *tls.CertificateVerificationError
+		unknown x509.UnknownAuthorityError
+		host    x509.HostnameError
+		invalid x509.CertificateInvalidError
+		header  tls.RecordHeaderError
+		eof     *kgo.ErrFirstReadEOF
+		op      *net.OpError
+	)
+	switch {
+	case errors.As(err, &verify), errors.As(err, &unknown), errors.As(err, &host), errors.As(err, &invalid),
+		errors.As(err, &header), errors.As(err, &eof):
+		return true
+	case errors.As(err, &op) && op.Op == "remote error": // a TLS alert: the broker rejects our certificate
+		return true
+	}
+	// A plaintext client reading a TLS alert as the size of a response (kgo has no type for it).
+	return strings.Contains(err.Error(), "is this a plaintext connection speaking to a tls endpoint")
 }
 
 // TLSConfig returns the TLS configuration of t (which must be enabled): TLS 1.2 or later, the

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -67,12 +68,15 @@ func TestOpts(t *testing.T) {
 		t.Errorf("tls with a client certificate: %v", err)
 	}
 	k.TLS.CertFile, k.TLS.KeyFile = "", ""
-	if err := ping(t, k); err == nil {
-		t.Error("tls without the client certificate the cluster requires: connected")
+	if err := ping(t, k); err == nil || !Refused(err) {
+		t.Errorf("tls without the client certificate the cluster requires: got %v, want an error Refused knows", err)
 	}
 	k.TLS = configs.TLS{Enabled: true, CAFile: certs.OtherCA, CertFile: certs.ClientCert, KeyFile: certs.ClientKey}
-	if err := ping(t, k); err == nil || !strings.Contains(err.Error(), "certificate") {
-		t.Errorf("tls trusting another CA: got %v, want a certificate error", err)
+	if err := ping(t, k); err == nil || !strings.Contains(err.Error(), "certificate") || !Refused(err) {
+		t.Errorf("tls trusting another CA: got %v, want a certificate error Refused knows", err)
+	}
+	if err := ping(t, configs.Kafka{Brokers: tlsOnly.ListenAddrs()}); err == nil || !Refused(err) {
+		t.Errorf("plaintext to tls: got %v, want an error Refused knows", err)
 	}
 
 	for _, m := range []struct{ config, kafka string }{
@@ -102,6 +106,8 @@ func TestOpts(t *testing.T) {
 			if strings.Contains(err.Error(), "wrong") {
 				t.Errorf("the error quotes the password: %v", err)
 			}
+			// kfake closes the connection (EOF) where Kafka answers SASL_AUTHENTICATION_FAILED,
+			// which TestSecurity (integration/e2e) checks Refused knows.
 		})
 	}
 }
@@ -197,6 +203,30 @@ func TestCleartext(t *testing.T) {
 	} {
 		if got := Cleartext(tt.k); got != tt.want {
 			t.Errorf("Cleartext(%+v) = %v, want %v", tt.k, got, tt.want)
+		}
+	}
+}
+
+func TestRefusedOthers(t *testing.T) {
+	for _, err := range []error{context.DeadlineExceeded, kerr.UnknownTopicOrPartition, errors.New("dial tcp 127.0.0.1:1: connect: connection refused")} {
+		if Refused(err) {
+			t.Errorf("Refused(%v) = true", err)
+		}
+	}
+}
+
+func TestDescribe(t *testing.T) {
+	for _, tt := range []struct {
+		k    configs.Kafka
+		want string
+	}{
+		{configs.Kafka{}, "plaintext"},
+		{configs.Kafka{TLS: configs.TLS{Enabled: true}}, "TLS"},
+		{configs.Kafka{TLS: configs.TLS{Enabled: true, CertFile: "c", KeyFile: "k"}, SASL: configs.SASL{Mechanism: "SCRAM-SHA-512", Username: "svc", Password: password}}, "TLS with a client certificate, SASL scram-sha-512"},
+		{configs.Kafka{SASL: configs.SASL{Mechanism: "plain"}}, "plaintext, SASL plain"},
+	} {
+		if got := Describe(tt.k); got != tt.want {
+			t.Errorf("Describe = %q, want %q", got, tt.want)
 		}
 	}
 }
