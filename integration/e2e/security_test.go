@@ -110,6 +110,16 @@ func TestSecurity(t *testing.T) {
 				}
 				p.verify(ctx, p.expected(specs...), in.id)
 				checkNoSecret(t, "the log", in.tail(1<<30), secrets)
+				if tc.restore {
+					// sluice reset's own client (a dry run: it only looks the changelog up).
+					cmd := exec.Command(sluiceBin, "reset", "-c", p.cfgPath, "--operator", "totals")
+					cmd.Env = childEnv(p, "SLUICE_INSTANCE_ID=s0", "SLUICE_PROCESSING__STATE_DIR="+in.stateDir)
+					out, err := cmd.CombinedOutput()
+					if err != nil || !strings.Contains(string(out), "-totals-changelog: 4 partitions") {
+						t.Errorf("sluice reset (dry run): %v\n%s", err, out)
+					}
+					checkNoSecret(t, "sluice reset", string(out), secrets)
+				}
 				t.Logf("%s: %d runs, exact, in %v", tc.name, in.runs, time.Since(start).Round(time.Millisecond))
 			})
 		}

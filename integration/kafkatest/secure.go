@@ -205,6 +205,12 @@ func StartSecureBroker(t testing.TB, users map[string]string) *SecureBroker {
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	t.Cleanup(func() {
+		if t.Failed() {
+			if log, err := os.ReadFile(filepath.Join(b.Dir, "node-1", "server.log")); err == nil {
+				lines := strings.Split(strings.TrimSpace(string(log)), "\n")
+				t.Logf("kafkatest: the secure broker's last log lines:\n%s", strings.Join(lines[max(0, len(lines)-30):], "\n"))
+			}
+		}
 		stop := exec.Command("bash", script, "stop", "--dir", b.Dir, "--clean")
 		if out, err := stop.CombinedOutput(); err != nil {
 			t.Errorf("kafkatest: stopping the secure broker: %v\n%s", err, out)
