@@ -1,6 +1,7 @@
 package configs
 
 import (
+	"errors"
 	"reflect"
 	"strings"
 	"testing"
@@ -161,6 +162,16 @@ func TestExplainMasksSASL(t *testing.T) {
 	eq(t, "password_file", got["kafka.sasl.password_file"], Setting{Key: "kafka.sasl.password_file", Value: `""`, Origin: OriginDefault, Secret: true})
 	eq(t, "key_file", got["kafka.tls.key_file"], Setting{Key: "kafka.tls.key_file", Value: Masked, Origin: OriginFile, Secret: true})
 	eq(t, "ca_file", got["kafka.tls.ca_file"], Setting{Key: "kafka.tls.ca_file", Value: "/etc/ca.pem", Origin: OriginFile})
+
+	// A password YAML reads as a number is refused (0x1F would become 31), without its value.
+	for _, v := range []string{"0x1F", "1e5", "true", "123456"} {
+		bad := strings.Replace(doc, "username: svc-hunter2}", "username: svc, password: "+v+"}", 1)
+		_, _, err := explain([]byte(bad), "sluice.yaml", nil, noHost(t))
+		var ce *Error
+		if !errors.As(err, &ce) || ce.Key != "kafka.sasl.password" || strings.Contains(err.Error(), "31") || strings.Contains(err.Error(), "100000") || strings.Contains(err.Error(), v) {
+			t.Errorf("password: %s: got %v, want an error at kafka.sasl.password that shows no value", v, err)
+		}
+	}
 
 	// A rejected value in the section is not quoted either.
 	bad := strings.Replace(doc, "SCRAM-SHA-512", "hunter2", 1)
