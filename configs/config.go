@@ -117,7 +117,7 @@ type TLS struct {
 type SASL struct {
 	Mechanism    string `koanf:"mechanism" default:"none" doc:"plain, scram-sha-256 or scram-sha-512 (case does not matter); empty: no SASL. plain sends the password itself: use it with kafka.tls (sluice warns at start without)."`
 	Username     string `koanf:"username" default:"none" doc:"User name; required with a mechanism."`
-	Password     string `koanf:"password" secret:"true" default:"none" doc:"Password; exactly one of password and password_file with a mechanism. Set it through the environment (SLUICE_KAFKA__SASL__PASSWORD) rather than in the file."`
+	Password     string `koanf:"password" secret:"true" default:"none" doc:"Password; exactly one of password and password_file with a mechanism. Set it through the environment (SLUICE_KAFKA__SASL__PASSWORD) rather than in the file (where it must be a string: quote it)."`
 	PasswordFile string `koanf:"password_file" default:"none" doc:"File holding the password (one trailing newline is dropped), e.g. a mounted Kubernetes Secret; read once at start."`
 }
 
