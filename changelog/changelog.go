@@ -168,7 +168,8 @@ type Restorer struct {
 	// Layout returns the fingerprint and text of operator op's state layout in the running
 	// config; a record whose LayoutHeader differs is an error. Nil, or "", checks nothing.
 	Layout func(op string) (fingerprint, text string)
-	// Opts are extra client options (tests).
+	// Opts are the options each restore client starts from, after kgo.SeedBrokers(Brokers):
+	// the connection's (dial.Opts: TLS, SASL) and test hooks.
 	Opts []kgo.Opt
 }
 

@@ -26,6 +26,7 @@ import (
 	"log/slog"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -37,6 +38,7 @@ import (
 
 	"github.com/sluice-dev/sluice/changelog"
 	"github.com/sluice-dev/sluice/configs"
+	"github.com/sluice-dev/sluice/dial"
 	"github.com/sluice-dev/sluice/operators/task"
 	"github.com/sluice-dev/sluice/producer"
 	"github.com/sluice-dev/sluice/sorter"
@@ -53,7 +55,8 @@ type Options struct {
 	Registry prometheus.Registerer
 	Logger   *slog.Logger
 	Clock    func() time.Time // wall clock: commit interval, time lag, durations; nil means time.Now
-	// KafkaOpts are extra franz-go options for every client (tests: fault injection).
+	// KafkaOpts are extra franz-go options for every client (tests: fault injection), after the
+	// connection options Run builds from Config.Kafka with dial.Opts (brokers, TLS, SASL).
 	KafkaOpts []kgo.Opt
 	// Bounded makes a run a batch job (sluice run --bounded): each input partition is processed
 	// up to the end offset (last stable offset) it had when Run started, its end is the end of
@@ -158,13 +161,24 @@ func (e *Engine) isTable(topic string) bool { _, ok := e.tables[topic]; return o
 // processed, leaves, and returns nil) or a failure it cannot recover from.
 func (e *Engine) Run(ctx context.Context) error {
 	cfg := e.o.Config
-	admCl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(cfg.Kafka.Brokers...)}, e.o.KafkaOpts...)...)
+	// Every client of the engine (admin and purger, group session, restores) starts from kafka:
+	// one set of connection options.
+	conn, err := dial.Opts(cfg.Kafka)
+	if err != nil {
+		return err
+	}
+	kafka := slices.Concat(conn, e.o.KafkaOpts)
+	admCl, err := kgo.NewClient(kafka...)
 	if err != nil {
 		return fmt.Errorf("consumer: %w", err)
 	}
 	defer admCl.Close()
 	e.adm = kadm.NewClient(admCl)
 	if err := e.ensureTopics(ctx); err != nil {
+		if dial.Refused(err) { // the first requests: say which settings to check
+			return fmt.Errorf("consumer: the connection to kafka %s failed its security handshake (%s; check kafka.tls and kafka.sasl): %w",
+				strings.Join(cfg.Kafka.Brokers, ","), dial.Describe(cfg.Kafka), err)
+		}
 		return err
 	}
 	if e.o.Bounded {
@@ -176,7 +190,7 @@ func (e *Engine) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	e.rest = &changelog.Restorer{Brokers: cfg.Kafka.Brokers, Store: e.o.Store, Admin: e.adm, Logger: e.log, Opts: e.o.KafkaOpts,
+	e.rest = &changelog.Restorer{Brokers: cfg.Kafka.Brokers, Store: e.o.Store, Admin: e.adm, Logger: e.log, Opts: kafka,
 		Valid: checks.Valid, Layout: checks.Layout}
 
 	g := producer.AtLeastOnce
@@ -187,7 +201,7 @@ func (e *Engine) Run(ctx context.Context) error {
 	runCtx, cancelRuns := context.WithCancel(context.Background())
 	defer cancelRuns()
 	e.runCtx = runCtx
-	extra := e.o.KafkaOpts
+	extra := kafka
 	if e.o.Bounded || len(e.tables) > 0 {
 		// Transaction markers are kept to see where a batch really ends: a bounded run's end
 		// offset, a table's snapshot end, may lie after the last record. dispatch drops them.

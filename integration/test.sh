@@ -2,6 +2,8 @@
 # The whole test suite: unit tests, kfake integration tests, and integration tests against a real
 # Apache Kafka broker (KRaft, one node) that this script assembles from Maven Central jars and
 # starts, unless SLUICE_TEST_KAFKA already names one. `make test` runs it; so does CI (.ci/run).
+# Tests that need other brokers start their own with kafka.sh (e2e TestSecurity: one with TLS and
+# SASL listeners on the first five free ports from 19500).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

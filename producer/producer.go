@@ -56,7 +56,8 @@ type Options struct {
 	// incompressible), and the topic has the broker's default record size limit.
 	DeadLetterTopic string
 	Logger          *slog.Logger
-	// Extra are appended to the client options (callbacks, tuning, test hooks).
+	// Extra are appended to the client options: the connection's (dial.Opts: TLS, SASL),
+	// callbacks, tuning, test hooks.
 	Extra []kgo.Opt
 }
 
