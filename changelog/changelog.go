@@ -106,7 +106,7 @@ func Ensure(ctx context.Context, adm *kadm.Client, topics []Topic, rf int16) err
 	for _, t := range topics {
 		names = append(names, t.Name)
 	}
-	details, err := adm.ListTopics(ctx, names...)
+	details, err := listTopics(ctx, adm, names...)
 	if err != nil {
 		return fmt.Errorf("changelog: list topics: %w", err)
 	}
@@ -138,9 +138,15 @@ func Ensure(ctx context.Context, adm *kadm.Client, topics []Topic, rf int16) err
 	return nil
 }
 
+// listTopics is ListTopics retried while a broker cannot be reached (an instance that starts
+// while a node of the cluster is down).
+func listTopics(ctx context.Context, adm *kadm.Client, topics ...string) (kadm.TopicDetails, error) {
+	return producer.Retry(ctx, func() (kadm.TopicDetails, error) { return adm.ListTopics(ctx, topics...) })
+}
+
 // Partitions returns the partition count of each topic; a missing topic is an error.
 func Partitions(ctx context.Context, adm *kadm.Client, topics ...string) (map[string]int32, error) {
-	details, err := adm.ListTopics(ctx, topics...)
+	details, err := listTopics(ctx, adm, topics...)
 	if err != nil {
 		return nil, fmt.Errorf("changelog: list topics: %w", err)
 	}
