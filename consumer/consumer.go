@@ -813,14 +813,16 @@ func (e *Engine) finished() bool {
 
 // fetchErr returns the first error of fs that ends the run. An error that goes away when
 // retried does not: a broker or the group's coordinator that cannot be reached (a node died and
-// is not fenced yet), which franz-go keeps retrying itself; it is logged, at most every 10 s.
+// is not fenced yet), which franz-go keeps retrying itself, or a group session franz-go joins
+// again by itself (the member was dropped while the coordinator moved; the revoke or loss
+// callbacks have stopped its tasks); it is logged, at most every 10 s.
 func (e *Engine) fetchErr(fs kgo.Fetches) error {
 	var out error
 	fs.EachError(func(t string, p int32, err error) {
 		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
 			return
 		}
-		if producer.Retriable(err) {
+		if producer.Retriable(err) || producer.Rejoinable(err) {
 			if now := e.o.Clock(); now.Sub(e.transientLogged) >= 10*time.Second {
 				e.transientLogged = now
 				e.log.Warn("kafka unreachable for now; retrying", "topic", t, "partition", p, "err", err)
