@@ -27,8 +27,9 @@ type Options struct {
 	// the changelog is replayed from the stored offset after a crash).
 	Sync bool
 
-	// fs replaces the OS file system (crash tests use a crashable in-memory one).
-	fs vfs.FS
+	// FS replaces the OS file system; nil means the OS's. Tests use it to crash the store or
+	// inject I/O faults (vfs.NewCrashableMem, errorfs).
+	FS vfs.FS
 	// tune edits the Pebble options after ours (benchmarks compare settings).
 	tune func(*pebble.Options)
 }
@@ -49,31 +50,20 @@ const defaultCacheSize = 64 << 20
 // heap, so they count fully against the process's memory target (sort_memory + 256 MiB).
 const memTableSize = 32 << 20
 
-func pebbleOptions(o Options, fs vfs.FS, cache *pebble.Cache) *pebble.Options {
+func pebbleOptions(o Options, fs vfs.FS, cache *pebble.Cache, corrupt func(pebble.DataCorruptionInfo)) *pebble.Options {
 	po := &pebble.Options{
 		FS:                 fs,
 		Cache:              cache,
 		FormatMajorVersion: pebble.FormatNewest,
 		MemTableSize:       memTableSize,
-		Logger:             quietLogger{},
+		Logger:             pebbleLogger{dir: o.Dir},
+		EventListener:      &pebble.EventListener{DataCorruption: corrupt},
 	}
 	if o.tune != nil {
 		o.tune(po)
 	}
 	po.EnsureDefaults()
 	return po
-}
-
-// quietLogger drops Pebble's informational messages (WAL recovery on every Open) and keeps its
-// errors, which go to the standard logger as with Pebble's default.
-type quietLogger struct{}
-
-func (quietLogger) Infof(string, ...any) {}
-func (quietLogger) Errorf(format string, args ...any) {
-	pebble.DefaultLogger.Errorf(format, args...)
-}
-func (quietLogger) Fatalf(format string, args ...any) {
-	pebble.DefaultLogger.Fatalf(format, args...)
 }
 
 // DB is the Pebble implementation of Store: one per process. Safe for concurrent use (see
@@ -91,6 +81,10 @@ type DB struct {
 	// loaderFileSize starts as the loaderFileSize constant; tests lower it.
 	loaderFileSize int64
 
+	// fault is the first failure (ErrFailed) or damage (ErrDamaged) found; once set, every call
+	// returns it (fault.go).
+	fault atomic.Pointer[error]
+
 	// mu makes Close wait for calls in flight; every other method holds it for reading.
 	mu struct {
 		sync.RWMutex
@@ -101,12 +95,13 @@ type DB struct {
 var _ Store = (*DB)(nil)
 
 // Open opens (or creates) the store in o.Dir. Leftover loader files of a crashed process are
-// removed. Errors name the directory and wrap the cause.
+// removed. Errors name the directory and wrap the cause; damaged files make it return an error
+// wrapping ErrDamaged (see MoveAside).
 func Open(o Options) (*DB, error) {
 	if o.Dir == "" {
 		return nil, errors.New("state: open: Options.Dir is empty")
 	}
-	fs := o.fs
+	fs := o.FS
 	if fs == nil {
 		fs = vfs.Default
 	}
@@ -138,9 +133,15 @@ func Open(o Options) (*DB, error) {
 	// (cogroup never mode: 287 CPU-s against 203).
 	cache := pebble.NewCache(size + 2*memTableSize)
 	defer cache.Unref() // the DB holds its own reference
-	d.po = pebbleOptions(o, fs, cache)
+	d.po = pebbleOptions(o, fs, cache, d.dataCorruption)
+	if err := checkFiles(fs, o.Dir); err != nil {
+		return nil, fmt.Errorf("state: open %s: %w", o.Dir, err)
+	}
 	db, err := pebble.Open(fs.PathJoin(o.Dir, "pebble"), d.po)
 	if err != nil {
+		if damagedOpen(err) {
+			return nil, fmt.Errorf("%w: open %s: %w", ErrDamaged, o.Dir, err)
+		}
 		return nil, fmt.Errorf("state: open %s: %w", o.Dir, err)
 	}
 	d.db = db
@@ -156,8 +157,11 @@ func Open(o Options) (*DB, error) {
 		_ = db.Close()
 		return nil, fmt.Errorf("state: open %s: %w", o.Dir, err)
 	}
-	if err := d.checkFormat(); err != nil {
+	if err := d.guard(d.checkFormat); err != nil {
 		_ = db.Close()
+		if pebble.IsCorruptionError(err) && !errors.Is(err, ErrDamaged) {
+			err = fmt.Errorf("%w: %w", ErrDamaged, err)
+		}
 		return nil, fmt.Errorf("state: open %s: %w", o.Dir, err)
 	}
 	return d, nil
@@ -217,6 +221,10 @@ func (d *DB) rlock() error {
 		d.mu.RUnlock()
 		return ErrClosed
 	}
+	if err := d.faultErr(); err != nil {
+		d.mu.RUnlock()
+		return err
+	}
 	return nil
 }
 
@@ -242,11 +250,11 @@ func (d *DB) get(ns Namespace, k, dst []byte) ([]byte, bool, error) {
 		return dst, false, nil
 	}
 	if err != nil {
-		return dst, false, fmt.Errorf("state: get %s: %w", ns, err)
+		return dst, false, d.wrap("get "+ns.String(), err)
 	}
 	dst = append(dst, v...)
 	if err := closer.Close(); err != nil {
-		return dst, false, fmt.Errorf("state: get %s: %w", ns, err)
+		return dst, false, d.wrap("get "+ns.String(), err)
 	}
 	return dst, true, nil
 }
@@ -294,8 +302,8 @@ func (d *DB) Drop(ns Namespace) error {
 	if err := b.Delete(appendOffsetKey(nil, ns), nil); err != nil {
 		return fmt.Errorf("state: drop %s: %w", ns, err)
 	}
-	if err := b.Commit(d.wo); err != nil {
-		return fmt.Errorf("state: drop %s: %w", ns, err)
+	if err := d.guard(func() error { return b.Commit(d.wo) }); err != nil {
+		return d.wrap("drop "+ns.String(), err)
 	}
 	return nil
 }
@@ -312,7 +320,7 @@ func (d *DB) Scan(ns Namespace, fn func(key, val []byte) error) error {
 	defer d.mu.RUnlock()
 	it, err := d.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
 	if err != nil {
-		return fmt.Errorf("state: scan %s: %w", ns, err)
+		return d.wrap("scan "+ns.String(), err)
 	}
 	for valid := it.First(); valid; valid = it.Next() {
 		v, err := it.ValueAndErr()
@@ -325,7 +333,7 @@ func (d *DB) Scan(ns Namespace, fn func(key, val []byte) error) error {
 		}
 	}
 	if err := it.Close(); err != nil {
-		return fmt.Errorf("state: scan %s: %w", ns, err)
+		return d.wrap("scan "+ns.String(), err)
 	}
 	return nil
 }
@@ -362,12 +370,13 @@ func (d *DB) Namespaces() ([]Namespace, error) {
 		valid = it.SeekGE(seek)
 	}
 	if err := it.Close(); err != nil {
-		return nil, fmt.Errorf("state: namespaces: %w", err)
+		return nil, d.wrap("namespaces", err)
 	}
 	return out, nil
 }
 
-// Close implements Store. It waits for calls in flight, then closes Pebble.
+// Close implements Store. It waits for calls in flight, then closes Pebble; after ErrFailed it
+// returns that error and leaves Pebble as it is (its state is undefined: the process must exit).
 func (d *DB) Close() error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -375,6 +384,9 @@ func (d *DB) Close() error {
 		return ErrClosed
 	}
 	d.mu.closed = true
+	if err := d.faultErr(); errors.Is(err, ErrFailed) {
+		return err
+	}
 	if err := d.db.Close(); err != nil {
 		return fmt.Errorf("state: close %s: %w", d.dir, err)
 	}
@@ -449,8 +461,8 @@ func (b *dbBatch) Commit() error {
 		return err
 	}
 	defer b.d.mu.RUnlock()
-	if err := b.b.Commit(b.d.wo); err != nil {
-		return fmt.Errorf("state: batch commit: %w", err)
+	if err := b.d.guard(func() error { return b.b.Commit(b.d.wo) }); err != nil {
+		return b.d.wrap("batch commit", err)
 	}
 	return nil
 }
@@ -524,7 +536,7 @@ func (l *dbLoader) Add(key, val []byte) error {
 		l.paths = append(l.paths, path)
 	}
 	if err := l.w.Set(l.tmp, val); err != nil {
-		l.err = fmt.Errorf("state: loader %s: %w", l.ns, err)
+		l.err = l.d.wrap("loader "+l.ns.String(), err)
 		return l.err
 	}
 	l.key, l.tmp = l.tmp, l.key
@@ -549,7 +561,7 @@ func (l *dbLoader) finishFile() error {
 	w := l.w
 	l.w = nil
 	if err := w.Close(); err != nil {
-		l.err = fmt.Errorf("state: loader %s: %w", l.ns, err)
+		l.err = l.d.wrap("loader "+l.ns.String(), err)
 		return l.err
 	}
 	return nil
@@ -599,7 +611,7 @@ func (l *dbLoader) Commit() error {
 			err = cerr
 		}
 		if err != nil {
-			return fail(fmt.Errorf("state: loader %s: offset: %w", l.ns, err))
+			return fail(l.d.wrap("loader "+l.ns.String()+": offset", err))
 		}
 	}
 	if len(l.paths) == 0 {
@@ -608,13 +620,13 @@ func (l *dbLoader) Commit() error {
 	}
 	// Make every earlier batch durable first (one synced WAL record; closed WALs are synced), so
 	// a durable load is never followed, after a crash, by the loss of writes it overwrote.
-	if err := l.d.db.LogData(nil, pebble.Sync); err != nil {
-		return fail(fmt.Errorf("state: loader %s: sync wal: %w", l.ns, err))
+	if err := l.d.guard(func() error { return l.d.db.LogData(nil, pebble.Sync) }); err != nil {
+		return fail(l.d.wrap("loader "+l.ns.String()+": sync wal", err))
 	}
 	// One Ingest of all the files is atomic (see the package doc). On success Pebble has moved
 	// them.
-	if err := l.d.db.Ingest(context.Background(), l.paths); err != nil {
-		return fail(fmt.Errorf("state: loader %s: ingest: %w", l.ns, err))
+	if err := l.d.guard(func() error { return l.d.db.Ingest(context.Background(), l.paths) }); err != nil {
+		return fail(l.d.wrap("loader "+l.ns.String()+": ingest", err))
 	}
 	l.done, l.paths = true, nil
 	return nil
@@ -645,7 +657,7 @@ func (d *DB) createSST(ns Namespace, what string) (*sstable.Writer, string, erro
 	path := d.fs.PathJoin(d.ingestDir, name)
 	f, err := d.fs.Create(path, vfs.WriteCategoryUnspecified)
 	if err != nil {
-		return nil, "", fmt.Errorf("state: loader %s: %w", ns, err)
+		return nil, "", d.wrap("loader "+ns.String(), err)
 	}
 	return sstable.NewWriter(objstorageprovider.NewFileWritable(f), d.sstOpts), path, nil
 }
