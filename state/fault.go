@@ -30,9 +30,10 @@ import (
 //   - The store's files are damaged (a checksum mismatch, a missing or truncated sstable, a
 //     MANIFEST that does not read to its end, a marker naming a missing MANIFEST). Open returns
 //     an error wrapping ErrDamaged; the caller moves the store aside (MoveAside) and rebuilds it
-//     from the changelog. Damage found later, by a read or a compaction, fails the call and
-//     every later one with ErrDamaged, and leaves the file DAMAGED in the directory, so that
-//     the next Open reports it too.
+//     from the changelog. With Options.VerifyLimit, Open also reads every table of a small
+//     enough store, so a garbled table is found then. Damage found later, by a read or a
+//     compaction, fails the call and every later one with ErrDamaged, and leaves the file
+//     DAMAGED in the directory, so that the next Open reports it too.
 
 // damagedMarker is the file a store leaves in its directory when it found damage at run time.
 const damagedMarker = "DAMAGED"

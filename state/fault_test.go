@@ -231,11 +231,26 @@ func TestDamagedAtRead(t *testing.T) {
 	must(t, d.Close())
 }
 
+// TestDamagedVerified garbles a table's data and opens with VerifyLimit: Open reads the tables
+// and reports the damage at once.
+func TestDamagedVerified(t *testing.T) {
+	dir := t.TempDir()
+	fillDir(t, dir)
+	garble(t, pebbleFile(t, dir, "*.sst"))
+	if _, err := Open(Options{Dir: dir, VerifyLimit: 1 << 30}); !errors.Is(err, ErrDamaged) || !strings.Contains(err.Error(), dir) {
+		t.Fatalf("Open with VerifyLimit over a garbled table = %v, want ErrDamaged naming %s", err, dir)
+	}
+	_, err := MoveAside(Options{Dir: dir})
+	must(t, err)
+	d := openDB(t, Options{Dir: dir, VerifyLimit: 1 << 30})
+	must(t, d.Close())
+}
+
 // TestCleanReopenIsNotDamage: a store closed cleanly reopens whole, without ErrDamaged.
 func TestCleanReopenIsNotDamage(t *testing.T) {
 	dir := t.TempDir()
 	fillDir(t, dir)
-	d := openDB(t, Options{Dir: dir})
+	d := openDB(t, Options{Dir: dir, VerifyLimit: 1 << 30})
 	if off, ok, err := d.Offset(Namespace{"op", 0}); err != nil || !ok || off != 7 {
 		t.Fatalf("offset = %d, %v, %v", off, ok, err)
 	}

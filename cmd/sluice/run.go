@@ -145,6 +145,12 @@ func runPipeline(ctx context.Context, cfg *configs.Config, log *slog.Logger, ro 
 // without TLS (dial.Cleartext).
 const cleartextWarning = "kafka.sasl.mechanism is plain without kafka.tls: the password crosses the network readable by anyone on the path; enable kafka.tls, or use scram-sha-256/512"
 
+// verifyLimit is the size of a store's tables up to which a start reads them all, so that damage
+// at rest is found (and the store rebuilt) at start rather than by a read later, which fails the
+// process and leaves the rebuild to the next start. Reading runs at about 250 MB/s (state
+// package), so this costs a start at most about 2 s.
+const verifyLimit = 512 << 20
+
 // openState opens the state store in dir (processing.state_dir). A damaged store (state.ErrDamaged)
 // is moved aside, with a warning, and an empty one opened: every task then restores its state
 // from the changelog, as after a lost state dir. Any other error (a directory that cannot be
@@ -155,7 +161,7 @@ func openState(dir string, log *slog.Logger) (*state.DB, error) {
 	}
 	// A 32 MiB block cache: Pebble's cache and memtables live outside the Go heap (and outside
 	// the memory limit), within the process's sort_memory + 256 MiB target.
-	o := state.Options{Dir: dir, CacheSize: 32 << 20}
+	o := state.Options{Dir: dir, CacheSize: 32 << 20, VerifyLimit: verifyLimit}
 	store, err := state.Open(o)
 	if errors.Is(err, state.ErrDamaged) {
 		aside, merr := state.MoveAside(o)
