@@ -18,6 +18,9 @@ import (
 
 // Faults of the disk under a store, and what this package does about them:
 //
+//   - Little free space left: a write fails with ErrDiskFull before it starts (checkSpace), while
+//     the store still has Options.MinFreeBytes free, so that the disk filling up gradually
+//     stops sluice cleanly, short of the writes below that Pebble cannot fail cleanly.
 //   - Pebble cannot write (disk full, a read-only or failing file system). An error that Pebble
 //     returns (creating a loader's sstable, an ingest) is returned, naming the directory. A
 //     failed write-ahead log or MANIFEST write is fatal inside Pebble (Logger.Fatalf: its state
@@ -26,7 +29,9 @@ import (
 //     directory, and every later call returns it too: the caller stops, and the next start
 //     replays the changelog from the stored offsets. When it happens in one of Pebble's own
 //     goroutines (a flush, a compaction), no caller can be told: the process logs the error to
-//     stderr and exits 1.
+//     stderr and exits 1. Some of Pebble's paths cannot be recovered at all: a log that fails
+//     to close while Pebble rotates it panics with Pebble's mutex released, and the Go runtime
+//     ends the process (exit 2) — the free-space reserve is what keeps writes away from there.
 //   - The store's files are damaged (a checksum mismatch, a missing or truncated sstable, a
 //     MANIFEST that does not read to its end, a marker naming a missing MANIFEST). Open returns
 //     an error wrapping ErrDamaged; the caller moves the store aside (MoveAside) and rebuilds it
@@ -34,6 +39,19 @@ import (
 //     enough store, so a garbled table is found then. Damage found later, by a read or a
 //     compaction, fails the call and every later one with ErrDamaged, and leaves the file
 //     DAMAGED in the directory, so that the next Open reports it too.
+
+// checkSpace fails with ErrDiskFull when the store's file system has less than minFree bytes
+// free. A file system that cannot tell (an in-memory one) passes.
+func (d *DB) checkSpace(op string) error {
+	if d.minFree == 0 {
+		return nil
+	}
+	u, err := d.fs.GetDiskUsage(d.dir)
+	if err != nil || u.AvailBytes >= d.minFree {
+		return nil
+	}
+	return fmt.Errorf("%w: %s in %s: %d bytes free, less than the %d the store keeps free (Pebble cannot fail cleanly when its log cannot be written): free some space", ErrDiskFull, op, d.dir, u.AvailBytes, d.minFree)
+}
 
 // damagedMarker is the file a store leaves in its directory when it found damage at run time.
 const damagedMarker = "DAMAGED"

@@ -27,6 +27,11 @@ type Options struct {
 	// the changelog is replayed from the stored offset after a crash).
 	Sync bool
 
+	// MinFreeBytes is the free space the store keeps on its file system: a write that would
+	// start with less free fails with ErrDiskFull instead (Pebble's write-ahead log and
+	// MANIFEST writes are fatal to it when they fail, see fault.go). 0 means
+	// defaultMinFreeBytes; negative disables the check.
+	MinFreeBytes int64
 	// VerifyLimit makes Open read every table of a store whose tables total at most this many
 	// bytes, checking their checksums, so that damage at rest (a garbled table) is found at
 	// start (ErrDamaged) rather than by a read later; 0 never reads them at Open.
@@ -38,6 +43,10 @@ type Options struct {
 	// tune edits the Pebble options after ours (benchmarks compare settings).
 	tune func(*pebble.Options)
 }
+
+// defaultMinFreeBytes is Options.MinFreeBytes's default: two memtables' worth, what a flush of
+// every memtable may write.
+const defaultMinFreeBytes = 2 * memTableSize
 
 // defaultCacheSize is the block cache size used when Options.CacheSize is zero or negative.
 const defaultCacheSize = 64 << 20
@@ -80,6 +89,7 @@ type DB struct {
 	dir       string
 	ingestDir string
 	wo        *pebble.WriteOptions
+	minFree   uint64                // Options.MinFreeBytes; 0: no check
 	sstOpts   sstable.WriterOptions // for loader files, in the DB's table format
 	loaderSeq atomic.Uint64
 	keyBufs   sync.Pool // *[]byte scratch for encoded keys (Pebble's Get lets its key escape)
@@ -119,6 +129,12 @@ func Open(o Options) (*DB, error) {
 		loaderFileSize: loaderFileSize,
 	}
 	d.keyBufs.New = func() any { b := make([]byte, 0, 64); return &b }
+	switch {
+	case o.MinFreeBytes == 0:
+		d.minFree = defaultMinFreeBytes
+	case o.MinFreeBytes > 0:
+		d.minFree = uint64(o.MinFreeBytes)
+	}
 	if o.Sync {
 		d.wo = pebble.Sync
 	}
@@ -323,6 +339,9 @@ func (d *DB) Drop(ns Namespace) error {
 		return err
 	}
 	defer d.mu.RUnlock()
+	if err := d.checkSpace("drop " + ns.String()); err != nil {
+		return err
+	}
 	b := d.db.NewBatch()
 	defer b.Close()
 	if err := b.DeleteRange(lo, hi, nil); err != nil {
@@ -490,6 +509,9 @@ func (b *dbBatch) Commit() error {
 		return err
 	}
 	defer b.d.mu.RUnlock()
+	if err := b.d.checkSpace("batch commit"); err != nil {
+		return err
+	}
 	if err := b.d.guard(func() error { return b.b.Commit(b.d.wo) }); err != nil {
 		return b.d.wrap("batch commit", err)
 	}
@@ -623,6 +645,9 @@ func (l *dbLoader) Commit() error {
 		_ = l.Abort()
 		return err
 	}
+	if err := l.d.checkSpace("loader " + l.ns.String()); err != nil {
+		return fail(err)
+	}
 	if l.w != nil {
 		if err := l.finishFile(); err != nil {
 			return fail(err)
@@ -682,6 +707,9 @@ func (l *dbLoader) Abort() error {
 
 // createSST creates a new sstable for ingestion in the ingest directory.
 func (d *DB) createSST(ns Namespace, what string) (*sstable.Writer, string, error) {
+	if err := d.checkSpace("loader " + ns.String()); err != nil {
+		return nil, "", err
+	}
 	name := strconv.FormatUint(d.loaderSeq.Add(1), 10) + "-" + what + ".sst"
 	path := d.fs.PathJoin(d.ingestDir, name)
 	f, err := d.fs.Create(path, vfs.WriteCategoryUnspecified)

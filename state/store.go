@@ -35,6 +35,10 @@ var (
 	// MANIFEST (disk full, a read-only or failing file system): the store cannot go on. The
 	// next start replays the changelog from the stored offsets.
 	ErrFailed = errors.New("state: store failed")
+	// ErrDiskFull is returned by a write (a batch commit, a drop, a bulk load) when the store's
+	// file system has less free space than Options.MinFreeBytes: the store stops short of the
+	// writes Pebble cannot fail cleanly. Nothing of the write is applied.
+	ErrDiskFull = errors.New("state: disk full")
 )
 
 // Namespace identifies one operator's state for one partition. Operator must be non-empty and
