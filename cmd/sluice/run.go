@@ -92,6 +92,9 @@ func runPipeline(ctx context.Context, cfg *configs.Config, log *slog.Logger, ro 
 	}
 	defer store.Close()
 	sortDir := filepath.Join(cfg.Processing.StateDir, "sort")
+	if err := os.MkdirAll(sortDir, 0o755); err != nil {
+		return fmt.Errorf("processing.state_dir %s: cannot create its sort dir: %w", cfg.Processing.StateDir, err)
+	}
 	if err := sorter.Clean(sortDir); err != nil {
 		return fmt.Errorf("processing.state_dir %s: %w", cfg.Processing.StateDir, err)
 	}
