@@ -86,7 +86,7 @@ func runPipeline(ctx context.Context, cfg *configs.Config, log *slog.Logger, ro 
 		debug.SetMemoryLimit(limit)
 		log.Debug("memory limit set", "bytes", limit)
 	}
-	store, err := openState(cfg.Processing.StateDir, log)
+	store, err := openState(cfg.Processing.StateDir, int64(cfg.Processing.MinFreeSpace), log)
 	if err != nil {
 		return err
 	}
@@ -158,13 +158,16 @@ const verifyLimit = 512 << 20
 // is moved aside, with a warning, and an empty one opened: every task then restores its state
 // from the changelog, as after a lost state dir. Any other error (a directory that cannot be
 // created or written, a store locked by another process) is returned, naming the key and dir.
-func openState(dir string, log *slog.Logger) (*state.DB, error) {
+func openState(dir string, minFree int64, log *slog.Logger) (*state.DB, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("processing.state_dir %s: cannot create it: %w", dir, err)
 	}
 	// A 32 MiB block cache: Pebble's cache and memtables live outside the Go heap (and outside
 	// the memory limit), within the process's sort_memory + 256 MiB target.
-	o := state.Options{Dir: dir, CacheSize: 32 << 20, VerifyLimit: verifyLimit}
+	if minFree == 0 {
+		minFree = -1 // processing.min_free_space 0: no check
+	}
+	o := state.Options{Dir: dir, CacheSize: 32 << 20, VerifyLimit: verifyLimit, MinFreeBytes: minFree}
 	store, err := state.Open(o)
 	if errors.Is(err, state.ErrDamaged) {
 		aside, merr := state.MoveAside(o)
