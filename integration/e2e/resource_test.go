@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -271,6 +272,82 @@ func TestKafkaUnreachableAtStartFake(t *testing.T) {
 	if len(in.logLines(1, "kafka reachable")) != 1 {
 		t.Error(`no "kafka reachable" line once the broker came up`)
 	}
+	in.term()
+	p.verify(ctx, p.expected(s), in.id)
+}
+
+// mountTmpfs mounts a tmpfs of size bytes on a new directory, unmounted at cleanup, or skips
+// the test when this process may not mount (it needs root or CAP_SYS_ADMIN).
+func mountTmpfs(t *testing.T, size int64) string {
+	t.Helper()
+	dir := t.TempDir()
+	out, err := exec.Command("mount", "-t", "tmpfs", "-o", fmt.Sprintf("size=%d", size), "tmpfs", dir).CombinedOutput()
+	if err != nil {
+		t.Skipf("cannot mount a tmpfs to fill (needs root or CAP_SYS_ADMIN; the in-process errorfs tests cover disk full without it): %v: %s", err, strings.TrimSpace(string(out)))
+	}
+	t.Cleanup(func() {
+		if out, err := exec.Command("umount", dir).CombinedOutput(); err != nil {
+			t.Errorf("umount %s: %v: %s", dir, err, out)
+		}
+	})
+	return dir
+}
+
+// fill writes a file of n bytes in dir.
+func fill(t *testing.T, dir string, n int64) {
+	t.Helper()
+	if err := os.WriteFile(filepath.Join(dir, "filler"), make([]byte, n), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestDiskFullTmpfsFake runs sluice on a real, nearly full file system (a 16 MiB tmpfs with
+// 4 MiB left; skipped where it cannot be mounted). With the default processing.min_free_space
+// (64MiB, more than there is), the first state write refuses: exit 1 naming the dir. With
+// 1MiB, a backlog that spills its sort runs and bulk-loads its fold fills the disk: whichever
+// write fails first (a spill's ENOSPC, a bulk load's, or the store's reserve), sluice exits 1
+// naming the state dir with no transaction left open; restarted with room (same instance, a new
+// state dir: a full restore from the changelog), the totals are exact, so nothing was
+// committed beyond what the changelog holds.
+func TestDiskFullTmpfsFake(t *testing.T) {
+	dir := mountTmpfs(t, 16<<20)
+	fill(t, dir, 12<<20)
+	brokers := kafkatest.Fake(t, 2)
+	ctx := t.Context()
+	s := workload.Spec{Records: 100_000, Keys: 100_000, Partitions: 2, Seed: 51}
+	p := newPipeline(t, brokers, pipelineOpts{partitions: 2, keys: s.Keys, enterLag: 5000, exitLag: 500})
+	if err := p.produce(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	// A small sort budget and pre-aggregation table: the backlog spills runs to the state dir.
+	sortEnv := []string{"SLUICE_BACKLOG__SORT_MEMORY=1MiB", "SLUICE_PROCESSING__CACHE_KEYS=1000"}
+	failed := func(in *instance, wants ...string) {
+		t.Helper()
+		start := time.Now()
+		in.start()
+		code := in.exitCode(60 * time.Second)
+		last := in.tail(1)
+		if code != 1 || !strings.Contains(last, in.stateDir) || !slices.ContainsFunc(wants, func(w string) bool { return strings.Contains(last, w) }) {
+			t.Errorf("%s: exit %d, last line %q; want exit 1 naming %s and one of %q", in.id, code, last, in.stateDir, wants)
+		}
+		t.Logf("%s: exit %d after %v: %s", in.id, code, time.Since(start).Round(time.Millisecond), strings.TrimSpace(last))
+	}
+
+	// The reserve: a group of its own (an instance that exits stays a static member of its
+	// group until its session times out).
+	r := p.newInstance("f-reserve", false)
+	r.stateDir = filepath.Join(dir, r.id)
+	p.env = append([]string{"SLUICE_GROUP=" + p.group + "-reserve"}, sortEnv...)
+	failed(r, "state: disk full")
+
+	in := p.newInstance("f0", false)
+	in.stateDir = filepath.Join(dir, in.id)
+	p.env = append([]string{"SLUICE_PROCESSING__MIN_FREE_SPACE=1MiB"}, sortEnv...)
+	failed(in, "no space left on device", "state: disk full")
+	p.env = sortEnv
+	in.stateDir = filepath.Join(t.TempDir(), in.id)
+	in.start()
+	p.waitCaughtUp(ctx, 120*time.Second, in)
 	in.term()
 	p.verify(ctx, p.expected(s), in.id)
 }
