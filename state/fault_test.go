@@ -87,6 +87,32 @@ func TestDiskFullWAL(t *testing.T) {
 	_ = d.Close() // must return (its error is the log's)
 }
 
+// TestDiskFullManifest fills the disk under the MANIFEST while a bulk load is ingested: Pebble's
+// fatal MANIFEST write becomes ErrFailed naming the directory, on the loader's Commit.
+func TestDiskFullManifest(t *testing.T) {
+	full := &diskFull{suffix: ""}
+	d := openDB(t, Options{Dir: "/state", FS: errorfs.Wrap(vfs.NewMem(), errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if strings.Contains(op.Path, "MANIFEST") {
+			return full.MaybeError(op)
+		}
+		return nil
+	}))})
+	ns := Namespace{"op", 0}
+	ld, err := d.NewLoader(ns)
+	must(t, err)
+	must(t, ld.Add([]byte("k"), []byte("v")))
+	ld.SetOffset(1)
+	full.on.Store(true)
+	err = ld.Commit()
+	if !errors.Is(err, ErrFailed) || !strings.Contains(err.Error(), "/state") || !strings.Contains(err.Error(), "no space left on device") {
+		t.Fatalf("ingest with the MANIFEST on a full disk = %v, want ErrFailed naming /state and ENOSPC", err)
+	}
+	if _, _, err := d.Offset(ns); !errors.Is(err, ErrFailed) {
+		t.Errorf("Offset after the failure = %v, want ErrFailed", err)
+	}
+	_ = d.Close()
+}
+
 // TestMinFreeBytes: with less free space than the store keeps in reserve, a batch fails with
 // ErrDiskFull naming the directory and applies nothing; with room again it commits.
 func TestMinFreeBytes(t *testing.T) {
