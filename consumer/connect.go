@@ -18,8 +18,9 @@ import (
 // long it has been trying, and Readiness says why it is not ready. /healthz stays true: a
 // restart would not help. There is no bound: the wait ends when a broker answers or the process
 // is stopped (SIGTERM exits 0). A broker that answers but refuses the connection's security
-// (dial.Refused: a TLS or SASL failure) ends the wait with an error. Attempts are spaced from connectRetryMin, doubling up to
-// connectRetryMax; each gives the brokers connectAttempt to answer.
+// (dial.Refused: a TLS or SASL failure) ends the wait with an error: waiting would not help.
+// Attempts are spaced from connectRetryMin, doubling up to connectRetryMax; each gives the
+// brokers connectAttempt to answer.
 const (
 	connectAttempt  = 3 * time.Second
 	connectRetryMin = 500 * time.Millisecond
