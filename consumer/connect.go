@@ -3,7 +3,6 @@ package consumer
 import (
 	"context"
 	"fmt"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -18,7 +17,8 @@ import (
 // long it has been trying, and Readiness says why it is not ready. /healthz stays true: a
 // restart would not help. There is no bound: the wait ends when a broker answers or the process
 // is stopped (SIGTERM exits 0). A broker that answers but refuses the connection's security
-// (dial.Refused: a TLS or SASL failure) ends the wait with an error: waiting would not help.
+// (dial.Refused: a TLS or SASL failure) ends the wait: Run's first requests then fail with
+// that error, naming the settings to check; waiting would not help.
 // Attempts are spaced from connectRetryMin, doubling up to connectRetryMax; each gives the
 // brokers connectAttempt to answer.
 const (
@@ -32,7 +32,8 @@ type kafkaWait struct {
 	since atomic.Pointer[time.Time] // set while no broker has answered yet
 }
 
-// waitForKafka returns once a broker of the config answers, or with ctx's error.
+// waitForKafka returns once a broker of the config answers or refuses the connection's
+// security, or with ctx's error.
 func (e *Engine) waitForKafka(ctx context.Context, cl *kgo.Client) error {
 	brokers := e.o.Config.Kafka.Brokers
 	start := e.o.Clock()
@@ -53,8 +54,9 @@ func (e *Engine) waitForKafka(ctx context.Context, cl *kgo.Client) error {
 		}
 		if dial.Refused(err) {
 			// A broker answered and refused the connection's security: waiting will not help.
-			return fmt.Errorf("consumer: the connection to kafka %s failed its security handshake (%s; check kafka.tls and kafka.sasl): %w",
-				strings.Join(brokers, ","), dial.Describe(e.o.Config.Kafka), err)
+			// Run's first requests fail the same way and say which settings to check.
+			e.kafka.since.Store(nil)
+			return nil
 		}
 		e.kafka.since.CompareAndSwap(nil, &start)
 		e.log.Warn("kafka unreachable: no broker answers; retrying (not ready meanwhile)", "brokers", brokers,
