@@ -97,6 +97,7 @@ type Engine struct {
 	runCtx context.Context // cancelled when Run returns (set by Run)
 
 	fails failStreak // checkpoints aborted by produce errors (failure.go)
+	kafka kafkaWait  // Kafka unreachable at start (connect.go)
 
 	transientLogged time.Time // when the poll loop last logged a transient fetch error (poll loop only)
 }
@@ -158,7 +159,8 @@ func (e *Engine) groupOf(topic string) string {
 func (e *Engine) isTable(topic string) bool { _, ok := e.tables[topic]; return ok }
 
 // Run joins the group and processes until ctx is done (then it checkpoints what it has
-// processed, leaves, and returns nil) or a failure it cannot recover from.
+// processed, leaves, and returns nil) or a failure it cannot recover from. It first waits, with
+// no bound, until a broker answers (connect.go).
 func (e *Engine) Run(ctx context.Context) error {
 	cfg := e.o.Config
 	// Every client of the engine (admin and purger, group session, restores) starts from kafka:
@@ -174,6 +176,12 @@ func (e *Engine) Run(ctx context.Context) error {
 	}
 	defer admCl.Close()
 	e.adm = kadm.NewClient(admCl)
+	if err := e.waitForKafka(ctx, admCl); err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped while waiting: nothing was started
+		}
+		return err
+	}
 	if err := e.ensureTopics(ctx); err != nil {
 		if dial.Refused(err) { // the first requests: say which settings to check
 			return fmt.Errorf("consumer: the connection to kafka %s failed its security handshake (%s; check kafka.tls and kafka.sasl): %w",
@@ -720,6 +728,9 @@ func (e *Engine) Ready() bool {
 
 // Readiness is Ready with, when not ready, why.
 func (e *Engine) Readiness() (ready bool, why string) {
+	if why := e.kafkaWaitReason(); why != "" {
+		return false, why
+	}
 	if e.fails.alarmed.Load() {
 		return false, "checkpoints keep failing: a record cannot be produced (see the log and sluice_checkpoint_failures_consecutive)"
 	}
