@@ -17,14 +17,18 @@ import (
 // long it has been trying, and Readiness says why it is not ready. /healthz stays true: a
 // restart would not help. There is no bound: the wait ends when a broker answers or the process
 // is stopped (SIGTERM exits 0). A broker that answers but refuses the connection's security
-// (dial.Refused: a TLS or SASL failure) ends the wait: Run's first requests then fail with
-// that error, naming the settings to check; waiting would not help.
+// (dial.Refused: a TLS or SASL failure) refusedAttempts times in a row ends the wait with that
+// error, which Run reports naming the settings to check; waiting would not help. (Once is not
+// enough: a broker dying as it accepts the connection looks the same as one that wants TLS or
+// SASL.)
 // Attempts are spaced from connectRetryMin, doubling up to connectRetryMax; each gives the
 // brokers connectAttempt to answer.
 const (
 	connectAttempt  = 3 * time.Second
 	connectRetryMin = 500 * time.Millisecond
 	connectRetryMax = 5 * time.Second
+	refusedAttempts = 3
+	refusedRetry    = 200 * time.Millisecond
 )
 
 // kafkaWait is the state of the wait for Kafka, read by Readiness.
@@ -38,6 +42,7 @@ func (e *Engine) waitForKafka(ctx context.Context, cl *kgo.Client) error {
 	brokers := e.o.Config.Kafka.Brokers
 	start := e.o.Clock()
 	retry := connectRetryMin
+	refused := 0
 	for attempt := 1; ; attempt++ {
 		actx, cancel := context.WithTimeout(ctx, connectAttempt)
 		err := cl.Ping(actx)
@@ -54,10 +59,20 @@ func (e *Engine) waitForKafka(ctx context.Context, cl *kgo.Client) error {
 		}
 		if dial.Refused(err) {
 			// A broker answered and refused the connection's security: waiting will not help.
-			// Run's first requests fail the same way and say which settings to check.
-			e.kafka.since.Store(nil)
-			return nil
+			if refused++; refused >= refusedAttempts {
+				e.kafka.since.Store(nil)
+				return err
+			}
+			t := time.NewTimer(refusedRetry)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return ctx.Err()
+			case <-t.C:
+			}
+			continue
 		}
+		refused = 0
 		e.kafka.since.CompareAndSwap(nil, &start)
 		e.log.Warn("kafka unreachable: no broker answers; retrying (not ready meanwhile)", "brokers", brokers,
 			"waiting", e.o.Clock().Sub(start).Round(time.Millisecond), "attempt", attempt, "retry_in", retry, "err", err)

@@ -176,16 +176,22 @@ func (e *Engine) Run(ctx context.Context) error {
 	}
 	defer admCl.Close()
 	e.adm = kadm.NewClient(admCl)
+	refused := func(err error) error {
+		return fmt.Errorf("consumer: the connection to kafka %s failed its security handshake (%s; check kafka.tls and kafka.sasl): %w",
+			strings.Join(cfg.Kafka.Brokers, ","), dial.Describe(cfg.Kafka), err)
+	}
 	if err := e.waitForKafka(ctx, admCl); err != nil {
 		if ctx.Err() != nil {
 			return nil // stopped while waiting: nothing was started
+		}
+		if dial.Refused(err) {
+			return refused(err)
 		}
 		return err
 	}
 	if err := e.ensureTopics(ctx); err != nil {
 		if dial.Refused(err) { // the first requests: say which settings to check
-			return fmt.Errorf("consumer: the connection to kafka %s failed its security handshake (%s; check kafka.tls and kafka.sasl): %w",
-				strings.Join(cfg.Kafka.Brokers, ","), dial.Describe(cfg.Kafka), err)
+			return refused(err)
 		}
 		return err
 	}
