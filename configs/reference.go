@@ -28,6 +28,7 @@ operators:
   - {name: c, cogroup: {inputs: [s2, s3], fields: {n: {count: {}, from: s2}}, window: {tumbling: 1m}}, output: o}
   - {name: p, join: {left: s4, right: s5, within: 1m, type: inner}, output: o}
 sinks: {o: {topic: out}}
+schema_registry: {urls: ["http://probe:8081"]}
 `
 
 // Reference returns docs/config.md: every key of Config with its type, default, environment

@@ -3,6 +3,7 @@ package configs
 import (
 	"fmt"
 	"net"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -24,6 +25,7 @@ func (c *Config) Validate() error {
 		c.validateBacklog,
 		c.validateHTTP,
 		c.validateLog,
+		c.validateSchemaRegistry,
 		c.validateSources,
 		c.validateSinks,
 		c.validateTables,
@@ -184,7 +186,7 @@ func (c *Config) validateSources() *Error {
 		if err := checkTopic(key+".topic", s.Topic); err != nil {
 			return err
 		}
-		if err := checkEnum(key+".format", s.Format, "json"); err != nil {
+		if err := c.checkFormats(key, s.Format, s.KeyFormat); err != nil {
 			return err
 		}
 		if s.Key != "" {
@@ -203,6 +205,37 @@ func (c *Config) validateSources() *Error {
 		if s.Watermark.IdleAfter < 0 {
 			return errorf(key+".watermark.idle_after", "must not be negative (0: never idle), got %s", fmtDuration(s.Watermark.IdleAfter))
 		}
+	}
+	return nil
+}
+
+// checkFormats checks the value and key formats of the source or table at key.
+func (c *Config) checkFormats(key, format, keyFormat string) *Error {
+	if err := checkEnum(key+".format", format, FormatJSON, FormatAvro); err != nil {
+		return err
+	}
+	if format == FormatAvro && !c.SchemaRegistry.Enabled() {
+		return errorf(key+".format", "avro needs a schema registry: set schema_registry.urls (or SLUICE_SCHEMA_REGISTRY__URLS)")
+	}
+	return checkEnum(key+".key_format", keyFormat, KeyBytes, KeyString, KeyJSON)
+}
+
+func (c *Config) validateSchemaRegistry() *Error {
+	r := c.SchemaRegistry
+	for i, u := range r.URLs {
+		p, err := url.Parse(u)
+		if err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" {
+			return errorf(fmt.Sprintf("schema_registry.urls[%d]", i), "invalid URL %q (want http://host:port or https://host:port, with a path if the registry has one)", u)
+		}
+	}
+	if r.Timeout <= 0 {
+		return errorf("schema_registry.timeout", "must be greater than 0, got %s", fmtDuration(r.Timeout))
+	}
+	if r.RetryTimeout < 0 {
+		return errorf("schema_registry.retry_timeout", "must not be negative (0: one try), got %s", fmtDuration(r.RetryTimeout))
+	}
+	if r.BearerToken != "" && (r.Username != "" || r.Password != "") {
+		return errorf("schema_registry.bearer_token", "set either bearer_token or username/password, not both")
 	}
 	return nil
 }
@@ -360,7 +393,7 @@ func (c *Config) validateTables() *Error {
 		if err := checkTopic(key+".topic", t.Topic); err != nil {
 			return err
 		}
-		if err := checkEnum(key+".format", t.Format, "json"); err != nil {
+		if err := c.checkFormats(key, t.Format, t.KeyFormat); err != nil {
 			return err
 		}
 		if t.Key != "" {

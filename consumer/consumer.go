@@ -37,6 +37,7 @@ import (
 
 	"github.com/sluice-dev/sluice/changelog"
 	"github.com/sluice-dev/sluice/configs"
+	"github.com/sluice-dev/sluice/operators"
 	"github.com/sluice-dev/sluice/operators/task"
 	"github.com/sluice-dev/sluice/producer"
 	"github.com/sluice-dev/sluice/sorter"
@@ -53,6 +54,9 @@ type Options struct {
 	Registry prometheus.Registerer
 	Logger   *slog.Logger
 	Clock    func() time.Time // wall clock: commit interval, time lag, durations; nil means time.Now
+	// Values decodes the values of sources and tables of another format than JSON (format
+	// avro: an operators/avro.Registry); shared by every task, so safe for concurrent use.
+	Values operators.ValueDecoder
 	// KafkaOpts are extra franz-go options for every client (tests: fault injection).
 	KafkaOpts []kgo.Opt
 	// Bounded makes a run a batch job (sluice run --bounded): each input partition is processed

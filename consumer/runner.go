@@ -152,7 +152,7 @@ func (e *Engine) run(ctx context.Context, cl *kgo.Client, r *runner) {
 	}
 	t, err := task.NewGroup(e.o.Plan, r.topics, r.key.p, task.Deps{
 		Store: e.o.Store, Budget: e.o.Budget, SortDir: e.o.SortDir, Producer: e.sess,
-		Clock: e.o.Clock, Logger: e.log.With("topics", r.topics), Metrics: e.tm,
+		Clock: e.o.Clock, Logger: e.log.With("topics", r.topics), Metrics: e.tm, Values: e.o.Values,
 	})
 	if err != nil {
 		e.fail(fmt.Errorf("consumer: task %s[%d]: %w", r.key.topic, r.key.p, err))

@@ -5,6 +5,9 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/sluice-dev/sluice/operators"
+	"github.com/sluice-dev/sluice/operators/avro"
+	"github.com/twmb/franz-go/pkg/sr"
 	"io"
 	"log/slog"
 	"net"
@@ -96,9 +99,13 @@ func runPipeline(ctx context.Context, cfg *configs.Config, log *slog.Logger, ro 
 	if err := sorter.Clean(sortDir); err != nil {
 		return err
 	}
+	values, err := schemaRegistry(ctx, cfg.SchemaRegistry, log)
+	if err != nil {
+		return err
+	}
 	reg := newRegistry()
 	eng, err := consumer.New(consumer.Options{
-		Config: cfg, Plan: plan, Store: store,
+		Config: cfg, Plan: plan, Store: store, Values: values,
 		Budget:  sorter.NewBudget(int64(cfg.Backlog.SortMemory)),
 		SortDir: sortDir, Registry: reg, Logger: log, KafkaOpts: ro.kafkaOpts, Bounded: ro.bounded,
 	})
@@ -160,4 +167,24 @@ func newLogger(cfg *configs.Config, w io.Writer) *slog.Logger {
 		return slog.New(slog.NewJSONHandler(w, o))
 	}
 	return slog.New(slog.NewTextHandler(w, o))
+}
+
+// schemaRegistry returns the decoder of format avro over the configured schema registry, or nil
+// when none is configured. Its waits for an unreachable registry end with ctx.
+func schemaRegistry(ctx context.Context, c configs.SchemaRegistry, log *slog.Logger) (operators.ValueDecoder, error) {
+	if !c.Enabled() {
+		return nil, nil
+	}
+	opts := []sr.ClientOpt{sr.URLs(c.URLs...), sr.HTTPClient(&http.Client{Timeout: c.Timeout}), sr.UserAgent("sluice/" + version)}
+	switch {
+	case c.BearerToken != "":
+		opts = append(opts, sr.BearerToken(c.BearerToken))
+	case c.Username != "" || c.Password != "":
+		opts = append(opts, sr.BasicAuth(c.Username, c.Password))
+	}
+	cl, err := sr.NewClient(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("schema_registry: %w", err)
+	}
+	return avro.NewRegistry(avro.Options{Fetcher: cl, Context: ctx, RetryTimeout: c.RetryTimeout, Log: log.With("component", "schema-registry")}), nil
 }

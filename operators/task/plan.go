@@ -12,6 +12,7 @@
 package task
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -58,6 +59,13 @@ type Tap struct {
 type Plan struct {
 	Config *configs.Config
 	Chains []ChainPlan
+}
+
+// noValues stands in for the value decoder in compile checks, which decode nothing.
+type noValues struct{}
+
+func (noValues) AppendJSON(dst, _ []byte) ([]byte, error) {
+	return dst, errors.New("task: no value decoder (a compile check)")
 }
 
 // repartitionSource is the source of the chain that reads an aggregate's repartition topic:
@@ -198,7 +206,7 @@ func NewPlan(cfg *configs.Config) (*Plan, error) {
 	}
 	// Compile everything once now, so a bad expression is a config error, not a runtime one.
 	for _, c := range p.Chains {
-		if _, err := c.build(nil); err != nil {
+		if _, err := c.build(nil, nil); err != nil {
 			return nil, err
 		}
 	}
@@ -354,7 +362,7 @@ func (p *Plan) Describe(w io.Writer) {
 			fmt.Fprintf(w, "  -> stream-stream join %s (%s side): %s join of %s and %s within %v, pairs as {%q: ..., %q: ...}; a record is late once its input's watermark passes its time + within (dead letters); unmatched records only after their window closed; state in Pebble, one timer per key\n",
 				c.Agg.Name, side, orDefault(j.Type, "inner"), j.Left, j.Right, j.Within, j.Left, j.Right)
 		} else if c.Agg != nil {
-			ops, _ := c.build(nil)
+			ops, _ := c.build(nil, nil)
 			a := ops.agg.Attributes()
 			var specs []string
 			for _, s := range c.Agg.Aggregate.Specs() {
@@ -415,8 +423,14 @@ type chainOps struct {
 
 // build compiles the chain's operators; rows serves the joins' tables (nil: a compile check,
 // the joins are never applied).
-func (c ChainPlan) build(rows func(table string) operators.Rows) (*chainOps, error) {
-	src, err := operators.NewSource(c.SourceName, c.Source)
+//
+// values decodes the values of a source of another format than JSON (nil: a compile check,
+// nothing is decoded).
+func (c ChainPlan) build(rows func(table string) operators.Rows, values operators.ValueDecoder) (*chainOps, error) {
+	if values == nil {
+		values = noValues{}
+	}
+	src, err := operators.NewSourceDecoding(c.SourceName, c.Source, values)
 	if err != nil {
 		return nil, err
 	}
