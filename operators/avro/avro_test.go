@@ -337,3 +337,23 @@ func TestCacheAndNegative(t *testing.T) {
 		t.Fatalf("err %v, %d fetches, want 3", err, f.calls.Load())
 	}
 }
+
+// BenchmarkAppendJSON decodes the orders workload's record (about 50 bytes of Avro) to JSON.
+func BenchmarkAppendJSON(b *testing.B) {
+	schema := `{"type":"record","name":"Order","fields":[
+  {"name":"order_id","type":"string"},{"name":"customer_id","type":"string"},
+  {"name":"amount","type":{"type":"bytes","logicalType":"decimal","precision":12,"scale":2}},
+  {"name":"ts","type":{"type":"long","logicalType":"timestamp-millis"}}]}`
+	reg := NewRegistry(Options{Fetcher: static{1: schema}})
+	value := frame(1, mustEncode(b, schema, map[string]any{"order_id": "o-000000000042", "customer_id": "c-0000042",
+		"amount": big.NewRat(12345, 100), "ts": time.UnixMilli(1767225600000).UTC()}))
+	dst := make([]byte, 0, 256)
+	b.ReportAllocs()
+	b.SetBytes(int64(len(value)))
+	for b.Loop() {
+		var err error
+		if dst, err = reg.AppendJSON(dst[:0], value); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -27,6 +27,7 @@ import (
 	"log/slog"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	havro "github.com/hamba/avro/v2"
@@ -86,6 +87,7 @@ type Registry struct {
 // entry is one schema id: loading until done is closed, then n or err (a *RecordError) for
 // good (n) or until expires (err).
 type entry struct {
+	ready   atomic.Bool // done is closed (a cheaper test than a select on the hot path)
 	done    chan struct{}
 	n       *node
 	err     error
@@ -137,13 +139,13 @@ func (r *Registry) AppendJSON(dst, value []byte) ([]byte, error) {
 func (r *Registry) schema(id int) (*node, error) {
 	r.mu.Lock()
 	e, ok := r.mu.ids[id]
-	if ok {
-		select {
-		case <-e.done:
-			if e.err != nil && !r.o.Now().Before(e.expires) {
-				ok = false // an unknown id: ask again
-			}
-		default:
+	if ok && e.ready.Load() {
+		if e.err == nil {
+			r.mu.Unlock()
+			return e.n, nil
+		}
+		if !r.o.Now().Before(e.expires) {
+			ok = false // an unknown id: ask again
 		}
 	}
 	if !ok {
@@ -158,6 +160,7 @@ func (r *Registry) schema(id int) (*node, error) {
 			delete(r.mu.ids, id) // unavailable: the next record tries again
 			r.mu.Unlock()
 		}
+		e.ready.Store(true)
 		close(e.done)
 		return e.n, e.err
 	}
