@@ -34,6 +34,12 @@ func TestExamples(t *testing.T) {
 			eq(t, "txn id", c.TransactionalID(), "revenue-pod-0")
 			eq(t, "internal", c.InternalTopics(), []string{"revenue-dlq", "revenue-totals-changelog"})
 		},
+		"avro.yaml": func(t *testing.T, c *Config) {
+			eq(t, "source", c.Sources["orders"], Source{Topic: "orders-avro", Format: "avro", KeyFormat: "json", Key: "customer_id", Timestamp: "ts"})
+			eq(t, "table format", c.Tables["customers"].Format, "avro")
+			eq(t, "registry", c.SchemaRegistry, SchemaRegistry{URLs: []string{"http://127.0.0.1:8081"}, Timeout: 10 * time.Second, RetryTimeout: 2 * time.Minute})
+			eq(t, "sink", c.Sinks["totals_out"], Sink{Topic: "customer-totals", Format: "json"})
+		},
 		"demo.yaml": func(t *testing.T, c *Config) {
 			eq(t, "embedded", c.Kafka.Embedded(), true)
 			eq(t, "group", c.Group, "demo")
