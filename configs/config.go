@@ -219,8 +219,10 @@ func (s SchemaRegistry) Enabled() bool { return len(s.URLs) > 0 }
 
 // Sink is one output topic.
 type Sink struct {
-	Topic  string `koanf:"topic" default:"required" doc:"Kafka topic; created if missing."`
-	Format string `koanf:"format" enum:"json" doc:"Format of the record values."`
+	Topic           string `koanf:"topic" default:"required" doc:"Kafka topic; created if missing."`
+	Format          string `koanf:"format" enum:"json,avro" doc:"Format of the record values: json, or avro (the output's JSON object encoded with schema, in the Confluent wire format, the schema registered in schema_registry at start; a value the schema cannot hold fails its checkpoint, see README Formats)."`
+	Schema          string `koanf:"schema" default:"none" doc:"format avro: the Avro schema of the values (JSON text of a record schema), e.g. {\"type\":\"record\",\"name\":\"Total\",\"fields\":[{\"name\":\"key\",\"type\":\"string\"},...]}."`
+	SubjectStrategy string `koanf:"subject_strategy" enum:"topic,record,topic_record" doc:"format avro: the subject the schema is registered under: topic (<topic>-value), record (the record's full name) or topic_record (<topic>-<full name>)."`
 }
 
 // Operator is one step of the pipeline. Exactly one of Filter, Map and Aggregate is set.
@@ -572,7 +574,8 @@ func (c *Config) fillDefaults(hostname func() (string, error)) *Error {
 		c.Sources[name] = s
 	}
 	for name, s := range c.Sinks {
-		setIfEmpty(&s.Format, "json")
+		setIfEmpty(&s.Format, FormatJSON)
+		setIfEmpty(&s.SubjectStrategy, "topic")
 		c.Sinks[name] = s
 	}
 	for name, t := range c.Tables {

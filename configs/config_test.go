@@ -30,7 +30,7 @@ func TestExamples(t *testing.T) {
 			eq(t, "instance_id", c.InstanceID, "pod-0")
 			eq(t, "source", c.Sources["orders"], Source{Topic: "orders", Format: "json", KeyFormat: "bytes", Key: "customer_id", Timestamp: "ts"})
 			eq(t, "specs", c.Operators[0].Aggregate.Specs(), []AggSpec{{"amount", "sum", "amount"}, {"orders", "count", ""}})
-			eq(t, "sink", c.Sinks["totals_out"], Sink{Topic: "customer-totals", Format: "json"})
+			eq(t, "sink", c.Sinks["totals_out"], Sink{Topic: "customer-totals", Format: "json", SubjectStrategy: "topic"})
 			eq(t, "txn id", c.TransactionalID(), "revenue-pod-0")
 			eq(t, "internal", c.InternalTopics(), []string{"revenue-dlq", "revenue-totals-changelog"})
 		},
@@ -38,7 +38,8 @@ func TestExamples(t *testing.T) {
 			eq(t, "source", c.Sources["orders"], Source{Topic: "orders-avro", Format: "avro", KeyFormat: "json", Key: "customer_id", Timestamp: "ts"})
 			eq(t, "table format", c.Tables["customers"].Format, "avro")
 			eq(t, "registry", c.SchemaRegistry, SchemaRegistry{URLs: []string{"http://127.0.0.1:8081"}, Timeout: 10 * time.Second, RetryTimeout: 2 * time.Minute})
-			eq(t, "sink", c.Sinks["totals_out"], Sink{Topic: "customer-totals", Format: "json"})
+			eq(t, "sink format", c.Sinks["totals_out"].Format, "avro")
+			eq(t, "subject strategy", c.Sinks["totals_out"].SubjectStrategy, "topic_record")
 		},
 		"demo.yaml": func(t *testing.T, c *Config) {
 			eq(t, "embedded", c.Kafka.Embedded(), true)
@@ -237,7 +238,7 @@ func TestDefaults(t *testing.T) {
 			Fields: map[string]map[string]any{"amount": {"sum": "amount"}, "orders": {"count": nil}},
 			Emit:   "updates",
 		}}},
-		Sinks:          map[string]Sink{"out": {Topic: "totals", Format: "json"}},
+		Sinks:          map[string]Sink{"out": {Topic: "totals", Format: "json", SubjectStrategy: "topic"}},
 		SchemaRegistry: SchemaRegistry{Timeout: 10 * time.Second, RetryTimeout: 2 * time.Minute},
 	}
 	eq(t, "config", *c, want)

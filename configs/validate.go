@@ -2,6 +2,7 @@ package configs
 
 import (
 	"fmt"
+	havro "github.com/hamba/avro/v2"
 	"net"
 	"net/url"
 	"slices"
@@ -249,8 +250,25 @@ func (c *Config) validateSinks() *Error {
 		if err := checkTopic(key+".topic", s.Topic); err != nil {
 			return err
 		}
-		if err := checkEnum(key+".format", s.Format, "json"); err != nil {
+		if err := checkEnum(key+".format", s.Format, FormatJSON, FormatAvro); err != nil {
 			return err
+		}
+		if err := checkEnum(key+".subject_strategy", s.SubjectStrategy, "topic", "record", "topic_record"); err != nil {
+			return err
+		}
+		if s.Format != FormatAvro {
+			continue // a schema is only read with format avro
+		}
+		if !c.SchemaRegistry.Enabled() {
+			return errorf(key+".format", "avro needs a schema registry: set schema_registry.urls (or SLUICE_SCHEMA_REGISTRY__URLS)")
+		}
+		if s.Schema == "" {
+			return errorf(key+".schema", "required with format avro: the Avro record schema of the values, as JSON text")
+		}
+		if sch, err := havro.ParseWithCache(s.Schema, "", &havro.SchemaCache{}); err != nil {
+			return errorf(key+".schema", "not an Avro schema: %v", err)
+		} else if sch.Type() != havro.Record {
+			return errorf(key+".schema", "the top level is %s, want a record", sch.Type())
 		}
 	}
 	return nil

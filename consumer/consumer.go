@@ -57,6 +57,9 @@ type Options struct {
 	// Values decodes the values of sources and tables of another format than JSON (format
 	// avro: an operators/avro.Registry); shared by every task, so safe for concurrent use.
 	Values operators.ValueDecoder
+	// Encoders encode the values produced to sinks of another format than JSON, by topic
+	// (format avro: operators/avro.Encoder); safe for concurrent use.
+	Encoders map[string]operators.ValueEncoder
 	// KafkaOpts are extra franz-go options for every client (tests: fault injection).
 	KafkaOpts []kgo.Opt
 	// Bounded makes a run a batch job (sluice run --bounded): each input partition is processed
@@ -72,6 +75,7 @@ type Engine struct {
 	o    Options
 	log  *slog.Logger
 	sess *producer.Session
+	out  task.Producer // sess, encoding the values of sinks of another format (set with sess)
 	adm  *kadm.Client
 	rest *changelog.Restorer
 	tm   *task.Metrics
@@ -220,6 +224,7 @@ func (e *Engine) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	e.out = encoding(e.sess, e.o.Encoders)
 	close(e.sessSet)
 	e.log.Info("joining group", "group", cfg.Group, "instance_id", cfg.InstanceID, "topics", e.o.Plan.Topics(), "guarantee", cfg.Processing.Guarantee)
 	err = e.loop(ctx)

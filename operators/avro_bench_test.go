@@ -26,6 +26,10 @@ func (oneSchema) SchemaByID(context.Context, int) (sr.Schema, error) {
 	return sr.Schema{Schema: benchOrderSchema}, nil
 }
 
+func (oneSchema) RegisterSchema(context.Context, string, sr.Schema, int, int) (int, error) {
+	return 1, nil
+}
+
 func (oneSchema) SchemaByVersion(context.Context, string, int) (sr.SubjectSchema, error) {
 	return sr.SubjectSchema{}, nil
 }

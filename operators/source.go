@@ -39,6 +39,13 @@ type ValueDecoder interface {
 	AppendJSON(dst, value []byte) ([]byte, error)
 }
 
+// ValueEncoder turns an output's JSON object into a sink's format (format avro:
+// operators/avro.Encoder). It must be safe for concurrent use.
+type ValueEncoder interface {
+	// AppendValue appends the encoding of the JSON object value to dst and returns it.
+	AppendValue(dst, value []byte) ([]byte, error)
+}
+
 // NewSource returns the decoder for source name with JSON values (format "json" or "").
 func NewSource(name string, cfg configs.Source) (*Source, error) {
 	return NewSourceDecoding(name, cfg, nil)

@@ -10,11 +10,13 @@ import (
 	"github.com/twmb/franz-go/pkg/sr"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"slices"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -99,13 +101,13 @@ func runPipeline(ctx context.Context, cfg *configs.Config, log *slog.Logger, ro 
 	if err := sorter.Clean(sortDir); err != nil {
 		return err
 	}
-	values, err := schemaRegistry(ctx, cfg.SchemaRegistry, log)
+	values, encoders, err := schemaRegistry(ctx, cfg, log)
 	if err != nil {
 		return err
 	}
 	reg := newRegistry()
 	eng, err := consumer.New(consumer.Options{
-		Config: cfg, Plan: plan, Store: store, Values: values,
+		Config: cfg, Plan: plan, Store: store, Values: values, Encoders: encoders,
 		Budget:  sorter.NewBudget(int64(cfg.Backlog.SortMemory)),
 		SortDir: sortDir, Registry: reg, Logger: log, KafkaOpts: ro.kafkaOpts, Bounded: ro.bounded,
 	})
@@ -169,11 +171,14 @@ func newLogger(cfg *configs.Config, w io.Writer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, o))
 }
 
-// schemaRegistry returns the decoder of format avro over the configured schema registry, or nil
-// when none is configured. Its waits for an unreachable registry end with ctx.
-func schemaRegistry(ctx context.Context, c configs.SchemaRegistry, log *slog.Logger) (operators.ValueDecoder, error) {
+// schemaRegistry returns the decoder of format avro over the configured schema registry (nil
+// when none is configured), and the encoders of the sinks of format avro by topic, their
+// schemas registered (or found) under their subjects. Its waits for an unreachable registry end
+// with ctx.
+func schemaRegistry(ctx context.Context, cfg *configs.Config, log *slog.Logger) (operators.ValueDecoder, map[string]operators.ValueEncoder, error) {
+	c := cfg.SchemaRegistry
 	if !c.Enabled() {
-		return nil, nil
+		return nil, nil, nil
 	}
 	opts := []sr.ClientOpt{sr.URLs(c.URLs...), sr.HTTPClient(&http.Client{Timeout: c.Timeout}), sr.UserAgent("sluice/" + version)}
 	switch {
@@ -184,7 +189,24 @@ func schemaRegistry(ctx context.Context, c configs.SchemaRegistry, log *slog.Log
 	}
 	cl, err := sr.NewClient(opts...)
 	if err != nil {
-		return nil, fmt.Errorf("schema_registry: %w", err)
+		return nil, nil, fmt.Errorf("schema_registry: %w", err)
 	}
-	return avro.NewRegistry(avro.Options{Fetcher: cl, Context: ctx, RetryTimeout: c.RetryTimeout, Log: log.With("component", "schema-registry")}), nil
+	reg := avro.NewRegistry(avro.Options{Fetcher: cl, Context: ctx, RetryTimeout: c.RetryTimeout, Log: log.With("component", "schema-registry")})
+	encoders := map[string]operators.ValueEncoder{}
+	for _, name := range slices.Sorted(maps.Keys(cfg.Sinks)) {
+		s := cfg.Sinks[name]
+		if s.Format != configs.FormatAvro {
+			continue
+		}
+		subject, err := avro.Subject(s.SubjectStrategy, s.Topic, s.Schema)
+		if err != nil {
+			return nil, nil, fmt.Errorf("sinks.%s.schema: %w", name, err)
+		}
+		enc, err := reg.Encoder(subject, s.Schema)
+		if err != nil {
+			return nil, nil, fmt.Errorf("sinks.%s: %w", name, err)
+		}
+		encoders[s.Topic] = enc
+	}
+	return reg, encoders, nil
 }

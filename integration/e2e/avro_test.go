@@ -16,6 +16,7 @@ import (
 
 	"github.com/sluice-dev/sluice/cmd/sluice/workload"
 	"github.com/sluice-dev/sluice/integration/kafkatest"
+	"github.com/sluice-dev/sluice/operators/avro"
 )
 
 // Environment of the format tests: the base URL of a real schema registry speaking the
@@ -53,11 +54,17 @@ const orderSchema = `{
   ]
 }`
 
-// TestAvroSource runs `sluice run` on a topic of Confluent-framed Avro orders whose schema is
-// registered in a real registry, with JSON-text Kafka keys (key_format: json): the totals must
-// be exact, and records that do not decode (wrong magic byte, unknown schema id, bytes that do
-// not match the schema) must land in the dead-letter topic with a sluice.error that says why.
-func TestAvroSource(t *testing.T) {
+// totalSchema is the Avro schema of the totals sink: the aggregate's output object.
+const totalSchema = `{"type":"record","name":"Total","namespace":"sluice.e2e","fields":[{"name":"key","type":"string"},` +
+	`{"name":"amount","type":{"type":"bytes","logicalType":"decimal","precision":20,"scale":2}},{"name":"orders","type":"long"}]}`
+
+// TestAvro runs `sluice run` on a topic of Confluent-framed Avro orders whose schema is
+// registered in a real registry, with JSON-text Kafka keys (key_format: json), writing its
+// totals as Avro too (the schema registered by sluice under the topic-record subject): the
+// totals read back through the registry must be exact, and records that do not decode (wrong
+// magic byte, unknown schema id, bytes that do not match the schema) must land in the
+// dead-letter topic with a sluice.error that says why.
+func TestAvro(t *testing.T) {
 	regURL := registryURL(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 120*time.Second)
 	defer cancel()
@@ -75,6 +82,11 @@ func TestAvroSource(t *testing.T) {
 		t.Fatalf("the pipeline's source is not %q:\n%s", src, cfg)
 	}
 	cfg = []byte(strings.Replace(string(cfg), src, "orders: {topic: "+p.topic+", format: avro, key_format: json, key: customer_id, timestamp: ts}", 1))
+	sinkLine := "totals_out: {topic: " + p.sink + ", format: json}"
+	if !strings.Contains(string(cfg), sinkLine) {
+		t.Fatalf("the pipeline's sink is not %q:\n%s", sinkLine, cfg)
+	}
+	cfg = []byte(strings.Replace(string(cfg), sinkLine, "totals_out: {topic: "+p.sink+", format: avro, subject_strategy: topic_record, schema: '"+totalSchema+"'}", 1))
 	cfg = append(cfg, "schema_registry: {urls: ["+regURL+"], retry_timeout: 30s}\n"...)
 	if err := os.WriteFile(p.cfgPath, cfg, 0o644); err != nil {
 		t.Fatal(err)
@@ -206,5 +218,18 @@ func TestAvroSource(t *testing.T) {
 			t.Logf("%s: sluice.error=%q", b.name, msg)
 		}
 	}
-	p.verify(ctx, p.expected(good), in.id)
+	p.checkTransactions(ctx, in.id)
+	subject := p.sink + "-sluice.e2e.Total"
+	if _, err := rcl.SchemaByVersion(ctx, subject, -1); err != nil {
+		t.Errorf("the sink's schema is not under subject %s: %v", subject, err)
+	}
+	dec := avro.NewRegistry(avro.Options{Fetcher: rcl})
+	gotTotals, err := workload.ReadTotalsDecoded(ctx, kafkatest.SplitBrokers(p.brokers), p.sink, "amount", "orders", dec.AppendJSON)
+	if err != nil {
+		t.Fatalf("reading the Avro totals: %v", err)
+	}
+	if d := workload.Diff(good.Expected(), gotTotals, 20); d != nil {
+		t.Fatalf("totals differ from expected:\n%s", strings.Join(d, "\n"))
+	}
+	t.Logf("verified %d keys exactly, read as Avro through subject %s", len(gotTotals), subject)
 }

@@ -260,6 +260,10 @@ func (s static) SchemaByID(_ context.Context, id int) (sr.Schema, error) {
 	return sr.Schema{}, &sr.ResponseError{StatusCode: http.StatusNotFound, Message: "schema not found"}
 }
 
+func (s static) RegisterSchema(context.Context, string, sr.Schema, int, int) (int, error) {
+	return 0, errors.New("static: read only")
+}
+
 func (s static) SchemaByVersion(context.Context, string, int) (sr.SubjectSchema, error) {
 	return sr.SubjectSchema{}, &sr.ResponseError{StatusCode: http.StatusNotFound, Message: "subject not found"}
 }

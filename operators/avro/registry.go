@@ -53,10 +53,11 @@ func recordErr(format string, args ...any) *RecordError {
 	return &RecordError{Reason: fmt.Sprintf(format, args...)}
 }
 
-// Fetcher reads schemas from a registry; *sr.Client is one.
+// Fetcher reads schemas from a registry and registers them; *sr.Client is one.
 type Fetcher interface {
 	SchemaByID(ctx context.Context, id int) (sr.Schema, error)
 	SchemaByVersion(ctx context.Context, subject string, version int) (sr.SubjectSchema, error)
+	RegisterSchema(ctx context.Context, subject string, s sr.Schema, id, version int) (int, error)
 }
 
 // Options configure a Registry.
@@ -133,6 +134,61 @@ func (r *Registry) AppendJSON(dst, value []byte) ([]byte, error) {
 		return dst[:start], recordErr("schema id %d: %v", id, err)
 	}
 	return dst, nil
+}
+
+// Subject name strategies of a sink (Confluent's TopicNameStrategy, RecordNameStrategy and
+// TopicRecordNameStrategy).
+const (
+	SubjectTopic       = "topic"
+	SubjectRecord      = "record"
+	SubjectTopicRecord = "topic_record"
+)
+
+// Subject returns the subject a value schema of topic is registered under by strategy.
+func Subject(strategy, topic, schema string) (string, error) {
+	if strategy == SubjectTopic || strategy == "" {
+		return topic + "-value", nil
+	}
+	name, err := RecordName(schema)
+	if err != nil {
+		return "", err
+	}
+	switch strategy {
+	case SubjectRecord:
+		return name, nil
+	case SubjectTopicRecord:
+		return topic + "-" + name, nil
+	}
+	return "", fmt.Errorf("avro: unknown subject name strategy %q", strategy)
+}
+
+// Encoder registers schema (an Avro record schema) under subject, or finds it there, retrying
+// an unreachable registry like a fetch, and returns the Encoder of its id. The registry's
+// compatibility rules apply: a schema the subject refuses is an error.
+func (r *Registry) Encoder(subject, schema string) (*Encoder, error) {
+	if _, err := NewEncoder(schema, 0); err != nil {
+		return nil, err
+	}
+	var id int
+	err := r.retry("register "+subject, func(ctx context.Context) error {
+		var err error
+		id, err = r.o.Fetcher.RegisterSchema(ctx, subject, sr.Schema{Schema: schema, Type: sr.TypeAvro}, -1, -1)
+		var re *sr.ResponseError
+		if errors.As(err, &re) && re.StatusCode >= 400 && re.StatusCode < 500 && re.StatusCode != http.StatusUnauthorized &&
+			re.StatusCode != http.StatusForbidden && re.StatusCode != http.StatusTooManyRequests && re.StatusCode != http.StatusRequestTimeout {
+			return &permanent{fmt.Errorf("avro: registering the schema under subject %s: %w", subject, err)}
+		}
+		return err
+	})
+	if err != nil {
+		var p *permanent
+		if errors.As(err, &p) {
+			return nil, p.err
+		}
+		return nil, err
+	}
+	r.o.Log.Info("avro schema registered", "subject", subject, "id", id)
+	return NewEncoder(schema, id)
 }
 
 // schema returns the compiled schema of id, fetching it once for the whole process.
@@ -243,6 +299,10 @@ func (r *Registry) retry(what string, fn func(context.Context) error) error {
 		if errors.As(err, &re) && re.StatusCode == http.StatusNotFound {
 			return recordErr("%s not found in the schema registry: %s", what, re.Message)
 		}
+		var p *permanent
+		if errors.As(err, &p) {
+			return err
+		}
 		left := r.o.RetryTimeout - r.o.Now().Sub(start)
 		if r.o.Context.Err() != nil || left <= 0 {
 			return fmt.Errorf("%w: %s: %w", ErrUnavailable, what, err)
@@ -259,3 +319,8 @@ func (r *Registry) retry(what string, fn func(context.Context) error) error {
 		backoff = min(2*backoff, 5*time.Second)
 	}
 }
+
+// permanent is a failure retry does not retry (a registry's refusal of a schema).
+type permanent struct{ err error }
+
+func (p *permanent) Error() string { return p.err.Error() }

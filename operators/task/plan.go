@@ -319,6 +319,9 @@ func (p *Plan) Describe(w io.Writer) {
 		if c.Source.Key != "" {
 			key = "field " + c.Source.Key
 		}
+		if kf := c.Source.KeyFormat; kf != "" && kf != configs.KeyBytes {
+			key += " (key_format " + kf + ")"
+		}
 		ts := "record timestamp"
 		if c.Source.Timestamp != "" {
 			ts = "field " + c.Source.Timestamp
@@ -388,7 +391,11 @@ func (p *Plan) Describe(w io.Writer) {
 			}
 		}
 		if c.SinkTopic != "" && c.Rekey == "" {
-			fmt.Fprintf(w, "  -> sink %s (topic %s)\n", c.Sink, c.SinkTopic)
+			if sk := cfg.Sinks[c.Sink]; sk.Format == configs.FormatAvro {
+				fmt.Fprintf(w, "  -> sink %s (topic %s, avro, subject strategy %s)\n", c.Sink, c.SinkTopic, sk.SubjectStrategy)
+			} else {
+				fmt.Fprintf(w, "  -> sink %s (topic %s)\n", c.Sink, c.SinkTopic)
+			}
 		}
 	}
 	groups := p.CoPartitioned()
