@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"math/big"
 	"os"
 	"slices"
@@ -104,24 +105,14 @@ func TestAvro(t *testing.T) {
 	schema := havro.MustParse(orderSchema)
 	var serde sr.ConfluentHeader
 	encode := func(key, value []byte) (k, v []byte, err error) {
-		var o struct {
-			OrderID    string      `json:"order_id"`
-			CustomerID string      `json:"customer_id"`
-			Amount     json.Number `json:"amount"`
-			TS         int64       `json:"ts"`
-		}
-		if err := json.Unmarshal(value, &o); err != nil {
+		o, err := orderFields(value)
+		if err != nil {
 			return nil, nil, err
 		}
-		amount, _ := new(big.Rat).SetString(o.Amount.String())
-		note := any(nil)
-		if o.TS%3 == 0 {
-			note = map[string]any{"string": "gift"}
+		if o["ts"].(time.Time).UnixMilli()%3 == 0 {
+			o["note"] = map[string]any{"string": "gift"}
 		}
-		body, err := havro.Marshal(schema, map[string]any{
-			"order_id": o.OrderID, "customer_id": o.CustomerID, "amount": amount,
-			"ts": time.UnixMilli(o.TS).UTC(), "note": note,
-		})
+		body, err := havro.Marshal(schema, o)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -232,4 +223,23 @@ func TestAvro(t *testing.T) {
 		t.Fatalf("totals differ from expected:\n%s", strings.Join(d, "\n"))
 	}
 	t.Logf("verified %d keys exactly, read as Avro through subject %s", len(gotTotals), subject)
+}
+
+// orderFields turns a workload order (JSON) into the fields of orderSchema for hamba/avro.
+func orderFields(value []byte) (map[string]any, error) {
+	var o struct {
+		OrderID    string      `json:"order_id"`
+		CustomerID string      `json:"customer_id"`
+		Amount     json.Number `json:"amount"`
+		TS         int64       `json:"ts"`
+	}
+	if err := json.Unmarshal(value, &o); err != nil {
+		return nil, err
+	}
+	amount, ok := new(big.Rat).SetString(o.Amount.String())
+	if !ok {
+		return nil, fmt.Errorf("amount %q", o.Amount)
+	}
+	return map[string]any{"order_id": o.OrderID, "customer_id": o.CustomerID, "amount": amount,
+		"ts": time.UnixMilli(o.TS).UTC(), "note": nil}, nil
 }
