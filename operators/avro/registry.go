@@ -16,8 +16,11 @@
 // 429) is retried with backoff up to Options.RetryTimeout and then gives an error wrapping
 // ErrUnavailable, which is not the record's fault: the caller fails rather than lose the record.
 //
-// A Registry is safe for concurrent use by any number of tasks; the slices it returns are the
-// caller's.
+// For sinks of format avro it also registers a schema under a subject (Registry.Encoder, the
+// subject from a subject name strategy: Subject) and encodes JSON objects with it (Encoder).
+//
+// A Registry and an Encoder are safe for concurrent use by any number of tasks; the slices they
+// return are the caller's.
 package avro
 
 import (
