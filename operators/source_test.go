@@ -242,15 +242,19 @@ func FuzzDecode(f *testing.F) {
 	} {
 		f.Add([]byte("c-0000042"), []byte(s))
 	}
+	f.Add([]byte(`"c-0000042"`), []byte(ordersValue))
+	f.Add([]byte(` 42 `), []byte(`{"customer_id":42}`))
 	withKey := mustSource(f, configs.Source{Topic: "t", Key: "customer_id"})
 	full := mustSource(f, configs.Source{Topic: "t", Key: "customer_id", Timestamp: "ts"})
 	plain := mustSource(f, configs.Source{Topic: "t"})
+	jsonKey := mustSource(f, configs.Source{Topic: "t", KeyFormat: "json", Key: "customer_id"})
+	stringKey := mustSource(f, configs.Source{Topic: "t", KeyFormat: "string"})
 	agg := mustAggregate(f, aggCfg(map[string]map[string]any{"s": {"sum": "amount"}, "n": {"count": map[string]any{}}}))
 	hop := &Windows{Size: 60_000, Advance: 20_000, Grace: 1000}
 	f.Fuzz(func(t *testing.T, key, value []byte) {
 		var r Record
 		// Never panics; any result is a record or an *Error.
-		for _, src := range []*Source{withKey, full, plain} {
+		for _, src := range []*Source{withKey, full, plain, jsonKey, stringKey} {
 			if err := src.Decode(key, value, 7, &r); err != nil {
 				var e *Error
 				if !errors.As(err, &e) {
@@ -261,6 +265,27 @@ func FuzzDecode(f *testing.F) {
 				if !errors.As(err, &e) {
 					t.Fatalf("Project error %T %v, want *Error", err, err)
 				}
+			}
+		}
+		// A key read as JSON is the text of a JSON string or number, as encoding/json reads it.
+		if jsonKey.Decode(key, value, 7, &r) == nil {
+			var v any
+			d := json.NewDecoder(bytes.NewReader(key))
+			d.UseNumber()
+			if err := d.Decode(&v); err != nil {
+				t.Fatalf("key_format json accepted %q, which encoding/json refuses: %v", key, err)
+			}
+			var text string
+			switch v := v.(type) {
+			case string:
+				text = v
+			case json.Number:
+				text = v.String()
+			default:
+				t.Fatalf("key_format json accepted %q (%T)", key, v)
+			}
+			if utf8.Valid(key) && text != string(r.Key) {
+				t.Fatalf("key_format json read %q as %q, encoding/json as %q", key, r.Key, text)
 			}
 		}
 		// A decoded event time lies in the years 0000 to 9999, and windows assign it without
