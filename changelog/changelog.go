@@ -27,6 +27,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/sluice-dev/sluice/producer"
 	"github.com/sluice-dev/sluice/state"
 )
 
@@ -105,7 +106,7 @@ func Ensure(ctx context.Context, adm *kadm.Client, topics []Topic, rf int16) err
 	for _, t := range topics {
 		names = append(names, t.Name)
 	}
-	details, err := adm.ListTopics(ctx, names...)
+	details, err := listTopics(ctx, adm, names...)
 	if err != nil {
 		return fmt.Errorf("changelog: list topics: %w", err)
 	}
@@ -137,9 +138,15 @@ func Ensure(ctx context.Context, adm *kadm.Client, topics []Topic, rf int16) err
 	return nil
 }
 
+// listTopics is ListTopics retried while a broker cannot be reached (an instance that starts
+// while a node of the cluster is down).
+func listTopics(ctx context.Context, adm *kadm.Client, topics ...string) (kadm.TopicDetails, error) {
+	return producer.Retry(ctx, func() (kadm.TopicDetails, error) { return adm.ListTopics(ctx, topics...) })
+}
+
 // Partitions returns the partition count of each topic; a missing topic is an error.
 func Partitions(ctx context.Context, adm *kadm.Client, topics ...string) (map[string]int32, error) {
-	details, err := adm.ListTopics(ctx, topics...)
+	details, err := listTopics(ctx, adm, topics...)
 	if err != nil {
 		return nil, fmt.Errorf("changelog: list topics: %w", err)
 	}
@@ -167,7 +174,8 @@ type Restorer struct {
 	// Layout returns the fingerprint and text of operator op's state layout in the running
 	// config; a record whose LayoutHeader differs is an error. Nil, or "", checks nothing.
 	Layout func(op string) (fingerprint, text string)
-	// Opts are extra client options (tests).
+	// Opts are the options each restore client starts from, after kgo.SeedBrokers(Brokers):
+	// the connection's (dial.Opts: TLS, SASL) and test hooks.
 	Opts []kgo.Opt
 }
 
@@ -183,7 +191,7 @@ type Stats struct {
 func (r *Restorer) Restore(ctx context.Context, topic string, ns state.Namespace) (Stats, error) {
 	start := time.Now()
 	var st Stats
-	starts, err := retry(ctx, func() (kadm.ListedOffsets, error) { return r.Admin.ListStartOffsets(ctx, topic) })
+	starts, err := producer.RetryList(ctx, func() (kadm.ListedOffsets, error) { return r.Admin.ListStartOffsets(ctx, topic) })
 	if err != nil {
 		return st, fmt.Errorf("changelog: %s: list start offsets: %w", topic, err)
 	}
@@ -363,11 +371,11 @@ func (r *Restorer) stableEnd(ctx context.Context, topic string, p int32) (kadm.L
 	wait := 20 * time.Millisecond
 	logged := false
 	for {
-		lso, err := retry(ctx, func() (kadm.ListedOffsets, error) { return r.Admin.ListCommittedOffsets(ctx, topic) })
+		lso, err := producer.RetryList(ctx, func() (kadm.ListedOffsets, error) { return r.Admin.ListCommittedOffsets(ctx, topic) })
 		if err != nil {
 			return nil, fmt.Errorf("changelog: %s: list stable offsets: %w", topic, err)
 		}
-		hwm, err := retry(ctx, func() (kadm.ListedOffsets, error) { return r.Admin.ListEndOffsets(ctx, topic) })
+		hwm, err := producer.RetryList(ctx, func() (kadm.ListedOffsets, error) { return r.Admin.ListEndOffsets(ctx, topic) })
 		if err != nil {
 			return nil, fmt.Errorf("changelog: %s: list end offsets: %w", topic, err)
 		}
@@ -383,28 +391,6 @@ func (r *Restorer) stableEnd(ctx context.Context, topic string, p int32) (kadm.L
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()
-		case <-time.After(wait):
-		}
-		wait = min(2*wait, time.Second)
-	}
-}
-
-// retry lists offsets, retrying retriable errors (a topic that was just created may not be
-// served by every broker yet) for up to about 30 seconds.
-func retry(ctx context.Context, list func() (kadm.ListedOffsets, error)) (kadm.ListedOffsets, error) {
-	wait := 50 * time.Millisecond
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		l, err := list()
-		if err == nil {
-			err = l.Error()
-		}
-		if err == nil || !kerr.IsRetriable(err) || time.Now().After(deadline) {
-			return l, err
-		}
-		select {
-		case <-ctx.Done():
-			return l, ctx.Err()
 		case <-time.After(wait):
 		}
 		wait = min(2*wait, time.Second)

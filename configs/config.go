@@ -99,7 +99,39 @@ type Kafka struct {
 	// processed and the client prefetches the next response, so about three responses are in
 	// memory.
 	FetchMaxBytes Size `koanf:"fetch_max_bytes" doc:"Largest fetch response, 1MiB to 1GiB. About three are in memory at once: larger catches up faster, smaller uses less memory (see BENCHMARKS.md)."`
+	// TLS and SASL apply to every connection sluice makes (see package security, which turns
+	// them into the options of every client).
+	TLS  TLS  `koanf:"tls" doc:"TLS to the brokers (listeners of protocol SSL or SASL_SSL). Not with brokers: [embedded]."`
+	SASL SASL `koanf:"sasl" doc:"SASL authentication (listeners of protocol SASL_SSL or SASL_PLAINTEXT). Not with brokers: [embedded]. validate --explain masks every key of this section."`
 }
+
+// TLS is the kafka.tls section. The files are read when the clients are built (sluice run,
+// sluice validate), not by Validate.
+type TLS struct {
+	Enabled    bool   `koanf:"enabled" doc:"Connect to the brokers with TLS (1.2 or later), verifying their certificates. The other tls keys need it."`
+	CAFile     string `koanf:"ca_file" default:"none" doc:"PEM file of the certificate authorities that sign the brokers' certificates; empty: the system's roots."`
+	CertFile   string `koanf:"cert_file" default:"none" doc:"PEM file of the client certificate (then its chain), for listeners that require client authentication (ssl.client.auth=required). Needs key_file."`
+	KeyFile    string `koanf:"key_file" default:"none" doc:"PEM file of cert_file's private key (unencrypted: PKCS#8, PKCS#1 or SEC 1). Needs cert_file. Readable by sluice only (mode 0600 or a mounted Secret)."`
+	ServerName string `koanf:"server_name" default:"the broker's host" doc:"The name the brokers' certificates must be valid for, when it is not the host of the address dialed (e.g. brokers dialed by IP)."`
+}
+
+// SASL is the kafka.sasl section.
+type SASL struct {
+	Mechanism    string `koanf:"mechanism" default:"none" doc:"plain, scram-sha-256 or scram-sha-512 (case does not matter); empty: no SASL. plain sends the password itself: use it with kafka.tls (sluice warns at start without)."`
+	Username     string `koanf:"username" default:"none" doc:"User name; required with a mechanism."`
+	Password     string `koanf:"password" secret:"true" default:"none" doc:"Password; exactly one of password and password_file with a mechanism. Set it through the environment (SLUICE_KAFKA__SASL__PASSWORD) rather than in the file (where it must be a string: quote it)."`
+	PasswordFile string `koanf:"password_file" default:"none" doc:"File holding the password (one trailing newline is dropped), e.g. a mounted Kubernetes Secret; read once at start."`
+}
+
+// SASL mechanisms.
+const (
+	SASLPlain       = "plain"
+	SASLScramSHA256 = "scram-sha-256"
+	SASLScramSHA512 = "scram-sha-512"
+)
+
+// MechanismName returns the mechanism lower-cased, as the constants above spell it.
+func (s SASL) MechanismName() string { return strings.ToLower(s.Mechanism) }
 
 // EmbeddedBroker is the broker list entry that asks for an in-process broker.
 const EmbeddedBroker = "embedded"

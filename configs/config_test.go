@@ -306,6 +306,12 @@ func TestEnvOverrides(t *testing.T) {
 		{"pprof off", []string{"SLUICE_HTTP__PPROF=False"}, func(t *testing.T, c *Config) {
 			eq(t, "pprof", c.HTTP.Pprof, false)
 		}},
+		{"tls and sasl", []string{"SLUICE_KAFKA__TLS__ENABLED=true", "SLUICE_KAFKA__TLS__CA_FILE=/etc/ca.pem",
+			"SLUICE_KAFKA__SASL__MECHANISM=SCRAM-SHA-256", "SLUICE_KAFKA__SASL__USERNAME=svc", "SLUICE_KAFKA__SASL__PASSWORD=hunter2"}, func(t *testing.T, c *Config) {
+			eq(t, "tls", c.Kafka.TLS, TLS{Enabled: true, CAFile: "/etc/ca.pem"})
+			eq(t, "sasl", c.Kafka.SASL, SASL{Mechanism: "SCRAM-SHA-256", Username: "svc", Password: "hunter2"})
+			eq(t, "mechanism", c.Kafka.SASL.MechanismName(), SASLScramSHA256)
+		}},
 		{"other variables ignored", []string{"PATH=/bin", "SLUICE_TEST_KAFKA=127.0.0.1:19092", "SLUICE_REQUIRE_KAFKA=1", "NOEQUALS"}, func(t *testing.T, c *Config) {
 			eq(t, "brokers", c.Kafka.Brokers, []string{"127.0.0.1:9092"})
 		}},

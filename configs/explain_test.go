@@ -1,6 +1,7 @@
 package configs
 
 import (
+	"errors"
 	"reflect"
 	"strings"
 	"testing"
@@ -98,8 +99,7 @@ func TestExplainErrorsAreLoadErrors(t *testing.T) {
 	}
 }
 
-// TestSecretPattern runs a synthetic list of keys (sluice has no secrets yet) through the rule
-// that masks them.
+// TestSecretPattern runs a synthetic list of keys through the rule that masks them.
 func TestSecretPattern(t *testing.T) {
 	for key, want := range map[string]bool{
 		"kafka.sasl.password":                 true,
@@ -127,9 +127,57 @@ func TestSecretPattern(t *testing.T) {
 			t.Errorf("secretPattern(%q) = %v, want %v", key, got, want)
 		}
 	}
-	// The real configuration's secrets: the schema registry's credentials.
-	if s := secretKeys(reflect.TypeFor[Config]()); len(s) != 2 || !s["schema_registry.password"] || !s["schema_registry.bearer_token"] {
-		t.Errorf("Config has secret keys %v: check they are masked everywhere they are printed", s)
+	// The secrets of the real configuration: a new one must be masked everywhere it is printed
+	// (validate --explain, logs, /status), which the e2e test TestSecurity checks for these.
+	want := map[string]bool{
+		"kafka.sasl.mechanism": true, "kafka.sasl.username": true, "kafka.sasl.password": true,
+		"kafka.sasl.password_file": true, "kafka.tls.key_file": true,
+		"schema_registry.password": true, "schema_registry.bearer_token": true,
+	}
+	if s := secretKeys(reflect.TypeFor[Config]()); !reflect.DeepEqual(s, want) {
+		t.Errorf("Config has secret keys %v, want %v: check a new one is masked everywhere it is printed", s, want)
+	}
+}
+
+// TestExplainMasksSASL loads a real configuration whose password comes from the environment
+// and whose key file from the file: --explain shows neither, and says where each came from.
+func TestExplainMasksSASL(t *testing.T) {
+	doc := strings.Replace(minimalDoc, "kafka: {brokers: [127.0.0.1:9092]}", `kafka:
+  brokers: [127.0.0.1:9092]
+  tls: {enabled: true, ca_file: /etc/ca.pem, cert_file: /etc/client.pem, key_file: /etc/hunter2-key.pem}
+  sasl: {mechanism: SCRAM-SHA-512, username: svc-hunter2}`, 1)
+	c, settings, err := explain([]byte(doc), "sluice.yaml", []string{"SLUICE_KAFKA__SASL__PASSWORD=hunter2"}, noHost(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	eq(t, "password", c.Kafka.SASL.Password, "hunter2")
+	eq(t, "mechanism", c.Kafka.SASL.MechanismName(), SASLScramSHA512)
+	got := map[string]Setting{}
+	for _, s := range settings {
+		got[s.Key] = s
+		if strings.Contains(s.Value, "hunter2") {
+			t.Errorf("%s shows a secret: %s", s.Key, s.Value)
+		}
+	}
+	eq(t, "password", got["kafka.sasl.password"], Setting{Key: "kafka.sasl.password", Value: Masked, Origin: "SLUICE_KAFKA__SASL__PASSWORD", Secret: true})
+	eq(t, "password_file", got["kafka.sasl.password_file"], Setting{Key: "kafka.sasl.password_file", Value: `""`, Origin: OriginDefault, Secret: true})
+	eq(t, "key_file", got["kafka.tls.key_file"], Setting{Key: "kafka.tls.key_file", Value: Masked, Origin: OriginFile, Secret: true})
+	eq(t, "ca_file", got["kafka.tls.ca_file"], Setting{Key: "kafka.tls.ca_file", Value: "/etc/ca.pem", Origin: OriginFile})
+
+	// A password YAML reads as a number is refused (0x1F would become 31), without its value.
+	for _, v := range []string{"0x1F", "1e5", "true", "123456"} {
+		bad := strings.Replace(doc, "username: svc-hunter2}", "username: svc, password: "+v+"}", 1)
+		_, _, err := explain([]byte(bad), "sluice.yaml", nil, noHost(t))
+		var ce *Error
+		if !errors.As(err, &ce) || ce.Key != "kafka.sasl.password" || strings.Contains(err.Error(), "31") || strings.Contains(err.Error(), "100000") || strings.Contains(err.Error(), v) {
+			t.Errorf("password: %s: got %v, want an error at kafka.sasl.password that shows no value", v, err)
+		}
+	}
+
+	// A rejected value in the section is not quoted either.
+	bad := strings.Replace(doc, "SCRAM-SHA-512", "hunter2", 1)
+	if _, _, err := explain([]byte(bad), "sluice.yaml", nil, noHost(t)); err == nil || strings.Contains(err.Error(), "hunter2") {
+		t.Errorf("got %v, want an error about kafka.sasl.mechanism that does not quote it", err)
 	}
 }
 

@@ -36,6 +36,11 @@ func normalizeStruct(path string, m map[string]any, t reflect.Type) *Error {
 			continue
 		}
 		f, _ := fieldByKey(t, k)
+		if _, isString := v.(string); !isString && f.Tag.Get("secret") == "true" && f.Type.Kind() == reflect.String {
+			// A secret is taken as written only: YAML would turn 0x1F into 31. And the message
+			// does not describe the value.
+			return errorf(joinKey(path, k), "expected a string: quote it (the value is not shown: the key is secret)")
+		}
 		nv, err := normalize(joinKey(path, k), v, f.Type)
 		if err != nil {
 			return err

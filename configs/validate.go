@@ -71,6 +71,70 @@ func (c *Config) validateKafka() *Error {
 	if k.ReplicationFactor != -1 && k.ReplicationFactor < 1 {
 		return errorf("kafka.replication_factor", "must be -1 (the broker's default) or at least 1, got %d", k.ReplicationFactor)
 	}
+	if err := validateTLS(k); err != nil {
+		return err
+	}
+	return validateSASL(k)
+}
+
+// validateTLS checks kafka.tls: its files are checked when they are read (package security).
+func validateTLS(k Kafka) *Error {
+	t := k.TLS
+	if !t.Enabled {
+		for _, f := range []struct{ key, v string }{
+			{"kafka.tls.ca_file", t.CAFile},
+			{"kafka.tls.cert_file", t.CertFile},
+			{"kafka.tls.key_file", t.KeyFile},
+			{"kafka.tls.server_name", t.ServerName},
+		} {
+			if f.v != "" {
+				return errorf(f.key, "set, but kafka.tls.enabled is false (set kafka.tls.enabled: true, or remove it)")
+			}
+		}
+		return nil
+	}
+	if k.Embedded() {
+		return errorf("kafka.tls.enabled", "the embedded broker (kafka.brokers: [embedded]) speaks plaintext only; remove kafka.tls")
+	}
+	if t.CertFile != "" && t.KeyFile == "" {
+		return errorf("kafka.tls.key_file", "required with kafka.tls.cert_file: the PEM file of the client certificate's private key")
+	}
+	if t.KeyFile != "" && t.CertFile == "" {
+		return errorf("kafka.tls.cert_file", "required with kafka.tls.key_file: the PEM file of the client certificate")
+	}
+	return nil
+}
+
+// validateSASL checks kafka.sasl. Its messages never quote a value: the section is secret.
+func validateSASL(k Kafka) *Error {
+	s := k.SASL
+	if s.Mechanism == "" {
+		for _, f := range []struct{ key, v string }{
+			{"kafka.sasl.username", s.Username},
+			{"kafka.sasl.password", s.Password},
+			{"kafka.sasl.password_file", s.PasswordFile},
+		} {
+			if f.v != "" {
+				return errorf("kafka.sasl.mechanism", "required with %s: one of %s, %s, %s", f.key, SASLPlain, SASLScramSHA256, SASLScramSHA512)
+			}
+		}
+		return nil
+	}
+	if m := s.MechanismName(); m != SASLPlain && m != SASLScramSHA256 && m != SASLScramSHA512 {
+		return errorf("kafka.sasl.mechanism", "unknown mechanism (allowed: %s, %s, %s)", SASLPlain, SASLScramSHA256, SASLScramSHA512)
+	}
+	if k.Embedded() {
+		return errorf("kafka.sasl.mechanism", "the embedded broker (kafka.brokers: [embedded]) has no SASL; remove kafka.sasl")
+	}
+	if s.Username == "" {
+		return errorf("kafka.sasl.username", "required with kafka.sasl.mechanism")
+	}
+	switch {
+	case s.Password == "" && s.PasswordFile == "":
+		return errorf("kafka.sasl.password", "required with kafka.sasl.mechanism: set SLUICE_KAFKA__SASL__PASSWORD, or kafka.sasl.password_file")
+	case s.Password != "" && s.PasswordFile != "":
+		return errorf("kafka.sasl.password_file", "set together with kafka.sasl.password: give only one")
+	}
 	return nil
 }
 

@@ -14,8 +14,8 @@ import (
 // YAML returns the effective configuration as YAML, for logs and `sluice validate`: every key
 // with its value after defaults and environment overrides, durations and sizes in their
 // written forms ("100ms", "256MiB"), keys in the order of the structs above. The result parses
-// back to an equal Config, so it does not mask secrets (there are none yet): print Explain's
-// settings where secrets may be shown. The returned bytes are new and owned by the caller.
+// back to an equal Config, so it does not mask secrets (kafka.sasl, kafka.tls.key_file): never
+// print or log it; print Explain's settings where a configuration is shown. The returned bytes are new and owned by the caller.
 func (c *Config) YAML() ([]byte, error) {
 	n, err := toNode(reflect.ValueOf(c).Elem(), false)
 	if err != nil {

@@ -26,6 +26,7 @@ import (
 	"log/slog"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -37,6 +38,7 @@ import (
 
 	"github.com/sluice-dev/sluice/changelog"
 	"github.com/sluice-dev/sluice/configs"
+	"github.com/sluice-dev/sluice/dial"
 	"github.com/sluice-dev/sluice/operators"
 	"github.com/sluice-dev/sluice/operators/task"
 	"github.com/sluice-dev/sluice/producer"
@@ -60,7 +62,8 @@ type Options struct {
 	// Encoders encode the values produced to sinks of another format than JSON, by topic
 	// (format avro: operators/avro.Encoder); safe for concurrent use.
 	Encoders map[string]operators.ValueEncoder
-	// KafkaOpts are extra franz-go options for every client (tests: fault injection).
+	// KafkaOpts are extra franz-go options for every client (tests: fault injection), after the
+	// connection options Run builds from Config.Kafka with dial.Opts (brokers, TLS, SASL).
 	KafkaOpts []kgo.Opt
 	// Bounded makes a run a batch job (sluice run --bounded): each input partition is processed
 	// up to the end offset (last stable offset) it had when Run started, its end is the end of
@@ -102,6 +105,8 @@ type Engine struct {
 	runCtx context.Context // cancelled when Run returns (set by Run)
 
 	fails failStreak // checkpoints aborted by produce errors (failure.go)
+
+	transientLogged time.Time // when the poll loop last logged a transient fetch error (poll loop only)
 }
 
 type tp struct {
@@ -147,9 +152,6 @@ func New(o Options) (*Engine, error) {
 			}
 		}
 	}
-	if o.Bounded && len(e.groups) < len(e.group) {
-		return nil, errors.New("consumer: a bounded run (--bounded) does not support operators of several inputs (joins, cogroups) yet")
-	}
 	return e, nil
 }
 
@@ -167,13 +169,24 @@ func (e *Engine) isTable(topic string) bool { _, ok := e.tables[topic]; return o
 // processed, leaves, and returns nil) or a failure it cannot recover from.
 func (e *Engine) Run(ctx context.Context) error {
 	cfg := e.o.Config
-	admCl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(cfg.Kafka.Brokers...)}, e.o.KafkaOpts...)...)
+	// Every client of the engine (admin and purger, group session, restores) starts from kafka:
+	// one set of connection options.
+	conn, err := dial.Opts(cfg.Kafka)
+	if err != nil {
+		return err
+	}
+	kafka := slices.Concat(conn, e.o.KafkaOpts)
+	admCl, err := kgo.NewClient(kafka...)
 	if err != nil {
 		return fmt.Errorf("consumer: %w", err)
 	}
 	defer admCl.Close()
 	e.adm = kadm.NewClient(admCl)
 	if err := e.ensureTopics(ctx); err != nil {
+		if dial.Refused(err) { // the first requests: say which settings to check
+			return fmt.Errorf("consumer: the connection to kafka %s failed its security handshake (%s; check kafka.tls and kafka.sasl): %w",
+				strings.Join(cfg.Kafka.Brokers, ","), dial.Describe(cfg.Kafka), err)
+		}
 		return err
 	}
 	if e.o.Bounded {
@@ -185,7 +198,7 @@ func (e *Engine) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	e.rest = &changelog.Restorer{Brokers: cfg.Kafka.Brokers, Store: e.o.Store, Admin: e.adm, Logger: e.log, Opts: e.o.KafkaOpts,
+	e.rest = &changelog.Restorer{Brokers: cfg.Kafka.Brokers, Store: e.o.Store, Admin: e.adm, Logger: e.log, Opts: kafka,
 		Valid: checks.Valid, Layout: checks.Layout}
 
 	g := producer.AtLeastOnce
@@ -196,13 +209,13 @@ func (e *Engine) Run(ctx context.Context) error {
 	runCtx, cancelRuns := context.WithCancel(context.Background())
 	defer cancelRuns()
 	e.runCtx = runCtx
-	extra := e.o.KafkaOpts
+	extra := kafka
 	if e.o.Bounded || len(e.tables) > 0 {
 		// Transaction markers are kept to see where a batch really ends: a bounded run's end
 		// offset, a table's snapshot end, may lie after the last record. dispatch drops them.
 		extra = append([]kgo.Opt{kgo.KeepControlRecords()}, extra...)
 	}
-	e.sess, err = producer.Open(producer.Options{
+	popts := producer.Options{
 		Brokers:            cfg.Kafka.Brokers,
 		Group:              cfg.Group,
 		InstanceID:         cfg.InstanceID,
@@ -220,14 +233,21 @@ func (e *Engine) Run(ctx context.Context) error {
 			kgo.OnPartitionsLost(func(_ context.Context, _ *kgo.Client, l map[string][]int32) { e.revoked(l, "lost") }),
 			kgo.OnPartitionsCallbackBlocked(func(context.Context, *kgo.Client) { signal(e.blocked) }),
 		}, extra...),
-	})
-	if err != nil {
-		return err
 	}
-	e.out = encoding(e.sess, e.o.Encoders)
-	close(e.sessSet)
-	e.log.Info("joining group", "group", cfg.Group, "instance_id", cfg.InstanceID, "topics", e.o.Plan.Topics(), "guarantee", cfg.Processing.Guarantee)
-	err = e.loop(ctx)
+	for {
+		e.sess, err = producer.Open(popts)
+		if err != nil {
+			return err
+		}
+		e.out = encoding(e.sess, e.o.Encoders)
+		close(e.sessSet)
+		e.log.Info("joining group", "group", cfg.Group, "instance_id", cfg.InstanceID, "topics", e.o.Plan.Topics(), "guarantee", cfg.Processing.Guarantee)
+		err = e.loop(ctx)
+		if !errors.Is(err, producer.ErrSessionLost) || ctx.Err() != nil {
+			break
+		}
+		e.restartSession(err)
+	}
 	// Shutdown: checkpoint what was processed (if the session is healthy), stop the tasks, leave.
 	closeCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -237,8 +257,35 @@ func (e *Engine) Run(ctx context.Context) error {
 		}
 	}
 	e.stopAll()
-	e.sess.Close(closeCtx)
+	if errors.Is(err, producer.ErrSessionLost) {
+		e.sess.Abandon()
+	} else {
+		e.sess.Close(closeCtx)
+	}
 	return err
+}
+
+// restartSession abandons a lost session (a transaction's outcome unknown, or no producer id for
+// the next one, for want of a broker), as a crash would, so that Run opens a new one: every task stops and drops what it holds (its state is
+// applied only after a commit it heard of), the client closes without ending its transaction,
+// and the new session's producer fences it (aborting it if it is still open). The new tasks
+// restore from the changelog, which holds the lost transaction if it did commit, and resume
+// from the offsets Kafka committed. Static membership gives them the same partitions back.
+func (e *Engine) restartSession(cause error) {
+	e.log.Warn("Kafka session lost (a broker could not be reached while a transaction ended or began); restarting it as after a crash", "err", cause)
+	e.stopAll()
+	e.sess.Abandon()
+	e.m.sessionRestarts.Inc()
+	e.mu.Lock()
+	e.epoch++
+	e.joined = false
+	e.mu.Unlock()
+	select {
+	case <-e.failed: // the old tasks' errors (a begin refused after the failed end) go with them
+	default:
+	}
+	// Set before the new client exists: its rebalance callbacks wait on it.
+	e.sessSet = make(chan struct{})
 }
 
 func (e *Engine) loop(ctx context.Context) error {
@@ -260,7 +307,7 @@ func (e *Engine) loop(ctx context.Context) error {
 			e.sess.AllowRebalance()
 			return nil
 		}
-		if err := fetchErr(fs); err != nil {
+		if err := e.fetchErr(fs); err != nil {
 			e.sess.AllowRebalance()
 			return err
 		}
@@ -773,10 +820,20 @@ func (e *Engine) finished() bool {
 	return true
 }
 
-func fetchErr(fs kgo.Fetches) error {
+// fetchErr returns the first error of fs that ends the run. An error that goes away when
+// retried does not: a broker or the group's coordinator that cannot be reached (a node died and
+// is not fenced yet), which franz-go keeps retrying itself; it is logged, at most every 10 s.
+func (e *Engine) fetchErr(fs kgo.Fetches) error {
 	var out error
 	fs.EachError(func(t string, p int32, err error) {
 		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+			return
+		}
+		if producer.Retriable(err) {
+			if now := e.o.Clock(); now.Sub(e.transientLogged) >= 10*time.Second {
+				e.transientLogged = now
+				e.log.Warn("kafka unreachable for now; retrying", "topic", t, "partition", p, "err", err)
+			}
 			return
 		}
 		if out == nil {
@@ -812,6 +869,7 @@ type engineMetrics struct {
 	restored        prometheus.Counter
 	tasks           prometheus.Gauge
 	ckptFailures    prometheus.Gauge
+	sessionRestarts prometheus.Counter
 }
 
 func newEngineMetrics(reg prometheus.Registerer) engineMetrics {
@@ -824,7 +882,9 @@ func newEngineMetrics(reg prometheus.Registerer) engineMetrics {
 		tasks:          prometheus.NewGauge(prometheus.GaugeOpts{Name: "sluice_tasks", Help: "Tasks (topic-partitions) assigned to this member."}),
 		ckptFailures: prometheus.NewGauge(prometheus.GaugeOpts{Name: "sluice_checkpoint_failures_consecutive",
 			Help: "Checkpoints aborted in a row because a record could not be produced (0 after a commit); see processing.max_checkpoint_failures."}),
+		sessionRestarts: prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_session_restarts_total",
+			Help: "Kafka sessions abandoned and reopened, as after a crash, because a broker could not be reached while a transaction ended (its outcome unknown) or began."}),
 	}
-	reg.MustRegister(m.commits, m.aborts, m.commitSeconds, m.restoreSeconds, m.restored, m.tasks, m.ckptFailures)
+	reg.MustRegister(m.commits, m.aborts, m.commitSeconds, m.restoreSeconds, m.restored, m.tasks, m.ckptFailures, m.sessionRestarts)
 	return m
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/sluice-dev/sluice/operators"
 	"github.com/sluice-dev/sluice/operators/task"
+	"github.com/sluice-dev/sluice/producer"
 )
 
 // batch is one fetched partition's records with the lag the fetch reported after them.
@@ -187,10 +188,12 @@ func (e *Engine) run(ctx context.Context, cl *kgo.Client, r *runner) {
 	}
 	r.restored.Store(true)
 	e.resume(cl, r)
-	if bd, ok := e.bounds[r.key]; ok && bd.start >= bd.end {
-		// A bounded run with nothing to read here: the input ends now.
-		if !e.endInput(ctx, r) {
-			return
+	for _, topic := range r.topics {
+		if bd, ok := e.bounds[tp{topic, r.key.p}]; ok && bd.start >= bd.end {
+			// A bounded run with nothing to read here: this input ends now.
+			if !e.endInput(ctx, r, topic) {
+				return
+			}
 		}
 	}
 	for {
@@ -230,7 +233,7 @@ func (e *Engine) run(ctx context.Context, cl *kgo.Client, r *runner) {
 				return
 			}
 			if b.end && b.epoch == e.currentEpoch() {
-				if !e.endInput(ctx, r) {
+				if !e.endInput(ctx, r, b.topic) {
 					return
 				}
 				continue
@@ -249,12 +252,13 @@ func (e *Engine) run(ctx context.Context, cl *kgo.Client, r *runner) {
 	}
 }
 
-// endInput ends a bounded run's task: its input reached the end offset it had at start, so
-// every window closes and a backlog folds; it checkpoints that. It returns false if the
-// goroutine must exit. An aborted checkpoint leaves the task unfinished: the consumer rewinds
-// and the task ends its input again when it gets there.
-func (e *Engine) endInput(ctx context.Context, r *runner) bool {
-	if err := r.t.EndInput(r.key.topic); err != nil {
+// endInput ends one input of a bounded run's task: topic reached the end offset it had at
+// start, so its windows close (an operator of several inputs: once every input has ended) and
+// a backlog folds; it checkpoints that. It returns false if the goroutine must exit. An aborted
+// checkpoint leaves the task unfinished: the consumer rewinds and the task ends its inputs again
+// when it gets there.
+func (e *Engine) endInput(ctx context.Context, r *runner, topic string) bool {
+	if err := r.t.EndInput(topic); err != nil {
 		e.fail(err)
 		return false
 	}
@@ -263,7 +267,7 @@ func (e *Engine) endInput(ctx context.Context, r *runner) bool {
 	}
 	if r.t.Finished() {
 		r.finished.Store(true)
-		e.log.Info("input ended", "topic", r.key.topic, "partition", r.key.p)
+		e.log.Info("input ended", "topics", r.topics, "partition", r.key.p)
 	}
 	return true
 }
@@ -376,16 +380,11 @@ func (e *Engine) process(ctx context.Context, r *runner, b batch) bool {
 // false if the goroutine must exit.
 func (e *Engine) startTables(ctx context.Context, cl *kgo.Client, r *runner) bool {
 	tables := r.t.Tables()
-	starts, err := e.adm.ListStartOffsets(ctx, tables...)
-	if err == nil {
-		err = starts.Error()
-	}
+	// Retried: a broker that died may still lead these partitions in the client's metadata.
+	starts, err := producer.RetryList(ctx, func() (kadm.ListedOffsets, error) { return e.adm.ListStartOffsets(ctx, tables...) })
 	var ends kadm.ListedOffsets
 	if err == nil {
-		ends, err = e.adm.ListCommittedOffsets(ctx, tables...)
-		if err == nil {
-			err = ends.Error()
-		}
+		ends, err = producer.RetryList(ctx, func() (kadm.ListedOffsets, error) { return e.adm.ListCommittedOffsets(ctx, tables...) })
 	}
 	if err != nil {
 		if ctx.Err() == nil {
@@ -394,7 +393,7 @@ func (e *Engine) startTables(ctx context.Context, cl *kgo.Client, r *runner) boo
 		return false
 	}
 	// The group's committed offsets of the tables move with their dead letters.
-	committed, err := e.adm.FetchOffsets(ctx, e.o.Config.Group)
+	committed, err := producer.Retry(ctx, func() (kadm.OffsetResponses, error) { return e.adm.FetchOffsets(ctx, e.o.Config.Group) })
 	if errors.Is(err, kerr.GroupIDNotFound) {
 		err = nil
 	}

@@ -4,6 +4,8 @@
 # starts, unless SLUICE_TEST_KAFKA already names one, and against a real schema registry
 # (integration/registry/registry.sh: Apicurio Registry, also from Maven Central) unless
 # SLUICE_TEST_REGISTRY already names one. `make test` runs it; so does CI (.ci/run).
+# Tests that need other brokers start their own with kafka.sh (e2e TestSecurity: one with TLS and
+# SASL listeners on the first five free ports from 19500).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

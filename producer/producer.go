@@ -56,7 +56,8 @@ type Options struct {
 	// incompressible), and the topic has the broker's default record size limit.
 	DeadLetterTopic string
 	Logger          *slog.Logger
-	// Extra are appended to the client options (callbacks, tuning, test hooks).
+	// Extra are appended to the client options: the connection's (dial.Opts: TLS, SASL),
+	// callbacks, tuning, test hooks.
 	Extra []kgo.Opt
 }
 
@@ -68,6 +69,9 @@ type Session struct {
 	txn  *kgo.GroupTransactSession // exactly-once
 	cl   *kgo.Client
 	open bool
+	// lost: End or Begin failed for want of a broker; the session can only be abandoned
+	// (ErrSessionLost).
+	lost bool
 	// produced is set by Produce (any goroutine) and cleared by End: whether the open
 	// transaction holds records.
 	produced atomic.Bool
@@ -203,10 +207,13 @@ func (s *Session) AllowRebalance() { s.cl.AllowRebalance() }
 
 // Begin opens a transaction if none is open (exactly-once); a no-op at-least-once.
 func (s *Session) Begin() error {
-	if s.txn == nil || s.open {
+	if s.txn == nil || s.open || s.lost {
 		return nil
 	}
-	if err := s.txn.Begin(); err != nil {
+	if err := s.txn.Begin(); err != nil && Retriable(err) {
+		s.lost = true
+		return fmt.Errorf("producer: begin transaction: %w: %w", ErrSessionLost, err)
+	} else if err != nil {
 		return fmt.Errorf("producer: begin transaction: %w", err)
 	}
 	s.open = true
@@ -274,6 +281,10 @@ func (s *Session) End(ctx context.Context, offsets map[string]map[int32]int64, c
 	stuck := time.AfterFunc(endStuck, s.cl.AllowRebalance)
 	committed, err := s.txn.End(ctx, kgo.TransactionEndTry(commit))
 	stuck.Stop()
+	if err != nil && Retriable(err) {
+		s.lost = true
+		return false, fmt.Errorf("producer: end transaction (outcome unknown): %w: %w", ErrSessionLost, err)
+	}
 	if err != nil {
 		return false, fmt.Errorf("producer: end transaction: %w", err)
 	}
@@ -311,6 +322,24 @@ func (s *Session) endAtLeastOnce(ctx context.Context, offsets map[string]map[int
 		return false, nil
 	}
 	return true, nil
+}
+
+// ErrSessionLost is the error of End or Begin when a broker could not be reached and the
+// session cannot go on: a transaction ended without a known outcome (it may have committed or
+// aborted: its coordinator died, the group's coordinator moved), or the producer id could not be
+// renewed for the next one. The session must be abandoned, as a crash would: the tasks drop what
+// they hold and a new session resumes from what Kafka committed (the new producer's epoch aborts
+// the transaction if it is still open; the state catches up from the changelog if it committed).
+var ErrSessionLost = errors.New("the Kafka session is lost")
+
+// Abandon closes the session's client without ending its transaction, as a crash would. A new
+// session with the same transactional id fences it.
+func (s *Session) Abandon() {
+	if s.txn != nil {
+		s.txn.Close()
+		return
+	}
+	s.cl.Close()
 }
 
 // Close leaves the group and closes the client (aborting an open transaction).

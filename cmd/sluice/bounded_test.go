@@ -8,12 +8,15 @@ import (
 	"log/slog"
 	"path/filepath"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/sluice-dev/sluice/cmd/sluice/workload"
 	"github.com/sluice-dev/sluice/configs"
 )
 
@@ -162,4 +165,89 @@ sinks:
 	produce(3000, 600) // one more minute, later in event time
 	run()
 	check("third run after more input")
+}
+
+// TestRunBoundedCogroup runs a cogroup of two co-partitioned topics as a batch job: the run
+// ends once both inputs of every task reached their end offsets, with every customer's balance
+// exact on both sides; a second run over unchanged input emits nothing. Windowed (one-hour
+// tumbling windows, emit final, every order in the first hour), the finals exist only because
+// the end of both inputs closes the window.
+func TestRunBoundedCogroup(t *testing.T) {
+	t.Run("unwindowed", func(t *testing.T) { boundedCogroup(t, "") })
+	t.Run("windowed", func(t *testing.T) { boundedCogroup(t, "      window: {tumbling: 1h}\n      emit: final\n") })
+}
+
+func boundedCogroup(t *testing.T, window string) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "orders", "refunds"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	brokers := c.ListenAddrs()
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	orders := workload.Spec{Records: 20_000, Keys: 500, Partitions: 3, Seed: 1}
+	refunds := workload.Spec{Records: 5_000, Keys: 500, Partitions: 3, Seed: 2}
+	cl, err := kgo.NewClient(append(workload.ProducerOpts(), kgo.SeedBrokers(brokers...))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if err := workload.Produce(ctx, cl, "orders", orders); err != nil {
+		t.Fatal(err)
+	}
+	if err := workload.Produce(ctx, cl, "refunds", refunds); err != nil {
+		t.Fatal(err)
+	}
+	doc := fmt.Sprintf(`
+kafka: {brokers: [%s]}
+group: batch
+instance_id: i-0
+processing: {commit_interval: 50ms, state_dir: %s}
+backlog: {enter_lag: 100, exit_lag: 10, progress_interval: 0s}
+http: {listen: "off"}
+`, brokers[0], filepath.Join(t.TempDir(), "state")) +
+		strings.Replace(workload.CogroupPipeline("orders", "refunds", "balances"), "      fields:\n", window+"      fields:\n", 1)
+	cfg, err := configs.Parse([]byte(doc), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	run := func() {
+		t.Helper()
+		done := make(chan error, 1)
+		go func() { done <- runPipeline(ctx, cfg, log, runOpts{bounded: true}) }()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("bounded run: %v", err)
+			}
+		case <-ctx.Done():
+			t.Fatal("the bounded run did not exit by itself")
+		}
+	}
+	outputs := func() int64 {
+		t.Helper()
+		adm := kadm.NewClient(cl)
+		ends, err := adm.ListEndOffsets(ctx, "balances")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var n int64
+		ends.Each(func(o kadm.ListedOffset) { n += o.Offset })
+		return n
+	}
+	run()
+	got, _, err := workload.ReadCogroup(ctx, brokers, "balances")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := workload.Diff(workload.ExpectedCogroup(orders, refunds), got, 10); d != nil {
+		t.Fatalf("balances after the bounded run differ:\n%s", strings.Join(d, "\n"))
+	}
+	before := outputs()
+	run()
+	if after := outputs(); after != before {
+		t.Fatalf("a second bounded run over unchanged input wrote %d more records to the sink (offsets %d → %d)", after-before, before, after)
+	}
 }

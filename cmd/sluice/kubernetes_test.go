@@ -11,6 +11,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -422,4 +423,44 @@ func checkSluiceContainer(t *testing.T, objs []k8sObject, workload k8sObject, po
 	if time.Duration(grace)*time.Second < need {
 		t.Errorf("terminationGracePeriodSeconds %d is shorter than preStop %ds + kafka.transaction_timeout %s + 30s", grace, sleep, cfg.Kafka.TransactionTimeout)
 	}
+}
+
+// TestKubernetesSASLExample: the statefulset's Secret with its SASL_SSL lines uncommented still
+// passes every check of TestKubernetesManifests, and validate --explain masks the password.
+func TestKubernetesSASLExample(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(manifestDir, "statefulset.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := strings.ReplaceAll(string(b), "  # SLUICE_KAFKA__", "  SLUICE_KAFKA__")
+	if strings.Count(text, "SLUICE_KAFKA__SASL__") != strings.Count(string(b), "SLUICE_KAFKA__SASL__") || !strings.Contains(text, "\n  SLUICE_KAFKA__SASL__PASSWORD: ") {
+		t.Fatal("statefulset.yaml has no commented SLUICE_KAFKA__SASL__PASSWORD line in its Secret")
+	}
+	file := filepath.Join(t.TempDir(), "statefulset.yaml")
+	if err := os.WriteFile(file, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	objs := readManifests(t, file)
+	for _, o := range objs {
+		if o.kind() != "StatefulSet" {
+			continue
+		}
+		pod := get(o, "spec", "template", "spec")
+		c := list(get(pod, "containers"))[0]
+		checkSluiceContainer(t, objs, o, pod, c)
+		env := containerEnv(t, objs, c, o.name()+"-0")
+		if !slices.Contains(env, "SLUICE_KAFKA__SASL__PASSWORD=replace-me") {
+			t.Errorf("the container's environment has no SASL password: %v", env)
+		}
+		var out, errb bytes.Buffer
+		cfgFile := filepath.Join(t.TempDir(), "config.yaml")
+		if err := os.WriteFile(cfgFile, []byte(str(get(find(objs, "ConfigMap", "sluice-revenue-config"), "data", "config.yaml"))), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if code := realMain([]string{"validate", "--explain", "-c", cfgFile}, &out, &errb); code != 0 || strings.Contains(out.String(), "replace-me") {
+			t.Errorf("validate --explain: exit %d, password shown: %v\n%s%s", code, strings.Contains(out.String(), "replace-me"), out.String(), errb.String())
+		}
+		return
+	}
+	t.Fatal("no StatefulSet in statefulset.yaml")
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluice-dev/sluice/configs"
+	"github.com/sluice-dev/sluice/dial"
 	"github.com/sluice-dev/sluice/operators/task"
 	"github.com/sluice-dev/sluice/state"
 )
@@ -79,7 +80,11 @@ func cmdReset(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	var adm *kadm.Client
 	topicParts := -1 // -1: absent or not looked up
 	if !cfg.Kafka.Embedded() {
-		cl, err := kgo.NewClient(kgo.SeedBrokers(cfg.Kafka.Brokers...))
+		conn, err := dial.Opts(cfg.Kafka)
+		if err != nil {
+			return err
+		}
+		cl, err := kgo.NewClient(conn...)
 		if err != nil {
 			return fmt.Errorf("reset: %w", err)
 		}

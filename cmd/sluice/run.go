@@ -25,6 +25,7 @@ import (
 
 	"github.com/sluice-dev/sluice/configs"
 	"github.com/sluice-dev/sluice/consumer"
+	"github.com/sluice-dev/sluice/dial"
 	"github.com/sluice-dev/sluice/operators/task"
 	"github.com/sluice-dev/sluice/sorter"
 	"github.com/sluice-dev/sluice/state"
@@ -69,6 +70,9 @@ func runPipeline(ctx context.Context, cfg *configs.Config, log *slog.Logger, ro 
 	plan, err := task.NewPlan(cfg)
 	if err != nil {
 		return err
+	}
+	if dial.Cleartext(cfg.Kafka) {
+		log.Warn(cleartextWarning)
 	}
 	if cfg.Kafka.Embedded() {
 		c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(8, plan.Topics()...))
@@ -150,6 +154,10 @@ func runPipeline(ctx context.Context, cfg *configs.Config, log *slog.Logger, ro 
 	}
 	return nil
 }
+
+// cleartextWarning is logged by sluice run and printed by sluice validate for SASL PLAIN
+// without TLS (dial.Cleartext).
+const cleartextWarning = "kafka.sasl.mechanism is plain without kafka.tls: the password crosses the network readable by anyone on the path; enable kafka.tls, or use scram-sha-256/512"
 
 // errBoundedDone ends a bounded run's errgroup once the engine has finished.
 var errBoundedDone = errors.New("bounded run done")

@@ -9,6 +9,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/sluice-dev/sluice/configs"
+	"github.com/sluice-dev/sluice/dial"
 	"github.com/sluice-dev/sluice/operators/task"
 )
 
@@ -30,7 +31,15 @@ func cmdValidate(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	// The files of kafka.tls and kafka.sasl.password_file are read (not dialed) as sluice run
+	// reads them, so a missing or malformed one fails here, naming its key.
+	if _, err := dial.Opts(cfg.Kafka); err != nil {
+		return err
+	}
 	fmt.Fprintf(stdout, "%s: ok\n", *path)
+	if dial.Cleartext(cfg.Kafka) {
+		fmt.Fprintf(stdout, "warning: %s\n", cleartextWarning)
+	}
 	if *explain {
 		printSettings(stdout, *path, settings)
 	}

@@ -2,7 +2,7 @@
 # kafka.sh — a real Apache Kafka (KRaft) broker for sluice's tests, assembled from Maven Central.
 #
 #   kafka.sh fetch                                  download the broker classpath into lib/
-#   kafka.sh start [--port P] [--dir D] [--brokers 1|3] [--timeout S]
+#   kafka.sh start [--port P] [--dir D] [--brokers 1|3] [--timeout S] [--security S]
 #                                                   start (or restart the stopped nodes of) a cluster;
 #                                                   prints the bootstrap address(es) on stdout
 #   kafka.sh stop  [--dir D] [--node N] [--kill] [--clean]
@@ -15,6 +15,17 @@
 # A node restarted after stop/--kill keeps its data (no reformat); --clean (or a new --dir)
 # gives a fresh cluster. Three brokers: RF 3, min ISR 2, a killed broker is fenced after 3 s.
 # Only the address goes to stdout; everything else goes to stderr or to D/node-<i>/server.log.
+#
+# --security S (one broker only) adds TLS and SASL listeners, for the security tests. S is a
+# directory holding ca.pem (the CA that signs broker and client certificates), broker.pem (the
+# broker's unencrypted PKCS#8 private key, then its certificate, valid for 127.0.0.1) and users
+# (lines "name password", letters, digits, '-' and '_' only: each user gets PLAIN and
+# SCRAM-SHA-256/512 credentials). The listeners (stdout still prints only the first):
+#   P    PLAINTEXT       (also inter-broker)
+#   P+1  SSL             client certificate required (ssl.client.auth=required)
+#   P+2  SASL_SSL        PLAIN, SCRAM-SHA-256, SCRAM-SHA-512
+#   P+3  SASL_PLAINTEXT  PLAIN, SCRAM-SHA-256, SCRAM-SHA-512
+#   P+4  CONTROLLER      (instead of P+100)
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -29,6 +40,7 @@ TIMEOUT=120
 NODE=""
 KILL=0
 CLEAN=0
+SECURITY=""
 
 log() { echo "kafka.sh: $*" >&2; }
 die() { log "$*"; exit 1; }
@@ -43,12 +55,21 @@ parse_flags() {
       --node) NODE="$2"; shift 2 ;;
       --kill) KILL=1; shift ;;
       --clean) CLEAN=1; shift ;;
+      --security) SECURITY="$2"; shift 2 ;;
       *) die "unknown flag $1" ;;
     esac
   done
   [[ "$PORT" =~ ^[0-9]+$ ]] || die "--port must be a number, got $PORT"
   [[ "$BROKERS" == 1 || "$BROKERS" == 3 ]] || die "--brokers must be 1 or 3, got $BROKERS"
   DIR="$(realpath -m "$DIR")"
+  if [[ -n "$SECURITY" ]]; then
+    [[ "$BROKERS" == 1 ]] || die "--security needs --brokers 1"
+    SECURITY="$(realpath -m "$SECURITY")"
+    local f
+    for f in ca.pem broker.pem users; do
+      [[ -r "$SECURITY/$f" ]] || die "--security: $SECURITY/$f is missing"
+    done
+  fi
 }
 
 # The stamp holds the pom's checksum, so editing the pom (e.g. the Kafka version) refetches.
@@ -67,7 +88,9 @@ cmd_fetch() {
 }
 
 broker_port() { echo $((PORT + $1 - 1)); }
-controller_port() { echo $((PORT + 100 + $1 - 1)); }
+controller_port() {
+  if [[ -n "$SECURITY" ]]; then echo $((PORT + 4)); else echo $((PORT + 100 + $1 - 1)); fi
+}
 
 addresses() {
   local i out=""
@@ -128,6 +151,7 @@ EOF
     echo "broker.session.timeout.ms=3000" >>"$node/server.properties"
     echo "broker.heartbeat.interval.ms=500" >>"$node/server.properties"
   fi
+  [[ -z "$SECURITY" ]] || write_security "$node/server.properties"
   cat >"$node/log4j2.properties" <<EOF
 status = warn
 appender.file.type = File
@@ -148,6 +172,48 @@ logger.request.level = WARN
 EOF
 }
 
+# write_security rewrites the listeners of a --security broker and appends its TLS and SASL
+# settings (see the header).
+write_security() {
+  local props="$1" p=$PORT plain_users="" name pass l
+  while read -r name pass; do
+    [[ -n "$name" ]] || continue
+    [[ "$name$pass" =~ ^[A-Za-z0-9_-]+$ ]] || die "--security: users: only letters, digits, '-' and '_' (user $name)"
+    plain_users+=" user_$name=\"$pass\""
+  done <"$SECURITY/users"
+  sed -i -e '/^listeners=/d' -e '/^advertised.listeners=/d' -e '/^listener.security.protocol.map=/d' "$props"
+  cat >>"$props" <<EOF
+listeners=PLAINTEXT://127.0.0.1:$p,SSL://127.0.0.1:$((p + 1)),SASL_SSL://127.0.0.1:$((p + 2)),SASL_PLAINTEXT://127.0.0.1:$((p + 3)),CONTROLLER://127.0.0.1:$(controller_port 1)
+advertised.listeners=PLAINTEXT://127.0.0.1:$p,SSL://127.0.0.1:$((p + 1)),SASL_SSL://127.0.0.1:$((p + 2)),SASL_PLAINTEXT://127.0.0.1:$((p + 3))
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SSL:SSL,SASL_SSL:SASL_SSL,SASL_PLAINTEXT:SASL_PLAINTEXT
+ssl.keystore.type=PEM
+ssl.keystore.location=$SECURITY/broker.pem
+ssl.truststore.type=PEM
+ssl.truststore.location=$SECURITY/ca.pem
+listener.name.ssl.ssl.client.auth=required
+sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256,SCRAM-SHA-512
+EOF
+  for l in sasl_ssl sasl_plaintext; do
+    cat >>"$props" <<EOF
+listener.name.$l.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required$plain_users;
+listener.name.$l.scram-sha-256.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+listener.name.$l.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+EOF
+  done
+}
+
+# scram_args prints the StorageTool format arguments that create the --security users' SCRAM
+# credentials, one per line.
+scram_args() {
+  local name pass m
+  while read -r name pass; do
+    [[ -n "$name" ]] || continue
+    for m in SCRAM-SHA-256 SCRAM-SHA-512; do
+      printf -- '--add-scram\n%s=[name=%s,password=%s]\n' "$m" "$name" "$pass"
+    done
+  done <"$SECURITY/users"
+}
+
 # java_cmd N sets JAVA to the JVM command line for node N.
 java_cmd() {
   JAVA=(java -Xms512m -Xmx1g -XX:+UseG1GC -XX:MaxGCPauseMillis=20 -Djava.awt.headless=true
@@ -163,10 +229,10 @@ fail_start() {
 }
 
 cmd_start() {
-  local requested_port="$PORT" requested_brokers="$BROKERS"
+  local requested_port="$PORT" requested_brokers="$BROKERS" requested_security="$SECURITY"
   if load_cluster; then
-    [[ "$requested_port" == "$PORT" && "$requested_brokers" == "$BROKERS" ]] ||
-      die "$DIR holds a cluster with --port $PORT --brokers $BROKERS; stop it with --clean or use another --dir"
+    [[ "$requested_port" == "$PORT" && "$requested_brokers" == "$BROKERS" && "$requested_security" == "${SECURITY:-}" ]] ||
+      die "$DIR holds a cluster with --port $PORT --brokers $BROKERS${SECURITY:+ --security $SECURITY}; stop it with --clean or use another --dir"
   fi
   cmd_fetch
   mkdir -p "$DIR"
@@ -179,20 +245,24 @@ cmd_start() {
     [[ -n "$cid" ]] || die "StorageTool random-uuid printed nothing"
     echo "$cid" >"$DIR/cluster.id"
   fi
-  printf 'PORT=%s\nBROKERS=%s\n' "$PORT" "$BROKERS" >"$DIR/cluster.env"
+  printf 'PORT=%s\nBROKERS=%s\nSECURITY=%q\n' "$PORT" "$BROKERS" "$SECURITY" >"$DIR/cluster.env"
 
   for ((i = 1; i <= BROKERS; i++)); do
     if pid_of "$i" >/dev/null; then continue; fi
     local node="$DIR/node-$i" p
-    for p in "$(broker_port "$i")" "$(controller_port "$i")"; do
+    local ports=("$(broker_port "$i")" "$(controller_port "$i")")
+    [[ -z "$SECURITY" ]] || ports+=($((PORT + 1)) $((PORT + 2)) $((PORT + 3)))
+    for p in "${ports[@]}"; do
       if (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
         die "node $i: port $p is already in use (another broker? try: kafka.sh status --dir ...)"
       fi
     done
     write_configs "$i"
     if [[ ! -f "$node/data/meta.properties" ]]; then
+      local scram=()
+      [[ -z "$SECURITY" ]] || mapfile -t scram < <(scram_args)
       java_cmd "$i"
-      "${JAVA[@]}" kafka.tools.StorageTool format -t "$cid" -c "$node/server.properties" \
+      "${JAVA[@]}" kafka.tools.StorageTool format -t "$cid" -c "$node/server.properties" ${scram[@]+"${scram[@]}"} \
         >"$node/format.log" 2>&1 || { cat "$node/format.log" >&2; die "node $i: format failed"; }
     fi
     [[ ! -f "$node/server.log" ]] || mv -f "$node/server.log" "$node/server.log.prev"
@@ -271,5 +341,5 @@ case "$cmd" in
   start) parse_flags "$@"; cmd_start ;;
   stop) parse_flags "$@"; cmd_stop ;;
   status) parse_flags "$@"; cmd_status ;;
-  *) die "usage: kafka.sh fetch | start [--port P] [--dir D] [--brokers 1|3] | stop [--dir D] [--node N] [--kill] [--clean] | status [--dir D]" ;;
+  *) die "usage: kafka.sh fetch | start [--port P] [--dir D] [--brokers 1|3] [--security S] | stop [--dir D] [--node N] [--kill] [--clean] | status [--dir D]" ;;
 esac

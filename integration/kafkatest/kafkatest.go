@@ -9,6 +9,9 @@
 //	bash integration/kafka/kafka.sh start            # prints 127.0.0.1:19092
 //	SLUICE_TEST_KAFKA=127.0.0.1:19092 go test ./...
 //
+// A test of TLS and SASL starts its own broker with those listeners (StartSecureBroker, under
+// the same rule) from certificates NewCerts generates.
+//
 // Every helper here reports failures through the testing.TB it is given and registers its
 // cleanup with t.Cleanup; none keeps package-level state.
 package kafkatest

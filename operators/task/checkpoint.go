@@ -761,6 +761,7 @@ func (t *Task) Aborted(pd *Pending) map[string]int64 {
 			c.det = c.det.Fresh()
 		}
 		c.ended = false
+		c.inputEnded = false
 		c.observed = false
 		c.outbox = nil
 		if c.timed() {

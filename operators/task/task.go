@@ -91,6 +91,10 @@ type chain struct {
 
 	observed bool // the chain has seen a batch since it started or was rewound (BeforeBatch)
 
+	// inputEnded: the chain's input ended (bounded run, EndInput); the operator's ended follows
+	// once every input of it has.
+	inputEnded bool
+
 	// Event time of the chain's input: its watermark (the largest event time decoded minus its
 	// source's max_delay) and the one committed. The operator's watermark (opState.wm) is the
 	// smallest of its inputs'; a record is late by its own input's (window.go).
@@ -128,7 +132,7 @@ type opState struct {
 	timerNS     state.Namespace
 	tm          timers
 	wk          []byte // scratch window key
-	ended       bool   // the input ended (bounded run): the watermark is +infinity
+	ended       bool   // every input ended (bounded run): the watermark is +infinity
 	endWM       int64  // while ended: the watermark to commit (the data's, or the latest close of a window the end closed)
 	late        int64
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -505,11 +506,16 @@ func (t *Task) sweepTimers(c *chain, wm int64, closed map[string]struct{}, p Pro
 func (t *Task) EndInput(topic string) error {
 	t.must("EndInput", phaseIdle)
 	for _, c := range t.byTopic[topic] {
-		c.ended = true
+		c.inputEnded = true
 		if c.ops.agg == nil {
+			c.ended = true
 			continue
 		}
 		t.needCkpt = true
+		if c.ended || slices.ContainsFunc(c.chains, func(o *chain) bool { return !o.inputEnded }) {
+			continue // an operator of several inputs ends with the last of them
+		}
+		c.ended = true
 		if !c.timed() {
 			continue
 		}
@@ -532,7 +538,7 @@ func (t *Task) EndInput(topic string) error {
 // after EndInput makes it false until the input is processed and ended again.
 func (t *Task) Finished() bool {
 	for _, c := range t.chains {
-		if !c.ended || c.inBack || len(c.dirty) > 0 || c.next > c.committed {
+		if !c.inputEnded || !c.ended || c.inBack || len(c.dirty) > 0 || c.next > c.committed {
 			return false
 		}
 	}
