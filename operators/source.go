@@ -174,6 +174,13 @@ func (s *Source) Decode(kafkaKey, value []byte, kafkaTimeMs int64, r *Record) er
 	return nil
 }
 
+// Key returns the group key of a Kafka record key read by the key format (for a tombstone,
+// which has no value to decode): kafkaKey itself, or the text of a JSON key in r's scratch.
+// A key the format refuses is an *Error.
+func (s *Source) Key(kafkaKey []byte, r *Record) ([]byte, error) {
+	return s.readKey(kafkaKey, r)
+}
+
 // readKey reads the Kafka record key by the key format: the key the record is grouped by.
 func (s *Source) readKey(k []byte, r *Record) ([]byte, error) {
 	if k == nil {

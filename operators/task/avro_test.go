@@ -142,3 +142,27 @@ func TestAvroTableAndStream(t *testing.T) {
 		t.Fatalf("Process with the registry down: %v, want ErrUnavailable", err)
 	}
 }
+
+// TestTableJSONKeyTombstone: with key_format json a row is stored under its key's text, and a
+// tombstone (no value to decode) deletes it by the same text.
+func TestTableJSONKeyTombstone(t *testing.T) {
+	doc := joinConfig("left", false, "", "never", 100, 10, 1000, "0s", "")
+	doc = strings.Replace(doc, "customers: {topic: customers, key: customer_id}", "customers: {topic: customers, key_format: json, key: customer_id}", 1)
+	prod := newFakeProducer()
+	tk := newJoinTask(t, mustPlan(t, doc), state.NewMem(), prod, nil)
+	loadTable(t, tk, `"c1" {"customer_id":"c1","region":"EU"}`, `"c2" {"customer_id":"c2","region":"US"}`, `"c1" `)
+	tk.BeforeBatch(testTopic, Lag{Before: 2})
+	if err := tk.Process(testTopic, []*kgo.Record{orderRec(0, "c1", "1", 100, ""), orderRec(1, "c2", "2", 100, "")}); err != nil {
+		t.Fatal(err)
+	}
+	ddCheckpoint(t, tk, prod, false)
+	var outs []string
+	for _, r := range prod.log {
+		if r.Topic == testSink {
+			outs = append(outs, string(r.Value))
+		}
+	}
+	if len(outs) != 2 || !strings.Contains(outs[0], `"customers":null`) || !strings.Contains(outs[1], `"region":"US"`) {
+		t.Errorf("outputs %q; want c1 without a row (deleted) and c2 with its row", outs)
+	}
+}

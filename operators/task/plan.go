@@ -196,7 +196,7 @@ func NewPlan(cfg *configs.Config) (*Plan, error) {
 		}
 		p.Chains = append(p.Chains, ChainPlan{
 			SourceName: op.Join.Table,
-			Source:     configs.Source{Topic: tb.Topic, Format: tb.Format, Key: tb.Key, Timestamp: tb.Timestamp, Watermark: tb.Watermark},
+			Source:     configs.Source{Topic: tb.Topic, Format: tb.Format, KeyFormat: tb.KeyFormat, Key: tb.Key, Timestamp: tb.Timestamp, Watermark: tb.Watermark},
 			Agg:        cogroups[op.Name], AsOf: op.Join, Input: 1, Versions: tb.Versions,
 			Changelog: cfg.ChangelogTopic(op.Name), Sink: op.Output, SinkTopic: sinkTopic(cfg, op.Output),
 		})

@@ -200,7 +200,12 @@ func (t *Task) applyTable(tb *table, recs []*kgo.Record, last int64) error {
 				t.deadLetterTable(tb, kr, fmt.Errorf("a tombstone without a key"))
 				continue
 			}
-			if err := b.Delete(tb.ns, kr.Key); err != nil {
+			key, err := tb.src.Key(kr.Key, &tb.rec) // the row's key as its record stored it (key_format)
+			if err != nil {
+				t.deadLetterTable(tb, kr, err)
+				continue
+			}
+			if err := b.Delete(tb.ns, key); err != nil {
 				return fmt.Errorf("task %d: table %s: %w", t.partition, tb.name, err)
 			}
 			tb.deletes++

@@ -464,7 +464,12 @@ func (t *Task) processChain(c *chain, recs []*kgo.Record, now time.Time) error {
 		if kr.Value == nil && kr.Key != nil && c.plan.AsOf != nil && c.input == 1 {
 			// A tombstone of a table read as versions: the row is deleted from its record
 			// timestamp on.
-			c.rec = operators.Record{Key: kr.Key, Time: kr.Timestamp.UnixMilli()}
+			key, err := ops.src.Key(kr.Key, &c.rec)
+			if err != nil {
+				t.deadLetter(c, kr, "source "+c.plan.SourceName, err)
+				continue
+			}
+			c.rec.Key, c.rec.Value, c.rec.Time = key, nil, kr.Timestamp.UnixMilli()
 		} else if err := ops.src.Decode(kr.Key, kr.Value, kr.Timestamp.UnixMilli(), &c.rec); err != nil {
 			var rerr *operators.Error
 			if !errors.As(err, &rerr) {
