@@ -147,7 +147,9 @@ type Processing struct {
 	CacheKeys      int           `koanf:"cache_keys" doc:"Per task: write-back cache entries in real-time mode, keys pre-aggregated in memory in backlog mode (beyond them records are sorted). At least 1."`
 	// MaxCheckpointFailures is the rule of consumer/failure.go for a record that cannot be
 	// produced.
-	MaxCheckpointFailures int `koanf:"max_checkpoint_failures" doc:"Checkpoints in a row that may abort because a record cannot be produced (a topic refuses it) before sluice exits 1; from 10 (or this, if lower) on, an ERROR names the record and /readyz is false. At least 1."`
+	// MinFreeSpace is the free space the state store keeps (state.Options.MinFreeBytes).
+	MinFreeSpace          Size `koanf:"min_free_space" doc:"Free space the state store keeps on processing.state_dir's file system: a state write that would start with less fails, and sluice exits 1 naming the dir (a write Pebble's log cannot make is fatal to it). 0 disables the check."`
+	MaxCheckpointFailures int  `koanf:"max_checkpoint_failures" doc:"Checkpoints in a row that may abort because a record cannot be produced (a topic refuses it) before sluice exits 1; from 10 (or this, if lower) on, an ERROR names the record and /readyz is false. At least 1."`
 }
 
 // Guarantee values.
@@ -569,6 +571,7 @@ func defaults() Config {
 			CacheKeys:      100000,
 
 			MaxCheckpointFailures: 100,
+			MinFreeSpace:          64 * MiB,
 		},
 		Backlog: Backlog{
 			Mode:             ModeAuto,

@@ -105,6 +105,7 @@ type Engine struct {
 	runCtx context.Context // cancelled when Run returns (set by Run)
 
 	fails failStreak // checkpoints aborted by produce errors (failure.go)
+	kafka kafkaWait  // Kafka unreachable at start (connect.go)
 
 	transientLogged time.Time // when the poll loop last logged a transient fetch error (poll loop only)
 }
@@ -166,7 +167,8 @@ func (e *Engine) groupOf(topic string) string {
 func (e *Engine) isTable(topic string) bool { _, ok := e.tables[topic]; return ok }
 
 // Run joins the group and processes until ctx is done (then it checkpoints what it has
-// processed, leaves, and returns nil) or a failure it cannot recover from.
+// processed, leaves, and returns nil) or a failure it cannot recover from. It first waits, with
+// no bound, until a broker answers (connect.go).
 func (e *Engine) Run(ctx context.Context) error {
 	cfg := e.o.Config
 	// Every client of the engine (admin and purger, group session, restores) starts from kafka:
@@ -182,6 +184,12 @@ func (e *Engine) Run(ctx context.Context) error {
 	}
 	defer admCl.Close()
 	e.adm = kadm.NewClient(admCl)
+	if err := e.waitForKafka(ctx, admCl); err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped while waiting: nothing was started
+		}
+		return err
+	}
 	if err := e.ensureTopics(ctx); err != nil {
 		if dial.Refused(err) { // the first requests: say which settings to check
 			return fmt.Errorf("consumer: the connection to kafka %s failed its security handshake (%s; check kafka.tls and kafka.sasl): %w",
@@ -729,6 +737,9 @@ func (e *Engine) Ready() bool {
 
 // Readiness is Ready with, when not ready, why.
 func (e *Engine) Readiness() (ready bool, why string) {
+	if why := e.kafkaWaitReason(); why != "" {
+		return false, why
+	}
 	if e.fails.alarmed.Load() {
 		return false, "checkpoints keep failing: a record cannot be produced (see the log and sluice_checkpoint_failures_consecutive)"
 	}
@@ -822,14 +833,16 @@ func (e *Engine) finished() bool {
 
 // fetchErr returns the first error of fs that ends the run. An error that goes away when
 // retried does not: a broker or the group's coordinator that cannot be reached (a node died and
-// is not fenced yet), which franz-go keeps retrying itself; it is logged, at most every 10 s.
+// is not fenced yet), which franz-go keeps retrying itself, or a group session franz-go joins
+// again by itself (the member was dropped while the coordinator moved; the revoke or loss
+// callbacks have stopped its tasks); it is logged, at most every 10 s.
 func (e *Engine) fetchErr(fs kgo.Fetches) error {
 	var out error
 	fs.EachError(func(t string, p int32, err error) {
 		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
 			return
 		}
-		if producer.Retriable(err) {
+		if producer.Retriable(err) || producer.Rejoinable(err) {
 			if now := e.o.Clock(); now.Sub(e.transientLogged) >= 10*time.Second {
 				e.transientLogged = now
 				e.log.Warn("kafka unreachable for now; retrying", "topic", t, "partition", p, "err", err)

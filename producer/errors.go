@@ -4,12 +4,32 @@ import (
 	"context"
 	"errors"
 	"net"
+	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
+
+// Rejoinable reports whether err is a group-management error that franz-go recovers from by
+// itself, joining the group again (it always tries; the error only reaches the poll as a
+// notification): the member was dropped (UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION: its session
+// expired while the group's coordinator moved to another broker, or while the process was
+// paused), a rebalance, or a coordinator that cannot be reached. Another process holding this
+// instance id (FENCED_INSTANCE_ID) and refused credentials are not.
+func Rejoinable(err error) bool {
+	gs, ok := errors.AsType[*kgo.ErrGroupSession](err)
+	if !ok {
+		return false
+	}
+	for _, e := range []error{kerr.UnknownMemberID, kerr.IllegalGeneration, kerr.RebalanceInProgress, kerr.StaleMemberEpoch} {
+		if errors.Is(gs.Err, e) {
+			return true
+		}
+	}
+	return Retriable(gs.Err)
+}
 
 // Retriable reports whether err may go away if the request is sent again: a retriable Kafka
 // error code, a broker that cannot be reached (connection refused while a dead leader is still in
@@ -29,6 +49,11 @@ func Retriable(err error) bool {
 		return true // franz-go leaves the retry of a refused dial to the caller
 	}
 	if _, ok := errors.AsType[*kgo.ErrFirstReadEOF](err); ok {
+		return true
+	}
+	if strings.Contains(err.Error(), "unknown broker") {
+		// franz-go's unexported errUnknownBroker: the request went to a broker the metadata
+		// no longer lists (a dead node, until the cluster fenced it and moved its leaders).
 		return true
 	}
 	return kerr.IsRetriable(err) || kgo.IsRetryableBrokerErr(err)

@@ -30,9 +30,29 @@ func TestRetriable(t *testing.T) {
 		{"an authorization failure", kerr.GroupAuthorizationFailed, false},
 		{"another process with this instance id", &kgo.ErrGroupSession{Err: kerr.FencedInstanceID}, false},
 		{"a plain error", errors.New("boom"), false},
+		{"a broker the metadata no longer lists", &kadm.ShardErrors{Errs: []kadm.ShardError{{Err: errors.New("unknown broker")}}}, true},
 	} {
 		if got := Retriable(c.err); got != c.want {
 			t.Errorf("%s: Retriable(%v) = %v, want %v", c.name, c.err, got, c.want)
+		}
+	}
+}
+
+func TestRejoinable(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"a member the coordinator forgot", &kgo.ErrGroupSession{Err: kerr.UnknownMemberID}, true},
+		{"a stale generation", &kgo.ErrGroupSession{Err: kerr.IllegalGeneration}, true},
+		{"a coordinator out of reach", &kgo.ErrGroupSession{Err: &kgo.ErrFirstReadEOF{}}, true},
+		{"another process with this instance id", &kgo.ErrGroupSession{Err: kerr.FencedInstanceID}, false},
+		{"refused credentials", &kgo.ErrGroupSession{Err: kerr.GroupAuthorizationFailed}, false},
+		{"not a group error", kerr.UnknownMemberID, false},
+	} {
+		if got := Rejoinable(c.err); got != c.want {
+			t.Errorf("%s: Rejoinable(%v) = %v, want %v", c.name, c.err, got, c.want)
 		}
 	}
 }

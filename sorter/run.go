@@ -50,8 +50,13 @@ type runWriter struct {
 	size    int64
 }
 
-func createRun(path string) (*runWriter, error) {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+// createRun creates the run file path. open, if not nil, replaces the file's creation (tests
+// inject write faults: /dev/full).
+func createRun(path string, open func(string) (*os.File, error)) (*runWriter, error) {
+	if open == nil {
+		open = func(p string) (*os.File, error) { return os.OpenFile(p, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644) }
+	}
+	f, err := open(path)
 	if err != nil {
 		return nil, fmt.Errorf("sorter: create run: %w", err)
 	}

@@ -11,7 +11,7 @@ import (
 // writeTestRun writes entries (in the given order) to a run file and returns its bytes.
 func writeTestRun(t testing.TB, path string, es []testEntry) []byte {
 	t.Helper()
-	w, err := createRun(path)
+	w, err := createRun(path, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -111,6 +111,8 @@ type Sorter struct {
 	written int64 // bytes written to run files since Reset, compactions included
 
 	it *Iterator // the open iterator of the last Merge
+
+	openRun func(string) (*os.File, error) // creates run files; nil: os.OpenFile (tests inject faults)
 }
 
 // Stats describe a Sorter's current contents.
@@ -322,7 +324,7 @@ func (s *Sorter) writeRun(it *Iterator, at int) (err error) {
 	}()
 	path := filepath.Join(s.dir, fmt.Sprintf("run-%d.sort", s.seq))
 	s.seq++
-	w, err := createRun(path)
+	w, err := createRun(path, s.openRun)
 	if err != nil {
 		return err
 	}

@@ -1,12 +1,14 @@
 package sorter
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/cockroachdb/datadriven"
@@ -319,5 +321,50 @@ func TestSpillReusesMemory(t *testing.T) {
 	}
 	if budget.Used() != 0 || budget.kept() != 0 {
 		t.Fatalf("after Reset: used %d, kept %d; want 0, 0", budget.Used(), budget.kept())
+	}
+}
+
+// TestSpillDiskFull: a spill that cannot be written (ENOSPC, from /dev/full) fails Add with an
+// error naming the run file and the cause, leaves no run file behind, and returns the budget
+// when the sorter closes.
+func TestSpillDiskFull(t *testing.T) {
+	if _, err := os.Stat("/dev/full"); err != nil {
+		t.Skip("no /dev/full here to fill a disk with")
+	}
+	dir := t.TempDir()
+	budget := NewBudget(64 << 10)
+	s, err := New(Options{Dir: dir, Budget: budget, ChunkSize: 16 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var created []string
+	s.openRun = func(path string) (*os.File, error) {
+		created = append(created, path)
+		if err := os.WriteFile(path, nil, 0o644); err != nil { // the file the error names
+			return nil, err
+		}
+		return os.OpenFile("/dev/full", os.O_WRONLY, 0)
+	}
+	payload := make([]byte, 40)
+	for i := range 100_000 {
+		err = s.Add(fmt.Appendf(nil, "k-%010d", i*7919%100000), 0, int64(i), payload)
+		if err != nil {
+			break
+		}
+	}
+	if len(created) == 0 {
+		t.Fatal("the sorter never spilled")
+	}
+	if err == nil || !strings.Contains(err.Error(), created[0]) || !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("Add with a full disk = %v, want ENOSPC naming %s", err, created[0])
+	}
+	if left, _ := filepath.Glob(filepath.Join(dir, "run-*.sort")); len(left) > 0 {
+		t.Errorf("run files left after the failed spill: %v", left)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if budget.Used() != 0 {
+		t.Errorf("budget used after Close: %d", budget.Used())
 	}
 }

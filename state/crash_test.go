@@ -28,7 +28,7 @@ func TestCrash(t *testing.T) {
 func crashOnce(t *testing.T, seed uint64) {
 	rng := rand.New(rand.NewPCG(seed, 7))
 	fs := vfs.NewCrashableMem()
-	d := openDB(t, Options{Dir: "/state", fs: fs})
+	d := openDB(t, Options{Dir: "/state", FS: fs})
 	d.loaderFileSize = 512 // with tiny blocks, loads span several sstables, ingested together
 	d.sstOpts.BlockSize = 64
 	spaces := []Namespace{{"x", 0}, {"x", 1}}
@@ -104,7 +104,7 @@ func crashOnce(t *testing.T, seed uint64) {
 
 	image := fs.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: rng.IntN(101), RNG: rng})
 	must(t, d.Close())
-	d = openDB(t, Options{Dir: "/state", fs: image})
+	d = openDB(t, Options{Dir: "/state", FS: image})
 	defer d.Close()
 	for _, ns := range spaces {
 		got := strings.Join(scan(t, d, ns), "\n")
@@ -135,7 +135,7 @@ func crashOnce(t *testing.T, seed uint64) {
 // that touch keys outside the load's key range (so that no overlap forces a flush).
 func TestCrashLoadAfterBatch(t *testing.T) {
 	fs := vfs.NewCrashableMem()
-	d := openDB(t, Options{Dir: "/state", fs: fs})
+	d := openDB(t, Options{Dir: "/state", FS: fs})
 	ns := Namespace{"x", 0}
 	mustSet(t, d, ns, "a", "batch")                    // NoSync, outside the load's range
 	mustSet(t, d, Namespace{"other", 0}, "a", "batch") // another namespace
@@ -148,7 +148,7 @@ func TestCrashLoadAfterBatch(t *testing.T) {
 
 	image := fs.CrashClone(vfs.CrashCloneCfg{}) // keeps only synced data
 	must(t, d.Close())
-	d = openDB(t, Options{Dir: "/state", fs: image})
+	d = openDB(t, Options{Dir: "/state", FS: image})
 	defer d.Close()
 	wantScan(t, d, ns, "a=batch", "k=load")
 	wantOffset(t, d, ns, 5)

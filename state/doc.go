@@ -63,4 +63,14 @@
 //
 // Options.Dir holds <Dir>/pebble (the Pebble database) and <Dir>/ingest (loader scratch files).
 // Open fsyncs Dir and its parent, so the store's directory entries survive a machine crash.
+//
+// # Faults
+//
+// Errors name the store's directory. A write Pebble cannot make (disk full, a read-only or
+// failing file system) fails the call; a failed write-ahead log or MANIFEST write, which Pebble
+// treats as fatal, fails the call with ErrFailed and the store with it (fault.go). Damaged
+// files (a checksum mismatch, a missing or truncated file, a MANIFEST that does not read to its
+// end) make Open return ErrDamaged; MoveAside puts the store aside so that an empty one opens
+// and the runtime restores it from the changelog. Damage found by a read fails the store with
+// ErrDamaged and leaves a DAMAGED marker that the next Open reports.
 package state

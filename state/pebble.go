@@ -27,11 +27,26 @@ type Options struct {
 	// the changelog is replayed from the stored offset after a crash).
 	Sync bool
 
-	// fs replaces the OS file system (crash tests use a crashable in-memory one).
-	fs vfs.FS
+	// MinFreeBytes is the free space the store keeps on its file system: a write that would
+	// start with less free fails with ErrDiskFull instead (Pebble's write-ahead log and
+	// MANIFEST writes are fatal to it when they fail, see fault.go). 0 means
+	// defaultMinFreeBytes; negative disables the check.
+	MinFreeBytes int64
+	// VerifyLimit makes Open read every table of a store whose tables total at most this many
+	// bytes, checking their checksums, so that damage at rest (a garbled table) is found at
+	// start (ErrDamaged) rather than by a read later; 0 never reads them at Open.
+	VerifyLimit int64
+
+	// FS replaces the OS file system; nil means the OS's. Tests use it to crash the store or
+	// inject I/O faults (vfs.NewCrashableMem, errorfs).
+	FS vfs.FS
 	// tune edits the Pebble options after ours (benchmarks compare settings).
 	tune func(*pebble.Options)
 }
+
+// defaultMinFreeBytes is Options.MinFreeBytes's default: two memtables' worth, what a flush of
+// every memtable may write.
+const defaultMinFreeBytes = 2 * memTableSize
 
 // defaultCacheSize is the block cache size used when Options.CacheSize is zero or negative.
 const defaultCacheSize = 64 << 20
@@ -49,31 +64,20 @@ const defaultCacheSize = 64 << 20
 // heap, so they count fully against the process's memory target (sort_memory + 256 MiB).
 const memTableSize = 32 << 20
 
-func pebbleOptions(o Options, fs vfs.FS, cache *pebble.Cache) *pebble.Options {
+func pebbleOptions(o Options, fs vfs.FS, cache *pebble.Cache, corrupt func(pebble.DataCorruptionInfo)) *pebble.Options {
 	po := &pebble.Options{
 		FS:                 fs,
 		Cache:              cache,
 		FormatMajorVersion: pebble.FormatNewest,
 		MemTableSize:       memTableSize,
-		Logger:             quietLogger{},
+		Logger:             pebbleLogger{dir: o.Dir},
+		EventListener:      &pebble.EventListener{DataCorruption: corrupt},
 	}
 	if o.tune != nil {
 		o.tune(po)
 	}
 	po.EnsureDefaults()
 	return po
-}
-
-// quietLogger drops Pebble's informational messages (WAL recovery on every Open) and keeps its
-// errors, which go to the standard logger as with Pebble's default.
-type quietLogger struct{}
-
-func (quietLogger) Infof(string, ...any) {}
-func (quietLogger) Errorf(format string, args ...any) {
-	pebble.DefaultLogger.Errorf(format, args...)
-}
-func (quietLogger) Fatalf(format string, args ...any) {
-	pebble.DefaultLogger.Fatalf(format, args...)
 }
 
 // DB is the Pebble implementation of Store: one per process. Safe for concurrent use (see
@@ -85,11 +89,16 @@ type DB struct {
 	dir       string
 	ingestDir string
 	wo        *pebble.WriteOptions
+	minFree   uint64                // Options.MinFreeBytes; 0: no check
 	sstOpts   sstable.WriterOptions // for loader files, in the DB's table format
 	loaderSeq atomic.Uint64
 	keyBufs   sync.Pool // *[]byte scratch for encoded keys (Pebble's Get lets its key escape)
 	// loaderFileSize starts as the loaderFileSize constant; tests lower it.
 	loaderFileSize int64
+
+	// fault is the first failure (ErrFailed) or damage (ErrDamaged) found; once set, every call
+	// returns it (fault.go).
+	fault atomic.Pointer[error]
 
 	// mu makes Close wait for calls in flight; every other method holds it for reading.
 	mu struct {
@@ -101,12 +110,13 @@ type DB struct {
 var _ Store = (*DB)(nil)
 
 // Open opens (or creates) the store in o.Dir. Leftover loader files of a crashed process are
-// removed. Errors name the directory and wrap the cause.
+// removed. Errors name the directory and wrap the cause; damaged files make it return an error
+// wrapping ErrDamaged (see MoveAside).
 func Open(o Options) (*DB, error) {
 	if o.Dir == "" {
 		return nil, errors.New("state: open: Options.Dir is empty")
 	}
-	fs := o.fs
+	fs := o.FS
 	if fs == nil {
 		fs = vfs.Default
 	}
@@ -119,6 +129,12 @@ func Open(o Options) (*DB, error) {
 		loaderFileSize: loaderFileSize,
 	}
 	d.keyBufs.New = func() any { b := make([]byte, 0, 64); return &b }
+	switch {
+	case o.MinFreeBytes == 0:
+		d.minFree = defaultMinFreeBytes
+	case o.MinFreeBytes > 0:
+		d.minFree = uint64(o.MinFreeBytes)
+	}
 	if o.Sync {
 		d.wo = pebble.Sync
 	}
@@ -138,9 +154,15 @@ func Open(o Options) (*DB, error) {
 	// (cogroup never mode: 287 CPU-s against 203).
 	cache := pebble.NewCache(size + 2*memTableSize)
 	defer cache.Unref() // the DB holds its own reference
-	d.po = pebbleOptions(o, fs, cache)
+	d.po = pebbleOptions(o, fs, cache, d.dataCorruption)
+	if err := checkFiles(fs, o.Dir); err != nil {
+		return nil, fmt.Errorf("state: open %s: %w", o.Dir, err)
+	}
 	db, err := pebble.Open(fs.PathJoin(o.Dir, "pebble"), d.po)
 	if err != nil {
+		if damagedOpen(err) {
+			return nil, fmt.Errorf("%w: open %s: %w", ErrDamaged, o.Dir, err)
+		}
 		return nil, fmt.Errorf("state: open %s: %w", o.Dir, err)
 	}
 	d.db = db
@@ -156,11 +178,38 @@ func Open(o Options) (*DB, error) {
 		_ = db.Close()
 		return nil, fmt.Errorf("state: open %s: %w", o.Dir, err)
 	}
-	if err := d.checkFormat(); err != nil {
+	if err := d.guard(d.checkFormat); err != nil {
 		_ = db.Close()
+		if pebble.IsCorruptionError(err) && !errors.Is(err, ErrDamaged) {
+			err = fmt.Errorf("%w: %w", ErrDamaged, err)
+		}
 		return nil, fmt.Errorf("state: open %s: %w", o.Dir, err)
 	}
+	if size := db.Metrics().Total().TablesSize; o.VerifyLimit > 0 && size <= o.VerifyLimit {
+		if err := d.readAll(); err != nil {
+			_ = db.Close()
+			return nil, fmt.Errorf("state: open %s: reading its %d bytes of tables: %w", o.Dir, size, err)
+		}
+	}
 	return d, nil
+}
+
+// readAll reads every key and value, so every block's checksum is verified (a corruption
+// becomes ErrDamaged). Measured: 1M keys with 40-byte values (47 MB of tables) in 0.18 s.
+func (d *DB) readAll() error {
+	it, err := d.db.NewIter(nil)
+	if err != nil {
+		return d.wrap("read all", err)
+	}
+	for valid := it.First(); valid; valid = it.Next() {
+		if _, err := it.ValueAndErr(); err != nil {
+			break // it.Close reports it
+		}
+	}
+	if err := it.Close(); err != nil {
+		return d.wrap("read all", err)
+	}
+	return d.faultErr()
 }
 
 // syncDirs fsyncs dir (its entries pebble/ and ingest/) and dir's parent (the entry of dir).
@@ -217,6 +266,10 @@ func (d *DB) rlock() error {
 		d.mu.RUnlock()
 		return ErrClosed
 	}
+	if err := d.faultErr(); err != nil {
+		d.mu.RUnlock()
+		return err
+	}
 	return nil
 }
 
@@ -242,11 +295,11 @@ func (d *DB) get(ns Namespace, k, dst []byte) ([]byte, bool, error) {
 		return dst, false, nil
 	}
 	if err != nil {
-		return dst, false, fmt.Errorf("state: get %s: %w", ns, err)
+		return dst, false, d.wrap("get "+ns.String(), err)
 	}
 	dst = append(dst, v...)
 	if err := closer.Close(); err != nil {
-		return dst, false, fmt.Errorf("state: get %s: %w", ns, err)
+		return dst, false, d.wrap("get "+ns.String(), err)
 	}
 	return dst, true, nil
 }
@@ -286,6 +339,9 @@ func (d *DB) Drop(ns Namespace) error {
 		return err
 	}
 	defer d.mu.RUnlock()
+	if err := d.checkSpace("drop " + ns.String()); err != nil {
+		return err
+	}
 	b := d.db.NewBatch()
 	defer b.Close()
 	if err := b.DeleteRange(lo, hi, nil); err != nil {
@@ -294,8 +350,8 @@ func (d *DB) Drop(ns Namespace) error {
 	if err := b.Delete(appendOffsetKey(nil, ns), nil); err != nil {
 		return fmt.Errorf("state: drop %s: %w", ns, err)
 	}
-	if err := b.Commit(d.wo); err != nil {
-		return fmt.Errorf("state: drop %s: %w", ns, err)
+	if err := d.guard(func() error { return b.Commit(d.wo) }); err != nil {
+		return d.wrap("drop "+ns.String(), err)
 	}
 	return nil
 }
@@ -312,7 +368,7 @@ func (d *DB) Scan(ns Namespace, fn func(key, val []byte) error) error {
 	defer d.mu.RUnlock()
 	it, err := d.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
 	if err != nil {
-		return fmt.Errorf("state: scan %s: %w", ns, err)
+		return d.wrap("scan "+ns.String(), err)
 	}
 	for valid := it.First(); valid; valid = it.Next() {
 		v, err := it.ValueAndErr()
@@ -325,7 +381,7 @@ func (d *DB) Scan(ns Namespace, fn func(key, val []byte) error) error {
 		}
 	}
 	if err := it.Close(); err != nil {
-		return fmt.Errorf("state: scan %s: %w", ns, err)
+		return d.wrap("scan "+ns.String(), err)
 	}
 	return nil
 }
@@ -362,12 +418,13 @@ func (d *DB) Namespaces() ([]Namespace, error) {
 		valid = it.SeekGE(seek)
 	}
 	if err := it.Close(); err != nil {
-		return nil, fmt.Errorf("state: namespaces: %w", err)
+		return nil, d.wrap("namespaces", err)
 	}
 	return out, nil
 }
 
-// Close implements Store. It waits for calls in flight, then closes Pebble.
+// Close implements Store. It waits for calls in flight, then closes Pebble; after ErrFailed it
+// returns that error and leaves Pebble as it is (its state is undefined: the process must exit).
 func (d *DB) Close() error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -375,6 +432,9 @@ func (d *DB) Close() error {
 		return ErrClosed
 	}
 	d.mu.closed = true
+	if err := d.faultErr(); errors.Is(err, ErrFailed) {
+		return err
+	}
 	if err := d.db.Close(); err != nil {
 		return fmt.Errorf("state: close %s: %w", d.dir, err)
 	}
@@ -449,8 +509,11 @@ func (b *dbBatch) Commit() error {
 		return err
 	}
 	defer b.d.mu.RUnlock()
-	if err := b.b.Commit(b.d.wo); err != nil {
-		return fmt.Errorf("state: batch commit: %w", err)
+	if err := b.d.checkSpace("batch commit"); err != nil {
+		return err
+	}
+	if err := b.d.guard(func() error { return b.b.Commit(b.d.wo) }); err != nil {
+		return b.d.wrap("batch commit", err)
 	}
 	return nil
 }
@@ -524,7 +587,7 @@ func (l *dbLoader) Add(key, val []byte) error {
 		l.paths = append(l.paths, path)
 	}
 	if err := l.w.Set(l.tmp, val); err != nil {
-		l.err = fmt.Errorf("state: loader %s: %w", l.ns, err)
+		l.err = l.d.wrap("loader "+l.ns.String(), err)
 		return l.err
 	}
 	l.key, l.tmp = l.tmp, l.key
@@ -549,7 +612,7 @@ func (l *dbLoader) finishFile() error {
 	w := l.w
 	l.w = nil
 	if err := w.Close(); err != nil {
-		l.err = fmt.Errorf("state: loader %s: %w", l.ns, err)
+		l.err = l.d.wrap("loader "+l.ns.String(), err)
 		return l.err
 	}
 	return nil
@@ -582,6 +645,9 @@ func (l *dbLoader) Commit() error {
 		_ = l.Abort()
 		return err
 	}
+	if err := l.d.checkSpace("loader " + l.ns.String()); err != nil {
+		return fail(err)
+	}
 	if l.w != nil {
 		if err := l.finishFile(); err != nil {
 			return fail(err)
@@ -599,7 +665,7 @@ func (l *dbLoader) Commit() error {
 			err = cerr
 		}
 		if err != nil {
-			return fail(fmt.Errorf("state: loader %s: offset: %w", l.ns, err))
+			return fail(l.d.wrap("loader "+l.ns.String()+": offset", err))
 		}
 	}
 	if len(l.paths) == 0 {
@@ -608,13 +674,13 @@ func (l *dbLoader) Commit() error {
 	}
 	// Make every earlier batch durable first (one synced WAL record; closed WALs are synced), so
 	// a durable load is never followed, after a crash, by the loss of writes it overwrote.
-	if err := l.d.db.LogData(nil, pebble.Sync); err != nil {
-		return fail(fmt.Errorf("state: loader %s: sync wal: %w", l.ns, err))
+	if err := l.d.guard(func() error { return l.d.db.LogData(nil, pebble.Sync) }); err != nil {
+		return fail(l.d.wrap("loader "+l.ns.String()+": sync wal", err))
 	}
 	// One Ingest of all the files is atomic (see the package doc). On success Pebble has moved
 	// them.
-	if err := l.d.db.Ingest(context.Background(), l.paths); err != nil {
-		return fail(fmt.Errorf("state: loader %s: ingest: %w", l.ns, err))
+	if err := l.d.guard(func() error { return l.d.db.Ingest(context.Background(), l.paths) }); err != nil {
+		return fail(l.d.wrap("loader "+l.ns.String()+": ingest", err))
 	}
 	l.done, l.paths = true, nil
 	return nil
@@ -641,11 +707,14 @@ func (l *dbLoader) Abort() error {
 
 // createSST creates a new sstable for ingestion in the ingest directory.
 func (d *DB) createSST(ns Namespace, what string) (*sstable.Writer, string, error) {
+	if err := d.checkSpace("loader " + ns.String()); err != nil {
+		return nil, "", err
+	}
 	name := strconv.FormatUint(d.loaderSeq.Add(1), 10) + "-" + what + ".sst"
 	path := d.fs.PathJoin(d.ingestDir, name)
 	f, err := d.fs.Create(path, vfs.WriteCategoryUnspecified)
 	if err != nil {
-		return nil, "", fmt.Errorf("state: loader %s: %w", ns, err)
+		return nil, "", d.wrap("loader "+ns.String(), err)
 	}
 	return sstable.NewWriter(objstorageprovider.NewFileWritable(f), d.sstOpts), path, nil
 }

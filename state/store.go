@@ -26,6 +26,19 @@ var (
 	// ErrCorrupt is returned when stored bytes cannot be decoded (an offset that is not 8 bytes,
 	// an unknown format version).
 	ErrCorrupt = errors.New("state: corrupt")
+	// ErrDamaged is returned when the store's files are damaged (a checksum mismatch, a missing
+	// or truncated file, a MANIFEST that does not read to its end): its contents cannot be
+	// trusted. Open returns it; the caller moves the store aside (MoveAside) and rebuilds it
+	// from the changelog. Found at run time, it fails every later call (see fault.go).
+	ErrDamaged = errors.New("state: store damaged")
+	// ErrFailed is returned by every call once Pebble could not write its write-ahead log or
+	// MANIFEST (disk full, a read-only or failing file system): the store cannot go on. The
+	// next start replays the changelog from the stored offsets.
+	ErrFailed = errors.New("state: store failed")
+	// ErrDiskFull is returned by a write (a batch commit, a drop, a bulk load) when the store's
+	// file system has less free space than Options.MinFreeBytes: the store stops short of the
+	// writes Pebble cannot fail cleanly. Nothing of the write is applied.
+	ErrDiskFull = errors.New("state: disk full")
 )
 
 // Namespace identifies one operator's state for one partition. Operator must be non-empty and

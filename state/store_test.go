@@ -833,7 +833,7 @@ func TestEquivalence(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 99))
 			// An in-memory file system keeps the many loads (each with fsyncs) fast.
 			fs, dir := vfs.NewMem(), "/state"
-			d := openDB(t, Options{Dir: dir, fs: fs})
+			d := openDB(t, Options{Dir: dir, FS: fs})
 			m := NewMem()
 			spaces := []Namespace{nsA1, nsA10, nsAB1, {"b", 0}}
 			randKey := func() []byte { return fmt.Appendf(nil, "k%03d", rng.IntN(200)) }
@@ -906,7 +906,7 @@ func TestEquivalence(t *testing.T) {
 					must(t, d.Drop(ns), m.Drop(ns))
 				default:
 					must(t, d.Close())
-					d = openDB(t, Options{Dir: dir, fs: fs})
+					d = openDB(t, Options{Dir: dir, FS: fs})
 				}
 				if step%20 == 0 {
 					compare(step)

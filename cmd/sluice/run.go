@@ -91,19 +91,17 @@ func runPipeline(ctx context.Context, cfg *configs.Config, log *slog.Logger, ro 
 		debug.SetMemoryLimit(limit)
 		log.Debug("memory limit set", "bytes", limit)
 	}
-	if err := os.MkdirAll(cfg.Processing.StateDir, 0o755); err != nil {
-		return fmt.Errorf("state dir: %w", err)
-	}
-	// A 32 MiB block cache: Pebble's cache and memtables live outside the Go heap (and outside
-	// the memory limit below), within the process's sort_memory + 256 MiB target.
-	store, err := state.Open(state.Options{Dir: cfg.Processing.StateDir, CacheSize: 32 << 20})
+	store, err := openState(cfg.Processing.StateDir, int64(cfg.Processing.MinFreeSpace), log)
 	if err != nil {
 		return err
 	}
 	defer store.Close()
 	sortDir := filepath.Join(cfg.Processing.StateDir, "sort")
+	if err := os.MkdirAll(sortDir, 0o755); err != nil {
+		return fmt.Errorf("processing.state_dir %s: cannot create its sort dir: %w", cfg.Processing.StateDir, err)
+	}
 	if err := sorter.Clean(sortDir); err != nil {
-		return err
+		return fmt.Errorf("processing.state_dir %s: %w", cfg.Processing.StateDir, err)
 	}
 	values, encoders, err := schemaRegistry(ctx, cfg, log)
 	if err != nil {
@@ -158,6 +156,41 @@ func runPipeline(ctx context.Context, cfg *configs.Config, log *slog.Logger, ro 
 // cleartextWarning is logged by sluice run and printed by sluice validate for SASL PLAIN
 // without TLS (dial.Cleartext).
 const cleartextWarning = "kafka.sasl.mechanism is plain without kafka.tls: the password crosses the network readable by anyone on the path; enable kafka.tls, or use scram-sha-256/512"
+
+// verifyLimit is the size of a store's tables up to which a start reads them all, so that damage
+// at rest is found (and the store rebuilt) at start rather than by a read later, which fails the
+// process and leaves the rebuild to the next start. Reading runs at about 250 MB/s (state
+// package), so this costs a start at most about 2 s.
+const verifyLimit = 512 << 20
+
+// openState opens the state store in dir (processing.state_dir). A damaged store (state.ErrDamaged)
+// is moved aside, with a warning, and an empty one opened: every task then restores its state
+// from the changelog, as after a lost state dir. Any other error (a directory that cannot be
+// created or written, a store locked by another process) is returned, naming the key and dir.
+func openState(dir string, minFree int64, log *slog.Logger) (*state.DB, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("processing.state_dir %s: cannot create it: %w", dir, err)
+	}
+	// A 32 MiB block cache: Pebble's cache and memtables live outside the Go heap (and outside
+	// the memory limit), within the process's sort_memory + 256 MiB target.
+	if minFree == 0 {
+		minFree = -1 // processing.min_free_space 0: no check
+	}
+	o := state.Options{Dir: dir, CacheSize: 32 << 20, VerifyLimit: verifyLimit, MinFreeBytes: minFree}
+	store, err := state.Open(o)
+	if errors.Is(err, state.ErrDamaged) {
+		aside, merr := state.MoveAside(o)
+		if merr != nil {
+			return nil, fmt.Errorf("processing.state_dir %s: the store is damaged and cannot be moved aside: %w (damage: %v)", dir, merr, err)
+		}
+		log.Warn("state store damaged: moved aside; every task restores its state from the changelog", "state_dir", dir, "moved_to", aside, "damage", err.Error())
+		store, err = state.Open(o)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("processing.state_dir %s: %w", dir, err)
+	}
+	return store, nil
+}
 
 // errBoundedDone ends a bounded run's errgroup once the engine has finished.
 var errBoundedDone = errors.New("bounded run done")

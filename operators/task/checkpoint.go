@@ -642,7 +642,7 @@ func (t *Task) Committed(pd *Pending) (err error) {
 	}
 	if pd.batch != nil {
 		if err := pd.batch.Commit(); err != nil {
-			return fmt.Errorf("task %d: state: %w", t.partition, err)
+			return fmt.Errorf("task %d: %w", t.partition, err)
 		}
 		pd.batch.Close()
 	}
