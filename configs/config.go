@@ -85,6 +85,8 @@ type Config struct {
 	Tables     map[string]Table  `koanf:"tables" doc:"Tables, by name: compacted topics materialized per partition in Pebble (the topic is its own changelog), which join operators look rows up in."`
 	Operators  []Operator        `koanf:"operators" doc:"The pipeline: a list of operators, each exactly one of filter, map, join, aggregate and cogroup, reading a source or an earlier operator. At least one. Lists can only be written in the file, not set by environment variables."`
 	Sinks      map[string]Sink   `koanf:"sinks" doc:"The output topics, by name: an operator's output names a sink."`
+
+	SchemaRegistry SchemaRegistry `koanf:"schema_registry" doc:"The schema registry that format avro fetches writer schemas from (by id, cached for the process)."`
 }
 
 // Kafka is the kafka section. Like every section type below, it is a plain part of Config
@@ -194,8 +196,9 @@ type Log struct {
 // Source is one input topic.
 type Source struct {
 	Topic     string    `koanf:"topic" default:"required" doc:"Kafka topic; it must exist."`
-	Format    string    `koanf:"format" enum:"json" doc:"Format of the record values."`
-	Key       string    `koanf:"key" doc:"Field path (a.b) of the key that keyed operators group by; empty: the Kafka record key."`
+	Format    string    `koanf:"format" enum:"json,avro" doc:"Format of the record values: json (one JSON object), or avro (the Confluent wire format: magic byte 0, 4-byte schema id, Avro binary; the writer schema is fetched from schema_registry by id and the value decoded to a JSON object, see README Formats). A value that does not decode is a dead letter."`
+	KeyFormat string    `koanf:"key_format" enum:"string,bytes,json" doc:"How the Kafka record key is read: bytes (any bytes, as they are; where the key is written as JSON text, such as an aggregate's key field, invalid UTF-8 shows as U+FFFD, while the output record's Kafka key keeps the exact bytes), string (UTF-8 text, as is; a key that is not valid UTF-8 is a dead letter), json (a JSON string's text or a JSON number's text, so the key \"c-1\" groups with c-1; any other key is a dead letter). With key set, the field must equal the key so read."`
+	Key       string    `koanf:"key" doc:"Field path (a.b) of the key that keyed operators group by, which must equal the Kafka record key (read by key_format); empty: the Kafka record key."`
 	Timestamp string    `koanf:"timestamp" doc:"Field path of the event time (epoch ms or RFC 3339); empty: the record timestamp."`
 	Watermark Watermark `koanf:"watermark" doc:"How event time advances, for the windows of the operators reading this source."`
 }
@@ -212,17 +215,48 @@ type Watermark struct {
 // a tombstone deleting it. The topic is its own changelog.
 type Table struct {
 	Topic     string        `koanf:"topic" default:"required" doc:"Kafka topic (compacted); it must exist, with the partition count of the streams joined with it."`
-	Format    string        `koanf:"format" enum:"json" doc:"Format of the record values."`
+	Format    string        `koanf:"format" enum:"json,avro" doc:"Format of the record values: json or avro (as a source's; a row is stored as its JSON object)."`
+	KeyFormat string        `koanf:"key_format" enum:"string,bytes,json" doc:"How the Kafka record key is read (as a source's key_format)."`
 	Key       string        `koanf:"key" doc:"Field path of the row key, which must equal the Kafka record key; empty: the Kafka record key."`
 	Timestamp string        `koanf:"timestamp" doc:"Joins with as_of: event_time: field path of the time from which a row version is valid (epoch ms or RFC 3339); empty: the record timestamp (also a tombstone's)."`
 	Watermark Watermark     `koanf:"watermark" doc:"Joins with as_of: event_time: how the table's event time advances (a stream record waits until it has passed the record's time)."`
 	Versions  time.Duration `koanf:"versions" doc:"Joins with as_of: event_time: how long superseded row versions are kept behind the watermark; 0s: only the version valid at the watermark."`
 }
 
+// Value formats (sources, tables, sinks).
+const (
+	FormatJSON = "json"
+	FormatAvro = "avro"
+)
+
+// Key formats: how a source or table reads the Kafka record key (bytes, the default, is how
+// sluice always read it).
+const (
+	KeyString = "string"
+	KeyBytes  = "bytes"
+	KeyJSON   = "json"
+)
+
+// SchemaRegistry is the schema registry of format avro (the Confluent REST protocol; Apicurio's
+// ccompat API and Karapace speak it too).
+type SchemaRegistry struct {
+	URLs         []string      `koanf:"urls" default:"none" doc:"Base URLs of the schema registry, e.g. [http://registry:8081] (Apicurio: http://host:8080/apis/ccompat/v7); required by format avro. Several: tried in turn."`
+	Username     string        `koanf:"username" doc:"HTTP basic auth user name; empty: no basic auth."`
+	Password     string        `koanf:"password" secret:"true" doc:"HTTP basic auth password."`
+	BearerToken  string        `koanf:"bearer_token" secret:"true" doc:"Bearer token sent instead of basic auth; empty: none."`
+	Timeout      time.Duration `koanf:"timeout" doc:"Timeout of one HTTP request to the registry."`
+	RetryTimeout time.Duration `koanf:"retry_timeout" doc:"How long an unreachable registry (network errors, 5xx, 401, 403, 429) is retried, with backoff from 100ms to 5s, when a schema is first needed; then sluice exits 1 (the record is read again after a restart: a record is never a dead letter because the registry was down). An id the registry does not know (404) makes a dead letter at once."`
+}
+
+// Enabled reports whether a registry is configured.
+func (s SchemaRegistry) Enabled() bool { return len(s.URLs) > 0 }
+
 // Sink is one output topic.
 type Sink struct {
-	Topic  string `koanf:"topic" default:"required" doc:"Kafka topic; created if missing."`
-	Format string `koanf:"format" enum:"json" doc:"Format of the record values."`
+	Topic           string `koanf:"topic" default:"required" doc:"Kafka topic; created if missing."`
+	Format          string `koanf:"format" enum:"json,avro" doc:"Format of the record values: json, or avro (the output's JSON object encoded with schema, in the Confluent wire format, the schema registered in schema_registry at start; a value the schema cannot hold fails its checkpoint, see README Formats)."`
+	Schema          string `koanf:"schema" default:"none" doc:"format avro: the Avro schema of the values (JSON text of a record schema), e.g. {\"type\":\"record\",\"name\":\"Total\",\"fields\":[{\"name\":\"key\",\"type\":\"string\"},...]}."`
+	SubjectStrategy string `koanf:"subject_strategy" enum:"topic,record,topic_record" doc:"format avro: the subject the schema is registered under: topic (<topic>-value), record (the record's full name) or topic_record (<topic>-<full name>)."`
 }
 
 // Operator is one step of the pipeline. Exactly one of Filter, Map and Aggregate is set.
@@ -548,6 +582,8 @@ func defaults() Config {
 		},
 		HTTP: HTTP{Listen: "127.0.0.1:9464"},
 		Log:  Log{Level: "info", Format: "text"},
+
+		SchemaRegistry: SchemaRegistry{Timeout: 10 * time.Second, RetryTimeout: 2 * time.Minute},
 	}
 }
 
@@ -564,16 +600,22 @@ func (c *Config) fillDefaults(hostname func() (string, error)) *Error {
 	setIfEmpty(&c.Backlog.Mode, ModeAuto)
 	setIfEmpty(&c.Log.Level, "info")
 	setIfEmpty(&c.Log.Format, "text")
+	if len(c.SchemaRegistry.URLs) == 0 {
+		c.SchemaRegistry.URLs = nil // "urls: []" and no urls are one configuration
+	}
 	for name, s := range c.Sources {
-		setIfEmpty(&s.Format, "json")
+		setIfEmpty(&s.Format, FormatJSON)
+		setIfEmpty(&s.KeyFormat, KeyBytes)
 		c.Sources[name] = s
 	}
 	for name, s := range c.Sinks {
-		setIfEmpty(&s.Format, "json")
+		setIfEmpty(&s.Format, FormatJSON)
+		setIfEmpty(&s.SubjectStrategy, "topic")
 		c.Sinks[name] = s
 	}
 	for name, t := range c.Tables {
-		setIfEmpty(&t.Format, "json")
+		setIfEmpty(&t.Format, FormatJSON)
+		setIfEmpty(&t.KeyFormat, KeyBytes)
 		c.Tables[name] = t
 	}
 	for i := range c.Operators {

@@ -28,11 +28,18 @@ func TestExamples(t *testing.T) {
 			eq(t, "brokers", c.Kafka.Brokers, []string{"127.0.0.1:9092"})
 			eq(t, "group", c.Group, "revenue")
 			eq(t, "instance_id", c.InstanceID, "pod-0")
-			eq(t, "source", c.Sources["orders"], Source{Topic: "orders", Format: "json", Key: "customer_id", Timestamp: "ts"})
+			eq(t, "source", c.Sources["orders"], Source{Topic: "orders", Format: "json", KeyFormat: "bytes", Key: "customer_id", Timestamp: "ts"})
 			eq(t, "specs", c.Operators[0].Aggregate.Specs(), []AggSpec{{"amount", "sum", "amount"}, {"orders", "count", ""}})
-			eq(t, "sink", c.Sinks["totals_out"], Sink{Topic: "customer-totals", Format: "json"})
+			eq(t, "sink", c.Sinks["totals_out"], Sink{Topic: "customer-totals", Format: "json", SubjectStrategy: "topic"})
 			eq(t, "txn id", c.TransactionalID(), "revenue-pod-0")
 			eq(t, "internal", c.InternalTopics(), []string{"revenue-dlq", "revenue-totals-changelog"})
+		},
+		"avro.yaml": func(t *testing.T, c *Config) {
+			eq(t, "source", c.Sources["orders"], Source{Topic: "orders-avro", Format: "avro", KeyFormat: "json", Key: "customer_id", Timestamp: "ts"})
+			eq(t, "table format", c.Tables["customers"].Format, "avro")
+			eq(t, "registry", c.SchemaRegistry, SchemaRegistry{URLs: []string{"http://127.0.0.1:8081"}, Timeout: 10 * time.Second, RetryTimeout: 2 * time.Minute})
+			eq(t, "sink format", c.Sinks["totals_out"].Format, "avro")
+			eq(t, "subject strategy", c.Sinks["totals_out"].SubjectStrategy, "topic_record")
 		},
 		"demo.yaml": func(t *testing.T, c *Config) {
 			eq(t, "embedded", c.Kafka.Embedded(), true)
@@ -225,13 +232,14 @@ func TestDefaults(t *testing.T) {
 			ProgressInterval: 5 * time.Second},
 		HTTP:    HTTP{Listen: "127.0.0.1:9464"},
 		Log:     Log{Level: "info", Format: "text"},
-		Sources: map[string]Source{"orders": {Topic: "orders", Format: "json", Key: "customer_id"}},
+		Sources: map[string]Source{"orders": {Topic: "orders", Format: "json", KeyFormat: "bytes", Key: "customer_id"}},
 		Operators: []Operator{{Name: "totals", Output: "out", Aggregate: &Aggregate{
 			Input:  "orders",
 			Fields: map[string]map[string]any{"amount": {"sum": "amount"}, "orders": {"count": nil}},
 			Emit:   "updates",
 		}}},
-		Sinks: map[string]Sink{"out": {Topic: "totals", Format: "json"}},
+		Sinks:          map[string]Sink{"out": {Topic: "totals", Format: "json", SubjectStrategy: "topic"}},
+		SchemaRegistry: SchemaRegistry{Timeout: 10 * time.Second, RetryTimeout: 2 * time.Minute},
 	}
 	eq(t, "config", *c, want)
 }
@@ -285,7 +293,7 @@ func TestEnvOverrides(t *testing.T) {
 			eq(t, "replication_factor", c.Kafka.ReplicationFactor, int16(3))
 		}},
 		{"into a map entry", []string{"SLUICE_SOURCES__ORDERS__TOPIC=orders-v2", "SLUICE_SINKS__OUT__TOPIC=totals-v2"}, func(t *testing.T, c *Config) {
-			eq(t, "source", c.Sources["orders"], Source{Topic: "orders-v2", Format: "json", Key: "customer_id"})
+			eq(t, "source", c.Sources["orders"], Source{Topic: "orders-v2", Format: "json", KeyFormat: "bytes", Key: "customer_id"})
 			eq(t, "sink topic", c.Sinks["out"].Topic, "totals-v2")
 		}},
 		{"disable http", []string{"SLUICE_HTTP__LISTEN=off", "SLUICE_LOG__FORMAT=json"}, func(t *testing.T, c *Config) {

@@ -132,6 +132,7 @@ func TestSecretPattern(t *testing.T) {
 	want := map[string]bool{
 		"kafka.sasl.mechanism": true, "kafka.sasl.username": true, "kafka.sasl.password": true,
 		"kafka.sasl.password_file": true, "kafka.tls.key_file": true,
+		"schema_registry.password": true, "schema_registry.bearer_token": true,
 	}
 	if s := secretKeys(reflect.TypeFor[Config]()); !reflect.DeepEqual(s, want) {
 		t.Errorf("Config has secret keys %v, want %v: check a new one is masked everywhere it is printed", s, want)

@@ -2,7 +2,9 @@ package configs
 
 import (
 	"fmt"
+	havro "github.com/hamba/avro/v2"
 	"net"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -24,6 +26,7 @@ func (c *Config) Validate() error {
 		c.validateBacklog,
 		c.validateHTTP,
 		c.validateLog,
+		c.validateSchemaRegistry,
 		c.validateSources,
 		c.validateSinks,
 		c.validateTables,
@@ -248,7 +251,7 @@ func (c *Config) validateSources() *Error {
 		if err := checkTopic(key+".topic", s.Topic); err != nil {
 			return err
 		}
-		if err := checkEnum(key+".format", s.Format, "json"); err != nil {
+		if err := c.checkFormats(key, s.Format, s.KeyFormat); err != nil {
 			return err
 		}
 		if s.Key != "" {
@@ -271,6 +274,37 @@ func (c *Config) validateSources() *Error {
 	return nil
 }
 
+// checkFormats checks the value and key formats of the source or table at key.
+func (c *Config) checkFormats(key, format, keyFormat string) *Error {
+	if err := checkEnum(key+".format", format, FormatJSON, FormatAvro); err != nil {
+		return err
+	}
+	if format == FormatAvro && !c.SchemaRegistry.Enabled() {
+		return errorf(key+".format", "avro needs a schema registry: set schema_registry.urls (or SLUICE_SCHEMA_REGISTRY__URLS)")
+	}
+	return checkEnum(key+".key_format", keyFormat, KeyBytes, KeyString, KeyJSON)
+}
+
+func (c *Config) validateSchemaRegistry() *Error {
+	r := c.SchemaRegistry
+	for i, u := range r.URLs {
+		p, err := url.Parse(u)
+		if err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" {
+			return errorf(fmt.Sprintf("schema_registry.urls[%d]", i), "invalid URL %q (want http://host:port or https://host:port, with a path if the registry has one)", u)
+		}
+	}
+	if r.Timeout <= 0 {
+		return errorf("schema_registry.timeout", "must be greater than 0, got %s", fmtDuration(r.Timeout))
+	}
+	if r.RetryTimeout < 0 {
+		return errorf("schema_registry.retry_timeout", "must not be negative (0: one try), got %s", fmtDuration(r.RetryTimeout))
+	}
+	if r.BearerToken != "" && (r.Username != "" || r.Password != "") {
+		return errorf("schema_registry.bearer_token", "set either bearer_token or username/password, not both")
+	}
+	return nil
+}
+
 func (c *Config) validateSinks() *Error {
 	for _, name := range sortedKeys(c.Sinks) {
 		s, key := c.Sinks[name], "sinks."+name
@@ -280,8 +314,25 @@ func (c *Config) validateSinks() *Error {
 		if err := checkTopic(key+".topic", s.Topic); err != nil {
 			return err
 		}
-		if err := checkEnum(key+".format", s.Format, "json"); err != nil {
+		if err := checkEnum(key+".format", s.Format, FormatJSON, FormatAvro); err != nil {
 			return err
+		}
+		if err := checkEnum(key+".subject_strategy", s.SubjectStrategy, "topic", "record", "topic_record"); err != nil {
+			return err
+		}
+		if s.Format != FormatAvro {
+			continue // a schema is only read with format avro
+		}
+		if !c.SchemaRegistry.Enabled() {
+			return errorf(key+".format", "avro needs a schema registry: set schema_registry.urls (or SLUICE_SCHEMA_REGISTRY__URLS)")
+		}
+		if s.Schema == "" {
+			return errorf(key+".schema", "required with format avro: the Avro record schema of the values, as JSON text")
+		}
+		if sch, err := havro.ParseWithCache(s.Schema, "", &havro.SchemaCache{}); err != nil {
+			return errorf(key+".schema", "not an Avro schema: %v", err)
+		} else if sch.Type() != havro.Record {
+			return errorf(key+".schema", "the top level is %s, want a record", sch.Type())
 		}
 	}
 	return nil
@@ -424,7 +475,7 @@ func (c *Config) validateTables() *Error {
 		if err := checkTopic(key+".topic", t.Topic); err != nil {
 			return err
 		}
-		if err := checkEnum(key+".format", t.Format, "json"); err != nil {
+		if err := c.checkFormats(key, t.Format, t.KeyFormat); err != nil {
 			return err
 		}
 		if t.Key != "" {

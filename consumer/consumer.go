@@ -39,6 +39,7 @@ import (
 	"github.com/sluice-dev/sluice/changelog"
 	"github.com/sluice-dev/sluice/configs"
 	"github.com/sluice-dev/sluice/dial"
+	"github.com/sluice-dev/sluice/operators"
 	"github.com/sluice-dev/sluice/operators/task"
 	"github.com/sluice-dev/sluice/producer"
 	"github.com/sluice-dev/sluice/sorter"
@@ -55,6 +56,12 @@ type Options struct {
 	Registry prometheus.Registerer
 	Logger   *slog.Logger
 	Clock    func() time.Time // wall clock: commit interval, time lag, durations; nil means time.Now
+	// Values decodes the values of sources and tables of another format than JSON (format
+	// avro: an operators/avro.Registry); shared by every task, so safe for concurrent use.
+	Values operators.ValueDecoder
+	// Encoders encode the values produced to sinks of another format than JSON, by topic
+	// (format avro: operators/avro.Encoder); safe for concurrent use.
+	Encoders map[string]operators.ValueEncoder
 	// KafkaOpts are extra franz-go options for every client (tests: fault injection), after the
 	// connection options Run builds from Config.Kafka with dial.Opts (brokers, TLS, SASL).
 	KafkaOpts []kgo.Opt
@@ -71,6 +78,7 @@ type Engine struct {
 	o    Options
 	log  *slog.Logger
 	sess *producer.Session
+	out  task.Producer // sess, encoding the values of sinks of another format (set with sess)
 	adm  *kadm.Client
 	rest *changelog.Restorer
 	tm   *task.Metrics
@@ -245,6 +253,7 @@ func (e *Engine) Run(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		e.out = encoding(e.sess, e.o.Encoders)
 		close(e.sessSet)
 		e.log.Info("joining group", "group", cfg.Group, "instance_id", cfg.InstanceID, "topics", e.o.Plan.Topics(), "guarantee", cfg.Processing.Guarantee)
 		err = e.loop(ctx)

@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/sluice-dev/sluice/operators"
 	"github.com/sluice-dev/sluice/operators/task"
 	"github.com/sluice-dev/sluice/producer"
 )
@@ -152,8 +153,8 @@ func (e *Engine) run(ctx context.Context, cl *kgo.Client, r *runner) {
 		return
 	}
 	t, err := task.NewGroup(e.o.Plan, r.topics, r.key.p, task.Deps{
-		Store: e.o.Store, Budget: e.o.Budget, SortDir: e.o.SortDir, Producer: e.sess,
-		Clock: e.o.Clock, Logger: e.log.With("topics", r.topics), Metrics: e.tm,
+		Store: e.o.Store, Budget: e.o.Budget, SortDir: e.o.SortDir, Producer: e.out,
+		Clock: e.o.Clock, Logger: e.log.With("topics", r.topics), Metrics: e.tm, Values: e.o.Values,
 	})
 	if err != nil {
 		e.fail(fmt.Errorf("consumer: task %s[%d]: %w", r.key.topic, r.key.p, err))
@@ -279,7 +280,7 @@ func (e *Engine) endInput(ctx context.Context, r *runner, topic string) bool {
 func (e *Engine) switchNow(ctx context.Context, r *runner) bool {
 	if r.t.WantsFold() {
 		e.folding.Add(1)
-		err := r.t.Prepare(ctx, e.sess)
+		err := r.t.Prepare(ctx, e.out)
 		e.folding.Add(-1)
 		if err != nil {
 			if ctx.Err() == nil {
@@ -300,7 +301,7 @@ func (e *Engine) switchNow(ctx context.Context, r *runner) bool {
 // serveCheckpoint writes the task's checkpoint, waits for the outcome and applies it. It
 // returns false if the goroutine must exit.
 func (e *Engine) serveCheckpoint(ctx context.Context, r *runner, q *ckptReq) bool {
-	pd, err := r.t.Checkpoint(e.sess)
+	pd, err := r.t.Checkpoint(e.out)
 	q.reply <- ckptReply{pd: pd, err: err}
 	if err != nil {
 		return false
@@ -445,4 +446,32 @@ func sortedTopics(a map[string][]int32) []string {
 	}
 	sort.Strings(ts)
 	return ts
+}
+
+// encoding returns p, encoding the values of records to the topics of encoders first (sinks of
+// format avro). A value that cannot be encoded fails its record like a refused produce: the
+// checkpoint aborts, and the repeated failure is reported and bounded as any record that cannot
+// be produced (consumer/failure.go).
+func encoding(p task.Producer, encoders map[string]operators.ValueEncoder) task.Producer {
+	if len(encoders) == 0 {
+		return p
+	}
+	return encodingProducer{p: p, enc: encoders}
+}
+
+type encodingProducer struct {
+	p   task.Producer
+	enc map[string]operators.ValueEncoder
+}
+
+func (e encodingProducer) Produce(r *kgo.Record, promise func(*kgo.Record, error)) {
+	if enc, ok := e.enc[r.Topic]; ok && r.Value != nil {
+		v, err := enc.AppendValue(nil, r.Value)
+		if err != nil {
+			promise(r, fmt.Errorf("consumer: encoding a record for sink topic %s: %w", r.Topic, err))
+			return
+		}
+		r.Value = v
+	}
+	e.p.Produce(r, promise)
 }

@@ -11,6 +11,7 @@ cd "$(dirname "$0")/.."
 fuzztime="${1:-${FUZZTIME:-2s}}"
 targets=(
   "./operators FuzzDecode"          # record values: Source.Decode, the JSON scanner, Project
+  "./operators/avro FuzzAppendJSON" # Avro binary values to JSON (format avro), against hamba/avro
   "./operators FuzzStages"          # field lookups, filter and map over any JSON
   "./operators FuzzDecimal"         # the 128-bit decimal parser
   "./operators FuzzAggregateState"  # stored aggregate states

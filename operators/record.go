@@ -26,6 +26,8 @@ type Record struct {
 	idxLen  int
 	idxErr  error  // indexing error for Value, if any
 	keyBuf  []byte // unescaped key field
+	jsonKey []byte // unescaped record key (key_format: json)
+	decBuf  []byte // the JSON of a value decoded from another format (avro)
 	valBuf  [2][]byte
 	valCur  int
 }

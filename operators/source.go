@@ -2,33 +2,73 @@ package operators
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"math"
 	"strconv"
 	"time"
+	"unicode/utf8"
 
 	"github.com/sluice-dev/sluice/configs"
 )
 
-// Source decodes one source's Kafka records into Records (configs.Source: JSON values, the
-// group key from a field or the Kafka key, event time from a field or the record timestamp).
+// Source decodes one source's Kafka records into Records (configs.Source: JSON values, or
+// values of another format turned into JSON objects by a ValueDecoder; the group key from a
+// field or the Kafka key, read by the key format; event time from a field or the record
+// timestamp).
 //
 // One Source per task; not safe for concurrent use (it holds no mutable state today, but the
 // runtime must not rely on that).
 type Source struct {
-	name  string
-	key   *path // nil: the Kafka key
-	ts    *path // nil: the Kafka timestamp
-	cfgTS string
+	name      string
+	key       *path // nil: the Kafka key
+	ts        *path // nil: the Kafka timestamp
+	cfgTS     string
+	keyFormat string       // configs.KeyString, KeyBytes, KeyJSON; "": bytes
+	values    ValueDecoder // nil: JSON values
 }
 
-// NewSource returns the decoder for source name. Only format "json" (or "") is supported.
+// ValueDecoder turns a record value of another format into a JSON object, the one
+// representation operators work on (format avro: operators/avro.Registry). It must be safe for
+// concurrent use: the tasks of a process share it.
+type ValueDecoder interface {
+	// AppendJSON appends the value's JSON object to dst and returns it. An error with a
+	// method BadRecord() bool returning true is the record's fault (a dead letter); any other
+	// error means the record could not be decoded now (its schema registry is unreachable)
+	// and must not be dropped.
+	AppendJSON(dst, value []byte) ([]byte, error)
+}
+
+// ValueEncoder turns an output's JSON object into a sink's format (format avro:
+// operators/avro.Encoder). It must be safe for concurrent use.
+type ValueEncoder interface {
+	// AppendValue appends the encoding of the JSON object value to dst and returns it.
+	AppendValue(dst, value []byte) ([]byte, error)
+}
+
+// NewSource returns the decoder for source name with JSON values (format "json" or "").
 func NewSource(name string, cfg configs.Source) (*Source, error) {
-	s := &Source{name: name}
+	return NewSourceDecoding(name, cfg, nil)
+}
+
+// NewSourceDecoding returns the decoder for source name; values decodes the values of a format
+// other than JSON (format avro needs one).
+func NewSourceDecoding(name string, cfg configs.Source, values ValueDecoder) (*Source, error) {
+	s := &Source{name: name, keyFormat: cfg.KeyFormat}
 	switch cfg.Format {
-	case "", "json":
+	case "", configs.FormatJSON:
+	case configs.FormatAvro:
+		if values == nil {
+			return nil, fmt.Errorf("operators: source %s: format avro needs a schema registry (schema_registry.urls)", name)
+		}
+		s.values = values
 	default:
-		return nil, fmt.Errorf("operators: source %s: unsupported format %q (allowed: json)", name, cfg.Format)
+		return nil, fmt.Errorf("operators: source %s: unsupported format %q (allowed: json, avro)", name, cfg.Format)
+	}
+	switch cfg.KeyFormat {
+	case "", configs.KeyString, configs.KeyBytes, configs.KeyJSON:
+	default:
+		return nil, fmt.Errorf("operators: source %s: unsupported key_format %q (allowed: bytes, string, json)", name, cfg.KeyFormat)
 	}
 	if cfg.Key != "" {
 		p, err := checkedPath(cfg.Key)
@@ -66,7 +106,11 @@ func (s *Source) fail(format string, args ...any) error {
 }
 
 // Decode fills r from a Kafka record's key, value and timestamp (epoch ms). The value must be
-// one JSON object.
+// one JSON object, or a value its ValueDecoder turns into one (r.Value is then that JSON, in
+// r's scratch).
+//
+// The Kafka key is read by the key format: bytes (as is), string (valid UTF-8, as is) or json
+// (a JSON string's text or a JSON number's text; any other JSON value is an *Error).
 //
 // With a key field configured, the field's value (a string as is, a number as its JSON text)
 // must equal the Kafka record key: sluice does not re-key (that needs a repartition topic), so
@@ -75,18 +119,39 @@ func (s *Source) fail(format string, args ...any) error {
 // that field as epoch milliseconds (a number, fractions rounded down) or an RFC 3339 string;
 // otherwise the Kafka timestamp. An event time outside the years 0000 to 9999 (MinTime to
 // MaxTime), from either, is an *Error: window and watermark arithmetic stays far from int64's
-// limits. Every per-record failure is an *Error.
+// limits. Every per-record failure is an *Error; any other error is the ValueDecoder's (the
+// record could not be decoded now, and must not become a dead letter).
 //
-// r.Key and r.Value alias kafkaKey and value (or r's scratch, for an escaped key field).
+// r.Key and r.Value alias kafkaKey and value (or r's scratch, for an escaped key field, a JSON
+// key or a decoded value).
 func (s *Source) Decode(kafkaKey, value []byte, kafkaTimeMs int64, r *Record) error {
-	r.Value = value
+	r.Value = nil
 	r.Key = nil
 	r.Time = kafkaTimeMs
+	if s.values != nil {
+		if value == nil {
+			return s.fail("null value (a tombstone)")
+		}
+		buf, err := s.values.AppendJSON(r.decBuf[:0], value)
+		r.decBuf = buf
+		if err != nil {
+			var bad interface{ BadRecord() bool }
+			if errors.As(err, &bad) && bad.BadRecord() {
+				return s.fail("%v", err)
+			}
+			return fmt.Errorf("operators: source %s: %w", s.name, err)
+		}
+		value = buf
+	}
+	r.Value = value
 	var err error
 	r.members, err = indexObject(value, r.members)
 	r.setIndexed(value, err)
 	if err != nil {
 		return s.fail("%v", err)
+	}
+	if kafkaKey, err = s.readKey(kafkaKey, r); err != nil {
+		return err
 	}
 	if s.key == nil {
 		r.Key = kafkaKey
@@ -107,6 +172,60 @@ func (s *Source) Decode(kafkaKey, value []byte, kafkaTimeMs int64, r *Record) er
 		return s.fail("record timestamp %d ms out of range (years 0000 to 9999)", kafkaTimeMs)
 	}
 	return nil
+}
+
+// Key returns the group key of a Kafka record key read by the key format (for a tombstone,
+// which has no value to decode): kafkaKey itself, or the text of a JSON key in r's scratch.
+// A key the format refuses is an *Error.
+func (s *Source) Key(kafkaKey []byte, r *Record) ([]byte, error) {
+	return s.readKey(kafkaKey, r)
+}
+
+// readKey reads the Kafka record key by the key format: the key the record is grouped by.
+func (s *Source) readKey(k []byte, r *Record) ([]byte, error) {
+	if k == nil {
+		return nil, nil
+	}
+	switch s.keyFormat {
+	case configs.KeyString:
+		if !utf8.Valid(k) {
+			return nil, s.fail("record key %q is not valid UTF-8 (key_format: string; bytes takes any key)", k)
+		}
+	case configs.KeyJSON:
+		i := skipSpace(k, 0)
+		if i == len(k) {
+			return nil, s.fail("record key %q is not JSON (key_format: json)", k)
+		}
+		var body []byte
+		switch c := k[i]; {
+		case c == '"':
+			end, esc, err := scanString(k, i)
+			if err != nil {
+				return nil, s.fail("record key %q: %v (key_format: json)", k, err)
+			}
+			body = k[i+1 : end-1]
+			if esc {
+				r.jsonKey = appendUnescaped(r.jsonKey[:0], body)
+				body = r.jsonKey
+			}
+			i = end
+		case c == '-' || (c >= '0' && c <= '9'):
+			end, err := scanNumber(k, i)
+			if err != nil {
+				return nil, s.fail("record key %q: %v (key_format: json)", k, err)
+			}
+			body, i = k[i:end], end
+		case c == '{' || c == '[' || c == 't' || c == 'f' || c == 'n':
+			return nil, s.fail("record key %q is %s, want a JSON string or number (key_format: json)", k, kindOf(c))
+		default:
+			return nil, s.fail("record key %q is not JSON (key_format: json)", k)
+		}
+		if skipSpace(k, i) != len(k) {
+			return nil, s.fail("record key %q: more than one JSON value (key_format: json)", k)
+		}
+		return body, nil
+	}
+	return k, nil
 }
 
 // MinTime and MaxTime bound event times (epoch ms): the first and the last millisecond of the

@@ -115,13 +115,100 @@ func TestNewSourceErrors(t *testing.T) {
 		cfg  configs.Source
 		want string
 	}{
-		{configs.Source{Topic: "t", Format: "avro"}, `operators: source s: unsupported format "avro" (allowed: json)`},
+		{configs.Source{Topic: "t", Format: "avro"}, `operators: source s: format avro needs a schema registry (schema_registry.urls)`},
+		{configs.Source{Topic: "t", Format: "xml"}, `operators: source s: unsupported format "xml" (allowed: json, avro)`},
+		{configs.Source{Topic: "t", KeyFormat: "utf16"}, `operators: source s: unsupported key_format "utf16" (allowed: bytes, string, json)`},
 		{configs.Source{Topic: "t", Key: "a..b"}, `operators: source s: key: invalid field path "a..b"`},
 		{configs.Source{Topic: "t", Timestamp: ".ts"}, `operators: source s: timestamp: invalid field path ".ts"`},
 	} {
 		if _, err := NewSource("s", tc.cfg); err == nil || err.Error() != tc.want {
 			t.Errorf("NewSource(%+v) error = %v, want %q", tc.cfg, err, tc.want)
 		}
+	}
+}
+
+// TestKeyFormats: how each key_format reads the Kafka record key, alone and against a key
+// field.
+func TestKeyFormats(t *testing.T) {
+	for _, tc := range []struct {
+		format, field string
+		key, value    string
+		want, err     string
+	}{
+		{format: "string", key: "c-1", value: `{}`, want: "c-1"},
+		{format: "string", key: "\xff\xfe", value: `{}`, err: "not valid UTF-8 (key_format: string"},
+		{format: "bytes", key: "\xff\xfe", value: `{}`, want: "\xff\xfe"},
+		{format: "bytes", key: `"c-1"`, value: `{}`, want: `"c-1"`},
+		{format: "json", key: `"c-1"`, value: `{}`, want: "c-1"},
+		{format: "json", key: ` "c\u002d1" `, value: `{}`, want: "c-1"},
+		{format: "json", key: `42`, value: `{}`, want: "42"},
+		{format: "json", key: `-1.5e3`, value: `{}`, want: "-1.5e3"},
+		{format: "json", key: `c-1`, value: `{}`, err: "is not JSON"},
+		{format: "json", key: `{"id":1}`, value: `{}`, err: "is an object, want a JSON string or number"},
+		{format: "json", key: `null`, value: `{}`, err: "want a JSON string or number"},
+		{format: "json", key: `"a" "b"`, value: `{}`, err: "more than one JSON value"},
+		{format: "json", key: `"abc`, value: `{}`, err: "unterminated string"},
+		{format: "json", key: ``, value: `{}`, err: "is not JSON"},
+		{format: "json", field: "customer_id", key: `"c-1"`, value: `{"customer_id":"c-1"}`, want: "c-1"},
+		{format: "json", field: "customer_id", key: `7`, value: `{"customer_id":7}`, want: "7"},
+		{format: "string", field: "customer_id", key: `"c-1"`, value: `{"customer_id":"c-1"}`, err: "differs from record key"},
+	} {
+		key := tc.key
+		src := mustSource(t, configs.Source{Topic: "t", KeyFormat: tc.format, Key: tc.field})
+		var r Record
+		err := src.Decode([]byte(key), []byte(tc.value), 7, &r)
+		if tc.err != "" {
+			var e *Error
+			if !errors.As(err, &e) || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("%s %q: err %v, want an *Error with %q", tc.format, key, err, tc.err)
+			}
+			continue
+		}
+		if err != nil || string(r.Key) != tc.want {
+			t.Errorf("%s %q: key %q, err %v; want %q", tc.format, key, r.Key, err, tc.want)
+		}
+	}
+}
+
+// upper is a ValueDecoder for tests: "ok:<json>" decodes to <json>, "bad" is the record's
+// fault, anything else a registry that is down.
+type upper struct{}
+
+type badRecord struct{}
+
+func (badRecord) Error() string   { return "bad bytes" }
+func (badRecord) BadRecord() bool { return true }
+
+func (upper) AppendJSON(dst, v []byte) ([]byte, error) {
+	switch {
+	case bytes.HasPrefix(v, []byte("ok:")):
+		return append(dst, v[3:]...), nil
+	case string(v) == "bad":
+		return dst, badRecord{}
+	}
+	return dst, errors.New("registry down")
+}
+
+// TestValueDecoder: a decoded value is the record's JSON; a bad one is an *Error (a dead
+// letter); a failure that is not the record's is not an *Error.
+func TestValueDecoder(t *testing.T) {
+	src, err := NewSourceDecoding("s", configs.Source{Topic: "t", Format: "avro", Key: "k", Timestamp: "ts"}, upper{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r Record
+	if err := src.Decode([]byte("a"), []byte(`ok:{"k":"a","ts":5,"n":1}`), 7, &r); err != nil || string(r.Value) != `{"k":"a","ts":5,"n":1}` || r.Time != 5 || string(r.Key) != "a" {
+		t.Fatalf("decoded %s key %s time %d err %v", r.Value, r.Key, r.Time, err)
+	}
+	var e *Error
+	if err := src.Decode([]byte("a"), []byte("bad"), 7, &r); !errors.As(err, &e) || !strings.Contains(err.Error(), "bad bytes") {
+		t.Fatalf("bad: %v", err)
+	}
+	if err := src.Decode([]byte("a"), nil, 7, &r); !errors.As(err, &e) || !strings.Contains(err.Error(), "tombstone") {
+		t.Fatalf("tombstone: %v", err)
+	}
+	if err := src.Decode([]byte("a"), []byte("x"), 7, &r); err == nil || errors.As(err, &e) {
+		t.Fatalf("down: %v, want an error that is not an *Error", err)
 	}
 }
 
@@ -155,15 +242,19 @@ func FuzzDecode(f *testing.F) {
 	} {
 		f.Add([]byte("c-0000042"), []byte(s))
 	}
+	f.Add([]byte(`"c-0000042"`), []byte(ordersValue))
+	f.Add([]byte(` 42 `), []byte(`{"customer_id":42}`))
 	withKey := mustSource(f, configs.Source{Topic: "t", Key: "customer_id"})
 	full := mustSource(f, configs.Source{Topic: "t", Key: "customer_id", Timestamp: "ts"})
 	plain := mustSource(f, configs.Source{Topic: "t"})
+	jsonKey := mustSource(f, configs.Source{Topic: "t", KeyFormat: "json", Key: "customer_id"})
+	stringKey := mustSource(f, configs.Source{Topic: "t", KeyFormat: "string"})
 	agg := mustAggregate(f, aggCfg(map[string]map[string]any{"s": {"sum": "amount"}, "n": {"count": map[string]any{}}}))
 	hop := &Windows{Size: 60_000, Advance: 20_000, Grace: 1000}
 	f.Fuzz(func(t *testing.T, key, value []byte) {
 		var r Record
 		// Never panics; any result is a record or an *Error.
-		for _, src := range []*Source{withKey, full, plain} {
+		for _, src := range []*Source{withKey, full, plain, jsonKey, stringKey} {
 			if err := src.Decode(key, value, 7, &r); err != nil {
 				var e *Error
 				if !errors.As(err, &e) {
@@ -174,6 +265,27 @@ func FuzzDecode(f *testing.F) {
 				if !errors.As(err, &e) {
 					t.Fatalf("Project error %T %v, want *Error", err, err)
 				}
+			}
+		}
+		// A key read as JSON is the text of a JSON string or number, as encoding/json reads it.
+		if jsonKey.Decode(key, value, 7, &r) == nil {
+			var v any
+			d := json.NewDecoder(bytes.NewReader(key))
+			d.UseNumber()
+			if err := d.Decode(&v); err != nil {
+				t.Fatalf("key_format json accepted %q, which encoding/json refuses: %v", key, err)
+			}
+			var text string
+			switch v := v.(type) {
+			case string:
+				text = v
+			case json.Number:
+				text = v.String()
+			default:
+				t.Fatalf("key_format json accepted %q (%T)", key, v)
+			}
+			if utf8.Valid(key) && text != string(r.Key) {
+				t.Fatalf("key_format json read %q as %q, encoding/json as %q", key, r.Key, text)
 			}
 		}
 		// A decoded event time lies in the years 0000 to 9999, and windows assign it without

@@ -5,13 +5,18 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/sluice-dev/sluice/operators"
+	"github.com/sluice-dev/sluice/operators/avro"
+	"github.com/twmb/franz-go/pkg/sr"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"slices"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -98,9 +103,13 @@ func runPipeline(ctx context.Context, cfg *configs.Config, log *slog.Logger, ro 
 	if err := sorter.Clean(sortDir); err != nil {
 		return fmt.Errorf("processing.state_dir %s: %w", cfg.Processing.StateDir, err)
 	}
+	values, encoders, err := schemaRegistry(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
 	reg := newRegistry()
 	eng, err := consumer.New(consumer.Options{
-		Config: cfg, Plan: plan, Store: store,
+		Config: cfg, Plan: plan, Store: store, Values: values, Encoders: encoders,
 		Budget:  sorter.NewBudget(int64(cfg.Backlog.SortMemory)),
 		SortDir: sortDir, Registry: reg, Logger: log, KafkaOpts: ro.kafkaOpts, Bounded: ro.bounded,
 	})
@@ -201,4 +210,44 @@ func newLogger(cfg *configs.Config, w io.Writer) *slog.Logger {
 		return slog.New(slog.NewJSONHandler(w, o))
 	}
 	return slog.New(slog.NewTextHandler(w, o))
+}
+
+// schemaRegistry returns the decoder of format avro over the configured schema registry (nil
+// when none is configured), and the encoders of the sinks of format avro by topic, their
+// schemas registered (or found) under their subjects. Its waits for an unreachable registry end
+// with ctx.
+func schemaRegistry(ctx context.Context, cfg *configs.Config, log *slog.Logger) (operators.ValueDecoder, map[string]operators.ValueEncoder, error) {
+	c := cfg.SchemaRegistry
+	if !c.Enabled() {
+		return nil, nil, nil
+	}
+	opts := []sr.ClientOpt{sr.URLs(c.URLs...), sr.HTTPClient(&http.Client{Timeout: c.Timeout}), sr.UserAgent("sluice/" + version)}
+	switch {
+	case c.BearerToken != "":
+		opts = append(opts, sr.BearerToken(c.BearerToken))
+	case c.Username != "" || c.Password != "":
+		opts = append(opts, sr.BasicAuth(c.Username, c.Password))
+	}
+	cl, err := sr.NewClient(opts...)
+	if err != nil {
+		return nil, nil, fmt.Errorf("schema_registry: %w", err)
+	}
+	reg := avro.NewRegistry(avro.Options{Fetcher: cl, Context: ctx, RetryTimeout: c.RetryTimeout, Log: log.With("component", "schema-registry")})
+	encoders := map[string]operators.ValueEncoder{}
+	for _, name := range slices.Sorted(maps.Keys(cfg.Sinks)) {
+		s := cfg.Sinks[name]
+		if s.Format != configs.FormatAvro {
+			continue
+		}
+		subject, err := avro.Subject(s.SubjectStrategy, s.Topic, s.Schema)
+		if err != nil {
+			return nil, nil, fmt.Errorf("sinks.%s.schema: %w", name, err)
+		}
+		enc, err := reg.Encoder(subject, s.Schema)
+		if err != nil {
+			return nil, nil, fmt.Errorf("sinks.%s: %w", name, err)
+		}
+		encoders[s.Topic] = enc
+	}
+	return reg, encoders, nil
 }

@@ -269,7 +269,7 @@ func (p *Plan) StateChecks() (StateChecks, error) {
 		if c.Agg == nil {
 			continue
 		}
-		ops, err := c.build(nil)
+		ops, err := c.build(nil, nil)
 		if err != nil {
 			return nil, err
 		}

@@ -259,7 +259,7 @@ func TestStateChecks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ops, err := plan.Chains[0].build(nil)
+	ops, err := plan.Chains[0].build(nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

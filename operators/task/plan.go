@@ -12,6 +12,7 @@
 package task
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -58,6 +59,13 @@ type Tap struct {
 type Plan struct {
 	Config *configs.Config
 	Chains []ChainPlan
+}
+
+// noValues stands in for the value decoder in compile checks, which decode nothing.
+type noValues struct{}
+
+func (noValues) AppendJSON(dst, _ []byte) ([]byte, error) {
+	return dst, errors.New("task: no value decoder (a compile check)")
 }
 
 // repartitionSource is the source of the chain that reads an aggregate's repartition topic:
@@ -188,7 +196,7 @@ func NewPlan(cfg *configs.Config) (*Plan, error) {
 		}
 		p.Chains = append(p.Chains, ChainPlan{
 			SourceName: op.Join.Table,
-			Source:     configs.Source{Topic: tb.Topic, Format: tb.Format, Key: tb.Key, Timestamp: tb.Timestamp, Watermark: tb.Watermark},
+			Source:     configs.Source{Topic: tb.Topic, Format: tb.Format, KeyFormat: tb.KeyFormat, Key: tb.Key, Timestamp: tb.Timestamp, Watermark: tb.Watermark},
 			Agg:        cogroups[op.Name], AsOf: op.Join, Input: 1, Versions: tb.Versions,
 			Changelog: cfg.ChangelogTopic(op.Name), Sink: op.Output, SinkTopic: sinkTopic(cfg, op.Output),
 		})
@@ -198,7 +206,7 @@ func NewPlan(cfg *configs.Config) (*Plan, error) {
 	}
 	// Compile everything once now, so a bad expression is a config error, not a runtime one.
 	for _, c := range p.Chains {
-		if _, err := c.build(nil); err != nil {
+		if _, err := c.build(nil, nil); err != nil {
 			return nil, err
 		}
 	}
@@ -311,6 +319,9 @@ func (p *Plan) Describe(w io.Writer) {
 		if c.Source.Key != "" {
 			key = "field " + c.Source.Key
 		}
+		if kf := c.Source.KeyFormat; kf != "" && kf != configs.KeyBytes {
+			key += " (key_format " + kf + ")"
+		}
 		ts := "record timestamp"
 		if c.Source.Timestamp != "" {
 			ts = "field " + c.Source.Timestamp
@@ -354,7 +365,7 @@ func (p *Plan) Describe(w io.Writer) {
 			fmt.Fprintf(w, "  -> stream-stream join %s (%s side): %s join of %s and %s within %v, pairs as {%q: ..., %q: ...}; a record is late once its input's watermark passes its time + within (dead letters); unmatched records only after their window closed; state in Pebble, one timer per key\n",
 				c.Agg.Name, side, orDefault(j.Type, "inner"), j.Left, j.Right, j.Within, j.Left, j.Right)
 		} else if c.Agg != nil {
-			ops, _ := c.build(nil)
+			ops, _ := c.build(nil, nil)
 			a := ops.agg.Attributes()
 			var specs []string
 			for _, s := range c.Agg.Aggregate.Specs() {
@@ -380,7 +391,11 @@ func (p *Plan) Describe(w io.Writer) {
 			}
 		}
 		if c.SinkTopic != "" && c.Rekey == "" {
-			fmt.Fprintf(w, "  -> sink %s (topic %s)\n", c.Sink, c.SinkTopic)
+			if sk := cfg.Sinks[c.Sink]; sk.Format == configs.FormatAvro {
+				fmt.Fprintf(w, "  -> sink %s (topic %s, avro, subject strategy %s)\n", c.Sink, c.SinkTopic, sk.SubjectStrategy)
+			} else {
+				fmt.Fprintf(w, "  -> sink %s (topic %s)\n", c.Sink, c.SinkTopic)
+			}
 		}
 	}
 	groups := p.CoPartitioned()
@@ -415,8 +430,14 @@ type chainOps struct {
 
 // build compiles the chain's operators; rows serves the joins' tables (nil: a compile check,
 // the joins are never applied).
-func (c ChainPlan) build(rows func(table string) operators.Rows) (*chainOps, error) {
-	src, err := operators.NewSource(c.SourceName, c.Source)
+//
+// values decodes the values of a source of another format than JSON (nil: a compile check,
+// nothing is decoded).
+func (c ChainPlan) build(rows func(table string) operators.Rows, values operators.ValueDecoder) (*chainOps, error) {
+	if values == nil {
+		values = noValues{}
+	}
+	src, err := operators.NewSourceDecoding(c.SourceName, c.Source, values)
 	if err != nil {
 		return nil, err
 	}

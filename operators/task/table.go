@@ -1,6 +1,7 @@
 package task
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -52,8 +53,8 @@ func TableNamespace(name string, partition int32) state.Namespace {
 	return state.Namespace{Operator: name + "#table", Partition: partition}
 }
 
-func newTable(name string, cfg configs.Table, partition int32, st state.Store, now time.Time) (*table, error) {
-	src, err := operators.NewSource(name, configs.Source{Topic: cfg.Topic, Format: cfg.Format, Key: cfg.Key})
+func newTable(name string, cfg configs.Table, partition int32, st state.Store, now time.Time, values operators.ValueDecoder) (*table, error) {
+	src, err := operators.NewSourceDecoding(name, configs.Source{Topic: cfg.Topic, Format: cfg.Format, KeyFormat: cfg.KeyFormat, Key: cfg.Key}, values)
 	if err != nil {
 		return nil, err
 	}
@@ -199,13 +200,22 @@ func (t *Task) applyTable(tb *table, recs []*kgo.Record, last int64) error {
 				t.deadLetterTable(tb, kr, fmt.Errorf("a tombstone without a key"))
 				continue
 			}
-			if err := b.Delete(tb.ns, kr.Key); err != nil {
+			key, err := tb.src.Key(kr.Key, &tb.rec) // the row's key as its record stored it (key_format)
+			if err != nil {
+				t.deadLetterTable(tb, kr, err)
+				continue
+			}
+			if err := b.Delete(tb.ns, key); err != nil {
 				return fmt.Errorf("task %d: table %s: %w", t.partition, tb.name, err)
 			}
 			tb.deletes++
 			continue
 		}
 		if err := tb.src.Decode(kr.Key, kr.Value, kr.Timestamp.UnixMilli(), &tb.rec); err != nil {
+			var rerr *operators.Error
+			if !errors.As(err, &rerr) {
+				return fmt.Errorf("task %d: table %s: %w", t.partition, tb.name, err) // its schema registry is unreachable
+			}
 			t.deadLetterTable(tb, kr, err)
 			continue
 		}
@@ -215,7 +225,7 @@ func (t *Task) applyTable(tb *table, recs []*kgo.Record, last int64) error {
 			t.deadLetterTable(tb, kr, fmt.Errorf("a row without a key"))
 			continue
 		}
-		if err := b.Set(tb.ns, tb.rec.Key, kr.Value); err != nil {
+		if err := b.Set(tb.ns, tb.rec.Key, tb.rec.Value); err != nil { // the JSON (kr.Value, or decoded from avro)
 			return fmt.Errorf("task %d: table %s: %w", t.partition, tb.name, err)
 		}
 		tb.rows++

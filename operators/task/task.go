@@ -37,6 +37,9 @@ type Deps struct {
 	Clock    func() time.Time // wall clock: time lag, progress, produced records' timestamps; never event time
 	Logger   *slog.Logger
 	Metrics  *Metrics
+	// Values decodes the values of sources and tables of another format than JSON (format
+	// avro: an operators/avro.Registry, shared by the tasks); nil when every input is JSON.
+	Values operators.ValueDecoder
 	// LoaderThreshold is the number of keys from which a switch writes state through a bulk
 	// loader (sstable ingestion) instead of a batch. 0 means 20000.
 	LoaderThreshold int
@@ -217,7 +220,7 @@ func NewGroup(plan *Plan, topics []string, partition int32, d Deps) (*Task, erro
 		if !in(tc.Topic) || joined[tc.Topic] != name {
 			continue
 		}
-		tb, err := newTable(name, tc, partition, d.Store, d.Clock())
+		tb, err := newTable(name, tc, partition, d.Store, d.Clock(), d.Values)
 		if err != nil {
 			return nil, err
 		}
@@ -239,7 +242,7 @@ func NewGroup(plan *Plan, topics []string, partition int32, d Deps) (*Task, erro
 		}
 		ops, err := cp.build(func(name string) operators.Rows {
 			return rows{st: d.Store, ns: TableNamespace(name, partition)}
-		})
+		}, d.Values)
 		if err != nil {
 			t.Close()
 			return nil, err
@@ -461,8 +464,19 @@ func (t *Task) processChain(c *chain, recs []*kgo.Record, now time.Time) error {
 		if kr.Value == nil && kr.Key != nil && c.plan.AsOf != nil && c.input == 1 {
 			// A tombstone of a table read as versions: the row is deleted from its record
 			// timestamp on.
-			c.rec = operators.Record{Key: kr.Key, Time: kr.Timestamp.UnixMilli()}
+			key, err := ops.src.Key(kr.Key, &c.rec)
+			if err != nil {
+				t.deadLetter(c, kr, "source "+c.plan.SourceName, err)
+				continue
+			}
+			c.rec.Key, c.rec.Value, c.rec.Time = key, nil, kr.Timestamp.UnixMilli()
 		} else if err := ops.src.Decode(kr.Key, kr.Value, kr.Timestamp.UnixMilli(), &c.rec); err != nil {
+			var rerr *operators.Error
+			if !errors.As(err, &rerr) {
+				// Not the record's fault (its schema registry is unreachable): fail rather
+				// than lose it; its offset is not committed, so it is read again.
+				return fmt.Errorf("task %d: %w", t.partition, err)
+			}
 			t.deadLetter(c, kr, "source "+c.plan.SourceName, err)
 			continue
 		}

@@ -40,6 +40,27 @@ func ReadTotals(ctx context.Context, brokers []string, topic string, sumField, c
 	return totals, nil
 }
 
+// ReadTotalsDecoded is ReadTotals for a sink of another format: decode turns each record's
+// value into the JSON object ReadTotals reads (format avro: an avro.Registry's AppendJSON).
+func ReadTotalsDecoded(ctx context.Context, brokers []string, topic string, sumField, countField string, decode func(dst, value []byte) ([]byte, error)) (map[string]Total, error) {
+	totals := make(map[string]Total)
+	var parser fastjson.Parser
+	var buf []byte
+	err := readCommitted(ctx, brokers, topic, func(r *kgo.Record) error {
+		var err error
+		if buf, err = decode(buf[:0], r.Value); err != nil {
+			return fmt.Errorf("workload: %s[%d] offset %d: %w", topic, r.Partition, r.Offset, err)
+		}
+		dr := *r
+		dr.Value = buf
+		return addTotal(totals, &parser, &dr, sumField, countField)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return totals, nil
+}
+
 // readCommitted reads topic with read_committed from its start to its end, taken as soon as no
 // transaction is open on any partition, and calls fn with each data record in offset order
 // per partition, until fn returns an error, which it returns unwrapped.
