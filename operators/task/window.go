@@ -512,7 +512,7 @@ func (t *Task) EndInput(topic string) error {
 			continue
 		}
 		t.needCkpt = true
-		if c.ended || slices.ContainsFunc(c.chains, func(o *chain) bool { return !o.inputEnded }) {
+		if slices.ContainsFunc(c.chains, func(o *chain) bool { return !o.inputEnded }) {
 			continue // an operator of several inputs ends with the last of them
 		}
 		c.ended = true
