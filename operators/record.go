@@ -41,6 +41,16 @@ type Error struct {
 
 func (e *Error) Error() string { return "operators: " + e.Operator + ": " + e.Reason }
 
+// Release drops r's references to the memory it was decoded from (Key, Value and the index's
+// identity), keeping its own scratch buffers for the next Decode; Key and Value are nil
+// afterwards. A task calls it when a batch is done: without it a decoded Record pins the whole
+// fetch response its last record came from (franz-go reads a fetch into one buffer) until its
+// next Decode, and in a backlog, where the sorter holds most of the memory limit, pinned
+// responses take the garbage collector's headroom.
+func (r *Record) Release() {
+	r.Key, r.Value, r.idxPtr, r.idxLen, r.idxErr = nil, nil, nil, 0, nil
+}
+
 // setIndexed records that members describe v.
 func (r *Record) setIndexed(v []byte, err error) {
 	r.idxPtr, r.idxLen, r.idxErr = unsafe.SliceData(v), len(v), err

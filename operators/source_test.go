@@ -235,6 +235,34 @@ func TestDecodeReusesRecord(t *testing.T) {
 	}
 }
 
+// TestReleaseDropsInput: after Release a Record keeps nothing of the bytes it was decoded from
+// (a task releases it after each batch, so it does not pin the fetch response), and the next
+// Decode into it, even of a value at the same address, is indexed afresh.
+func TestReleaseDropsInput(t *testing.T) {
+	src := mustSource(t, configs.Source{Topic: "t", Key: "k"})
+	agg := mustAggregate(t, aggCfg(map[string]map[string]any{"s": {"sum": "v"}}))
+	var r Record
+	buf := []byte(`{"k":"a","v":1}`)
+	if err := src.Decode([]byte("a"), buf, 0, &r); err != nil {
+		t.Fatal(err)
+	}
+	r.Release()
+	if r.Key != nil || r.Value != nil || r.idxPtr != nil || r.idxLen != 0 || r.idxErr != nil {
+		t.Fatalf("after Release: %+v, want no reference to the input", r)
+	}
+	copy(buf, `{"k":"a","v":7}`) // same address and length, other bytes
+	if err := src.Decode([]byte("a"), buf, 0, &r); err != nil {
+		t.Fatal(err)
+	}
+	out, err := agg.Project(&r, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := string(appendDecimal(nil, loadDec(out))); got != "7" || string(r.Key) != "a" {
+		t.Errorf("after Release and Decode: key %q, projected %s; want a, 7", r.Key, got)
+	}
+}
+
 func FuzzDecode(f *testing.F) {
 	for _, s := range []string{
 		ordersValue, `{}`, `{"customer_id":"c\u002d1","ts":"2026-01-01T00:00:00Z"}`, `{"customer_id":42,"ts":1.5e3}`,

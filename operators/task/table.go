@@ -193,6 +193,7 @@ func (t *Task) applyTable(tb *table, recs []*kgo.Record, last int64) error {
 	}
 	b := t.d.Store.NewBatch()
 	defer b.Close()
+	defer tb.rec.Release() // do not pin the batch's fetch response (operators.Record.Release)
 	for _, kr := range recs {
 		tb.next = kr.Offset + 1
 		if kr.Value == nil {

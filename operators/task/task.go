@@ -454,6 +454,7 @@ func (t *Task) Process(topic string, recs []*kgo.Record) error {
 }
 
 func (t *Task) processChain(c *chain, recs []*kgo.Record, now time.Time) error {
+	defer c.rec.Release() // do not pin the batch's fetch response (operators.Record.Release)
 	ops := c.ops
 	for _, kr := range recs {
 		if c.committed < 0 {
