@@ -149,6 +149,7 @@ func chaosScenario(t *testing.T, c *kafkatest.Cluster, size chaosSize, load chao
 		ch.killRandom("random moment")
 		// Scale down: 3 → 1 while traffic flows.
 		for _, in := range ch.ins[1:] {
+			ch.waitJoined(in)
 			in.term()
 		}
 		ch.events = append(ch.events, "scaled down to 1")
@@ -302,6 +303,19 @@ func (ch *chaos) killDuringRestore(in *instance) {
 		how = "just after its restore from the changelog (state dir deleted)"
 	}
 	ch.kill(in, how)
+}
+
+// waitJoined waits until in's current run has joined the group. Its transactional producer is
+// initialized then, which fences (and aborts) the transaction a kill -9 of its previous run left
+// open; an instance stopped before that leaves it Ongoing until the broker's transaction
+// timeout, which is Kafka's behaviour, not a leak of sluice's.
+func (ch *chaos) waitJoined(in *instance) {
+	ch.t.Helper()
+	run := in.runs
+	poll(ch.ctx, ch.t, in.id+" to join the group", 10*time.Millisecond, func() (bool, error) {
+		in.checkAlive()
+		return len(in.logLines(run, "partitions assigned")) > 0, nil
+	})
 }
 
 // killLeader kills the node leading a random partition of topic, waits a random moment and
