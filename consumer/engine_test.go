@@ -1,8 +1,11 @@
 package consumer_test
 
 import (
+	"errors"
 	"slices"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -396,5 +399,42 @@ func TestRestoredPartitionFetchedPromptly(t *testing.T) {
 	waitCaughtUp(t, e, admin(t, brokers))
 	if d := time.Since(start); d > 2*time.Second {
 		t.Fatalf("%d records took %v from Ready to committed; want well under the 5s fetch wait", in.n, d)
+	}
+}
+
+// TestLostSessionRestarts: a transaction end that cannot reach its coordinator (every EndTxn of
+// the engine's transactional id has its connection closed until the engine gives up) leaves the
+// outcome unknown. The engine abandons its Kafka session and opens a new one in-process, as a
+// crash and restart would (sluice_session_restarts_total), instead of exiting; once the broker
+// answers again, the output is exact: nothing of the lost transaction is counted twice.
+func TestLostSessionRestarts(t *testing.T) {
+	c := newCluster(t)
+	brokers := c.ListenAddrs()
+	in := orders{n: 400, keys: 30, seed: 21}
+	produce(t, brokers, in)
+	cfg := newConfig(t, brokers, pipelineOpts{})
+
+	var healed atomic.Bool
+	c.ControlKey(int16(kmsg.EndTxn), func(r kmsg.Request) (kmsg.Response, error, bool) {
+		if r.(*kmsg.EndTxnRequest).TransactionalID != cfg.TransactionalID() || healed.Load() {
+			return nil, nil, false
+		}
+		c.KeepControl()
+		return nil, errors.New("injected: the transaction coordinator is gone"), true // closes the connection
+	})
+	// Few, quick retries: the end gives up in well under a second instead of franz-go's default
+	// twenty retries with backoff.
+	e := newEngine(t, cfg, nil, kgo.RequestRetries(2), kgo.RetryBackoffFn(func(int) time.Duration { return 10 * time.Millisecond }))
+	e.start(t)
+	waitFor(t, 30*time.Second, "the engine to restart its lost session", func() (bool, error) {
+		return e.metric(t, "sluice_session_restarts_total") >= 1, e.failed()
+	})
+	healed.Store(true)
+	adm := admin(t, brokers)
+	waitCaughtUp(t, e, adm)
+	e.stopClean(t)
+	checkTotals(t, expected(in), readTotals(t, brokers))
+	if !strings.Contains(e.logs.tail(100000), "Kafka session lost") {
+		t.Errorf("no \"Kafka session lost\" line in the log")
 	}
 }
