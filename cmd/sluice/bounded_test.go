@@ -91,19 +91,9 @@ sinks:
 	if err != nil {
 		t.Fatal(err)
 	}
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	run := func() {
 		t.Helper()
-		done := make(chan error, 1)
-		go func() { done <- runPipeline(ctx, cfg, log, runOpts{bounded: true}) }()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Fatalf("bounded run: %v", err)
-			}
-		case <-ctx.Done():
-			t.Fatal("the bounded run did not exit by itself")
-		}
+		runBounded(ctx, t, cfg)
 	}
 	finals := func() map[string][2]int64 {
 		t.Helper()
@@ -212,19 +202,9 @@ http: {listen: "off"}
 	if err != nil {
 		t.Fatal(err)
 	}
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	run := func() {
 		t.Helper()
-		done := make(chan error, 1)
-		go func() { done <- runPipeline(ctx, cfg, log, runOpts{bounded: true}) }()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Fatalf("bounded run: %v", err)
-			}
-		case <-ctx.Done():
-			t.Fatal("the bounded run did not exit by itself")
-		}
+		runBounded(ctx, t, cfg)
 	}
 	outputs := func() int64 {
 		t.Helper()
@@ -249,5 +229,22 @@ http: {listen: "off"}
 	run()
 	if after := outputs(); after != before {
 		t.Fatalf("a second bounded run over unchanged input wrote %d more records to the sink (offsets %d → %d)", after-before, before, after)
+	}
+}
+
+// runBounded runs cfg's pipeline with --bounded and fails t unless it exits by itself, without
+// error, before ctx ends.
+func runBounded(ctx context.Context, t *testing.T, cfg *configs.Config) {
+	t.Helper()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	done := make(chan error, 1)
+	go func() { done <- runPipeline(ctx, cfg, log, runOpts{bounded: true}) }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("bounded run: %v", err)
+		}
+	case <-ctx.Done():
+		t.Fatal("the bounded run did not exit by itself")
 	}
 }
