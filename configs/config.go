@@ -508,11 +508,33 @@ func (c *Config) ChangelogTopic(op string) string { return c.Group + "-" + op + 
 // RepartitionTopic returns the repartition topic of operator op: "<group>-<op>-repartition".
 func (c *Config) RepartitionTopic(op string) string { return c.Group + "-" + op + "-repartition" }
 
+// OutputTopic returns the internal topic through which later operators read the results of
+// keyed operator op: "<group>-<op>-output".
+func (c *Config) OutputTopic(op string) string { return c.Group + "-" + op + "-output" }
+
+// ReadByLater reports whether a later operator reads operator op's output.
+func (c *Config) ReadByLater(op string) bool {
+	for i := range c.Operators {
+		if slices.Contains(c.Operators[i].Inputs(), op) {
+			return true
+		}
+	}
+	return false
+}
+
+// Keyed reports whether the operator is keyed and stateful (an aggregate, a cogroup, a
+// stream-stream join or a join as of event time): later operators read its results through
+// its output topic.
+func (o *Operator) Keyed() bool {
+	return o.Aggregate != nil || o.Cogroup != nil || o.Join != nil && (o.Join.StreamStream() || o.Join.AsOf == "event_time")
+}
+
 // DLQTopic returns the dead-letter topic: "<group>-dlq".
 func (c *Config) DLQTopic() string { return c.Group + "-dlq" }
 
 // InternalTopics returns the internal topics this pipeline uses, sorted: the dead-letter topic
-// the changelog of every aggregate and the repartition topic of every aggregate with group_by.
+// the changelog of every aggregate, the repartition topic of every aggregate with group_by and
+// the output topic of every keyed operator that later operators read.
 func (c *Config) InternalTopics() []string {
 	topics := []string{c.DLQTopic()}
 	for i := range c.Operators {
@@ -524,6 +546,9 @@ func (c *Config) InternalTopics() []string {
 		}
 		if op := c.Operators[i]; op.Cogroup != nil || op.Join != nil && (op.Join.StreamStream() || op.Join.AsOf == "event_time") {
 			topics = append(topics, c.ChangelogTopic(c.Operators[i].Name))
+		}
+		if op := c.Operators[i]; op.Keyed() && c.ReadByLater(op.Name) {
+			topics = append(topics, c.OutputTopic(op.Name))
 		}
 	}
 	slices.Sort(topics)

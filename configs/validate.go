@@ -440,14 +440,17 @@ func (c *Config) validateOperators() *Error {
 			return err
 		}
 		if op.Output == "" {
+			if c.ReadByLater(op.Name) {
+				continue
+			}
 			if op.Join != nil && op.Join.StreamStream() {
-				return errorf(p+".output", "required for a stream-stream join: the sink its pairs go to (%s)", c.sinkList())
+				return errorf(p+".output", "required for a stream-stream join that no later operator reads: the sink its pairs go to (%s)", c.sinkList())
 			}
 			if op.Cogroup != nil {
-				return errorf(p+".output", "required for a cogroup: the sink its results go to (%s)", c.sinkList())
+				return errorf(p+".output", "required for a cogroup that no later operator reads: the sink its results go to (%s)", c.sinkList())
 			}
 			if op.Aggregate != nil {
-				return errorf(p+".output", "required for an aggregate: the sink its results go to (%s)", c.sinkList())
+				return errorf(p+".output", "required for an aggregate that no later operator reads: the sink its results go to (%s)", c.sinkList())
 			}
 		} else if _, ok := c.Sinks[op.Output]; !ok {
 			return errorf(p+".output", "unknown sink %q (%s)", op.Output, c.sinkList())

@@ -693,7 +693,7 @@ func (e *Engine) ensureTopics(ctx context.Context) error {
 			seen[c.Changelog] = true
 			topics = append(topics, changelog.Topic{Name: c.Changelog, Partitions: n, Exact: true, Compacted: true})
 		}
-		if c.SinkTopic != "" && c.Rekey == "" && !seen[c.SinkTopic] {
+		if _, internal := reparts[c.SinkTopic]; c.SinkTopic != "" && !internal && !seen[c.SinkTopic] {
 			seen[c.SinkTopic] = true
 			topics = append(topics, changelog.Topic{Name: c.SinkTopic, Partitions: n})
 		}

@@ -46,6 +46,7 @@ type ChainPlan struct {
 	Input      int              // a cogroup's chain: the index of its input
 	Rekey      string           // the group_by field path the records are re-keyed by ("" = none); SinkTopic is then the repartition topic
 	RekeyFor   string           // with Rekey: the aggregate the records are re-keyed for
+	Output     bool             // Agg's results go to its output topic (SinkTopic), which later operators read
 }
 
 // Tap is a stage's output in the middle of a chain: the records leaving Stages[Stage] also go
@@ -75,8 +76,49 @@ func repartitionSource(cfg *configs.Config, op string, orig configs.Source) conf
 	return configs.Source{Topic: cfg.RepartitionTopic(op), Format: "json", Watermark: orig.Watermark}
 }
 
+// outputSource is the source of the chain that reads keyed operator op's output topic: JSON
+// records whose key is the operator's key and whose timestamp is when they were emitted.
+func outputSource(cfg *configs.Config, op string) configs.Source {
+	return configs.Source{Topic: cfg.OutputTopic(op), Format: "json"}
+}
+
+// checkReadsResults checks keyed operator op (operators[i]), which reads the results of keyed
+// operator up: they are facts (finals of windows, join pairs), each emitted once, and op is
+// not an event-time operator (the results carry the time they were emitted, not an event time).
+func checkReadsResults(i int, op configs.Operator, up *configs.Operator) error {
+	key := fmt.Sprintf("operators[%d].%s", i, opKind(op))
+	if op.Join != nil {
+		return &configs.Error{Key: key, Msg: fmt.Sprintf("a join over the results of keyed operator %q is not supported yet; an aggregate or a cogroup without a window can read them", up.Name)}
+	}
+	var w *configs.Window
+	if op.Aggregate != nil {
+		w = op.Aggregate.Window
+	} else if op.Cogroup != nil {
+		w = op.Cogroup.Window
+	}
+	if w != nil {
+		return &configs.Error{Key: key + ".window", Msg: fmt.Sprintf("event-time windows over the results of keyed operator %q are not supported yet (its results carry the time they were emitted, not an event time); leave the window out", up.Name)}
+	}
+	var emit string
+	switch {
+	case up.Aggregate != nil:
+		emit = up.Aggregate.Emit
+	case up.Cogroup != nil:
+		emit = up.Cogroup.Emit
+	default:
+		return nil // join pairs are emitted once each
+	}
+	if emit != configs.EmitFinal {
+		return &configs.Error{Key: fmt.Sprintf("operators[%d].%s.input", i, opKind(op)), Msg: fmt.Sprintf(
+			"%q emits updates (its current value, again at every commit that changes it), so %q would aggregate each key's updates rather than its results; give %q a window and emit: final",
+			up.Name, op.Name, up.Name)}
+	}
+	return nil
+}
+
 // NewPlan checks that the operators form linear chains (each source and operator feeds at most
-// one operator; an aggregate ends its chain) and compiles every operator once so that expression
+// one operator; a keyed operator ends its chain, and later operators read its results in a
+// chain of their own) and compiles every operator once so that expression
 // errors surface at start-up, naming the operator.
 func NewPlan(cfg *configs.Config) (*Plan, error) {
 	consumers := map[string]int{} // input name -> index of the operator reading it
@@ -103,20 +145,44 @@ func NewPlan(cfg *configs.Config) (*Plan, error) {
 		}
 	}
 	p := &Plan{Config: cfg}
+	// A walk builds the chains from one start: a source, or a keyed operator whose results later
+	// operators read through its output topic. Sources first (sorted), then those operators in
+	// config order, so an operator's chain is built before the chains that read its results.
+	type start struct {
+		name     string
+		src      configs.Source
+		orig     configs.Source    // the source whose watermark a repartition topic takes
+		upstream *configs.Operator // the keyed operator whose results the chain reads, or nil
+		tap      *Tap              // the upstream's own output: its results also go to its sink
+	}
+	var starts []start
 	names := make([]string, 0, len(cfg.Sources))
 	for n := range cfg.Sources {
 		names = append(names, n)
 	}
 	sort.Strings(names)
-	for _, src := range names {
-		c := ChainPlan{SourceName: src, Source: cfg.Sources[src]}
-		cur := src
+	for _, n := range names {
+		starts = append(starts, start{name: n, src: cfg.Sources[n], orig: cfg.Sources[n]})
+	}
+	walked := map[string]bool{}
+	for si := 0; si < len(starts); si++ {
+		st := starts[si]
+		c := ChainPlan{SourceName: st.name, Source: st.src}
+		if st.tap != nil {
+			c.Taps = append(c.Taps, *st.tap)
+		}
+		cur := st.name
 		for {
 			i, ok := consumers[cur]
 			if !ok {
 				break
 			}
 			op := cfg.Operators[i]
+			if st.upstream != nil && op.Keyed() {
+				if err := checkReadsResults(i, op, st.upstream); err != nil {
+					return nil, err
+				}
+			}
 			if op.Aggregate != nil && op.Aggregate.GroupBy != "" {
 				// Re-keying: this chain ends at the repartition topic; the aggregate's chain
 				// reads it.
@@ -124,7 +190,7 @@ func NewPlan(cfg *configs.Config) (*Plan, error) {
 				c.SinkTopic = cfg.RepartitionTopic(op.Name)
 				c.Sink = ""
 				p.Chains = append(p.Chains, c)
-				c = ChainPlan{SourceName: op.Name + "-repartition", Source: repartitionSource(cfg, op.Name, cfg.Sources[src])}
+				c = ChainPlan{SourceName: op.Name + "-repartition", Source: repartitionSource(cfg, op.Name, st.orig)}
 			}
 			streamJoin := op.Join != nil && op.Join.StreamStream()
 			asOf := op.Join != nil && op.Join.AsOf == "event_time"
@@ -157,22 +223,33 @@ func NewPlan(cfg *configs.Config) (*Plan, error) {
 				// A stage with an output that also feeds later operators: its records go to
 				// the sink as they leave it (a tap), and on down the chain.
 				c.Taps = append(c.Taps, Tap{Stage: len(c.Stages) - 1, Sink: op.Output, SinkTopic: cfg.Sinks[op.Output].Topic})
-			} else if op.Output != "" {
+			} else if op.Output != "" && !more {
 				c.Sink = op.Output
 				c.SinkTopic = cfg.Sinks[op.Output].Topic
 			}
-			if op.Aggregate != nil || op.Cogroup != nil || streamJoin || asOf {
-				if _, more := consumers[op.Name]; more {
-					return nil, &configs.Error{Key: fmt.Sprintf("operators[%d].output", i), Msg: "an aggregate must end its chain (operators after an aggregate are not supported yet)"}
+			if op.Keyed() {
+				if more && !walked[op.Name] {
+					// Later operators read its results: the operator writes them to its output
+					// topic (inside the transaction of its checkpoint), and a chain of their
+					// own reads it, writing them to the operator's sink too, if it has one.
+					walked[op.Name] = true
+					next := start{name: op.Name, src: outputSource(cfg, op.Name), orig: st.orig, upstream: &cfg.Operators[i]}
+					if op.Output != "" {
+						next.tap = &Tap{Stage: -1, Sink: op.Output, SinkTopic: cfg.Sinks[op.Output].Topic}
+					}
+					starts = append(starts, next)
+				}
+				if more {
+					c.SinkTopic, c.Output = cfg.OutputTopic(op.Name), true
 				}
 				break
 			}
 			cur = op.Name
 		}
-		if c.Agg == nil && len(c.Stages) == 0 {
+		if c.Agg == nil && len(c.Stages) == 0 && len(c.Taps) == 0 {
 			continue // a declared source nobody reads
 		}
-		if c.SinkTopic == "" && c.Agg == nil {
+		if c.SinkTopic == "" && c.Agg == nil && len(c.Stages) > 0 {
 			last := c.Stages[len(c.Stages)-1].Name
 			for i, op := range cfg.Operators {
 				if op.Name == last {
@@ -296,14 +373,26 @@ func (p *Plan) CoPartitioned() [][]string {
 	return out
 }
 
-// Repartitions returns the repartition topics the pipeline writes and reads, with the source
-// topic whose partition count each takes.
+// Repartitions returns the internal topics the pipeline writes and reads (the repartition
+// topics of group_by and the output topics of keyed operators that later operators read), with
+// the input topic whose partition count each takes (not itself one of them). The pipeline
+// purges the records it has committed past from each.
 func (p *Plan) Repartitions() map[string]string {
 	out := map[string]string{}
 	for _, c := range p.Chains {
-		if c.Rekey != "" {
+		if c.Rekey != "" || c.Output {
 			out[c.SinkTopic] = c.Source.Topic
 		}
+	}
+	for t, from := range out {
+		for range len(out) { // bounded: the chains form no cycle
+			up, internal := out[from]
+			if !internal {
+				break
+			}
+			from = up
+		}
+		out[t] = from
 	}
 	return out
 }
@@ -390,7 +479,9 @@ func (p *Plan) Describe(w io.Writer) {
 					win, c.Source.Watermark.MaxDelay)
 			}
 		}
-		if c.SinkTopic != "" && c.Rekey == "" {
+		if c.Output {
+			fmt.Fprintf(w, "  -> output topic %s (results, in the transaction of the checkpoint that emits them; later operators read them)\n", c.SinkTopic)
+		} else if c.SinkTopic != "" && c.Rekey == "" {
 			if sk := cfg.Sinks[c.Sink]; sk.Format == configs.FormatAvro {
 				fmt.Fprintf(w, "  -> sink %s (topic %s, avro, subject strategy %s)\n", c.Sink, c.SinkTopic, sk.SubjectStrategy)
 			} else {
@@ -411,8 +502,13 @@ func (p *Plan) Describe(w io.Writer) {
 			listed[c.Changelog] = true
 			fmt.Fprintf(w, "  %s (compacted, partitions = %s's)\n", c.Changelog, c.Source.Topic)
 		}
-		if c.Rekey != "" {
-			fmt.Fprintf(w, "  %s (repartition, partitions = %s's; committed records purged)\n", c.SinkTopic, c.Source.Topic)
+		if c.Rekey != "" || c.Output && !listed[c.SinkTopic] {
+			listed[c.SinkTopic] = true
+			kind := "repartition"
+			if c.Output {
+				kind = "results of " + c.Agg.Name
+			}
+			fmt.Fprintf(w, "  %s (%s, partitions = %s's; committed records purged)\n", c.SinkTopic, kind, p.Repartitions()[c.SinkTopic])
 		}
 	}
 	fmt.Fprintf(w, "  %s (dead letters)\n", cfg.DLQTopic())

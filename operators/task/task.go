@@ -483,6 +483,7 @@ func (t *Task) processChain(c *chain, recs []*kgo.Record, now time.Time) error {
 		}
 		wmPrev := c.wm
 		c.observeTime(c.rec.Time, now)
+		t.tap(c, -1)
 		keep := true
 		for si, st := range ops.stages {
 			var err error
@@ -497,13 +498,7 @@ func (t *Task) processChain(c *chain, recs []*kgo.Record, now time.Time) error {
 			if !keep {
 				break
 			}
-			for _, tap := range c.plan.Taps {
-				if tap.Stage == si {
-					t.d.Producer.Produce(&kgo.Record{Topic: tap.SinkTopic, Key: bytes.Clone(c.rec.Key), Value: bytes.Clone(c.rec.Value), Partition: -1}, t.out.promise)
-					c.recordsOut++
-					t.d.Metrics.recordsOut(tap.SinkTopic, 1)
-				}
-			}
+			t.tap(c, si)
 		}
 		if !keep { // dropped, or a dead letter (Apply returns keep=false with an error)
 			continue
@@ -791,4 +786,16 @@ func (e *errTracker) get() error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.err
+}
+
+// tap writes the chain's current record to the sinks tapped after stage si (-1: as it arrives,
+// before the first stage), inside the open transaction like any stateless output.
+func (t *Task) tap(c *chain, si int) {
+	for _, tap := range c.plan.Taps {
+		if tap.Stage == si {
+			t.d.Producer.Produce(&kgo.Record{Topic: tap.SinkTopic, Key: bytes.Clone(c.rec.Key), Value: bytes.Clone(c.rec.Value), Partition: -1}, t.out.promise)
+			c.recordsOut++
+			t.d.Metrics.recordsOut(tap.SinkTopic, 1)
+		}
+	}
 }
