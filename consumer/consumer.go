@@ -24,6 +24,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"math"
 	"slices"
 	"sort"
 	"strings"
@@ -95,7 +97,11 @@ type Engine struct {
 	epoch  uint64 // bumped on every abort; batches from an older epoch are dropped
 	joined bool
 
-	bounds map[tp]bound // Bounded: per input partition, where it starts and ends (set before the group is joined)
+	// Bounded: per input partition, where it starts and ends (set before the group is joined;
+	// an internal topic's end is openEnd until closeInternal lists it).
+	boundsMu sync.Mutex
+	bounds   map[tp]bound
+	waitLog  map[string]bool // internal topics whose writers another member runs (logged once)
 
 	groups map[string][]string // a co-partitioned group's first topic -> its topics (immutable after New)
 	group  map[string]string   // topic -> its group's first topic
@@ -140,6 +146,7 @@ func New(o Options) (*Engine, error) {
 		group:   map[string]string{},
 		tables:  map[string]string{},
 		purge:   purger{topics: map[string]bool{}},
+		waitLog: map[string]bool{},
 	}
 	if o.Plan != nil { // nil: an engine that only registers its metrics (tests)
 		e.tables = o.Plan.TableTopics()
@@ -355,6 +362,11 @@ func (e *Engine) loop(ctx context.Context) error {
 			e.log.Info("bounded run: every input partition reached the end offset it had at start; exiting")
 			return nil
 		}
+		if e.o.Bounded {
+			if err := e.closeInternal(ctx); err != nil {
+				return err
+			}
+		}
 	}
 }
 
@@ -424,12 +436,13 @@ func (e *Engine) dispatchPartition(ctx context.Context, fp kgo.FetchTopicPartiti
 		}
 		recs := fp.Records
 		firstOff, lastOff := recs[0].Offset, recs[len(recs)-1].Offset
-		reached := false
+		reached, open := false, false
 		if e.o.Bounded {
 			// A bounded run reads up to the end offset each partition had at start. It keeps
 			// transaction markers (KeepControlRecords) so that it sees when it reaches an end
 			// that lies after the last record, then drops them: tasks get data records only.
-			bd := e.bounds[tp{fp.Topic, fp.Partition}]
+			bd, _ := e.bound(tp{fp.Topic, fp.Partition})
+			open = bd.end == openEnd
 			end = min(end, bd.end)
 			n := len(recs)
 			for n > 0 && recs[n-1].Offset >= bd.end {
@@ -448,7 +461,9 @@ func (e *Engine) dispatchPartition(ctx context.Context, fp kgo.FetchTopicPartiti
 			if slices.ContainsFunc(recs, func(r *kgo.Record) bool { return r.Attrs.IsControl() }) {
 				recs = slices.DeleteFunc(slices.Clone(recs), func(r *kgo.Record) bool { return r.Attrs.IsControl() })
 			}
-			if len(recs) == 0 && !reached && !e.isTable(fp.Topic) {
+			// A batch of markers only still moves the task's position on an internal topic that
+			// has not ended yet: when it ends, the task knows whether it is there.
+			if len(recs) == 0 && !reached && !open && !e.isTable(fp.Topic) {
 				return
 			}
 		}
@@ -783,15 +798,130 @@ func (e *Engine) checkpointErr(step string, err error) error {
 // bound is where a bounded run starts and ends reading one input partition.
 type bound struct{ start, end int64 }
 
+// openEnd is the end of an internal topic's partition in a bounded run until the chains that
+// write the topic are done (closeInternal).
+const openEnd = math.MaxInt64
+
+// bound returns where a bounded run reads partition k.
+func (e *Engine) bound(k tp) (bound, bool) {
+	e.boundsMu.Lock()
+	defer e.boundsMu.Unlock()
+	b, ok := e.bounds[k]
+	return b, ok
+}
+
+// closeInternal ends, in a bounded run, each internal topic (a repartition topic, an operator's
+// output topic) whose writers are done: every task reading the inputs of the chains that write
+// it has finished here, so everything they write is committed. The topic's end offsets are
+// listed then, and the tasks reading it end there: a pipeline of several stages runs as a batch
+// job stage after stage. Only the poll loop calls it.
+func (e *Engine) closeInternal(ctx context.Context) error {
+	var ready []string
+	for _, topic := range slices.Sorted(maps.Keys(e.o.Plan.Repartitions())) {
+		if bd, ok := e.bound(tp{topic, 0}); !ok || bd.end != openEnd {
+			continue
+		}
+		if e.writersDone(topic) {
+			ready = append(ready, topic)
+		}
+	}
+	if len(ready) == 0 {
+		return nil
+	}
+	ends, err := producer.RetryList(ctx, func() (kadm.ListedOffsets, error) { return e.adm.ListCommittedOffsets(ctx, ready...) })
+	if err != nil {
+		return fmt.Errorf("consumer: bounded run: list the end offsets of %s: %w", strings.Join(ready, ", "), err)
+	}
+	starts, err := producer.RetryList(ctx, func() (kadm.ListedOffsets, error) { return e.adm.ListStartOffsets(ctx, ready...) })
+	if err != nil {
+		return fmt.Errorf("consumer: bounded run: list the start offsets of %s: %w", strings.Join(ready, ", "), err)
+	}
+	e.boundsMu.Lock()
+	ends.Each(func(lo kadm.ListedOffset) {
+		k := tp{lo.Topic, lo.Partition}
+		b := e.bounds[k]
+		b.end = lo.Offset
+		if s, ok := starts.Lookup(lo.Topic, lo.Partition); ok {
+			b.start = max(b.start, s.Offset) // purged below the group's offset: reading starts there
+		}
+		e.bounds[k] = b
+	})
+	e.boundsMu.Unlock()
+	e.mu.Lock()
+	var runs []*runner
+	var at []batch
+	ends.Each(func(lo kadm.ListedOffset) {
+		if r := e.runs[tp{e.groupOf(lo.Topic), lo.Partition}]; r != nil {
+			runs = append(runs, r)
+			at = append(at, batch{topic: lo.Topic, closeAt: lo.Offset})
+		}
+	})
+	e.mu.Unlock()
+	for i, r := range runs {
+		// After every batch dispatched before it: the task ends the input if it is there.
+		go func() {
+			select {
+			case r.in <- at[i]:
+			case <-r.done:
+			case <-ctx.Done():
+			}
+		}()
+	}
+	e.log.Info("bounded run: an internal topic's writers are done; its readers end at its end offsets", "topics", ready)
+	return nil
+}
+
+// writersDone reports whether every chain that writes internal topic has its inputs read to
+// their ends here: each partition of their groups has a finished task on this member.
+func (e *Engine) writersDone(topic string) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, c := range e.o.Plan.Chains {
+		if c.SinkTopic != topic || c.Rekey == "" && !c.Output {
+			continue
+		}
+		group := e.groupOf(c.Source.Topic)
+		for k, bd := range e.bounds {
+			if k.topic != c.Source.Topic {
+				continue
+			}
+			if bd.end == openEnd {
+				return false // an internal topic itself, not ended yet
+			}
+			r := e.runs[tp{group, k.p}]
+			if r == nil {
+				if !e.waitLog[topic] {
+					e.waitLog[topic] = true
+					e.log.Warn("bounded run: an internal topic waits for input partitions this member does not have (a bounded run of a pipeline with internal topics is one member)", "topic", topic, "input", c.Source.Topic, "partition", k.p)
+				}
+				return false
+			}
+			if !r.finished.Load() {
+				return false
+			}
+		}
+	}
+	return true
+}
+
 // listBounds returns, per input partition, the offset the group resumes from (its committed
 // offset, or the log start) and the partition's last stable offset now.
 func (e *Engine) listBounds(ctx context.Context) (map[tp]bound, error) {
-	topics := e.o.Plan.Topics()
-	ends, err := e.adm.ListCommittedOffsets(ctx, topics...)
+	// The internal topics were just created, and this client may not see them for a while
+	// (metadata age): they are not listed now. Their partitions are those of the input they
+	// take their count from, and they end when closeInternal lists them.
+	internal := e.o.Plan.Repartitions()
+	var topics []string
+	for _, t := range e.o.Plan.Topics() {
+		if _, ok := internal[t]; !ok {
+			topics = append(topics, t)
+		}
+	}
+	ends, err := producer.RetryList(ctx, func() (kadm.ListedOffsets, error) { return e.adm.ListCommittedOffsets(ctx, topics...) })
 	if err != nil {
 		return nil, fmt.Errorf("consumer: bounded run: list end offsets: %w", err)
 	}
-	starts, err := e.adm.ListStartOffsets(ctx, topics...)
+	starts, err := producer.RetryList(ctx, func() (kadm.ListedOffsets, error) { return e.adm.ListStartOffsets(ctx, topics...) })
 	if err != nil {
 		return nil, fmt.Errorf("consumer: bounded run: list start offsets: %w", err)
 	}
@@ -803,22 +933,27 @@ func (e *Engine) listBounds(ctx context.Context) (map[tp]bound, error) {
 		return nil, fmt.Errorf("consumer: bounded run: fetch the group's offsets: %w", err)
 	}
 	out := map[tp]bound{}
-	var ferr error
-	ends.Each(func(lo kadm.ListedOffset) {
-		if lo.Err != nil {
-			ferr = fmt.Errorf("consumer: bounded run: %s[%d]: %w", lo.Topic, lo.Partition, lo.Err)
-			return
+	add := func(k tp, b bound) {
+		if c, ok := committed.Lookup(k.topic, k.p); ok && c.Err == nil && c.At >= 0 {
+			b.start = c.At
 		}
+		out[k] = b
+	}
+	ends.Each(func(lo kadm.ListedOffset) {
 		b := bound{end: lo.Offset}
 		if s, ok := starts.Lookup(lo.Topic, lo.Partition); ok {
 			b.start = s.Offset
 		}
-		if c, ok := committed.Lookup(lo.Topic, lo.Partition); ok && c.Err == nil && c.At >= 0 {
-			b.start = c.At
+		add(tp{lo.Topic, lo.Partition}, b)
+		for rt, from := range internal {
+			if from == lo.Topic {
+				// Written by this run too: closeInternal ends it (and raises its start to the
+				// log start, if the group has no offset there).
+				add(tp{rt, lo.Partition}, bound{end: openEnd})
+			}
 		}
-		out[tp{lo.Topic, lo.Partition}] = b
 	})
-	return out, ferr
+	return out, nil
 }
 
 // finished reports whether a bounded run is done: the member has tasks and each has committed

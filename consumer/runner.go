@@ -26,7 +26,8 @@ type batch struct {
 	lag, lagAfter         int64 // records left to process before and after the batch
 	timeLag, timeLagAfter time.Duration
 	epoch                 uint64
-	end                   bool // bounded run: the batch reaches the end offset the partition had at start
+	end                   bool  // bounded run: the batch reaches the end offset the partition had at start
+	closeAt               int64 // > 0: no records; a bounded run's internal topic ends at this offset (closeInternal)
 }
 
 type ckptReq struct {
@@ -61,6 +62,10 @@ type runner struct {
 	finished atomic.Bool      // bounded run: the task has committed the end of its input
 	first    map[string]int64 // by topic: first offset dispatched since assignment or the last abort (guarded by Engine.mu)
 	waiting  bool             // the task's streams are paused until its tables load (runner goroutine only)
+	// Bounded run: by topic, the offset after the last batch processed (past transaction
+	// markers) in epoch posEpoch (runner goroutine only).
+	pos      map[string]int64
+	posEpoch uint64
 }
 
 func (r *runner) isRestored() bool { return r.restored.Load() }
@@ -189,7 +194,7 @@ func (e *Engine) run(ctx context.Context, cl *kgo.Client, r *runner) {
 	r.restored.Store(true)
 	e.resume(cl, r)
 	for _, topic := range r.topics {
-		if bd, ok := e.bounds[tp{topic, r.key.p}]; ok && bd.start >= bd.end {
+		if bd, ok := e.bound(tp{topic, r.key.p}); ok && bd.start >= bd.end {
 			// A bounded run with nothing to read here: this input ends now.
 			if !e.endInput(ctx, r, topic) {
 				return
@@ -205,6 +210,21 @@ func (e *Engine) run(ctx context.Context, cl *kgo.Client, r *runner) {
 				return
 			}
 		case b := <-r.in:
+			if b.closeAt > 0 {
+				// An internal topic of a bounded run ended: the input ends now if the task has
+				// processed it to there; if not, the batch that gets there will say so.
+				pos, ok := r.pos[b.topic]
+				if !ok || r.posEpoch != e.currentEpoch() {
+					pos = r.t.Next(b.topic) // after an abort: the refetch from the commit gets there
+				}
+				if bd, _ := e.bound(tp{b.topic, r.key.p}); pos < 0 {
+					pos = bd.start
+				}
+				if pos >= b.closeAt && !e.endInput(ctx, r, b.topic) {
+					return
+				}
+				continue
+			}
 			if b.epoch != e.currentEpoch() {
 				continue // fetched before an abort rewound the consumer
 			}
@@ -231,6 +251,12 @@ func (e *Engine) run(ctx context.Context, cl *kgo.Client, r *runner) {
 			}
 			if !e.process(ctx, r, b) {
 				return
+			}
+			if e.o.Bounded {
+				if r.posEpoch != b.epoch || r.pos == nil {
+					r.pos, r.posEpoch = map[string]int64{}, b.epoch
+				}
+				r.pos[b.topic] = b.next
 			}
 			if b.end && b.epoch == e.currentEpoch() {
 				if !e.endInput(ctx, r, b.topic) {

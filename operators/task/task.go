@@ -323,6 +323,16 @@ func (t *Task) Namespaces() map[state.Namespace]string {
 	return out
 }
 
+// Next returns the next offset of topic the task processes: past its last record, or where it
+// resumes after an abort; -1 before its first record.
+func (t *Task) Next(topic string) int64 {
+	next := int64(-1)
+	for _, c := range t.byTopic[topic] {
+		next = max(next, c.next)
+	}
+	return next
+}
+
 // Partition returns the task's partition number.
 func (t *Task) Partition() int32 { return t.partition }
 
