@@ -6,6 +6,7 @@ import (
 	"strconv"
 
 	"github.com/sluice-dev/sluice/configs"
+	"github.com/sluice-dev/sluice/operators/internal/jsonstr"
 )
 
 // Attributes are the FLIP-327/331 operator attributes the runtime schedules by.
@@ -190,7 +191,7 @@ func newAggregate(name string, cfg configs.Aggregate, inputs []string, from map[
 				s.in = in
 			}
 		}
-		s.prefix = appendJSONString([]byte{','}, sp.Name)
+		s.prefix = jsonstr.AppendString([]byte{','}, sp.Name)
 		s.prefix = append(s.prefix, ':')
 		a.specs = append(a.specs, s)
 	}
@@ -379,7 +380,7 @@ func keepIf(st []byte, v dec, empty bool, want int) {
 // is rounded half-to-even to 9 fractional digits; min, max and avg of an empty state are null.
 func (a *Aggregate) Render(key, state, dst []byte) []byte {
 	dst = append(dst, `{"key":`...)
-	dst = appendJSONBytes(dst, key)
+	dst = jsonstr.AppendBytes(dst, key)
 	return a.renderFields(state, dst)
 }
 
@@ -389,7 +390,7 @@ func (a *Aggregate) Render(key, state, dst []byte) []byte {
 //	{"key":"c-1","window_start":1767225600000,"window_end":1767229200000,"amount":12.5,"orders":2}
 func (a *Aggregate) RenderWindow(key []byte, start, end int64, state, dst []byte) []byte {
 	dst = append(dst, `{"key":`...)
-	dst = appendJSONBytes(dst, key)
+	dst = jsonstr.AppendBytes(dst, key)
 	dst = append(dst, `,"window_start":`...)
 	dst = strconv.AppendInt(dst, start, 10)
 	dst = append(dst, `,"window_end":`...)

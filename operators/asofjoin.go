@@ -9,6 +9,7 @@ import (
 	"slices"
 
 	"github.com/sluice-dev/sluice/configs"
+	"github.com/sluice-dev/sluice/operators/internal/jsonstr"
 )
 
 // AsOfJoin is the stream-table join as of event time (configs.Join with as_of: event_time): a
@@ -59,7 +60,7 @@ const (
 // NewAsOfJoin compiles a stream-table join as of event time; versions is how long the table
 // keeps superseded versions behind the watermark.
 func NewAsOfJoin(name string, cfg configs.Join, versions int64) (*AsOfJoin, error) {
-	j := &AsOfJoin{name: name, table: cfg.Table, keep: versions, field: appendJSONString(nil, cfg.Table)}
+	j := &AsOfJoin{name: name, table: cfg.Table, keep: versions, field: jsonstr.AppendString(nil, cfg.Table)}
 	switch cfg.Type {
 	case "", configs.JoinInner:
 	case configs.JoinLeft:

@@ -13,6 +13,7 @@ import (
 	"github.com/expr-lang/expr/vm"
 
 	"github.com/sluice-dev/sluice/configs"
+	"github.com/sluice-dev/sluice/operators/internal/jsonstr"
 )
 
 // Stage is a stateless operator (filter, map). One per task; not safe for concurrent use.
@@ -352,7 +353,7 @@ func (m *mapStage) Apply(r *Record) (bool, error) {
 			continue
 		}
 		sep()
-		out = appendJSONString(out, f)
+		out = jsonstr.AppendString(out, f)
 		out = append(out, ':')
 		if out, err = appendAnyJSON(out, m.vals[k]); err != nil {
 			return false, &Error{Operator: m.name, Reason: fmt.Sprintf("set %s: %v", m.fields[k], err)}
@@ -383,7 +384,7 @@ func appendAnyJSON(dst []byte, v any) ([]byte, error) {
 	case bool:
 		return strconv.AppendBool(dst, x), nil
 	case string:
-		return appendJSONString(dst, x), nil
+		return jsonstr.AppendString(dst, x), nil
 	case int:
 		return strconv.AppendInt(dst, int64(x), 10), nil
 	case int64:

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/sluice-dev/sluice/configs"
+	"github.com/sluice-dev/sluice/operators/internal/jsonstr"
 )
 
 // Rows is a table partition as a join sees it: the latest row (a JSON object) of a key.
@@ -41,7 +42,7 @@ func NewJoin(name string, cfg configs.Join, rows Rows) (Stage, error) {
 		return nil, fmt.Errorf("operators: join %s: as_of %q is not supported", name, cfg.AsOf)
 	}
 	return &join{name: name, table: cfg.Table, left: cfg.Type == configs.JoinLeft, rows: rows,
-		field: appendJSONString(nil, cfg.Table)}, nil
+		field: jsonstr.AppendString(nil, cfg.Table)}, nil
 }
 
 func (j *join) Name() string { return j.name }

@@ -9,6 +9,7 @@ import (
 	"strconv"
 
 	"github.com/sluice-dev/sluice/configs"
+	"github.com/sluice-dev/sluice/operators/internal/jsonstr"
 )
 
 // StreamJoin is the windowed stream-stream join (configs.Join with left, right and within): per
@@ -177,7 +178,7 @@ func (j *StreamJoin) OnTimer(ctx Context, key []byte, at int64) error {
 // emitPair emits {"<left>": l, "<right>": r}, null for a nil side.
 func (j *StreamJoin) emitPair(ctx Context, l, r []byte) {
 	out := append(j.out[:0], '{')
-	out = appendJSONString(out, j.left)
+	out = jsonstr.AppendString(out, j.left)
 	out = append(out, ':')
 	if l == nil {
 		out = append(out, "null"...)
@@ -185,7 +186,7 @@ func (j *StreamJoin) emitPair(ctx Context, l, r []byte) {
 		out = append(out, l...)
 	}
 	out = append(out, ',')
-	out = appendJSONString(out, j.right)
+	out = jsonstr.AppendString(out, j.right)
 	out = append(out, ':')
 	if r == nil {
 		out = append(out, "null"...)

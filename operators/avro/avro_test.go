@@ -5,14 +5,17 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"math/big"
 	"net/http"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
+	"unicode/utf8"
 
 	havro "github.com/hamba/avro/v2"
 	"github.com/twmb/franz-go/pkg/sr"
@@ -133,7 +136,7 @@ func TestScalars(t *testing.T) {
 		{`"double"`, 1e300, `1e+300`},
 		{`"float"`, float32(0.1), `0.1`},
 		{`"string"`, "", `""`},
-		{`"string"`, "\x00\u2028", `"\u0000` + "\u2028" + `"`},
+		{`"string"`, "\x00\u2028", `"\u0000\u2028"`}, // escaped as the JSON path writes it
 		{`"bytes"`, []byte{}, `""`},
 		{`{"type":"bytes","logicalType":"decimal","precision":9,"scale":3}`, big.NewRat(5, 1000), `0.005`},
 		{`{"type":"bytes","logicalType":"decimal","precision":9,"scale":3}`, big.NewRat(-5, 1000), `-0.005`},
@@ -187,7 +190,8 @@ func TestEvolution(t *testing.T) {
 
 func TestRecordErrors(t *testing.T) {
 	schema := `{"type":"record","name":"R","fields":[{"name":"u","type":["null","long"]},{"name":"s","type":"string"}]}`
-	reg, ids := fakeRegistry(t, schema, `"long"`)
+	mapSchema := `{"type":"record","name":"M","fields":[{"name":"m","type":{"type":"map","values":"string"}}]}`
+	reg, ids := fakeRegistry(t, schema, `"long"`, mapSchema)
 	good := mustEncode(t, schema, map[string]any{"u": int64(1), "s": "ab"})
 	for _, tc := range []struct {
 		name  string
@@ -203,7 +207,9 @@ func TestRecordErrors(t *testing.T) {
 		{"trailing", frame(ids[0], append(good, 0)), "1 bytes left"},
 		{"union index", frame(ids[0], []byte{4, 0}), "union index 2 out of range"},
 		{"varint", frame(ids[0], []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01}), "varint"},
-		{"utf8", frame(ids[0], []byte{0, 2, 0xff}), "UTF-8"},
+		{"utf8", frame(ids[0], []byte{0, 2, 0xff}), "string is not valid UTF-8"},
+		{"utf8 map key", frame(ids[2], []byte{2, 4, 'k', 0xff, 2, 'v', 0}), "map key is not valid UTF-8"},
+		{"utf8 map value", frame(ids[2], []byte{2, 2, 'k', 4, 0xc3, '"', 0}), "string is not valid UTF-8"},
 	} {
 		got, err := reg.AppendJSON([]byte("x"), tc.value)
 		var rerr *RecordError
@@ -212,6 +218,40 @@ func TestRecordErrors(t *testing.T) {
 		}
 		if string(got) != "x" {
 			t.Errorf("%s: dst changed to %q", tc.name, got)
+		}
+	}
+}
+
+// TestStringEscapes: strings and map keys with quotes, backslashes, control characters,
+// U+2028/U+2029 and non-ASCII come out as valid JSON that reads back as the Avro value.
+func TestStringEscapes(t *testing.T) {
+	schema := `{"type":"record","name":"R","fields":[{"name":"s","type":"string"},
+  {"name":"m","type":{"type":"map","values":"string"}},{"name":"a","type":{"type":"array","items":["null","string"]}}]}`
+	n, err := parse(schema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	strs := []string{"", "plain", `q"uo\te/`, "\x00\x01\x1f\x7f\b\f\n\r\t", "a\u2028b\u2029c", "é ü 日本 🙂 <&>"}
+	for _, s := range strs {
+		m := map[string]string{s: s, "k" + s: "v"}
+		a := []any{nil, s}
+		out, err := appendJSON(nil, n, mustEncode(t, schema, map[string]any{"s": s, "m": m, "a": []any{nil, map[string]any{"string": s}}}))
+		if err != nil {
+			t.Fatalf("%q: %v", s, err)
+		}
+		if !json.Valid(out) || !utf8.Valid(out) || strings.ContainsAny(string(out), "\u2028\u2029") {
+			t.Fatalf("%q: not valid JSON (or a raw line separator): %q", s, out)
+		}
+		var got struct {
+			S string
+			M map[string]string
+			A []any
+		}
+		if err := json.Unmarshal(out, &got); err != nil {
+			t.Fatalf("%q: %v", s, err)
+		}
+		if got.S != s || !maps.Equal(got.M, m) || !slices.Equal(got.A, a) {
+			t.Errorf("%q: %s reads back as %+v", s, out, got)
 		}
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"math/big"
 	"strconv"
 	"unicode/utf8"
+
+	"github.com/sluice-dev/sluice/operators/internal/jsonstr"
 )
 
 // Limits that keep a hostile record from costing more than its size suggests.
@@ -180,7 +182,7 @@ func (d *decoder) value(dst []byte, n *node, depth int) ([]byte, error) {
 		if !utf8.Valid(s) {
 			return dst, fmt.Errorf("string is not valid UTF-8")
 		}
-		return appendStringBytes(dst, s), nil
+		return jsonstr.AppendBytes(dst, s), nil
 	case kBytes:
 		s, err := d.bytes()
 		if err != nil {
@@ -279,7 +281,7 @@ func (d *decoder) value(dst []byte, n *node, depth int) ([]byte, error) {
 					if !utf8.Valid(k) {
 						return dst, fmt.Errorf("map key is not valid UTF-8")
 					}
-					dst = append(appendStringBytes(dst, k), ':')
+					dst = append(jsonstr.AppendBytes(dst, k), ':')
 				}
 				if dst, err = d.value(dst, n.elem, depth+1); err != nil {
 					return dst, err
@@ -354,33 +356,3 @@ func appendBase64(dst, b []byte) []byte {
 	dst = base64.StdEncoding.AppendEncode(dst, b)
 	return append(dst, '"')
 }
-
-const hexDigits = "0123456789abcdef"
-
-func appendStringBytes(dst, s []byte) []byte {
-	dst = append(dst, '"')
-	start := 0
-	for i, c := range s {
-		if c >= 0x20 && c != '"' && c != '\\' {
-			continue
-		}
-		dst = append(dst, s[start:i]...)
-		switch c {
-		case '"', '\\':
-			dst = append(dst, '\\', c)
-		case '\n':
-			dst = append(dst, '\\', 'n')
-		case '\r':
-			dst = append(dst, '\\', 'r')
-		case '\t':
-			dst = append(dst, '\\', 't')
-		default:
-			dst = append(dst, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
-		}
-		start = i + 1
-	}
-	dst = append(dst, s[start:]...)
-	return append(dst, '"')
-}
-
-func appendString(dst []byte, s string) []byte { return appendStringBytes(dst, []byte(s)) }

@@ -9,6 +9,8 @@ import (
 
 	havro "github.com/hamba/avro/v2"
 	"github.com/valyala/fastjson"
+
+	"github.com/sluice-dev/sluice/operators/internal/jsonstr"
 )
 
 // Encoder writes JSON objects (sluice's output values) as Confluent-framed Avro with one
@@ -144,7 +146,7 @@ func encodeValue(dst []byte, n *node, v *fastjson.Value, at string, depth int) (
 		if err != nil {
 			return dst, want("a symbol of " + n.name)
 		}
-		q := appendStringBytes(nil, s)
+		q := jsonstr.AppendBytes(nil, s)
 		for i, sym := range n.symbols {
 			if string(sym) == string(q) {
 				return appendLong(dst, int64(i)), nil

@@ -3,6 +3,7 @@ package avro
 import (
 	"encoding/json"
 	"testing"
+	"unicode/utf8"
 
 	havro "github.com/hamba/avro/v2"
 )
@@ -16,8 +17,8 @@ var fuzzSchemas = []string{
 }
 
 // FuzzAppendJSON decodes any bytes with each schema: no panic, and a value that decodes is
-// valid JSON (an object) that hamba/avro also accepts, so sluice accepts nothing the reference
-// decoder refuses.
+// valid JSON (an object, all valid UTF-8) that hamba/avro also accepts, so sluice accepts
+// nothing the reference decoder refuses.
 func FuzzAppendJSON(f *testing.F) {
 	nodes := make([]*node, len(fuzzSchemas))
 	parsed := make([]havro.Schema, len(fuzzSchemas))
@@ -36,6 +37,10 @@ func FuzzAppendJSON(f *testing.F) {
 		out, err := appendJSON(nil, nodes[i], data)
 		if err != nil {
 			return
+		}
+		// encoding/json reads invalid UTF-8 in a string as U+FFFD; JSON must be UTF-8.
+		if !json.Valid(out) || !utf8.Valid(out) {
+			t.Fatalf("schema %d: decoded %x to invalid JSON %q", i, data, out)
 		}
 		var v map[string]any
 		if err := json.Unmarshal(out, &v); err != nil {

@@ -4,6 +4,8 @@ import (
 	"fmt"
 
 	havro "github.com/hamba/avro/v2"
+
+	"github.com/sluice-dev/sluice/operators/internal/jsonstr"
 )
 
 // kind is the shape of a compiled schema node.
@@ -101,7 +103,7 @@ func compile(s havro.Schema, named map[string]*node) (*node, error) {
 		}
 		n := &node{kind: kEnum, minSize: 1, name: s.FullName()}
 		for _, sym := range s.Symbols() {
-			n.symbols = append(n.symbols, appendString(nil, sym))
+			n.symbols = append(n.symbols, jsonstr.AppendString(nil, sym))
 		}
 		named[s.FullName()] = n
 		return n, nil
@@ -138,7 +140,7 @@ func compile(s havro.Schema, named map[string]*node) (*node, error) {
 			if err != nil {
 				return nil, fmt.Errorf("%s.%s: %w", s.FullName(), f.Name(), err)
 			}
-			key := append(appendString(nil, f.Name()), ':')
+			key := append(jsonstr.AppendString(nil, f.Name()), ':')
 			n.fields = append(n.fields, field{key: key, node: fn})
 		}
 		for _, f := range n.fields {

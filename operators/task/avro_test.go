@@ -59,8 +59,9 @@ func avroValue(t testing.TB, id int, schema string, v map[string]any) []byte {
 }
 
 // TestAvroTableAndStream: a table and a stream of format avro, read through a registry: rows
-// are stored as their JSON and joined; an undecodable row or order is a dead letter; an
-// unreachable registry fails ProcessTable and Process instead of making dead letters.
+// are stored as their JSON and joined; an undecodable row or order (a string that is not UTF-8
+// too) is a dead letter; an unreachable registry fails ProcessTable and Process instead of
+// making dead letters.
 func TestAvroTableAndStream(t *testing.T) {
 	doc := joinConfig("left", false, "", "never", 100, 10, 1000, "0s", "")
 	doc = strings.Replace(doc, "orders: {topic: orders, format: json,", "orders: {topic: orders, format: avro, key_format: string,", 1)
@@ -97,12 +98,17 @@ func TestAvroTableAndStream(t *testing.T) {
 		return &kgo.Record{Topic: testTopic, Offset: off, Key: []byte(key), Timestamp: time.UnixMilli(100),
 			Value: avroValue(t, 2, avroOrder, map[string]any{"customer_id": key, "amount": big.NewRat(1250, 100), "ts": int64(100)})}
 	}
-	tk.BeforeBatch(testTopic, Lag{Before: 3})
+	tk.BeforeBatch(testTopic, Lag{Before: 4})
 	bad := order(2, "c1")
 	bad.Value[4] = 9 // an unknown schema id
 	badKey := order(1, "c1")
 	badKey.Key = []byte("c\xff")
-	if err := tk.Process(testTopic, []*kgo.Record{order(0, "c1"), badKey, bad}); err != nil {
+	badString := order(3, "c1")
+	if string(badString.Value[5:8]) != "\x04c1" {
+		t.Fatalf("order value %x: customer_id not where expected", badString.Value)
+	}
+	badString.Value[7] = 0xff // customer_id "c\xff": an Avro string that is not UTF-8
+	if err := tk.Process(testTopic, []*kgo.Record{order(0, "c1"), badKey, bad, badString}); err != nil {
 		t.Fatal(err)
 	}
 	ddCheckpoint(t, tk, prod, false)
@@ -118,7 +124,8 @@ func TestAvroTableAndStream(t *testing.T) {
 	if want := `{"customer_id":"c1","amount":12.50,"ts":100,"customers":{"customer_id":"c1","region":"EU"}}`; len(outs) != 1 || outs[0] != want {
 		t.Errorf("outputs %q, want [%s]", outs, want)
 	}
-	wantDead := []string{"magic byte 123", "not valid UTF-8 (key_format: string", "schema id 9 not found"}
+	wantDead := []string{"magic byte 123", "not valid UTF-8 (key_format: string", "schema id 9 not found",
+		testTopic + "@3: operators: orders: avro: schema id 2: string is not valid UTF-8"}
 	if len(dead) != len(wantDead) {
 		t.Fatalf("dead letters %q, want %d", dead, len(wantDead))
 	}
@@ -135,7 +142,7 @@ func TestAvroTableAndStream(t *testing.T) {
 	// The registry down when a new schema id comes: Process fails, no dead letter.
 	reg.down.Store(true)
 	reg.byID[3] = avroOrder
-	unseen := order(3, "c1")
+	unseen := order(4, "c1")
 	unseen.Value[4] = 3
 	tk.BeforeBatch(testTopic, Lag{Before: 1})
 	if err := tk.Process(testTopic, []*kgo.Record{unseen}); !errors.Is(err, avro.ErrUnavailable) {
