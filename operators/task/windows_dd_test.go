@@ -36,6 +36,8 @@ const ddRefunds = "refunds"
 //	           one record per line: "key ts amount" (ts in ms) of input I (orders, the default, or
 //	           refunds); processes them as one batch and checkpoints; prints the outputs and dead
 //	           letters that checkpoint committed (a dead letter of a cogroup names its input)
+//	restart    closes the task and starts a new one over the same store (everything was
+//	           committed: it resumes from the committed state, watermarks and timers)
 //	end [input=I]
 //	           the input ends (a bounded run; a cogroup: input I, or both): every window closes
 //	           once every input has ended; prints what was committed
@@ -109,6 +111,19 @@ func TestWindowsDataDriven(t *testing.T) {
 				}
 			}
 		}
+		// start builds the task of the pipeline's topics over store (a restart: the same store,
+		// so the new task restores the committed state, watermarks and timers).
+		var plan *Plan
+		start := func() {
+			clk := &stepClock{now: time.Unix(1_700_000_000, 0)}
+			var err error
+			tk, err = NewGroup(plan, topics, 0, Deps{Store: store, Budget: sorter.NewBudget(1 << 20),
+				SortDir: t.TempDir(), Clock: clk.Now, Logger: discardLogger()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(tk.Close)
+		}
 		datadriven.RunTest(t, path, func(t *testing.T, d *datadriven.TestData) string {
 			switch d.Cmd {
 			case "pipeline":
@@ -137,16 +152,9 @@ operators:
 sinks:
   out: {topic: %[7]s}
 `, testGroup, testTopic, d.CmdArgs[0].Vals[0], ddRefunds, testOp, window, testSink)
-					store = state.NewMem()
+					store, plan = state.NewMem(), mustPlan(t, doc)
 					topics = []string{testTopic, ddRefunds}
-					clk := &stepClock{now: time.Unix(1_700_000_000, 0)}
-					var err error
-					tk, err = NewGroup(mustPlan(t, doc), topics, 0, Deps{Store: store, Budget: sorter.NewBudget(1 << 20),
-						SortDir: t.TempDir(), Clock: clk.Now, Logger: discardLogger()})
-					if err != nil {
-						t.Fatal(err)
-					}
-					t.Cleanup(tk.Close)
+					start()
 					prod, offsets, seen, lag = newFakeProducer(), map[string]int64{}, 0, 0
 					return "ok\n"
 				}
@@ -168,10 +176,14 @@ operators:
 sinks:
   out: {topic: %s}
 `, testGroup, testTopic, d.CmdArgs[0].Vals[0], testOp, window, testSink)
-				store = state.NewMem()
-				tk = newTestTask(t, mustPlan(t, doc), store, 1<<20, 0)
+				store, plan = state.NewMem(), mustPlan(t, doc)
 				topics = []string{testTopic}
+				start()
 				prod, offsets, seen, lag = newFakeProducer(), map[string]int64{}, 0, 0
+				return "ok\n"
+			case "restart":
+				tk.Close()
+				start()
 				return "ok\n"
 			case "mode":
 				switch d.CmdArgs[0].Key {
