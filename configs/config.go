@@ -348,7 +348,7 @@ type Cogroup struct {
 	Fields map[string]map[string]any `koanf:"fields" default:"required" doc:"Output fields: name: {sum|min|max|avg: input field path, from: input} or name: {count: {}, from: input}. Sums are exact decimals."`
 	Emit   string                    `koanf:"emit" enum:"updates,final" doc:"updates: the current value at most once per key (and window) per commit; final (windows only): exactly one output per key and window, when it closes."`
 	// Window is nil for one result per key, never closed.
-	Window *Window `koanf:"window" doc:"An event-time window (tumbling or hopping): a record is late when its own input's watermark has closed its windows; a window closes when the smallest of the inputs' watermarks reaches its end plus grace."`
+	Window *Window `koanf:"window" doc:"An event-time window (tumbling, hopping or session): a record is late when its own input's watermark has closed its windows (a session: a session of the record alone); a window closes when the smallest of the inputs' watermarks reaches its end plus grace. A session gathers the key's records of every input, needs emit: final, and closes one gap - 1ms later (last + 2 × gap - 1ms + grace), once no record on time can join it."`
 }
 
 // Aggregate returns the cogroup as an aggregate of its fields (without their inputs), for

@@ -88,6 +88,14 @@ func TestExamples(t *testing.T) {
 			eq(t, "from", c.Operators[0].Cogroup.From()["refunded"], "refunds")
 			eq(t, "internal topics", strings.Join(c.InternalTopics(), ","), "balances-balance-changelog,balances-dlq")
 		},
+		"cogroup-sessions.yaml": func(t *testing.T, c *Config) {
+			cg := c.Operators[0].Cogroup
+			eq(t, "inputs", strings.Join(cg.Inputs, ","), "orders,refunds")
+			eq(t, "window", *cg.Window, Window{Session: 30 * time.Minute, Grace: time.Minute})
+			eq(t, "kind", cg.Window.Kind(), "session")
+			eq(t, "emit", cg.Emit, EmitFinal)
+			eq(t, "internal topics", strings.Join(c.InternalTopics(), ","), "visits-dlq,visits-visit-changelog")
+		},
 		"asof-join.yaml": func(t *testing.T, c *Config) {
 			eq(t, "as_of", c.Operators[0].Join.AsOf, "event_time")
 			eq(t, "versions", c.Tables["customers"].Versions, time.Hour)

@@ -644,9 +644,6 @@ func checkAggregate(kp string, a *Aggregate) *Error {
 // checkCogroup checks a cogroup's fields (as an aggregate's) and that each names one of its
 // inputs in from.
 func checkCogroup(kp string, cg *Cogroup) *Error {
-	if cg.Window.Kind() == "session" {
-		return errorf(kp+".window.session", "session windows over several inputs are not supported yet; use tumbling or hopping")
-	}
 	if err := checkAggregate(kp, cg.Aggregate()); err != nil {
 		return err
 	}

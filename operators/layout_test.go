@@ -154,3 +154,52 @@ func TestWindowLayout(t *testing.T) {
 		}
 	}
 }
+
+// TestSessionCogroupLayout: a session cogroup's layout is the cogroup's (kind, inputs, each
+// field's input) with its session gap, so it differs from the same cogroup with tumbling
+// windows, from a one-input session aggregate of the same fields, and from another gap; the
+// existing layouts are unchanged (TestLayoutText, TestWindowLayout pin them).
+func TestSessionCogroupLayout(t *testing.T) {
+	cg := configs.Cogroup{
+		Inputs: []string{"orders", "refunds"},
+		Fields: map[string]map[string]any{"n": {"count": map[string]any{}, "from": "orders"}, "r": {"sum": "amount", "from": "refunds"}},
+		Emit:   "final",
+		Window: &configs.Window{Session: time.Minute, Grace: time.Second},
+	}
+	s, err := NewSessionCogroup("b", cg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const want = `cogroup/v1 inputs=list(orders,refunds) n=count("from=orders") r=sum(amount,"from=refunds") window=session:60000ms`
+	if got := s.Layout().String(); got != want {
+		t.Fatalf("layout\n got %s\nwant %s", got, want)
+	}
+	tumbling := cg
+	tumbling.Window = &configs.Window{Tumbling: time.Minute}
+	tc, err := NewCogroup("b", tumbling)
+	if err != nil {
+		t.Fatal(err)
+	}
+	one := configs.Aggregate{Input: "orders", Emit: "final", Window: cg.Window,
+		Fields: map[string]map[string]any{"n": {"count": map[string]any{}}, "r": {"sum": "amount"}}}
+	os, err := NewSessions("b", one)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gap := cg
+	gap.Window = &configs.Window{Session: 2 * time.Minute, Grace: time.Second}
+	gs, err := NewSessionCogroup("b", gap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, other := range map[string]Layout{"tumbling cogroup": tc.Layout(), "one-input sessions": os.Layout(), "another gap": gs.Layout()} {
+		if other.Fingerprint() == s.Layout().Fingerprint() {
+			t.Errorf("%s: same fingerprint as the session cogroup (%s)", name, other)
+		}
+	}
+	grace := cg
+	grace.Window = &configs.Window{Session: time.Minute}
+	if g, err := NewSessionCogroup("b", grace); err != nil || g.Layout().String() != want {
+		t.Errorf("the grace changed the layout: %v %v", g.Layout(), err)
+	}
+}

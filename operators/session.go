@@ -16,6 +16,20 @@ import (
 // later starts a new session. A record is late when even a session of its own would be closed
 // (ts + gap + grace <= watermark).
 //
+// A session cogroup (NewSessionCogroup) is the same operator over a cogroup's aggregate: its
+// records come from several inputs (Project projects a record of input i with the cogroup's
+// ProjectInput, so the projected input starts with i), a key's records of every input form its
+// sessions, and each session's state counts records per input. The runtime asks IsLate with the
+// record's own input's watermark and fires timers by the operator's (the smallest of its
+// inputs'). Its sessions close later, at last + gap - 1 + gap + grace: when every record that
+// could still join the session (its time at most last + gap - 1) is late by any input's
+// watermark. A session closing at last + gap + grace could otherwise be closed by the operator's
+// watermark while a record of another input that joins it is still on time by its own input's
+// watermark: whether it joined the session or started a new one would depend on how the inputs
+// interleaved, and a replay after an abort could answer differently. With the later close, no
+// record on time ever finds its session closed, so a key's sessions are those of its records
+// that are not late, in any interleaving, mode or replay.
+//
 // State layout: a uint32 count n, then n sessions in increasing start order, each start and last
 // event time (int64, big-endian) and the aggregate state of its records. The key's timer is
 // the earliest close of its sessions. Not safe for concurrent use (one per task); Layout and
@@ -24,6 +38,7 @@ type Sessions struct {
 	agg   *Aggregate
 	gap   int64
 	grace int64
+	hold  int64 // a session cogroup's extra delay before a session closes: gap - 1 (0 for one input)
 
 	ss    []session // scratch: the decoded sessions of the key being processed
 	buf   []byte    // scratch: the encoded state, the rendered output
@@ -44,10 +59,34 @@ func NewSessions(name string, cfg configs.Aggregate) (*Sessions, error) {
 	if err != nil {
 		return nil, err
 	}
+	return newSessions(name, agg, cfg.Window)
+}
+
+// NewSessionCogroup returns the session-window cogroup of cfg (operators[i].cogroup with
+// window: {session: gap}): a Sessions over NewCogroup's aggregate. cfg must have been validated.
+func NewSessionCogroup(name string, cfg configs.Cogroup) (*Sessions, error) {
+	if cfg.Window.Kind() != "session" {
+		return nil, fmt.Errorf("operators: %s: not a session window", name)
+	}
+	agg, err := NewCogroup(name, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return newSessions(name, agg, cfg.Window)
+}
+
+func newSessions(name string, agg *Aggregate, w *configs.Window) (*Sessions, error) {
 	if agg.Emit() != "final" {
 		return nil, fmt.Errorf("operators: %s: session windows emit final results only (a merge would have to retract the sessions it merged)", name)
 	}
-	return &Sessions{agg: agg, gap: cfg.Window.Session.Milliseconds(), grace: cfg.Window.Grace.Milliseconds()}, nil
+	s := &Sessions{agg: agg, gap: w.Session.Milliseconds(), grace: w.Grace.Milliseconds()}
+	if s.gap <= 0 {
+		return nil, fmt.Errorf("operators: %s: session gap %v: want at least 1ms", name, w.Session)
+	}
+	if len(agg.Inputs()) > 1 {
+		s.hold = s.gap - 1
+	}
+	return s, nil
 }
 
 // Name returns the operator name.
@@ -58,15 +97,17 @@ func (s *Sessions) Attributes() Attributes {
 	return Attributes{InternalSorter: true, OutputOnlyAtEnd: true}
 }
 
-// Layout is the aggregate's layout with the session gap.
+// Layout is the aggregate's layout, which ends with the session gap (window=session:<gap>ms);
+// a session cogroup's is the cogroup's (kind cogroup, its inputs, each field's input).
 func (s *Sessions) Layout() Layout { return s.agg.Layout() }
 
 // Aggregate returns the aggregate folded per session.
 func (s *Sessions) Aggregate() *Aggregate { return s.agg }
 
-// Project is the aggregate's.
-func (s *Sessions) Project(_ int, r *Record, dst []byte) ([]byte, error) {
-	return s.agg.Project(r, dst)
+// Project is the aggregate's ProjectInput: for a session cogroup the projected input starts
+// with the record's input index (an aggregate of one input has only input 0).
+func (s *Sessions) Project(input int, r *Record, dst []byte) ([]byte, error) {
+	return s.agg.ProjectInput(input, r, dst)
 }
 
 // sat adds saturating at MaxInt64.
@@ -77,11 +118,16 @@ func sat(a, b int64) int64 {
 	return math.MaxInt64
 }
 
-// closeAt is when a session whose last record is at last closes.
-func (s *Sessions) closeAt(last int64) int64 { return sat(sat(last, s.gap), s.grace) }
+// endAt is when a session of a record at ts alone would close (one input): its end + grace.
+func (s *Sessions) endAt(ts int64) int64 { return sat(sat(ts, s.gap), s.grace) }
 
-// IsLate reports whether a session of a record at ts alone would already be closed at wm.
-func (s *Sessions) IsLate(_ int, ts, wm int64) bool { return s.closeAt(ts) <= wm }
+// closeAt is when a session whose last record is at last closes: its end + grace, or for a
+// session cogroup when the latest record that could join it would be late.
+func (s *Sessions) closeAt(last int64) int64 { return s.endAt(sat(last, s.hold)) }
+
+// IsLate reports whether a session of a record at ts alone would already be closed at wm (the
+// watermark of the record's input): ts + gap + grace <= wm.
+func (s *Sessions) IsLate(_ int, ts, wm int64) bool { return s.endAt(ts) <= wm }
 
 // decode loads st into s.ss. It reports false for bytes that are not a sessions state.
 func (s *Sessions) decode(st []byte) bool {

@@ -161,10 +161,13 @@ sinks:
 // ends once both inputs of every task reached their end offsets, with every customer's balance
 // exact on both sides; a second run over unchanged input emits nothing. Windowed (one-hour
 // tumbling windows, emit final, every order in the first hour), the finals exist only because
-// the end of both inputs closes the window.
+// the end of both inputs closes the window; with session windows (a one-hour gap: every
+// customer's orders and refunds, seconds apart, are one session, whose final is the balance), only
+// because the end of both inputs closes the sessions.
 func TestRunBoundedCogroup(t *testing.T) {
 	t.Run("unwindowed", func(t *testing.T) { boundedCogroup(t, "") })
 	t.Run("windowed", func(t *testing.T) { boundedCogroup(t, "      window: {tumbling: 1h}\n      emit: final\n") })
+	t.Run("sessions", func(t *testing.T) { boundedCogroup(t, "      window: {session: 1h}\n      emit: final\n") })
 }
 
 func boundedCogroup(t *testing.T, window string) {

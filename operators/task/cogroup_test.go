@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -311,10 +312,12 @@ func ratText(r *big.Rat) string {
 
 // twoInputRun is one run of a two-input pipeline's metamorphic test (the inputs on cgOrders
 // and cgRefunds): what it committed to the sink as sorted "key value" lines, how many dead
-// letters, and its driver and cache size for the failure message.
+// letters and what they hold (sorted lines of their headers, key and value), and its driver and
+// cache size for the failure message.
 type twoInputRun struct {
 	got       []string
 	dead      int
+	dlq       []string
 	d         *cgDriver
 	cacheKeys int
 }
@@ -356,5 +359,14 @@ func runTwoInputs(t *testing.T, rr *rand.Rand, run int, config func(cacheKeys in
 		r.got = append(r.got, string(rec.Key)+" "+string(rec.Value))
 	}
 	sort.Strings(r.got)
+	for _, rec := range d.prod.committed("meta-dlq") {
+		var b strings.Builder
+		for _, h := range rec.Headers {
+			fmt.Fprintf(&b, "%s=%q ", h.Key, h.Value)
+		}
+		fmt.Fprintf(&b, "key=%q value=%q", rec.Key, rec.Value)
+		r.dlq = append(r.dlq, b.String())
+	}
+	sort.Strings(r.dlq)
 	return r
 }

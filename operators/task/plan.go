@@ -470,7 +470,10 @@ func (p *Plan) Describe(w io.Writer) {
 			}
 			fmt.Fprintf(w, "  -> %s %s [%s] emit=%s attributes{InternalSorter:%v OutputOnlyAtEnd:%v OutputOnCheckpoint:%v}\n",
 				kind, c.Agg.Name, strings.Join(specs, " "), orDefault(c.Agg.Aggregate.Emit, "updates"), a.InternalSorter, a.OutputOnlyAtEnd, a.OutputOnCheckpoint)
-			if sw := c.Agg.Aggregate.Window; sw.Kind() == "session" {
+			if sw := c.Agg.Aggregate.Window; sw.Kind() == "session" && c.Cogroup != nil {
+				fmt.Fprintf(w, "     window session gap %v grace %v over the records of every input (a keyed operator: backlog replays each key's records of all inputs in arrival order); this input's watermark = max event time - %v, the operator's the smallest of its inputs' (it closes sessions); timers: one per key, in Pebble; a record late by its own input's watermark -> dead letters\n",
+					sw.Session, sw.Grace, c.Source.Watermark.MaxDelay)
+			} else if sw.Kind() == "session" {
 				fmt.Fprintf(w, "     window session gap %v grace %v (a keyed operator: backlog replays each key's records in arrival order); watermark = max event time - %v; timers: one per key, in Pebble; late records -> dead letters\n",
 					sw.Session, sw.Grace, c.Source.Watermark.MaxDelay)
 			}
@@ -520,7 +523,7 @@ type chainOps struct {
 	src    *operators.Source
 	stages []operators.Stage
 	agg    *operators.Aggregate
-	kop    operators.Keyed  // session windows: the Keyed operator (its aggregate is agg)
+	kop    operators.Keyed  // session windows (of one input or a cogroup's), joins: the Keyed operator (a session's aggregate is agg)
 	rekey  *operators.Rekey // group_by: the key of the repartition topic's records
 }
 
@@ -556,6 +559,17 @@ func (c ChainPlan) build(rows func(table string) operators.Rows, values operator
 			return nil, err
 		}
 		ops.stages = append(ops.stages, st)
+	}
+	if c.Cogroup != nil && c.Cogroup.Window.Kind() == "session" {
+		// A session cogroup is a Keyed operator of several inputs (its records are replayed
+		// per key in arrival order, not pre-aggregated); agg is the cogroup it folds per
+		// session.
+		s, err := operators.NewSessionCogroup(c.Agg.Name, *c.Cogroup)
+		if err != nil {
+			return nil, err
+		}
+		ops.kop, ops.agg = s, s.Aggregate()
+		return ops, nil
 	}
 	if c.Cogroup != nil {
 		ops.agg, err = operators.NewCogroup(c.Agg.Name, *c.Cogroup)

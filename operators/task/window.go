@@ -108,12 +108,13 @@ func pushTimer(c *chain, at int64, key []byte) {
 	heap.Push(&c.tm.added, timer{at: at, key: string(key)})
 }
 
-// lateRecord sends a record whose windows are all closed to the dead-letter topic.
+// lateRecord sends a record whose windows are all closed to the dead-letter topic, with the
+// watermark it was judged late by (its input's: ownWatermark), which depends only on its input.
 func (t *Task) lateRecord(c *chain, kr *kgo.Record) {
 	c.late++
 	t.d.Metrics.lateRecord(c.plan.Agg.Name)
 	t.deadLetterReason(c, kr, c.plan.Agg.Name, "late", []kgo.RecordHeader{
-		{Key: "sluice.watermark", Value: fmt.Appendf(nil, "%d", c.wm)},
+		{Key: "sluice.watermark", Value: fmt.Appendf(nil, "%d", c.ownWatermark())},
 	})
 }
 

@@ -2,6 +2,8 @@ package task
 
 import (
 	"fmt"
+	"math"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -12,28 +14,45 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluice-dev/sluice/operators"
+	"github.com/sluice-dev/sluice/sorter"
 	"github.com/sluice-dev/sluice/state"
 )
 
+// ddRefunds is the topic of a cogroup pipeline's second input (refunds) in testdata/windows.
+const ddRefunds = "refunds"
+
 // TestWindowsDataDriven runs the files of testdata/windows (rewrite with -rewrite). Commands:
 //
-//	pipeline max_delay=D   the input is the aggregate's window and emit lines (YAML); D is the
-//	           source's watermark.max_delay; starts a fresh task over an empty store
+//	pipeline max_delay=D [cogroup]
+//	           the input is the aggregate's window and emit lines (YAML); D is the source's
+//	           watermark.max_delay; starts a fresh task over an empty store. With cogroup the
+//	           operator is a cogroup of the inputs orders (n, total: count and sum of amount) and
+//	           refunds (r, refunded; max_delay D too), one task of both topics.
 //	mode m     m = backlog | realtime: the lag the next batches report (backlog: far behind;
-//	           realtime: caught up). A switch out of backlog folds at the next batch.
-//	records    one record per line: "key ts amount" (ts in ms); processes them as one batch and
-//	           checkpoints; prints the outputs and dead letters that checkpoint committed
-//	end        the input ends (a bounded run): every window closes; prints what was committed
-//	state      prints the stored windows (key@start=count) and the watermark
+//	           realtime: caught up). A switch out of backlog folds at the next batch. In a
+//	           cogroup both inputs report the lag at once (Task.Observe), and a switch it causes
+//	           is checkpointed now: prints what that committed.
+//	records [input=I]
+//	           one record per line: "key ts amount" (ts in ms) of input I (orders, the default, or
+//	           refunds); processes them as one batch and checkpoints; prints the outputs and dead
+//	           letters that checkpoint committed (a dead letter of a cogroup names its input)
+//	restart    closes the task and starts a new one over the same store (everything was
+//	           committed: it resumes from the committed state, watermarks and timers)
+//	end [input=I]
+//	           the input ends (a bounded run; a cogroup: input I, or both): every window closes
+//	           once every input has ended; prints what was committed
+//	state      prints the stored windows (key@start=count) and the watermark (a cogroup: also
+//	           each input's)
 func TestWindowsDataDriven(t *testing.T) {
 	datadriven.Walk(t, "testdata/windows", func(t *testing.T, path string) {
 		var (
-			tk     *Task
-			prod   *fakeProducer
-			store  state.Store
-			lag    int64
-			offset int64
-			seen   int // committed records already printed
+			tk      *Task
+			prod    *fakeProducer
+			store   state.Store
+			lag     int64
+			offsets map[string]int64
+			topics  []string // the task's input topics (testTopic, then ddRefunds in a cogroup)
+			seen    int      // committed records already printed
 		)
 		report := func() string {
 			var b strings.Builder
@@ -45,16 +64,22 @@ func TestWindowsDataDriven(t *testing.T) {
 				case testSink:
 					lines = append(lines, "out "+string(r.Value))
 				case testGroup + "-dlq":
-					var reason, off string
+					var reason, off, topic string
 					for _, h := range r.Headers {
 						switch h.Key {
 						case "sluice.error":
 							reason = string(h.Value)
 						case "sluice.source.offset":
 							off = string(h.Value)
+						case "sluice.source.topic":
+							topic = string(h.Value)
 						}
 					}
-					lines = append(lines, fmt.Sprintf("dlq offset=%s %s", off, reason))
+					if len(topics) > 1 {
+						lines = append(lines, fmt.Sprintf("dlq %s offset=%s %s", topic, off, reason))
+					} else {
+						lines = append(lines, fmt.Sprintf("dlq offset=%s %s", off, reason))
+					}
 				}
 			}
 			sort.Strings(lines)
@@ -86,9 +111,53 @@ func TestWindowsDataDriven(t *testing.T) {
 				}
 			}
 		}
+		// start builds the task of the pipeline's topics over store (a restart: the same store,
+		// so the new task restores the committed state, watermarks and timers).
+		var plan *Plan
+		start := func() {
+			clk := &stepClock{now: time.Unix(1_700_000_000, 0)}
+			var err error
+			tk, err = NewGroup(plan, topics, 0, Deps{Store: store, Budget: sorter.NewBudget(1 << 20),
+				SortDir: t.TempDir(), Clock: clk.Now, Logger: discardLogger()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(tk.Close)
+		}
 		datadriven.RunTest(t, path, func(t *testing.T, d *datadriven.TestData) string {
 			switch d.Cmd {
 			case "pipeline":
+				window := strings.ReplaceAll(strings.TrimSpace(d.Input), "\n", "\n      ")
+				if d.HasArg("cogroup") {
+					doc := fmt.Sprintf(`
+kafka: {brokers: [127.0.0.1:9092]}
+group: %[1]s
+instance_id: i-0
+processing: {commit_interval: 100ms, state_dir: ./data}
+backlog: {enter_lag: 100, exit_lag: 10, mode: auto, progress_interval: 0s}
+sources:
+  orders: {topic: %[2]s, key: customer_id, timestamp: ts, watermark: {max_delay: %[3]s}}
+  refunds: {topic: %[4]s, key: customer_id, timestamp: ts, watermark: {max_delay: %[3]s}}
+operators:
+  - name: %[5]s
+    cogroup:
+      inputs: [orders, refunds]
+      %[6]s
+      fields:
+        n: {count: {}, from: orders}
+        total: {sum: amount, from: orders}
+        r: {count: {}, from: refunds}
+        refunded: {sum: amount, from: refunds}
+    output: out
+sinks:
+  out: {topic: %[7]s}
+`, testGroup, testTopic, d.CmdArgs[0].Vals[0], ddRefunds, testOp, window, testSink)
+					store, plan = state.NewMem(), mustPlan(t, doc)
+					topics = []string{testTopic, ddRefunds}
+					start()
+					prod, offsets, seen, lag = newFakeProducer(), map[string]int64{}, 0, 0
+					return "ok\n"
+				}
 				doc := fmt.Sprintf(`
 kafka: {brokers: [127.0.0.1:9092]}
 group: %s
@@ -106,10 +175,15 @@ operators:
     output: out
 sinks:
   out: {topic: %s}
-`, testGroup, testTopic, d.CmdArgs[0].Vals[0], testOp, strings.ReplaceAll(strings.TrimSpace(d.Input), "\n", "\n      "), testSink)
-				store = state.NewMem()
-				tk = newTestTask(t, mustPlan(t, doc), store, 1<<20, 0)
-				prod, offset, seen, lag = newFakeProducer(), 0, 0, 0
+`, testGroup, testTopic, d.CmdArgs[0].Vals[0], testOp, window, testSink)
+				store, plan = state.NewMem(), mustPlan(t, doc)
+				topics = []string{testTopic}
+				start()
+				prod, offsets, seen, lag = newFakeProducer(), map[string]int64{}, 0, 0
+				return "ok\n"
+			case "restart":
+				tk.Close()
+				start()
 				return "ok\n"
 			case "mode":
 				switch d.CmdArgs[0].Key {
@@ -120,28 +194,55 @@ sinks:
 				default:
 					t.Fatalf("mode %s", d.CmdArgs[0].Key)
 				}
-				return "ok\n"
+				if len(topics) == 1 {
+					return "ok\n"
+				}
+				need := false
+				for _, tp := range topics {
+					need = tk.Observe(tp, lag, 0) || need
+				}
+				if !need && !tk.WantsFold() {
+					return "ok\n"
+				}
+				checkpoint()
+				return report()
 			case "records":
+				topic := testTopic
+				if d.HasArg("input") {
+					var in string
+					d.ScanArgs(t, "input", &in)
+					if topic = map[string]string{"orders": testTopic, "refunds": ddRefunds}[in]; topic == "" || !slices.Contains(topics, topic) {
+						t.Fatalf("records: no input %q", in)
+					}
+				}
 				var recs []*kgo.Record
 				for _, line := range strings.Split(strings.TrimSpace(d.Input), "\n") {
 					f := strings.Fields(line)
 					ts, _ := strconv.ParseInt(f[1], 10, 64)
-					recs = append(recs, &kgo.Record{Topic: testTopic, Offset: offset, Key: []byte(f[0]),
+					recs = append(recs, &kgo.Record{Topic: topic, Offset: offsets[topic], Key: []byte(f[0]),
 						Value: fmt.Appendf(nil, `{"customer_id":%q,"amount":%s,"ts":%d}`, f[0], f[2], ts), Timestamp: time.UnixMilli(ts)})
-					offset++
+					offsets[topic]++
 				}
-				if tk.BeforeBatch(testTopic, Lag{Before: lag + int64(len(recs)), After: lag}) {
+				if tk.BeforeBatch(topic, Lag{Before: lag + int64(len(recs)), After: lag}) {
 					checkpoint()
 				}
-				if err := tk.Process(testTopic, recs); err != nil {
+				if err := tk.Process(topic, recs); err != nil {
 					return "error: " + err.Error() + "\n"
 				}
-				tk.AfterBatch(testTopic, Lag{After: lag})
+				tk.AfterBatch(topic, Lag{After: lag})
 				checkpoint()
 				return report()
 			case "end":
-				if err := tk.EndInput(testTopic); err != nil {
-					t.Fatal(err)
+				ended := topics
+				if d.HasArg("input") {
+					var in string
+					d.ScanArgs(t, "input", &in)
+					ended = []string{map[string]string{"orders": testTopic, "refunds": ddRefunds}[in]}
+				}
+				for _, tp := range ended {
+					if err := tk.EndInput(tp); err != nil {
+						t.Fatal(err)
+					}
 				}
 				checkpoint()
 				return report()
@@ -149,6 +250,11 @@ sinks:
 				var b strings.Builder
 				st := tk.Status().Chains[0]
 				fmt.Fprintf(&b, "mode %s, watermark %s, late %d\n", st.Mode, fmtWM(st.WatermarkMs), st.LateRecords)
+				if len(topics) > 1 {
+					for _, c := range tk.chains {
+						fmt.Fprintf(&b, "input %s: watermark %s\n", c.plan.SourceName, fmtWM(&c.iwm))
+					}
+				}
 				err := store.Scan(tk.chains[0].ns, func(k, v []byte) error {
 					if gk, start, ok := operators.SplitWindowKey(k); ok && tk.chains[0].win != nil {
 						fmt.Fprintf(&b, "window %s@%d: %d bytes\n", gk, start, len(v))
@@ -169,7 +275,7 @@ sinks:
 }
 
 func fmtWM(wm *int64) string {
-	if wm == nil {
+	if wm == nil || *wm == math.MinInt64 {
 		return "none"
 	}
 	return strconv.FormatInt(*wm, 10)

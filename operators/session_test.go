@@ -1,0 +1,119 @@
+package operators
+
+import (
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluice-dev/sluice/configs"
+)
+
+func sessionCogroupCfg(gap time.Duration) configs.Cogroup {
+	return configs.Cogroup{
+		Inputs: []string{"orders", "refunds"},
+		Fields: map[string]map[string]any{
+			"spent":    {"sum": "amount", "from": "orders"},
+			"orders":   {"count": map[string]any{}, "from": "orders"},
+			"biggest":  {"max": "amount", "from": "orders"},
+			"refunded": {"sum": "amount", "from": "refunds"},
+			"refunds":  {"count": map[string]any{}, "from": "refunds"},
+			"avg_ref":  {"avg": "amount", "from": "refunds"},
+		},
+		Emit:   "final",
+		Window: &configs.Window{Session: gap, Grace: 5 * time.Millisecond},
+	}
+}
+
+// TestSessionCogroup: a session cogroup merges the sessions of a key across its inputs (a refund
+// bridges two sessions of orders), judges lateness by the watermark it is given, closes a
+// session only once no record on time could still join it, and renders a
+// closed session like a one-input session aggregate (window_start, window_end = last + gap), with
+// the fields of an input without records in the session as an empty aggregate renders them.
+func TestSessionCogroup(t *testing.T) {
+	s, err := NewSessionCogroup("balance", sessionCogroupCfg(15*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := s.Attributes(); !a.InternalSorter || !a.OutputOnlyAtEnd || a.OutputOnCheckpoint {
+		t.Fatalf("attributes %+v", a)
+	}
+	src := mustSource(t, configs.Source{Topic: "t"})
+	c := &sessCtx{}
+	feed := func(input int, ts int64, amount string) {
+		t.Helper()
+		var r Record
+		if err := src.Decode([]byte("c-1"), []byte(`{"amount":`+amount+`}`), ts, &r); err != nil {
+			t.Fatal(err)
+		}
+		in, err := s.Project(input, &r, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if in[0] != byte(input) {
+			t.Fatalf("projected input of input %d starts with %d", input, in[0])
+		}
+		if err := s.Process(c.at(math.MinInt64), []byte("c-1"), ts, in); err != nil {
+			t.Fatal(err)
+		}
+		if !s.ValidState(c.state) {
+			t.Fatalf("state %x not valid", c.state)
+		}
+	}
+	feed(0, 100, "5")
+	feed(0, 120, "7")  // a second session of orders: 120 - 100 >= gap
+	feed(1, 110, "2")  // a refund within the gap of both: one session [100, 120]
+	feed(1, 200, "1")  // a refund alone
+	feed(0, 300, "-1") // an order alone (no refunds in its session)
+	// A session of a cogroup closes when every record that could still join it is late: at
+	// last + gap - 1 + gap + grace (120 + 14 + 15 + 5 = 154 for the first), not at its end +
+	// grace (140) as a one-input session does.
+	for _, wm := range []int64{140, 153} {
+		if err := s.OnTimer(c.at(wm), []byte("c-1"), wm); err != nil {
+			t.Fatal(err)
+		}
+		if len(c.outs) != 0 {
+			t.Fatalf("watermark %d closed %s", wm, c.outs[0])
+		}
+	}
+	for _, wm := range []int64{154, math.MaxInt64} {
+		if err := s.OnTimer(c.at(wm), []byte("c-1"), wm); err != nil {
+			t.Fatal(err)
+		}
+		if wm == 154 && len(c.outs) != 1 {
+			t.Fatalf("watermark 154 closed %d sessions, want 1", len(c.outs))
+		}
+	}
+	want := []string{
+		`{"key":"c-1","window_start":100,"window_end":135,"avg_ref":2,"biggest":7,"orders":2,"refunded":2,"refunds":1,"spent":12}`,
+		`{"key":"c-1","window_start":200,"window_end":215,"avg_ref":1,"biggest":null,"orders":0,"refunded":1,"refunds":1,"spent":0}`,
+		`{"key":"c-1","window_start":300,"window_end":315,"avg_ref":null,"biggest":-1,"orders":1,"refunded":0,"refunds":0,"spent":-1}`,
+	}
+	var got []string
+	for _, o := range c.outs {
+		got = append(got, string(o))
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("outputs\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if c.state != nil {
+		t.Fatalf("state %x left after every session closed", c.state)
+	}
+	// Lateness: a session of its own closes at ts + gap + grace; the input does not matter to
+	// the operator (the runtime passes the input's watermark).
+	for _, in := range []int{0, 1} {
+		if !s.IsLate(in, 100, 120) || s.IsLate(in, 100, 119) {
+			t.Errorf("input %d: IsLate around 100 + 15 + 5 wrong", in)
+		}
+	}
+	// A session cogroup needs emit: final.
+	cfg := sessionCogroupCfg(time.Second)
+	cfg.Emit = "updates"
+	if _, err := NewSessionCogroup("balance", cfg); err == nil {
+		t.Fatal("emit: updates accepted")
+	}
+	cfg.Emit, cfg.Window = "final", &configs.Window{Tumbling: time.Second}
+	if _, err := NewSessionCogroup("balance", cfg); err == nil {
+		t.Fatal("a tumbling window accepted")
+	}
+}
