@@ -559,6 +559,7 @@ func (e *Engine) checkpoint(ctx context.Context) error {
 		}
 	}
 	offsets := map[string]map[int32]int64{}
+	meta := map[string]map[int32]string{} // chains' progress past the offsets (Pending.Progress)
 	commit := true
 	records := 0
 	for i, r := range runs {
@@ -576,6 +577,12 @@ func (e *Engine) checkpoint(ctx context.Context) error {
 					offsets[topic] = map[int32]int64{}
 				}
 				offsets[topic][r.t.Partition()] = off
+				if pr, ok := rep.pd.Progress[topic]; ok {
+					if meta[topic] == nil {
+						meta[topic] = map[int32]string{}
+					}
+					meta[topic][r.t.Partition()] = task.EncodeProgress(pr)
+				}
 			}
 			reqs[i].pd = rep.pd
 		case <-r.done:
@@ -595,7 +602,7 @@ func (e *Engine) checkpoint(ctx context.Context) error {
 			}
 		}
 	}
-	committed, err := e.sess.End(ctx, offsets, commit)
+	committed, err := e.sess.EndWithMetadata(ctx, offsets, meta, commit)
 	if err != nil {
 		return e.checkpointErr("end transaction", err)
 	}

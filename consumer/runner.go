@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/sluice-dev/sluice/configs"
 	"github.com/sluice-dev/sluice/operators"
 	"github.com/sluice-dev/sluice/operators/task"
 	"github.com/sluice-dev/sluice/producer"
@@ -190,6 +191,12 @@ func (e *Engine) run(ctx context.Context, cl *kgo.Client, r *runner) {
 		if !e.startTables(ctx, cl, r) {
 			return
 		}
+	}
+	if err := e.loadProgress(ctx, r); err != nil {
+		if ctx.Err() == nil {
+			e.fail(err)
+		}
+		return
 	}
 	r.restored.Store(true)
 	e.resume(cl, r)
@@ -500,4 +507,48 @@ func (e encodingProducer) Produce(r *kgo.Record, promise func(*kgo.Record, error
 		r.Value = v
 	}
 	e.p.Produce(r, promise)
+}
+
+// loadProgress gives the task the progress of the chains that read one of its topics together
+// (several operators reading one input), committed as the metadata of the topic's offset: a
+// chain ahead of the offset skips what it has done.
+func (e *Engine) loadProgress(ctx context.Context, r *runner) error {
+	var topics []string
+	for _, topic := range r.topics {
+		if r.t.Branches(topic) {
+			topics = append(topics, topic)
+		}
+	}
+	if len(topics) == 0 || e.o.Config.Processing.Guarantee != configs.ExactlyOnce {
+		return nil
+	}
+	// Stable: a transaction of the previous owner still open holds its offsets back.
+	committed, err := producer.Retry(ctx, func() (kadm.OffsetResponses, error) {
+		rs, err := e.adm.FetchOffsets(kadm.RequireStable(ctx), e.o.Config.Group)
+		if err == nil {
+			err = rs.Error()
+		}
+		return rs, err
+	})
+	if errors.Is(err, kerr.GroupIDNotFound) {
+		return nil // a new group: no chain has done anything
+	}
+	if err != nil {
+		return fmt.Errorf("consumer: task %s[%d]: fetch the chains' progress: %w", r.key.topic, r.key.p, err)
+	}
+	for _, topic := range topics {
+		o, ok := committed.Lookup(topic, r.key.p)
+		if !ok {
+			continue
+		}
+		progress, err := task.DecodeProgress(o.Metadata)
+		if err != nil {
+			return fmt.Errorf("consumer: %s[%d]: %w", topic, r.key.p, err)
+		}
+		if len(progress) > 0 {
+			r.t.SetProgress(topic, progress)
+			e.log.Info("branches resume where each left off", "topic", topic, "partition", r.key.p, "committed", o.At, "ahead", progress)
+		}
+	}
+	return nil
 }

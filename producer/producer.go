@@ -240,6 +240,12 @@ func (s *Session) Flush(ctx context.Context) error {
 // result with a nil error is an ordinary abort (for example a rebalance revoked partitions): the
 // caller rewinds to the last committed checkpoint. An error is fatal for the session.
 func (s *Session) End(ctx context.Context, offsets map[string]map[int32]int64, commit bool) (bool, error) {
+	return s.EndWithMetadata(ctx, offsets, nil, commit)
+}
+
+// EndWithMetadata is End committing meta[topic][partition] as the metadata of those offsets
+// (the rest carry the member id), in the same transaction. At least once, it is dropped.
+func (s *Session) EndWithMetadata(ctx context.Context, offsets map[string]map[int32]int64, meta map[string]map[int32]string, commit bool) (bool, error) {
 	if s.txn == nil {
 		return s.endAtLeastOnce(ctx, offsets, commit)
 	}
@@ -266,6 +272,9 @@ func (s *Session) End(ctx context.Context, offsets map[string]map[int32]int64, c
 				rp.Offset = off
 				rp.LeaderEpoch = -1
 				rp.Metadata = &req.MemberID
+				if m, ok := meta[topic][p]; ok {
+					rp.Metadata = &m
+				}
 				t.Partitions = append(t.Partitions, rp)
 			}
 			req.Topics = append(req.Topics, t)

@@ -3,8 +3,10 @@ package task
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -24,6 +26,10 @@ type Pending struct {
 	// Offsets are the next offsets to commit for this task's partition, by topic. Topics whose
 	// offset did not move are absent.
 	Offsets map[string]int64
+	// Progress is, for a topic that several chains read, each chain's progress past its Offset
+	// (by ChainPlan.ID), committed with it as its metadata (EncodeProgress) and given back to
+	// the task at start (SetProgress). A topic whose chains are all at its offset has none.
+	Progress map[string]map[string]int64
 
 	mu     sync.Mutex
 	err    error                     // first produce error of this checkpoint's records
@@ -31,16 +37,17 @@ type Pending struct {
 
 	inline *errTracker // the task's records produced since the previous checkpoint
 
-	batch   state.Batch
-	loaders map[state.Namespace]state.Loader
-	flushed []*chain         // chains whose dirty cache entries were written
-	folded  []*chain         // chains that folded their sorted backlog
-	silent  map[*chain]bool  // folds of a backlog checkpoint: no outputs, the chain stays in backlog
-	wm      map[*chain]int64 // windowed operators' watermarks written with their offsets (by primary chain)
-	iwm     map[*chain]int64 // operators of several inputs: each input's watermark written
-	keys    map[*chain]int64
-	tables  map[*table]int64 // tables whose offset this checkpoint commits
-	records int
+	batch    state.Batch
+	loaders  map[state.Namespace]state.Loader
+	flushed  []*chain         // chains whose dirty cache entries were written
+	folded   []*chain         // chains that folded their sorted backlog
+	silent   map[*chain]bool  // folds of a backlog checkpoint: no outputs, the chain stays in backlog
+	wm       map[*chain]int64 // windowed operators' watermarks written with their offsets (by primary chain)
+	iwm      map[*chain]int64 // operators of several inputs: each input's watermark written
+	keys     map[*chain]int64
+	tables   map[*table]int64 // tables whose offset this checkpoint commits
+	progress map[*chain]int64 // each chain's progress: the offset before which it has done everything
+	records  int
 }
 
 // Records returns how many records the checkpoint produced.
@@ -143,15 +150,42 @@ func (t *Task) Checkpoint(p Producer) (pd *Pending, err error) {
 				}
 			}
 		}
-		// The offset moves only when nothing before it is still waiting in a sorter.
-		if c.next > c.committed && (c.buffered() == 0 || foldedIn(pd, c)) {
-			if cur, ok := pd.Offsets[c.plan.Source.Topic]; !ok || c.next < cur {
-				pd.Offsets[c.plan.Source.Topic] = c.next
+		// A chain's progress moves only when nothing before it is still waiting in a sorter; its
+		// dead letters go out with it (while it stays put, a rewind produces them again).
+		pd.progress[c] = c.committed
+		if c.buffered() == 0 || foldedIn(pd, c) {
+			pd.progress[c] = max(c.next, c.committed)
+			for _, r := range c.dlq {
+				p.Produce(r, pd.promise)
+				pd.records++
+			}
+			c.dlq = nil
+		}
+	}
+	// A topic's offset is the smallest progress of its chains (several operators reading one
+	// input: each chain skips what it has done already, Progress). It is committed when any
+	// of them moved.
+	for topic, cs := range t.byTopic {
+		off, moved := int64(math.MaxInt64), false
+		for _, c := range cs {
+			off = min(off, pd.progress[c])
+			moved = moved || pd.progress[c] > c.committed
+		}
+		if !moved || off < 0 {
+			continue
+		}
+		pd.Offsets[topic] = off
+		if len(cs) > 1 {
+			pd.Progress[topic] = map[string]int64{}
+			for _, c := range cs {
+				if pd.progress[c] > off {
+					pd.Progress[topic][c.plan.ID()] = pd.progress[c]
+				}
 			}
 		}
 	}
-	// Dead letters go out only with the offset that moves past them: while a sorter still holds
-	// records the offset stays put, and a rewind would produce the same dead letters again.
+	// Tables' dead letters go out once no chain holds a backlog (a table's offset moves with
+	// them).
 	held := false
 	for _, c := range t.chains {
 		if c.buffered() > 0 && !foldedIn(pd, c) {
@@ -177,12 +211,6 @@ func (t *Task) Checkpoint(p Producer) (pd *Pending, err error) {
 			}
 		}
 	}
-	// Two chains on one topic: commit the smaller offset (both have processed up to it).
-	for _, c := range t.chains {
-		if _, ok := pd.Offsets[c.plan.Source.Topic]; ok && c.buffered() > 0 && !foldedIn(pd, c) {
-			delete(pd.Offsets, c.plan.Source.Topic)
-		}
-	}
 	for _, c := range t.chains {
 		if err := t.checkpointWatermark(c, p, pd); err != nil {
 			t.abortPending(pd)
@@ -194,13 +222,15 @@ func (t *Task) Checkpoint(p Producer) (pd *Pending, err error) {
 
 func newPending() *Pending {
 	return &Pending{
-		Offsets: map[string]int64{},
-		clNext:  map[state.Namespace]int64{},
-		loaders: map[state.Namespace]state.Loader{},
-		keys:    map[*chain]int64{},
-		silent:  map[*chain]bool{},
-		wm:      map[*chain]int64{},
-		iwm:     map[*chain]int64{},
+		Offsets:  map[string]int64{},
+		Progress: map[string]map[string]int64{},
+		progress: map[*chain]int64{},
+		clNext:   map[state.Namespace]int64{},
+		loaders:  map[state.Namespace]state.Loader{},
+		keys:     map[*chain]int64{},
+		silent:   map[*chain]bool{},
+		wm:       map[*chain]int64{},
+		iwm:      map[*chain]int64{},
 	}
 }
 
@@ -683,7 +713,7 @@ func (t *Task) Committed(pd *Pending) (err error) {
 		if pd.silent[c] {
 			c.hasPending = true
 			c.lastBackCkpt = t.d.Clock()
-			t.log.Info("backlog checkpoint", "operator", c.plan.Agg.Name, "keys", pd.keys[c], "offset", pd.Offsets[c.plan.Source.Topic])
+			t.log.Info("backlog checkpoint", "operator", c.plan.Agg.Name, "keys", pd.keys[c], "offset", pd.progress[c])
 			continue
 		}
 		if c.hasPending {
@@ -698,10 +728,8 @@ func (t *Task) Committed(pd *Pending) (err error) {
 			t.leaveBacklog(c, pd.keys[c])
 		}
 	}
-	for _, c := range t.chains {
-		if off, ok := pd.Offsets[c.plan.Source.Topic]; ok && off > c.committed {
-			c.committed = off
-		}
+	for c, off := range pd.progress {
+		c.committed = max(c.committed, off)
 	}
 	for tb, next := range pd.tables {
 		tb.committed = max(tb.committed, next)
@@ -731,7 +759,7 @@ func (t *Task) Aborted(pd *Pending) map[string]int64 {
 		// flush, no fold, dead letters held): keep the sorted records and resume after them.
 		for _, c := range t.chains {
 			if c.next >= 0 {
-				seek[c.plan.Source.Topic] = c.next
+				seekMin(seek, c.plan.Source.Topic, c.next)
 			}
 		}
 		for _, tb := range t.tables {
@@ -771,8 +799,9 @@ func (t *Task) Aborted(pd *Pending) map[string]int64 {
 		}
 		if c.committed >= 0 {
 			c.next = c.committed
-			seek[c.plan.Source.Topic] = c.committed
+			seekMin(seek, c.plan.Source.Topic, c.committed) // a chain ahead skips to its own
 		}
+		c.dlq = nil
 	}
 	// A table's rows stay applied (applying them again changes nothing), but its dead letters
 	// since the last commit are dropped with the others: it reads them again.
@@ -788,6 +817,13 @@ func (t *Task) Aborted(pd *Pending) map[string]int64 {
 	t.needCkpt = false
 	t.publish()
 	return seek
+}
+
+// seekMin lowers seek[topic] to off (sets it if absent).
+func seekMin(seek map[string]int64, topic string, off int64) {
+	if cur, ok := seek[topic]; !ok || off < cur {
+		seek[topic] = off
+	}
 }
 
 func (t *Task) abortPending(pd *Pending) {
@@ -865,4 +901,28 @@ func (s *pendingScan) close() {
 	for range s.keys {
 	}
 	<-s.done
+}
+
+// progressPrefix starts the offset-commit metadata that carries Pending.Progress.
+const progressPrefix = "sluice-progress:"
+
+// EncodeProgress writes a topic partition's Pending.Progress as offset-commit metadata (JSON
+// after progressPrefix), committed in the transaction with the offset.
+func EncodeProgress(progress map[string]int64) string {
+	b, _ := json.Marshal(progress) // a map of strings to numbers always marshals
+	return progressPrefix + string(b)
+}
+
+// DecodeProgress reads the metadata of a committed offset: the chains' progress EncodeProgress
+// wrote, or nil (other metadata: every chain is at the offset).
+func DecodeProgress(meta string) (map[string]int64, error) {
+	rest, ok := strings.CutPrefix(meta, progressPrefix)
+	if !ok {
+		return nil, nil
+	}
+	var progress map[string]int64
+	if err := json.Unmarshal([]byte(rest), &progress); err != nil {
+		return nil, fmt.Errorf("task: committed offset metadata %q: %w", meta, err)
+	}
+	return progress, nil
 }

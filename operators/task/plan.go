@@ -47,6 +47,23 @@ type ChainPlan struct {
 	Rekey      string           // the group_by field path the records are re-keyed by ("" = none); SinkTopic is then the repartition topic
 	RekeyFor   string           // with Rekey: the aggregate the records are re-keyed for
 	Output     bool             // Agg's results go to its output topic (SinkTopic), which later operators read
+	// Fork: an earlier chain reads the same source and SharedStages first stages too (several
+	// operators read one input): that chain dead-letters their bad records and writes their
+	// taps, this one skips them. Each chain's progress is committed with the offsets.
+	Fork         bool
+	SharedStages int
+}
+
+// ID names the chain among those reading its topic: its keyed operator or its last stage (the
+// chains of one topic part at a branch, so they end at different operators).
+func (c ChainPlan) ID() string {
+	switch {
+	case c.Agg != nil:
+		return c.Agg.Name
+	case len(c.Stages) > 0:
+		return c.Stages[len(c.Stages)-1].Name
+	}
+	return c.SourceName
 }
 
 // Tap is a stage's output in the middle of a chain: the records leaving Stages[Stage] also go
@@ -121,17 +138,11 @@ func checkReadsResults(i int, op configs.Operator, up *configs.Operator) error {
 // chain of their own) and compiles every operator once so that expression
 // errors surface at start-up, naming the operator.
 func NewPlan(cfg *configs.Config) (*Plan, error) {
-	consumers := map[string]int{} // input name -> index of the operator reading it
+	consumers := map[string][]int{} // input name -> indexes of the operators reading it, in config order
 	cogroups := map[string]*configs.Operator{}
 	for i, op := range cfg.Operators {
 		for _, in := range op.Inputs() {
-			if j, ok := consumers[in]; ok {
-				return nil, &configs.Error{
-					Key: fmt.Sprintf("operators[%d].%s.input", i, opKind(op)),
-					Msg: fmt.Sprintf("%q already feeds operator %q; branching a stream into several operators is not supported yet", in, cfg.Operators[j].Name),
-				}
-			}
-			consumers[in] = i
+			consumers[in] = append(consumers[in], i)
 		}
 		if op.Cogroup != nil {
 			// A cogroup runs as an aggregate of its fields whose state counts per input.
@@ -165,99 +176,132 @@ func NewPlan(cfg *configs.Config) (*Plan, error) {
 		starts = append(starts, start{name: n, src: cfg.Sources[n], orig: cfg.Sources[n]})
 	}
 	walked := map[string]bool{}
+	// A branch is a chain being built: the operator that extends it next, read from cur.
+	type branch struct {
+		c   ChainPlan
+		cur string
+		op  int
+	}
+	// fork returns the branches that extend c from cur, one per operator reading cur: the first
+	// goes on with c; each other repeats c's source and stages (a fork: it leaves their dead
+	// letters and taps to the first).
+	fork := func(c ChainPlan, cur string) []branch {
+		var out []branch
+		for k, i := range consumers[cur] {
+			b := branch{c: c, cur: cur, op: i}
+			if k > 0 {
+				b.c.Fork, b.c.SharedStages = true, len(c.Stages)
+				b.c.Stages, b.c.Tables = slices.Clone(c.Stages), slices.Clone(c.Tables)
+				b.c.Taps = nil
+			}
+			out = append(out, b)
+		}
+		return out
+	}
 	for si := 0; si < len(starts); si++ {
 		st := starts[si]
 		c := ChainPlan{SourceName: st.name, Source: st.src}
 		if st.tap != nil {
 			c.Taps = append(c.Taps, *st.tap)
 		}
-		cur := st.name
-		for {
-			i, ok := consumers[cur]
-			if !ok {
-				break
-			}
-			op := cfg.Operators[i]
-			if st.upstream != nil && op.Keyed() {
-				if err := checkReadsResults(i, op, st.upstream); err != nil {
-					return nil, err
-				}
-			}
-			if op.Aggregate != nil && op.Aggregate.GroupBy != "" {
-				// Re-keying: this chain ends at the repartition topic; the aggregate's chain
-				// reads it.
-				c.Rekey, c.RekeyFor = op.Aggregate.GroupBy, op.Name
-				c.SinkTopic = cfg.RepartitionTopic(op.Name)
-				c.Sink = ""
-				p.Chains = append(p.Chains, c)
-				c = ChainPlan{SourceName: op.Name + "-repartition", Source: repartitionSource(cfg, op.Name, st.orig)}
-			}
-			streamJoin := op.Join != nil && op.Join.StreamStream()
-			asOf := op.Join != nil && op.Join.AsOf == "event_time"
-			if asOf {
-				c.Agg, c.AsOf = cogroups[op.Name], op.Join
-				c.Versions = cfg.Tables[op.Join.Table].Versions
-				c.Changelog = cfg.ChangelogTopic(op.Name)
-			} else if op.Cogroup != nil {
-				c.Agg, c.Cogroup = cogroups[op.Name], op.Cogroup
-				c.Input = slices.Index(op.Cogroup.Inputs, cur)
-				c.Changelog = cfg.ChangelogTopic(op.Name)
-			} else if streamJoin {
-				c.Agg, c.StreamJoin = cogroups[op.Name], op.Join
-				if cur == op.Join.Right {
-					c.Input = 1
-				}
-				c.Changelog = cfg.ChangelogTopic(op.Name)
-			} else if op.Aggregate != nil {
-				c.Agg = &cfg.Operators[i]
-				c.Changelog = cfg.ChangelogTopic(op.Name)
-			} else {
-				c.Stages = append(c.Stages, op)
-				if op.Join != nil {
-					c.Tables = append(c.Tables, op.Join.Table)
-				}
-			}
-			_, more := consumers[op.Name]
-			stage := op.Filter != nil || op.Map != nil || op.Join != nil && !streamJoin && !asOf
-			if more && op.Output != "" && stage {
-				// A stage with an output that also feeds later operators: its records go to
-				// the sink as they leave it (a tap), and on down the chain.
-				c.Taps = append(c.Taps, Tap{Stage: len(c.Stages) - 1, Sink: op.Output, SinkTopic: cfg.Sinks[op.Output].Topic})
-			} else if op.Output != "" && !more {
-				c.Sink = op.Output
-				c.SinkTopic = cfg.Sinks[op.Output].Topic
-			}
-			if op.Keyed() {
-				if more && !walked[op.Name] {
-					// Later operators read its results: the operator writes them to its output
-					// topic (inside the transaction of its checkpoint), and a chain of their
-					// own reads it, writing them to the operator's sink too, if it has one.
-					walked[op.Name] = true
-					next := start{name: op.Name, src: outputSource(cfg, op.Name), orig: st.orig, upstream: &cfg.Operators[i]}
-					if op.Output != "" {
-						next.tap = &Tap{Stage: -1, Sink: op.Output, SinkTopic: cfg.Sinks[op.Output].Topic}
+		todo := fork(c, st.name)
+		if len(todo) == 0 && len(c.Taps) > 0 {
+			todo = []branch{{c: c, op: -1}}
+		}
+		for len(todo) > 0 {
+			b := todo[0]
+			todo = todo[1:]
+			c, cur := b.c, b.cur
+			for i := b.op; i >= 0; {
+				op := cfg.Operators[i]
+				if st.upstream != nil && op.Keyed() {
+					if err := checkReadsResults(i, op, st.upstream); err != nil {
+						return nil, err
 					}
-					starts = append(starts, next)
 				}
-				if more {
-					c.SinkTopic, c.Output = cfg.OutputTopic(op.Name), true
+				if op.Aggregate != nil && op.Aggregate.GroupBy != "" {
+					// Re-keying: this chain ends at the repartition topic; the aggregate's chain
+					// reads it.
+					c.Rekey, c.RekeyFor = op.Aggregate.GroupBy, op.Name
+					c.SinkTopic = cfg.RepartitionTopic(op.Name)
+					c.Sink = ""
+					p.Chains = append(p.Chains, c)
+					c = ChainPlan{SourceName: op.Name + "-repartition", Source: repartitionSource(cfg, op.Name, st.orig)}
 				}
-				break
+				streamJoin := op.Join != nil && op.Join.StreamStream()
+				asOf := op.Join != nil && op.Join.AsOf == "event_time"
+				if asOf {
+					c.Agg, c.AsOf = cogroups[op.Name], op.Join
+					c.Versions = cfg.Tables[op.Join.Table].Versions
+					c.Changelog = cfg.ChangelogTopic(op.Name)
+				} else if op.Cogroup != nil {
+					c.Agg, c.Cogroup = cogroups[op.Name], op.Cogroup
+					c.Input = slices.Index(op.Cogroup.Inputs, cur)
+					c.Changelog = cfg.ChangelogTopic(op.Name)
+				} else if streamJoin {
+					c.Agg, c.StreamJoin = cogroups[op.Name], op.Join
+					if cur == op.Join.Right {
+						c.Input = 1
+					}
+					c.Changelog = cfg.ChangelogTopic(op.Name)
+				} else if op.Aggregate != nil {
+					c.Agg = &cfg.Operators[i]
+					c.Changelog = cfg.ChangelogTopic(op.Name)
+				} else {
+					c.Stages = append(c.Stages, op)
+					if op.Join != nil {
+						c.Tables = append(c.Tables, op.Join.Table)
+					}
+				}
+				more := len(consumers[op.Name]) > 0
+				stage := op.Filter != nil || op.Map != nil || op.Join != nil && !streamJoin && !asOf
+				if more && op.Output != "" && stage {
+					// A stage with an output that also feeds later operators: its records go to
+					// the sink as they leave it (a tap), and on down the chain.
+					c.Taps = append(c.Taps, Tap{Stage: len(c.Stages) - 1, Sink: op.Output, SinkTopic: cfg.Sinks[op.Output].Topic})
+				} else if op.Output != "" && !more {
+					c.Sink = op.Output
+					c.SinkTopic = cfg.Sinks[op.Output].Topic
+				}
+				if op.Keyed() {
+					if more && !walked[op.Name] {
+						// Later operators read its results: the operator writes them to its
+						// output topic (inside the transaction of its checkpoint), and chains of
+						// their own read it, writing them to the operator's sink too, if it has one.
+						walked[op.Name] = true
+						next := start{name: op.Name, src: outputSource(cfg, op.Name), orig: st.orig, upstream: &cfg.Operators[i]}
+						if op.Output != "" {
+							next.tap = &Tap{Stage: -1, Sink: op.Output, SinkTopic: cfg.Sinks[op.Output].Topic}
+						}
+						starts = append(starts, next)
+					}
+					if more {
+						c.SinkTopic, c.Output = cfg.OutputTopic(op.Name), true
+					}
+					break
+				}
+				if !more {
+					break
+				}
+				// On to the operators that read this one: the first extends c, the others
+				// are forks, built after it.
+				bs := fork(c, op.Name)
+				c, cur, i = bs[0].c, op.Name, bs[0].op
+				todo = append(bs[1:], todo...)
 			}
-			cur = op.Name
-		}
-		if c.Agg == nil && len(c.Stages) == 0 && len(c.Taps) == 0 {
-			continue // a declared source nobody reads
-		}
-		if c.SinkTopic == "" && c.Agg == nil && len(c.Stages) > 0 {
-			last := c.Stages[len(c.Stages)-1].Name
-			for i, op := range cfg.Operators {
-				if op.Name == last {
-					return nil, &configs.Error{Key: fmt.Sprintf("operators[%d].output", i), Msg: "a chain without an aggregate must end in an output sink"}
+			if c.Agg == nil && len(c.Stages) == 0 && len(c.Taps) == 0 {
+				continue // a declared source nobody reads
+			}
+			if c.SinkTopic == "" && c.Agg == nil && len(c.Stages) > 0 {
+				last := c.Stages[len(c.Stages)-1].Name
+				for i, op := range cfg.Operators {
+					if op.Name == last {
+						return nil, &configs.Error{Key: fmt.Sprintf("operators[%d].output", i), Msg: "a chain without an aggregate must end in an output sink"}
+					}
 				}
 			}
+			p.Chains = append(p.Chains, c)
 		}
-		p.Chains = append(p.Chains, c)
 	}
 	// A join as of event time reads its table as its second input: a chain of its own.
 	for i, op := range cfg.Operators {
@@ -416,6 +460,14 @@ func (p *Plan) Describe(w io.Writer) {
 			ts = "field " + c.Source.Timestamp
 		}
 		fmt.Fprintf(w, "chain %d: source %s (topic %s, %s, key: %s, time: %s)\n", i+1, c.SourceName, c.Source.Topic, orDefault(c.Source.Format, "json"), key, ts)
+		if c.Fork {
+			first := slices.IndexFunc(p.Chains, func(o ChainPlan) bool { return o.SourceName == c.SourceName && !o.Fork })
+			shared := ""
+			if c.SharedStages > 0 {
+				shared = fmt.Sprintf(" and its first %d stage(s)", c.SharedStages)
+			}
+			fmt.Fprintf(w, "  (a branch: chain %d reads this source%s too and dead-letters their bad records; each chain's progress is committed with the offsets)\n", first+1, shared)
+		}
 		for si, s := range c.Stages {
 			for _, tap := range c.Taps {
 				if tap.Stage == si-1 {

@@ -56,7 +56,7 @@ type Task struct {
 	chains    []*chain
 	byTopic   map[string][]*chain
 	tables    map[string]*table // by topic (table.go)
-	dlq       []*kgo.Record     // dead letters not yet produced (held until the next checkpoint)
+	dlq       []*kgo.Record     // tables' dead letters not yet produced (held until the next checkpoint without a backlog)
 	cacheCap  int
 	needCkpt  bool
 	log       *slog.Logger
@@ -81,8 +81,9 @@ type chain struct {
 	input   int  // the chain's input index in a cogroup (ProjectInput); 0 otherwise
 	primary bool // the chain does the operator's part of a checkpoint (fold, flush, windows)
 
-	next      int64 // next offset to process; -1 before the first record
-	committed int64 // next offset covered by the last commit (or where consumption started)
+	next      int64         // next offset to process; -1 before the first record
+	committed int64         // next offset covered by the last commit (or where consumption started)
+	dlq       []*kgo.Record // dead letters not yet produced (held while the chain holds a backlog)
 	lag       int64
 	timeLag   time.Duration
 
@@ -323,6 +324,23 @@ func (t *Task) Namespaces() map[state.Namespace]string {
 	return out
 }
 
+// SetProgress gives the task, before its first batch, the progress of each chain reading topic
+// that the last commit left ahead of the topic's committed offset (Pending.Progress, by
+// ChainPlan.ID; DecodeProgress reads it from the commit's metadata): such a chain skips the
+// records before it, whose outputs that commit holds already.
+func (t *Task) SetProgress(topic string, progress map[string]int64) {
+	t.must("SetProgress", phaseIdle)
+	for _, c := range t.byTopic[topic] {
+		if off, ok := progress[c.plan.ID()]; ok && off > c.next {
+			c.committed, c.next = off, off
+		}
+	}
+}
+
+// Branches reports whether several chains read topic (operators reading one input), whose
+// progress the task needs at start (SetProgress).
+func (t *Task) Branches(topic string) bool { return len(t.byTopic[topic]) > 1 }
+
 // Next returns the next offset of topic the task processes: past its last record, or where it
 // resumes after an abort; -1 before its first record.
 func (t *Task) Next(topic string) int64 {
@@ -470,6 +488,9 @@ func (t *Task) processChain(c *chain, recs []*kgo.Record, now time.Time) error {
 		if c.committed < 0 {
 			c.committed = kr.Offset // where consumption started: the group's committed offset
 		}
+		if kr.Offset < c.next {
+			continue // done already (a branch ahead of another chain on its topic: SetProgress, Aborted)
+		}
 		c.next = kr.Offset + 1
 		c.recordsIn++
 		if kr.Value == nil && kr.Key != nil && c.plan.AsOf != nil && c.input == 1 {
@@ -488,7 +509,9 @@ func (t *Task) processChain(c *chain, recs []*kgo.Record, now time.Time) error {
 				// than lose it; its offset is not committed, so it is read again.
 				return fmt.Errorf("task %d: %w", t.partition, err)
 			}
-			t.deadLetter(c, kr, "source "+c.plan.SourceName, err)
+			if !c.plan.Fork { // a branch leaves the source's dead letters to the first chain
+				t.deadLetter(c, kr, "source "+c.plan.SourceName, err)
+			}
 			continue
 		}
 		wmPrev := c.wm
@@ -502,7 +525,9 @@ func (t *Task) processChain(c *chain, recs []*kgo.Record, now time.Time) error {
 				if !errors.As(err, &rerr) {
 					return fmt.Errorf("task %d: %w", t.partition, err) // the store failed (a join's table)
 				}
-				t.deadLetter(c, kr, st.Name(), err)
+				if si >= c.plan.SharedStages { // a shared stage's are the first chain's
+					t.deadLetter(c, kr, st.Name(), err)
+				}
 				break
 			}
 			if !keep {
@@ -753,7 +778,7 @@ func (t *Task) deadLetter(c *chain, kr *kgo.Record, op string, err error) {
 func (t *Task) deadLetterReason(c *chain, kr *kgo.Record, op, reason string, extra []kgo.RecordHeader) {
 	c.dead++
 	t.d.Metrics.deadLetter(op)
-	t.dlq = append(t.dlq, newDeadLetter(t.plan.Config.DLQTopic(), kr, op, reason, extra))
+	c.dlq = append(c.dlq, newDeadLetter(t.plan.Config.DLQTopic(), kr, op, reason, extra))
 }
 
 // Close releases the task's sorters (dropping anything buffered: nothing of it was committed).

@@ -324,8 +324,11 @@ func (t *Task) checkpointWatermark(c *chain, p Producer, pd *Pending) error {
 	if !c.timed() {
 		return nil
 	}
-	if _, ok := pd.Offsets[c.plan.Source.Topic]; !ok && !(c.ended && c.buffered() == 0) {
-		return nil // the watermark moves with the offset (an ended input has no offset to move)
+	if pd.progress[c] <= c.committed && !(c.ended && c.buffered() == 0) {
+		// The watermark moves with the chain's own progress (not its topic's offset, which
+		// another chain reading the topic may move while this one holds a backlog); an ended
+		// input has no progress to make.
+		return nil
 	}
 	if len(c.chains) > 1 && c.iwm != c.iwmCommitted {
 		// An operator of several inputs commits each input's watermark with its offset.
