@@ -11,7 +11,7 @@ import (
 	"github.com/sluice-dev/sluice/state"
 )
 
-// TestDeadLetterOnceAfterBacklogAbort pins a bug the metamorphic test found (-dlqonce): in
+// TestDeadLetterOnceAfterBacklogAbort pins a bug the metamorphic test found: in
 // backlog mode a checkpoint used to commit the dead letters of the records seen so far without
 // their input offset (good records before them still wait in the sorter); after an abort and a
 // rewind, the dead letters were committed a second time. Dead letters are now held until the
