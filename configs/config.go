@@ -267,7 +267,7 @@ type Operator struct {
 	Aggregate *Aggregate `koanf:"aggregate" doc:"A keyed aggregate over its input's key, with its state in Pebble and the changelog topic <group>-<name>-changelog."`
 	Cogroup   *Cogroup   `koanf:"cogroup" doc:"A keyed aggregate over several co-partitioned inputs: each field aggregates the records of one input (from), per key of all of them; state and changelog as an aggregate's."`
 	Join      *Join      `koanf:"join" doc:"A stream-table join: each record of stream gets its key's row of table (FLIP-326: a task's stream waits until its table partition has loaded its snapshot)."`
-	Output    string     `koanf:"output" default:"none" doc:"The sink the operator's records go to; required for an aggregate."`
+	Output    string     `koanf:"output" default:"none" doc:"The sink the operator's records go to; required for an aggregate, cogroup or stream-stream join that no later operator reads (later operators read a keyed operator's results through <group>-<name>-output)."`
 }
 
 // Kind returns "filter", "map" or "aggregate" ("" when none is set).

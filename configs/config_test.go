@@ -110,6 +110,12 @@ func TestExamples(t *testing.T) {
 			eq(t, "as_of (none)", j.AsOf, "")
 			eq(t, "internal topics", strings.Join(c.InternalTopics(), ","), "payments-dlq,payments-paid-changelog")
 		},
+		"alerts.yaml": func(t *testing.T, c *Config) {
+			eq(t, "hourly read later", c.ReadByLater("hourly"), true)
+			eq(t, "alerts read later", c.ReadByLater("big_hours"), false)
+			eq(t, "output topic", c.OutputTopic("hourly"), "shop-hourly-output")
+			eq(t, "internal topics", strings.Join(c.InternalTopics(), ","), "shop-dlq,shop-hourly-changelog,shop-hourly-output,shop-per_customer-changelog")
+		},
 		"join.yaml": func(t *testing.T, c *Config) {
 			eq(t, "table topic", c.Tables["customers"].Topic, "customers")
 			eq(t, "join type (default)", c.Operators[0].Join.Type, JoinInner)

@@ -466,7 +466,7 @@ func (p *Plan) Describe(w io.Writer) {
 			if c.SharedStages > 0 {
 				shared = fmt.Sprintf(" and its first %d stage(s)", c.SharedStages)
 			}
-			fmt.Fprintf(w, "  (a branch: chain %d reads this source%s too and dead-letters their bad records; each chain's progress is committed with the offsets)\n", first+1, shared)
+			fmt.Fprintf(w, "  (a branch: chain %d reads this source%s too and dead-letters the bad records there; each chain's progress is committed with the offsets)\n", first+1, shared)
 		}
 		for si, s := range c.Stages {
 			for _, tap := range c.Taps {
