@@ -167,7 +167,7 @@ type Backlog struct {
 	EnterTimeLag       time.Duration `koanf:"enter_time_lag" doc:"Also enter backlog mode when the time lag (wall clock minus event time) reaches this; 0s: off."`
 	ExitTimeLag        time.Duration `koanf:"exit_time_lag" doc:"Leave backlog mode only when the time lag is also at most this; 0s: off. Less than enter_time_lag when both are set."`
 	SortMemory         Size          `koanf:"sort_memory" doc:"One sort budget for the whole process, shared by its tasks; beyond it sorted runs spill to processing.state_dir. At least 1MiB."`
-	CheckpointInterval time.Duration `koanf:"checkpoint_interval" doc:"During a long backlog, fold the sorted records into state and commit the offsets this often (still no outputs), to bound the re-work after a crash; 0s: only at the switch."`
+	CheckpointInterval time.Duration `koanf:"checkpoint_interval" doc:"During a long backlog, fold the sorted records into state and commit the offsets this often, to bound the re-work after a crash: aggregates still write no output (their keys owe it at the switch), session windows and stream-stream or as-of joins write the finals and pairs they produce; 0s: only at the switch."`
 	ProgressInterval   time.Duration `koanf:"progress_interval" doc:"Progress log line (percent, rate, ETA) while in backlog mode; 0s: off."`
 }
 

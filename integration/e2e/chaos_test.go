@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/valyala/fastjson"
 
 	"github.com/sluice-dev/sluice/cmd/sluice/workload"
 	"github.com/sluice-dev/sluice/integration/kafkatest"
@@ -37,7 +38,7 @@ func TestChaos(t *testing.T) {
 	if os.Getenv(envChaosLong) == "1" {
 		size = chaosSize{prefill: 400_000, burst: 120_000, keys: 20_000, minKills: 30, timeout: 40 * time.Minute}
 	}
-	chaosScenario(t, c, size, &aggLoad{keys: size.keys})
+	chaosScenario(t, c, size, &aggLoad{keys: size.keys, branch: true})
 }
 
 // TestChaosJoin is TestChaos with the stream-table join that waits for its table (FLIP-326):
@@ -369,13 +370,19 @@ func short(topic string) string {
 // aggLoad is the orders-totals aggregate of workload.Pipeline: orders in batches of
 // workload.Spec, exact totals per key.
 type aggLoad struct {
-	keys  int
-	specs []workload.Spec // every batch produced outside the live traffic
-	live  []workload.Spec // the live traffic's batches, once stopped
-	seed  int64           // of the next batch
+	keys   int
+	specs  []workload.Spec // every batch produced outside the live traffic
+	live   []workload.Spec // the live traffic's batches, once stopped
+	seed   int64           // of the next batch
+	branch bool            // a filter beside the aggregate on the orders (pipelineOpts.branch)
+	big    string          // its sink topic
 }
 
 func (a *aggLoad) pipeline(t *testing.T, brokers string, o pipelineOpts) *pipeline {
+	if a.branch {
+		a.big = kafkatest.UniqueName(t, "big")
+		o.branch = a.big
+	}
 	return newPipeline(t, brokers, o)
 }
 
@@ -428,7 +435,62 @@ func (a *aggLoad) verify(ch *chaos, ids []string) int64 {
 	if d := workload.Diff(want, got, 20); d != nil {
 		t.Fatalf("totals differ from expected (%d keys expected, %d read):\n%s", len(want), len(got), strings.Join(d, "\n"))
 	}
+	if a.branch {
+		a.verifyBranch(ch)
+	}
 	return records
+}
+
+// verifyBranch checks the filter beside the aggregate: its sink holds each order it keeps
+// exactly once (order ids repeat across batches: they are counted).
+func (a *aggLoad) verifyBranch(ch *chaos) {
+	t := ch.t
+	t.Helper()
+	want := map[string]int{}
+	for _, s := range append(a.specs, a.live...) {
+		if err := s.Each(func(_, value []byte, _ int64) error {
+			v, err := fastjson.ParseBytes(value)
+			if err != nil {
+				return err
+			}
+			cents, err := workload.ParseCents(v.Get("amount").MarshalTo(nil))
+			if err != nil {
+				return err
+			}
+			if cents >= 90_000 { // branchExpr
+				want[string(v.GetStringBytes("order_id"))]++
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := map[string]int{}
+	if err := workload.ReadEach(ch.ctx, kafkatest.SplitBrokers(ch.p.brokers), a.big, func(r *kgo.Record) error {
+		v, err := fastjson.ParseBytes(r.Value)
+		if err != nil {
+			return err
+		}
+		got[string(v.GetStringBytes("order_id"))]++
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	var n, lost, dup int
+	for id, w := range want {
+		n += w
+		lost += max(w-got[id], 0)
+		dup += max(got[id]-w, 0)
+	}
+	for id, g := range got {
+		if _, ok := want[id]; !ok {
+			dup += g
+		}
+	}
+	t.Logf("branch (filter beside the aggregate): %d orders kept, lost %d, duplicated %d", n, lost, dup)
+	if lost+dup > 0 {
+		t.Fatalf("the filter beside the aggregate: %d of %d orders lost, %d duplicated", lost, n, dup)
+	}
 }
 
 // windowsLoad is the windows scenario's pipeline (tumbling windows of one second, emit final,

@@ -102,7 +102,13 @@ type pipelineOpts struct {
 	// the pipeline is windowedPipeline's, with the source's watermark ("{max_delay: 100ms}")
 	// and the aggregate's emit mode ("final" or "updates").
 	window, watermark, emit string
+	// branch, if set, is the sink topic of a second operator reading the orders: a filter
+	// (branchExpr) beside the aggregate, whose records go straight to it.
+	branch string
 }
+
+// branchExpr is the filter of pipelineOpts.branch: about a tenth of the workload's orders.
+const branchExpr = "amount >= 900"
 
 // newPipeline creates the input topic and writes the config file. Sluice creates the sink,
 // changelog and dead-letter topics itself.
@@ -123,6 +129,14 @@ func newPipeline(t *testing.T, brokers string, o pipelineOpts) *pipeline {
 	body := workload.Pipeline(p.topic, p.sink)
 	if o.window != "" {
 		body = windowedPipeline(p.topic, p.sink, o)
+	}
+	if o.branch != "" {
+		body = strings.Replace(body, "sinks:\n", fmt.Sprintf(`  - name: big
+    filter: {input: orders, expr: %q}
+    output: big_out
+sinks:
+  big_out: {topic: %s, format: json}
+`, branchExpr, o.branch), 1)
 	}
 	cfg := fmt.Sprintf(`# written by the e2e test %s
 kafka:

@@ -327,7 +327,7 @@ func (t *Task) flush(c *chain, p Producer, pd *Pending) error {
 // passes context.Background(): the consumer checkpoints while franz-go holds rebalances back.)
 func (t *Task) fold(ctx context.Context, c *chain, p Producer, pd *Pending, silent bool) error {
 	if c.kop != nil {
-		return t.foldKeyed(ctx, c, p, pd) // never silent: backlogCheckpointDue excludes it
+		return t.foldKeyed(ctx, c, p, pd, silent)
 	}
 	agg := c.ops.agg
 	it, err := c.sorter.Merge()
@@ -711,7 +711,7 @@ func (t *Task) Committed(pd *Pending) (err error) {
 			c.part.reset()
 		}
 		if pd.silent[c] {
-			c.hasPending = true
+			c.hasPending = c.kop == nil // a Keyed operator's backlog checkpoint emitted its outputs
 			c.lastBackCkpt = t.d.Clock()
 			t.log.Info("backlog checkpoint", "operator", c.plan.Agg.Name, "keys", pd.keys[c], "offset", pd.progress[c])
 			continue

@@ -263,8 +263,11 @@ func (c *chain) committedKeyed() {
 
 // foldKeyed replays a keyed chain's sorted backlog through the operator, key by key (see the
 // comment at the top of this file), writes each key once, and sweeps the stored timers up to the
-// backlog's final watermark.
-func (t *Task) foldKeyed(ctx context.Context, c *chain, p Producer, pd *Pending) error {
+// backlog's final watermark. A backlog checkpoint (stay) does the same with the backlog so far,
+// and the chain stays in backlog: replaying a key's records in two parts, in arrival order, with
+// the timers up to the watermark so far fired in between, is what one replay does, so its
+// outputs (finals of closed sessions, join pairs) are the same, emitted in that checkpoint.
+func (t *Task) foldKeyed(ctx context.Context, c *chain, p Producer, pd *Pending, stay bool) error {
 	it, err := c.sorter.Merge()
 	if err != nil {
 		return fmt.Errorf("task %d: merge: %w", t.partition, err)
@@ -365,7 +368,7 @@ func (t *Task) foldKeyed(ctx context.Context, c *chain, p Producer, pd *Pending)
 	t.d.Metrics.recordsOut(c.plan.SinkTopic, out)
 	pd.folded = append(pd.folded, c)
 	pd.keys[c] = int64(keys)
-	pd.silent[c] = false
+	pd.silent[c] = stay
 	return nil
 }
 

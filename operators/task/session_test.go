@@ -188,8 +188,9 @@ func sessionsOneAnswer(t *testing.T, seed uint64, pebble bool) {
 	huge := int64(1) << 40
 	realtime := modeSpec{name: "realtime", mode: "never", enter: 50, exit: 10, cacheKeys: cacheKeys, config: w.config, end: end,
 		lag: func(d *driver, end int) int64 { return int64(len(d.input) - end) }}
+	every := []string{"0s", "0s", "3ms", "40ms"} // backlog checkpoints replay the backlog so far
 	backlog := modeSpec{name: "backlog", mode: "always", enter: 50, exit: 10, cacheKeys: cacheKeys, loader: loader, config: w.config, end: end,
-		lag: func(d *driver, end int) int64 { return huge }}
+		every: every[rng.IntN(len(every))], lag: func(d *driver, end int) int64 { return huge }}
 	enter := int64(2 + rng.IntN(60))
 	exit := int64(rng.IntN(int(enter)))
 	stick := 0.5 + rng.Float64()/2
@@ -197,6 +198,7 @@ func sessionsOneAnswer(t *testing.T, seed uint64, pebble bool) {
 	lagPoints := []int64{0, exit - 1, exit, exit + 1, enter - 1, enter, enter + 1, huge}
 	switching := modeSpec{name: "switching", mode: "auto", enter: enter, exit: exit, cacheKeys: []int{1, 2, 5, 100000}[rng.IntN(4)],
 		loader: loader, pebble: pebble, pFail: []float64{0, 0, 0.001, 0.01}[rng.IntN(4)], config: w.config, end: end,
+		every: every[rng.IntN(len(every))],
 		lag: func(d *driver, end int) int64 {
 			if d.rng.Float64() > stick {
 				cur = max(lagPoints[d.rng.IntN(len(lagPoints))], 0)

@@ -694,7 +694,7 @@ func (t *Task) makeRoom(c *chain) {
 // state now (backlog.checkpoint_interval) to bound the re-work after a crash.
 func (t *Task) backlogCheckpointDue(c *chain) bool {
 	every := t.plan.Config.Backlog.CheckpointInterval
-	return every > 0 && c.kop == nil && c.inBack && c.anyBacklog() && c.buffered() > 0 && t.d.Clock().Sub(c.lastBackCkpt) >= every
+	return every > 0 && c.inBack && c.anyBacklog() && c.buffered() > 0 && t.d.Clock().Sub(c.lastBackCkpt) >= every
 }
 
 // Sorted entries' payloads start with a tag: a record's projected input, or a key's partial
