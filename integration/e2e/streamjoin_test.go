@@ -38,7 +38,6 @@ func TestStreamJoinBacklogCheckpointsKill9(t *testing.T) {
 	streamJoinScenario(t, kafkatest.Brokers(t), 200_000, "30ms")
 }
 
-
 type sjEvent struct {
 	key, value string
 	ts         int64
