@@ -546,7 +546,7 @@ func (e *Engine) loadProgress(ctx context.Context, r *runner) error {
 			return fmt.Errorf("consumer: %s[%d]: %w", topic, r.key.p, err)
 		}
 		if len(progress) > 0 {
-			r.t.SetProgress(topic, progress)
+			r.t.SetProgress(topic, o.At, progress)
 			e.log.Info("branches resume where each left off", "topic", topic, "partition", r.key.p, "committed", o.At, "ahead", progress)
 		}
 	}

@@ -7,7 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/valyala/fastjson"
+
+	"github.com/sluice-dev/sluice/state"
 )
 
 // testBranchSink is the sink of testConfigBranches's second branch.
@@ -77,5 +80,48 @@ func TestBranchesOneAnswer(t *testing.T) {
 		if !ok {
 			t.Fatalf("seed %d failed; rerun with: go test ./operators/task -run TestBranchesOneAnswer -seed=%d -v", seed, seed)
 		}
+	}
+}
+
+// TestBranchAheadAbortBeforeFirstBatch pins a loss TestChaos found: a task starts with the
+// filter's progress ahead of the topic's committed offset (SetProgress) and a checkpoint aborts
+// before the first batch. The rewind must go to the committed offset, where the aggregate
+// resumes, not to the filter's progress: the aggregate would never see the records between.
+func TestBranchAheadAbortBeforeFirstBatch(t *testing.T) {
+	plan := mustPlan(t, testConfigBranches("always", 50, 10, 100, "0s"))
+	tk := newTestTask(t, plan, state.NewMem(), 1<<20, 0)
+	prod := newFakeProducer()
+	tk.d.Producer = prod
+	tk.SetProgress(testTopic, 100, map[string]int64{"sevens": 2148})
+	tk.Observe(testTopic, 1<<40, 0)
+	pd, err := tk.Checkpoint(prod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prod.abort()
+	if seek, ok := tk.Aborted(pd)[testTopic]; !ok || seek != 100 {
+		t.Fatalf("abort before the first batch rewinds to %d (given: %v), want the committed offset 100 (the aggregate's)", seek, ok)
+	}
+	// The batch from the committed offset: the aggregate takes every record, the filter only
+	// those from its progress on.
+	var recs []*kgo.Record
+	for off := int64(100); off < 2200; off++ {
+		recs = append(recs, &kgo.Record{Topic: testTopic, Offset: off, Key: []byte("c-1"), Timestamp: time.UnixMilli(off),
+			Value: fmt.Appendf(nil, `{"order_id":"o-%d","customer_id":"c-1","amount":1,"ts":%d}`, off, off)})
+	}
+	if err := tk.Process(testTopic, recs); err != nil {
+		t.Fatal(err)
+	}
+	tk.Observe(testTopic, 0, 0)
+	for range 2 {
+		if err := commitCheckpoint(tk, prod); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := prod.lastByKey(testSink)["c-1"]; !strings.Contains(got, `"n":2100`) {
+		t.Errorf("the aggregate's output %s, want n=2100 (offsets 100 to 2199)", got)
+	}
+	if n := len(prod.committed(testBranchSink)); n != 5 { // o-2157, o-2167, ..., o-2197
+		t.Errorf("the filter wrote %d records, want the 5 from its progress on", n)
 	}
 }

@@ -758,9 +758,7 @@ func (t *Task) Aborted(pd *Pending) map[string]int64 {
 		// Every chain is sorting a backlog and put nothing into the aborted transaction (no
 		// flush, no fold, dead letters held): keep the sorted records and resume after them.
 		for _, c := range t.chains {
-			if c.next >= 0 {
-				seekMin(seek, c.plan.Source.Topic, c.next)
-			}
+			seekMin(seek, c.plan.Source.Topic, c.next)
 		}
 		for _, tb := range t.tables {
 			if tb.next >= 0 {
@@ -769,7 +767,7 @@ func (t *Task) Aborted(pd *Pending) map[string]int64 {
 		}
 		t.needCkpt = false
 		t.publish()
-		return seek
+		return dropUnstarted(seek)
 	}
 	for _, c := range t.chains {
 		clear(c.cache)
@@ -799,8 +797,8 @@ func (t *Task) Aborted(pd *Pending) map[string]int64 {
 		}
 		if c.committed >= 0 {
 			c.next = c.committed
-			seekMin(seek, c.plan.Source.Topic, c.committed) // a chain ahead skips to its own
 		}
+		seekMin(seek, c.plan.Source.Topic, c.committed) // a chain ahead skips to its own
 		c.dlq = nil
 	}
 	// A table's rows stay applied (applying them again changes nothing), but its dead letters
@@ -816,14 +814,26 @@ func (t *Task) Aborted(pd *Pending) map[string]int64 {
 	t.dlq = nil
 	t.needCkpt = false
 	t.publish()
-	return seek
+	return dropUnstarted(seek)
 }
 
-// seekMin lowers seek[topic] to off (sets it if absent).
+// seekMin lowers seek[topic] to off (sets it if absent). A negative off (a chain that has not
+// started) leaves the topic out for good: the consumer rewinds it to where it started, which
+// no chain of it is before.
 func seekMin(seek map[string]int64, topic string, off int64) {
 	if cur, ok := seek[topic]; !ok || off < cur {
 		seek[topic] = off
 	}
+}
+
+// dropUnstarted removes the topics whose seek a chain that has not started left negative.
+func dropUnstarted(seek map[string]int64) map[string]int64 {
+	for topic, off := range seek {
+		if off < 0 {
+			delete(seek, topic)
+		}
+	}
+	return seek
 }
 
 func (t *Task) abortPending(pd *Pending) {

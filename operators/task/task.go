@@ -328,10 +328,18 @@ func (t *Task) Namespaces() map[state.Namespace]string {
 // that the last commit left ahead of the topic's committed offset (Pending.Progress, by
 // ChainPlan.ID; DecodeProgress reads it from the commit's metadata): such a chain skips the
 // records before it, whose outputs that commit holds already.
-func (t *Task) SetProgress(topic string, progress map[string]int64) {
+//
+// committed is the topic's committed offset, where every other chain of the topic resumes: all
+// of them know where they stand before the first batch, so an abort before it rewinds the
+// topic to the smallest of them, not to a branch ahead.
+func (t *Task) SetProgress(topic string, committed int64, progress map[string]int64) {
 	t.must("SetProgress", phaseIdle)
 	for _, c := range t.byTopic[topic] {
-		if off, ok := progress[c.plan.ID()]; ok && off > c.next {
+		off := committed
+		if p, ok := progress[c.plan.ID()]; ok {
+			off = max(off, p)
+		}
+		if off > c.next {
 			c.committed, c.next = off, off
 		}
 	}
