@@ -12,6 +12,7 @@ fuzztime="${1:-${FUZZTIME:-2s}}"
 targets=(
   "./operators FuzzDecode"          # record values: Source.Decode, the JSON scanner, Project
   "./operators/avro FuzzAppendJSON" # Avro binary values to JSON (format avro), against hamba/avro
+  "./operators/internal/jsonstr FuzzAppendString" # the JSON string escaper: valid JSON and UTF-8 out
   "./operators FuzzStages"          # field lookups, filter and map over any JSON
   "./operators FuzzDecimal"         # the 128-bit decimal parser
   "./operators FuzzAggregateState"  # stored aggregate states
