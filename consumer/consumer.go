@@ -14,7 +14,9 @@
 //     goroutines, and never wait for the poll loop).
 //
 // A checkpoint is a barrier: every task writes what it has processed, the poll loop flushes,
-// commits each task's offsets in the same transaction, and tells every task the outcome. On an
+// commits each task's offsets in the same transaction (with, for a topic several chains read,
+// each chain's progress as the offset's metadata, read back when a task starts), and tells
+// every task the outcome. On an
 // abort every task rewinds to its last commit and the consumer seeks back; a task that is sorting
 // a backlog and had nothing in the transaction keeps its sorted records and resumes after them.
 package consumer
@@ -106,6 +108,11 @@ type Engine struct {
 	groups map[string][]string // a co-partitioned group's first topic -> its topics (immutable after New)
 	group  map[string]string   // topic -> its group's first topic
 	tables map[string]string   // table topic -> table name
+	// internal: the repartition and output topics the pipeline writes and reads, with the input
+	// topic whose partition count each takes (Plan.Repartitions; immutable after New), sorted
+	// in internalSorted.
+	internal       map[string]string
+	internalSorted []string
 
 	purge  purger          // repartition topics: committed records deleted (purge.go)
 	runCtx context.Context // cancelled when Run returns (set by Run)
@@ -150,7 +157,9 @@ func New(o Options) (*Engine, error) {
 	}
 	if o.Plan != nil { // nil: an engine that only registers its metrics (tests)
 		e.tables = o.Plan.TableTopics()
-		for topic := range o.Plan.Repartitions() {
+		e.internal = o.Plan.Repartitions()
+		e.internalSorted = slices.Sorted(maps.Keys(e.internal))
+		for topic := range e.internal {
 			e.purge.topics[topic] = true
 		}
 		for _, g := range o.Plan.CoPartitioned() {
@@ -680,7 +689,7 @@ func (e *Engine) checkpoint(ctx context.Context) error {
 // ensureTopics checks the sources and creates the internal topics and missing sinks.
 func (e *Engine) ensureTopics(ctx context.Context) error {
 	cfg := e.o.Config
-	reparts := e.o.Plan.Repartitions()
+	reparts := e.internal
 	var inputs []string
 	for _, t := range e.o.Plan.Topics() {
 		if _, internal := reparts[t]; !internal {
@@ -824,7 +833,7 @@ func (e *Engine) bound(k tp) (bound, bool) {
 // job stage after stage. Only the poll loop calls it.
 func (e *Engine) closeInternal(ctx context.Context) error {
 	var ready []string
-	for _, topic := range slices.Sorted(maps.Keys(e.o.Plan.Repartitions())) {
+	for _, topic := range e.internalSorted {
 		if bd, ok := e.bound(tp{topic, 0}); !ok || bd.end != openEnd {
 			continue
 		}
@@ -917,7 +926,7 @@ func (e *Engine) listBounds(ctx context.Context) (map[tp]bound, error) {
 	// The internal topics were just created, and this client may not see them for a while
 	// (metadata age): they are not listed now. Their partitions are those of the input they
 	// take their count from, and they end when closeInternal lists them.
-	internal := e.o.Plan.Repartitions()
+	internal := e.internal
 	var topics []string
 	for _, t := range e.o.Plan.Topics() {
 		if _, ok := internal[t]; !ok {

@@ -3,8 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -34,28 +32,12 @@ func afterAggregateScenario(t *testing.T, brokers string, records int64, keys in
 	const parts = 4
 	// Six hours of event time, in order per partition (no late record with max_delay 0).
 	s := workload.Spec{Records: records, Keys: keys, Partitions: parts, Seed: 51, Span: 6 * time.Hour}
-	p := &pipeline{
-		t: t, brokers: brokers,
-		topic:   kafkatest.UniqueName(t, "orders"),
-		sink:    kafkatest.UniqueName(t, "regions"),
-		group:   kafkatest.UniqueName(t, "g"),
-		cfgPath: filepath.Join(t.TempDir(), "sluice.yaml"),
-		nudged:  map[string]workload.Total{},
-	}
 	customers := kafkatest.UniqueName(t, "customers")
-	hourly := p.sink + "-hourly"
-	kafkatest.CreateTopic(t, brokers, p.topic, parts, nil)
 	kafkatest.CreateTopic(t, brokers, customers, parts, map[string]*string{"cleanup.policy": ptr("compact")})
-	cfg := fmt.Sprintf(`# written by the e2e test %s
-kafka:
-  brokers: [%s]
-group: %s
-instance_id: unset
-processing: {guarantee: exactly_once, commit_interval: 100ms, state_dir: ./unset}
-backlog: {enter_lag: 5000, exit_lag: 500, sort_memory: 64MiB, mode: auto}
-http: {listen: "off"}
-log: {level: info, format: json}
-sources:
+	var hourly string
+	p := stagedPipeline(t, brokers, parts, "regions", "100ms", func(orders, sink string) string {
+		hourly = sink + "-hourly"
+		return fmt.Sprintf(`sources:
   orders: {topic: %s, key: customer_id, timestamp: ts}
 tables:
   customers: {topic: %s, key: customer_id}
@@ -78,10 +60,8 @@ operators:
 sinks:
   hourly: {topic: %s}
   out: {topic: %s}
-`, t.Name(), strings.Join(kafkatest.SplitBrokers(brokers), ", "), p.group, p.topic, customers, hourly, p.sink)
-	if err := os.WriteFile(p.cfgPath, []byte(cfg), 0o644); err != nil {
-		t.Fatal(err)
-	}
+`, orders, customers, hourly, sink)
+	})
 	if err := p.produce(ctx, s); err != nil {
 		t.Fatal(err)
 	}

@@ -3,8 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -41,26 +39,10 @@ func branchesScenario(t *testing.T, brokers string, records int64, keys int) {
 	defer cancel()
 	const parts = 4
 	s := workload.Spec{Records: records, Keys: keys, Partitions: parts, Seed: 61, Span: 6 * time.Hour}
-	p := &pipeline{
-		t: t, brokers: brokers,
-		topic:   kafkatest.UniqueName(t, "orders"),
-		sink:    kafkatest.UniqueName(t, "totals"),
-		group:   kafkatest.UniqueName(t, "g"),
-		cfgPath: filepath.Join(t.TempDir(), "sluice.yaml"),
-		nudged:  map[string]workload.Total{},
-	}
-	hourly, big := p.sink+"-hourly", p.sink+"-big"
-	kafkatest.CreateTopic(t, brokers, p.topic, parts, nil)
-	cfg := fmt.Sprintf(`# written by the e2e test %s
-kafka:
-  brokers: [%s]
-group: %s
-instance_id: unset
-processing: {guarantee: exactly_once, commit_interval: 20ms, state_dir: ./unset}
-backlog: {enter_lag: 5000, exit_lag: 500, sort_memory: 64MiB, mode: auto}
-http: {listen: "off"}
-log: {level: info, format: json}
-sources:
+	var hourly, big string
+	p := stagedPipeline(t, brokers, parts, "totals", "20ms", func(orders, sink string) string {
+		hourly, big = sink+"-hourly", sink+"-big"
+		return fmt.Sprintf(`sources:
   orders: {topic: %s, key: customer_id, timestamp: ts}
 operators:
   - name: totals
@@ -84,10 +66,8 @@ sinks:
   totals: {topic: %s}
   hourly: {topic: %s}
   big: {topic: %s}
-`, t.Name(), strings.Join(kafkatest.SplitBrokers(brokers), ", "), p.group, p.topic, bigOrder, p.sink, hourly, big)
-	if err := os.WriteFile(p.cfgPath, []byte(cfg), 0o644); err != nil {
-		t.Fatal(err)
-	}
+`, orders, bigOrder, sink, hourly, big)
+	})
 	if err := p.produce(ctx, s); err != nil {
 		t.Fatal(err)
 	}
@@ -155,50 +135,59 @@ sinks:
 		t.Fatalf("the hourly finals:\n%s", strings.Join(d, "\n"))
 	}
 	// The filter's sink: each big order exactly once.
-	wantBig := map[string]bool{}
-	if err := s.Each(func(_, value []byte, _ int64) error {
-		v, err := fastjson.ParseBytes(value)
-		if err != nil {
-			return err
-		}
-		cents, err := workload.ParseCents(v.Get("amount").MarshalTo(nil))
-		if err != nil {
-			return err
-		}
-		if cents >= bigOrder {
-			wantBig[string(v.GetStringBytes("order_id"))] = true
-		}
-		return nil
-	}); err != nil {
-		t.Fatal(err)
+	kept, lost, dup := checkKept(ctx, t, brokers, big, bigOrder, s)
+	if lost+dup > 0 {
+		t.Fatalf("the filter's sink: %d big orders missing, %d duplicated or not big (of %d)", lost, dup, kept)
 	}
-	seen := map[string]int{}
-	if err := workload.ReadEach(ctx, kafkatest.SplitBrokers(brokers), big, func(r *kgo.Record) error {
+	t.Logf("%d orders: %d totals exact, %d hourly finals and %d big orders each exactly once; %d task starts resumed branches from their own progress",
+		s.Records, len(want), len(finals), kept, resumed)
+}
+
+// checkKept reads topic (read_committed), the sink of a filter that keeps the orders of specs
+// of at least minCents, and counts, by order id (ids repeat across specs: they are counted),
+// the orders it should hold, those missing, and the records beyond them (a duplicate or an
+// order it should not have kept).
+func checkKept(ctx context.Context, t *testing.T, brokers, topic string, minCents int64, specs ...workload.Spec) (kept, lost, dup int) {
+	t.Helper()
+	want := map[string]int{}
+	for _, s := range specs {
+		if err := s.Each(func(_, value []byte, _ int64) error {
+			v, err := fastjson.ParseBytes(value)
+			if err != nil {
+				return err
+			}
+			cents, err := workload.ParseCents(v.Get("amount").MarshalTo(nil))
+			if err != nil {
+				return err
+			}
+			if cents >= minCents {
+				want[string(v.GetStringBytes("order_id"))]++
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := map[string]int{}
+	if err := workload.ReadEach(ctx, kafkatest.SplitBrokers(brokers), topic, func(r *kgo.Record) error {
 		v, err := fastjson.ParseBytes(r.Value)
 		if err != nil {
 			return err
 		}
-		seen[string(v.GetStringBytes("order_id"))]++
+		got[string(v.GetStringBytes("order_id"))]++
 		return nil
 	}); err != nil {
 		t.Fatal(err)
 	}
-	var dup, missing, extra int
-	for id, n := range seen {
-		if !wantBig[id] {
-			extra++
-		} else if n > 1 {
-			dup++
+	for id, w := range want {
+		kept += w
+		lost += max(w-got[id], 0)
+		dup += max(got[id]-w, 0)
+	}
+	for id, g := range got {
+		if _, ok := want[id]; !ok {
+			dup += g
 		}
 	}
-	for id := range wantBig {
-		if seen[id] == 0 {
-			missing++
-		}
-	}
-	if dup+missing+extra > 0 {
-		t.Fatalf("the filter's sink: %d big orders duplicated, %d missing, %d not big (of %d)", dup, missing, extra, len(wantBig))
-	}
-	t.Logf("%d orders: %d totals exact, %d hourly finals and %d big orders each exactly once; %d task starts resumed branches from their own progress",
-		s.Records, len(want), len(finals), len(wantBig), resumed)
+	return kept, lost, dup
 }

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/valyala/fastjson"
 
 	"github.com/sluice-dev/sluice/cmd/sluice/workload"
 	"github.com/sluice-dev/sluice/integration/kafkatest"
@@ -446,47 +445,7 @@ func (a *aggLoad) verify(ch *chaos, ids []string) int64 {
 func (a *aggLoad) verifyBranch(ch *chaos) {
 	t := ch.t
 	t.Helper()
-	want := map[string]int{}
-	for _, s := range append(a.specs, a.live...) {
-		if err := s.Each(func(_, value []byte, _ int64) error {
-			v, err := fastjson.ParseBytes(value)
-			if err != nil {
-				return err
-			}
-			cents, err := workload.ParseCents(v.Get("amount").MarshalTo(nil))
-			if err != nil {
-				return err
-			}
-			if cents >= 90_000 { // branchExpr
-				want[string(v.GetStringBytes("order_id"))]++
-			}
-			return nil
-		}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	got := map[string]int{}
-	if err := workload.ReadEach(ch.ctx, kafkatest.SplitBrokers(ch.p.brokers), a.big, func(r *kgo.Record) error {
-		v, err := fastjson.ParseBytes(r.Value)
-		if err != nil {
-			return err
-		}
-		got[string(v.GetStringBytes("order_id"))]++
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	var n, lost, dup int
-	for id, w := range want {
-		n += w
-		lost += max(w-got[id], 0)
-		dup += max(got[id]-w, 0)
-	}
-	for id, g := range got {
-		if _, ok := want[id]; !ok {
-			dup += g
-		}
-	}
+	n, lost, dup := checkKept(ch.ctx, t, ch.p.brokers, a.big, branchCents, append(a.specs, a.live...)...)
 	t.Logf("branch (filter beside the aggregate): %d orders kept, lost %d, duplicated %d", n, lost, dup)
 	if lost+dup > 0 {
 		t.Fatalf("the filter beside the aggregate: %d of %d orders lost, %d duplicated", lost, n, dup)

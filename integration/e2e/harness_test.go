@@ -107,8 +107,12 @@ type pipelineOpts struct {
 	branch string
 }
 
-// branchExpr is the filter of pipelineOpts.branch: about a tenth of the workload's orders.
-const branchExpr = "amount >= 900"
+// branchExpr is the filter of pipelineOpts.branch: about a tenth of the workload's orders,
+// those of at least branchCents.
+const (
+	branchExpr  = "amount >= 900"
+	branchCents = 90_000
+)
 
 // newPipeline creates the input topic and writes the config file. Sluice creates the sink,
 // changelog and dead-letter topics itself.
@@ -148,6 +152,37 @@ backlog: {enter_lag: %d, exit_lag: %d, sort_memory: 64MiB, checkpoint_interval: 
 http: {listen: "off"}
 log: {level: info, format: json}
 `, t.Name(), strings.Join(kafkatest.SplitBrokers(brokers), ", "), p.group, o.enterLag, o.exitLag) + body
+	if err := os.WriteFile(p.cfgPath, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// stagedPipeline creates the orders topic (parts partitions) and writes a config of one
+// instance's settings (exactly once, commit every commitInterval, backlog mode auto) followed
+// by body(orders topic, sink topic): the sources, operators and sinks of a pipeline of several
+// stages. The sink topic's name starts with sink.
+func stagedPipeline(t *testing.T, brokers string, parts int32, sink, commitInterval string, body func(orders, sink string) string) *pipeline {
+	t.Helper()
+	p := &pipeline{
+		t: t, brokers: brokers,
+		topic:   kafkatest.UniqueName(t, "orders"),
+		sink:    kafkatest.UniqueName(t, sink),
+		group:   kafkatest.UniqueName(t, "g"),
+		cfgPath: filepath.Join(t.TempDir(), "sluice.yaml"),
+		nudged:  map[string]workload.Total{},
+	}
+	kafkatest.CreateTopic(t, brokers, p.topic, parts, nil)
+	cfg := fmt.Sprintf(`# written by the e2e test %s
+kafka:
+  brokers: [%s]
+group: %s
+instance_id: unset
+processing: {guarantee: exactly_once, commit_interval: %s, state_dir: ./unset}
+backlog: {enter_lag: 5000, exit_lag: 500, sort_memory: 64MiB, mode: auto}
+http: {listen: "off"}
+log: {level: info, format: json}
+`, t.Name(), strings.Join(kafkatest.SplitBrokers(brokers), ", "), p.group, commitInterval) + body(p.topic, p.sink)
 	if err := os.WriteFile(p.cfgPath, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}

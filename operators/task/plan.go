@@ -25,7 +25,8 @@ import (
 )
 
 // ChainPlan is one linear chain: a source, its stateless stages (filter, map, and stream-table
-// joins), and an optional keyed aggregate, writing to a sink topic. An aggregate with group_by
+// joins), and an optional keyed aggregate, writing to a sink topic (or, when later operators
+// read the aggregate's results, to its output topic: Output). An aggregate with group_by
 // splits its chain in two: the first ends by writing its records, re-keyed by the group_by
 // field, to the aggregate's repartition topic (Rekey), and the second reads that topic as its
 // source.
@@ -133,10 +134,11 @@ func checkReadsResults(i int, op configs.Operator, up *configs.Operator) error {
 	return nil
 }
 
-// NewPlan checks that the operators form linear chains (each source and operator feeds at most
-// one operator; a keyed operator ends its chain, and later operators read its results in a
-// chain of their own) and compiles every operator once so that expression
-// errors surface at start-up, naming the operator.
+// NewPlan splits the operators into linear chains (a source or an operator read by several
+// operators starts one chain per branch, repeating what comes before; a keyed operator ends its
+// chain, and later operators read its results through its output topic in chains of their
+// own), checks what may read a keyed operator's results, and compiles every operator once so
+// that expression errors surface at start-up, naming the operator.
 func NewPlan(cfg *configs.Config) (*Plan, error) {
 	consumers := map[string][]int{} // input name -> indexes of the operators reading it, in config order
 	cogroups := map[string]*configs.Operator{}
