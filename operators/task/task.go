@@ -493,6 +493,14 @@ func (t *Task) processChain(c *chain, recs []*kgo.Record, now time.Time) error {
 	defer c.rec.Release() // do not pin the batch's fetch response (operators.Record.Release)
 	ops := c.ops
 	for _, kr := range recs {
+		// The timers the watermark of the previous record reached fire after it, whatever
+		// became of it: a record dropped by a filter, dead-lettered or late moves the
+		// watermark too, and a timer it reached must fire before the next record is applied,
+		// as the backlog's replay fires it (keyed.go), or a record could join a session that
+		// is closed in the other mode.
+		if err := t.fireDue(c); err != nil {
+			return err
+		}
 		if c.committed < 0 {
 			c.committed = kr.Offset // where consumption started: the group's committed offset
 		}
@@ -595,13 +603,18 @@ func (t *Task) processChain(c *chain, recs []*kgo.Record, now time.Time) error {
 			if t.backlogCheckpointDue(c) {
 				t.needCkpt = true
 			}
-		} else if c.timed() {
-			if err := t.fireTimers(c); err != nil {
-				return err
-			}
 		}
 	}
-	return nil
+	return t.fireDue(c)
+}
+
+// fireDue fires, in real-time mode, the timers of an event-time chain that its watermark has
+// reached (fireTimers).
+func (t *Task) fireDue(c *chain) error {
+	if c.inBack || !c.timed() {
+		return nil
+	}
+	return t.fireTimers(c)
 }
 
 // apply folds one projected input (after its tag byte) into key's state: in backlog, into the
