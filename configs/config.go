@@ -348,7 +348,7 @@ type Cogroup struct {
 	Fields map[string]map[string]any `koanf:"fields" default:"required" doc:"Output fields: name: {sum|min|max|avg: input field path, from: input} or name: {count: {}, from: input}. Sums are exact decimals."`
 	Emit   string                    `koanf:"emit" enum:"updates,final" doc:"updates: the current value at most once per key (and window) per commit; final (windows only): exactly one output per key and window, when it closes."`
 	// Window is nil for one result per key, never closed.
-	Window *Window `koanf:"window" doc:"An event-time window (tumbling, hopping or session): a record is late when its own input's watermark has closed its windows (a session: a session of the record alone); a window closes when the smallest of the inputs' watermarks reaches its end plus grace. A session gathers the key's records of every input, needs emit: final, and closes one gap - 1ms later (last + 2 × gap - 1ms + grace), once no record on time can join it."`
+	Window *Window `koanf:"window" doc:"An event-time window (tumbling, hopping or session): a record is late when its own input's watermark has closed its windows (a session: a session of the record alone); a window closes when the smallest of the inputs' watermarks reaches its end plus grace. A session gathers the key's records of every input and closes one gap - 1ms later (last + 2 × gap - 1ms + grace), once no record on time can join it."`
 }
 
 // Aggregate returns the cogroup as an aggregate of its fields (without their inputs), for
@@ -407,7 +407,7 @@ type Window struct {
 	Tumbling time.Duration `koanf:"tumbling" default:"none" doc:"Size of epoch-aligned windows [start, end) that follow each other."`
 	Hopping  time.Duration `koanf:"hopping" default:"none" doc:"Size of epoch-aligned windows that start every advance (a record is in size/advance windows)."`
 	Advance  time.Duration `koanf:"advance" default:"none" doc:"Hopping windows only: how often a window starts; it must divide hopping (at most 100 windows per record)."`
-	Session  time.Duration `koanf:"session" default:"none" doc:"Inactivity gap: a key's records closer than this form one session [first, last + gap). Needs emit: final."`
+	Session  time.Duration `koanf:"session" default:"none" doc:"Inactivity gap: a key's records closer than this form one session [first, last + gap). With emit: updates, a session a record merges into another (or extends backwards) is retracted: {\"key\", \"window_start\", \"window_end\", \"retract\": true} with the window it was published with."`
 	Grace    time.Duration `koanf:"grace" doc:"A window closes when the watermark reaches its end plus this; later records are late (dead-letter topic)."`
 }
 

@@ -71,6 +71,10 @@ func TestExamples(t *testing.T) {
 			eq(t, "window", *c.Operators[0].Aggregate.Window, Window{Session: 30 * time.Minute, Grace: time.Minute})
 			eq(t, "kind", c.Operators[0].Aggregate.Window.Kind(), "session")
 		},
+		"sessions-live.yaml": func(t *testing.T, c *Config) {
+			eq(t, "kind", c.Operators[0].Aggregate.Window.Kind(), "session")
+			eq(t, "emit", c.Operators[0].Aggregate.Emit, EmitUpdates)
+		},
 		"windowed.yaml": func(t *testing.T, c *Config) {
 			eq(t, "watermark", c.Sources["orders"].Watermark, Watermark{MaxDelay: 5 * time.Second})
 			eq(t, "window", *c.Operators[0].Aggregate.Window, Window{Tumbling: time.Hour, Grace: 10 * time.Second})

@@ -635,8 +635,8 @@ func checkAggregate(kp string, a *Aggregate) *Error {
 	if err := checkWindow(kp+".window", a.Window); err != nil {
 		return err
 	}
-	if a.Window.Kind() == "session" && a.Emit != EmitFinal {
-		return errorf(kp+".emit", "session windows need emit: final (an update would have to retract the sessions a record merges)")
+	if _, ok := a.Fields["retract"]; ok && a.Window.Kind() == "session" && a.Emit != EmitFinal {
+		return errorf(kp+".fields.retract", `"retract" is reserved in the updates of session windows (it marks the retraction of a merged session); rename the field or use emit: final`)
 	}
 	return nil
 }

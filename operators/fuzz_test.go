@@ -126,64 +126,85 @@ func (c *sessCtx) Emit(value []byte) { c.outs = append(c.outs, bytes.Clone(value
 func (c *sessCtx) at(wm int64) Context { c.wm = wm; return c }
 
 // FuzzSessionState: any stored bytes are a sessions state or not (ValidState, the restore's
-// check); Process refuses bytes that are not laid out as sessions with an error; on a valid
-// state, Process and OnTimer keep it valid (sessions sorted and apart) and emit JSON objects.
+// check), for emit: final and emit: updates (whose state also holds what was published); Process
+// refuses bytes that are not laid out as sessions with an error; on a valid state, Process,
+// Flush and OnTimer keep it valid (sessions sorted and apart) and emit JSON objects.
 func FuzzSessionState(f *testing.F) {
-	cfg := ordersAgg()
-	cfg.Window, cfg.Emit = &configs.Window{Session: 30 * time.Second, Grace: time.Second}, "final"
-	s, err := NewSessions("sessions", cfg)
-	if err != nil {
-		f.Fatal(err)
+	var ops []*Sessions
+	for _, emit := range []string{"final", "updates"} {
+		cfg := ordersAgg()
+		cfg.Window, cfg.Emit = &configs.Window{Session: 30 * time.Second, Grace: time.Second}, emit
+		s, err := NewSessions("sessions", cfg)
+		if err != nil {
+			f.Fatal(err)
+		}
+		ops = append(ops, s)
 	}
 	var r Record
 	src := mustSource(f, configs.Source{Topic: "t"})
 	if err := src.Decode([]byte("c-1"), []byte(`{"amount":2.5}`), 7, &r); err != nil {
 		f.Fatal(err)
 	}
-	in, err := s.Project(0, &r, nil)
+	in, err := ops[0].Project(0, &r, nil)
 	if err != nil {
 		f.Fatal(err)
 	}
-	// Seeds: no state, one session, two sessions, and bytes that are none.
-	seed := &sessCtx{}
+	// Seeds: no state, one session, two sessions (published or not), and bytes that are none.
 	f.Add([]byte{}, int64(1_000), int64(0))
-	for _, ts := range []int64{1_000, 100_000} {
-		if err := s.Process(seed.at(math.MinInt64), []byte("c-1"), ts, in); err != nil {
-			f.Fatal(err)
+	for _, s := range ops {
+		seed := &sessCtx{}
+		for _, ts := range []int64{1_000, 100_000} {
+			if err := s.Process(seed.at(math.MinInt64), []byte("c-1"), ts, in); err != nil {
+				f.Fatal(err)
+			}
+			f.Add(bytes.Clone(seed.state), int64(50_000), int64(200_000))
+			if s.Updates() {
+				if err := s.Flush(seed, []byte("c-1")); err != nil {
+					f.Fatal(err)
+				}
+				f.Add(bytes.Clone(seed.state), int64(50_000), int64(200_000))
+			}
 		}
-		f.Add(bytes.Clone(seed.state), int64(50_000), int64(200_000))
 	}
 	f.Add([]byte{0, 0, 0, 1, 1, 2}, int64(0), int64(0))
 	f.Add([]byte{0xff, 0xff, 0xff, 0xff}, int64(math.MaxInt64), int64(math.MinInt64))
 	f.Fuzz(func(t *testing.T, st []byte, ts, wm int64) {
-		c := &sessCtx{state: bytes.Clone(st)}
-		if len(st) == 0 {
-			c.state = nil
-		}
-		valid := s.ValidState(st)
-		laidOut := (&Sessions{agg: s.agg}).decode(st)
-		ts = min(max(ts, MinTime), MaxTime) // Source.Decode's range
-		err := s.Process(c.at(min(wm, ts)), []byte("c-1"), ts, in)
-		switch {
-		case !laidOut && err == nil:
-			t.Fatalf("Process accepted state %x, which is not laid out as sessions", st)
-		case valid && err != nil:
-			t.Fatalf("Process on a valid state %x: %v", st, err)
-		case !valid:
-			return // decodable but not valid: the restore refuses it; Process must only not panic
-		}
-		if !s.ValidState(c.state) {
-			t.Fatalf("Process made state %x of %x", c.state, st)
-		}
-		if err := s.OnTimer(c.at(wm), []byte("c-1"), wm); err != nil {
-			t.Fatalf("OnTimer: %v", err)
-		}
-		if c.state != nil && !s.ValidState(c.state) {
-			t.Fatalf("OnTimer made state %x", c.state)
-		}
-		for _, o := range c.outs {
-			if !json.Valid(o) {
-				t.Fatalf("output %s is not JSON", o)
+		for _, s := range ops {
+			c := &sessCtx{state: bytes.Clone(st)}
+			if len(st) == 0 {
+				c.state = nil
+			}
+			valid := s.ValidState(st)
+			laidOut := (&Sessions{agg: s.agg, updates: s.updates}).decode(st)
+			ts = min(max(ts, MinTime), MaxTime) // Source.Decode's range
+			err := s.Process(c.at(min(wm, ts)), []byte("c-1"), ts, in)
+			switch {
+			case !laidOut && err == nil:
+				t.Fatalf("updates=%v: Process accepted state %x, which is not laid out as sessions", s.updates, st)
+			case valid && err != nil:
+				t.Fatalf("updates=%v: Process on a valid state %x: %v", s.updates, st, err)
+			case !valid:
+				continue // decodable but not valid: the restore refuses it; Process must only not panic
+			}
+			if !s.ValidState(c.state) {
+				t.Fatalf("updates=%v: Process made state %x of %x", s.updates, c.state, st)
+			}
+			if err := s.OnTimer(c.at(wm), []byte("c-1"), wm); err != nil {
+				t.Fatalf("OnTimer: %v", err)
+			}
+			if c.state != nil && !s.ValidState(c.state) {
+				t.Fatalf("updates=%v: OnTimer made state %x", s.updates, c.state)
+			}
+			if err := s.Flush(c, []byte("c-1")); err != nil {
+				t.Fatalf("Flush: %v", err)
+			}
+			if c.state != nil && !s.ValidState(c.state) {
+				t.Fatalf("updates=%v: Flush made state %x", s.updates, c.state)
+			}
+			for _, o := range c.outs {
+				if !json.Valid(o) {
+					t.Fatalf("output %s is not JSON", o)
+				}
 			}
 		}
 	})

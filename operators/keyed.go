@@ -60,3 +60,17 @@ type Context interface {
 	// Emit writes an output record with the key as its Kafka key and value (copied).
 	Emit(value []byte)
 }
+
+// Updater is a Keyed operator that writes updates (emit: updates) once per commit rather than
+// as it goes: Process and OnTimer record in the key's state what changed, and the runtime calls
+// Flush once for every key they touched, at the checkpoint that commits the change (in real
+// time for each changed key; in backlog for each key the fold replays, after its records and
+// timers), so a key writes each of its windows at most once per commit. Flush writes what
+// changed and stores the state that says it was written.
+type Updater interface {
+	Keyed
+	// Updates reports whether the operator writes updates (false: Flush is never needed).
+	Updates() bool
+	// Flush writes the key's changes since its last Flush.
+	Flush(ctx Context, key []byte) error
+}

@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strconv"
 
 	"github.com/sluice-dev/sluice/configs"
+	"github.com/sluice-dev/sluice/operators/internal/jsonstr"
 )
 
 // Sessions is an aggregate over session windows (window: {session: gap}), a Keyed operator: a
@@ -30,15 +32,28 @@ import (
 // record on time ever finds its session closed, so a key's sessions are those of its records
 // that are not late, in any interleaving, mode or replay.
 //
+// With emit: updates the operator is an Updater: Process marks the session it made as changed,
+// and Flush (once per commit of the key) writes each changed session's current value, after a
+// retraction of every session it published before that no longer exists under the start it was
+// published with (a session a record merged into another, or one a record extended backwards):
+// {"key":…,"window_start":…,"window_end":…,"retract":true}, with the start and end it was
+// published with. A consumer that upserts the updates by (key, window_start) and deletes on a
+// retraction holds every session's latest value: at the end, exactly the finals of emit: final.
+// A closing session that changed since its last flush writes its value when it closes.
+//
 // State layout: a uint32 count n, then n sessions in increasing start order, each start and last
-// event time (int64, big-endian) and the aggregate state of its records. The key's timer is
-// the earliest close of its sessions. Not safe for concurrent use (one per task); Layout and
-// IsLate are.
+// event time (int64, big-endian), with emit: updates the start and end it was last published
+// with (math.MinInt64 if never) and a changed flag byte, then the aggregate state of its records.
+// With emit: updates the sessions are followed by a uint32 count m and m (start, end) pairs: the
+// published sessions to retract at the next flush. The key's timer is the earliest close of its
+// sessions. Not safe for concurrent use (one per task); Layout and IsLate are.
 type Sessions struct {
-	agg   *Aggregate
-	gap   int64
-	grace int64
-	hold  int64 // a session cogroup's extra delay before a session closes: gap - 1 (0 for one input)
+	agg     *Aggregate
+	gap     int64
+	grace   int64
+	hold    int64  // a session cogroup's extra delay before a session closes: gap - 1 (0 for one input)
+	updates bool   // emit: updates
+	retract []span // scratch: the key's retractions to write (updates)
 
 	ss    []session // scratch: the decoded sessions of the key being processed
 	buf   []byte    // scratch: the encoded state, the rendered output
@@ -47,8 +62,16 @@ type Sessions struct {
 
 type session struct {
 	start, last int64
+	pub         span   // the start and end last published (updates; start unpublished if never)
+	changed     bool   // changed since its last flush (updates)
 	st          []byte // aggregate state (in arena)
 }
+
+// span is a published session's window_start and window_end.
+type span struct{ start, end int64 }
+
+// unpublished is the pub.start of a session never published.
+const unpublished = math.MinInt64
 
 // NewSessions returns the session-window aggregate of cfg, whose Window must be a session.
 func NewSessions(name string, cfg configs.Aggregate) (*Sessions, error) {
@@ -76,10 +99,7 @@ func NewSessionCogroup(name string, cfg configs.Cogroup) (*Sessions, error) {
 }
 
 func newSessions(name string, agg *Aggregate, w *configs.Window) (*Sessions, error) {
-	if agg.Emit() != "final" {
-		return nil, fmt.Errorf("operators: %s: session windows emit final results only (a merge would have to retract the sessions it merged)", name)
-	}
-	s := &Sessions{agg: agg, gap: w.Session.Milliseconds(), grace: w.Grace.Milliseconds()}
+	s := &Sessions{agg: agg, gap: w.Session.Milliseconds(), grace: w.Grace.Milliseconds(), updates: agg.Emit() != "final"}
 	if s.gap <= 0 {
 		return nil, fmt.Errorf("operators: %s: session gap %v: want at least 1ms", name, w.Session)
 	}
@@ -92,14 +112,24 @@ func newSessions(name string, agg *Aggregate, w *configs.Window) (*Sessions, err
 // Name returns the operator name.
 func (s *Sessions) Name() string { return s.agg.Name() }
 
-// Attributes: InternalSorter and OutputOnlyAtEnd (final results only).
+// Attributes: InternalSorter; OutputOnlyAtEnd with emit: final, OutputOnCheckpoint with updates.
 func (s *Sessions) Attributes() Attributes {
-	return Attributes{InternalSorter: true, OutputOnlyAtEnd: true}
+	return Attributes{InternalSorter: true, OutputOnlyAtEnd: !s.updates, OutputOnCheckpoint: s.updates}
 }
 
 // Layout is the aggregate's layout, which ends with the session gap (window=session:<gap>ms);
-// a session cogroup's is the cogroup's (kind cogroup, its inputs, each field's input).
-func (s *Sessions) Layout() Layout { return s.agg.Layout() }
+// a session cogroup's is the cogroup's (kind cogroup, its inputs, each field's input). With
+// emit: updates it ends with emit=updates (the state holds what was published).
+func (s *Sessions) Layout() Layout {
+	l := s.agg.Layout()
+	if s.updates {
+		l.Parts = append(l.Parts, "emit=updates")
+	}
+	return l
+}
+
+// Updates reports whether the operator writes updates (emit: updates; an Updater).
+func (s *Sessions) Updates() bool { return s.updates }
 
 // Aggregate returns the aggregate folded per session.
 func (s *Sessions) Aggregate() *Aggregate { return s.agg }
@@ -129,9 +159,19 @@ func (s *Sessions) closeAt(last int64) int64 { return s.endAt(sat(last, s.hold))
 // watermark of the record's input): ts + gap + grace <= wm.
 func (s *Sessions) IsLate(_ int, ts, wm int64) bool { return s.endAt(ts) <= wm }
 
-// decode loads st into s.ss. It reports false for bytes that are not a sessions state.
+// head is the size of a session's fields before its aggregate state.
+func (s *Sessions) head() int {
+	if s.updates {
+		return 33
+	}
+	return 16
+}
+
+// decode loads st into s.ss (and s.retract). It reports false for bytes that are not a sessions
+// state.
 func (s *Sessions) decode(st []byte) bool {
 	s.ss = s.ss[:0]
+	s.retract = s.retract[:0]
 	s.arena = s.arena[:0]
 	if len(st) == 0 {
 		return true
@@ -139,33 +179,71 @@ func (s *Sessions) decode(st []byte) bool {
 	if len(st) < 4 {
 		return false
 	}
-	n := int(binary.BigEndian.Uint32(st))
-	size := s.agg.StateSize()
-	if len(st) != 4+n*(16+size) {
+	n := uint64(binary.BigEndian.Uint32(st))
+	size, head := s.agg.StateSize(), s.head()
+	p := st[4:]
+	if uint64(len(p)) < n*uint64(head+size) {
 		return false
 	}
-	s.arena = slices.Grow(s.arena, (n+1)*size) // room for Process's merged session too
-	p := st[4:]
+	s.arena = slices.Grow(s.arena, (int(n)+1)*size) // room for Process's merged session too
 	for range n {
-		off := len(s.arena)
-		s.arena = append(s.arena, p[16:16+size]...)
-		s.ss = append(s.ss, session{
+		x := session{
 			start: int64(binary.BigEndian.Uint64(p)),
 			last:  int64(binary.BigEndian.Uint64(p[8:])),
-			st:    s.arena[off : off+size : off+size],
-		})
-		p = p[16+size:]
+			pub:   span{unpublished, 0},
+		}
+		if s.updates {
+			if p[32] > 1 {
+				return false
+			}
+			x.pub = span{int64(binary.BigEndian.Uint64(p[16:])), int64(binary.BigEndian.Uint64(p[24:]))}
+			x.changed = p[32] == 1
+		}
+		off := len(s.arena)
+		s.arena = append(s.arena, p[head:head+size]...)
+		x.st = s.arena[off : off+size : off+size]
+		s.ss = append(s.ss, x)
+		p = p[head+size:]
+	}
+	if !s.updates {
+		return len(p) == 0
+	}
+	if len(p) < 4 {
+		return false
+	}
+	m := uint64(binary.BigEndian.Uint32(p))
+	if p = p[4:]; uint64(len(p)) != m*16 {
+		return false
+	}
+	for ; len(p) > 0; p = p[16:] {
+		s.retract = append(s.retract, span{int64(binary.BigEndian.Uint64(p)), int64(binary.BigEndian.Uint64(p[8:]))})
 	}
 	return true
 }
 
-// encode writes s.ss as a state into s.buf and returns it.
+// encode writes s.ss (and s.retract) as a state into s.buf and returns it.
 func (s *Sessions) encode() []byte {
 	b := binary.BigEndian.AppendUint32(s.buf[:0], uint32(len(s.ss)))
 	for _, x := range s.ss {
 		b = binary.BigEndian.AppendUint64(b, uint64(x.start))
 		b = binary.BigEndian.AppendUint64(b, uint64(x.last))
+		if s.updates {
+			b = binary.BigEndian.AppendUint64(b, uint64(x.pub.start))
+			b = binary.BigEndian.AppendUint64(b, uint64(x.pub.end))
+			changed := byte(0)
+			if x.changed {
+				changed = 1
+			}
+			b = append(b, changed)
+		}
 		b = append(b, x.st...)
+	}
+	if s.updates {
+		b = binary.BigEndian.AppendUint32(b, uint32(len(s.retract)))
+		for _, r := range s.retract {
+			b = binary.BigEndian.AppendUint64(b, uint64(r.start))
+			b = binary.BigEndian.AppendUint64(b, uint64(r.end))
+		}
 	}
 	s.buf = b
 	return b
@@ -173,12 +251,15 @@ func (s *Sessions) encode() []byte {
 
 // ValidState reports whether b is a sessions state of this operator.
 func (s *Sessions) ValidState(b []byte) bool {
-	var t Sessions = Sessions{agg: s.agg}
+	var t Sessions = Sessions{agg: s.agg, updates: s.updates}
 	if !t.decode(b) {
 		return false
 	}
 	for i, x := range t.ss {
 		if x.last < x.start || !s.agg.ValidState(x.st) || i > 0 && t.ss[i-1].last >= x.start {
+			return false
+		}
+		if x.pub.start == unpublished && x.pub.end != 0 {
 			return false
 		}
 	}
@@ -194,7 +275,7 @@ func (s *Sessions) Process(ctx Context, key []byte, ts int64, in []byte) error {
 	size := s.agg.StateSize()
 	off := len(s.arena)
 	s.arena = append(s.arena, make([]byte, size)...)
-	merged := session{start: ts, last: ts, st: s.arena[off : off+size : off+size]}
+	merged := session{start: ts, last: ts, pub: span{unpublished, 0}, changed: true, st: s.arena[off : off+size : off+size]}
 	s.agg.InitState(merged.st)
 	s.agg.Fold(merged.st, in)
 	out := s.ss[:0:0]
@@ -202,6 +283,15 @@ func (s *Sessions) Process(ctx Context, key []byte, ts int64, in []byte) error {
 		if ts-x.last < s.gap && x.start-ts < s.gap {
 			s.agg.Merge(merged.st, x.st)
 			merged.start, merged.last = min(merged.start, x.start), max(merged.last, x.last)
+			// The merged session keeps the earliest publication (sessions come in start order);
+			// the others' go to the retractions.
+			switch {
+			case x.pub.start == unpublished:
+			case merged.pub.start == unpublished:
+				merged.pub = x.pub
+			default:
+				s.retract = append(s.retract, x.pub)
+			}
 			continue
 		}
 		out = append(out, x)
@@ -220,7 +310,8 @@ func (s *Sessions) Process(ctx Context, key []byte, ts int64, in []byte) error {
 }
 
 // OnTimer closes the key's sessions that the watermark has reached: each emits its final
-// result and is forgotten.
+// result and is forgotten. With emit: updates a closing session writes its value only if it
+// changed since its last flush, after the key's retractions.
 func (s *Sessions) OnTimer(ctx Context, key []byte, _ int64) error {
 	if !s.decode(ctx.State()) {
 		return fmt.Errorf("operators: %s: key %q: stored state is not a sessions state", s.Name(), key)
@@ -232,6 +323,14 @@ func (s *Sessions) OnTimer(ctx Context, key []byte, _ int64) error {
 			keep = append(keep, x)
 			continue
 		}
+		if s.updates {
+			if !x.changed {
+				continue
+			}
+			s.emitRetractions(ctx, key)
+			s.emitUpdate(ctx, key, &x)
+			continue
+		}
 		s.buf = s.agg.RenderWindow(key, x.start, sat(x.last, s.gap), x.st, s.buf[:0])
 		ctx.Emit(s.buf)
 	}
@@ -239,17 +338,73 @@ func (s *Sessions) OnTimer(ctx Context, key []byte, _ int64) error {
 	return s.store(ctx)
 }
 
+// Flush writes, with emit: updates, the key's retractions and then the value of each session
+// that changed since its last flush (see Sessions). The runtime calls it once per commit for
+// each key Process or OnTimer touched.
+func (s *Sessions) Flush(ctx Context, key []byte) error {
+	if !s.decode(ctx.State()) {
+		return fmt.Errorf("operators: %s: key %q: stored state is not a sessions state", s.Name(), key)
+	}
+	if !s.updates || len(s.ss) == 0 && len(s.retract) == 0 {
+		return nil
+	}
+	s.emitRetractions(ctx, key)
+	for i := range s.ss {
+		if s.ss[i].changed {
+			s.emitUpdate(ctx, key, &s.ss[i])
+		}
+	}
+	return s.store(ctx)
+}
+
+// emitRetractions writes the key's pending retractions and forgets them.
+func (s *Sessions) emitRetractions(ctx Context, key []byte) {
+	for _, r := range s.retract {
+		s.buf = s.renderRetraction(key, r, s.buf[:0])
+		ctx.Emit(s.buf)
+	}
+	s.retract = s.retract[:0]
+}
+
+// emitUpdate writes x's current value, after the retraction of its earlier publication under
+// another start or end, and marks it published.
+func (s *Sessions) emitUpdate(ctx Context, key []byte, x *session) {
+	cur := span{x.start, sat(x.last, s.gap)}
+	if x.pub.start != unpublished && x.pub.start != cur.start {
+		s.buf = s.renderRetraction(key, x.pub, s.buf[:0])
+		ctx.Emit(s.buf)
+	}
+	s.buf = s.agg.RenderWindow(key, cur.start, cur.end, x.st, s.buf[:0])
+	ctx.Emit(s.buf)
+	x.pub, x.changed = cur, false
+}
+
+// renderRetraction appends the retraction of the session published as r.
+func (s *Sessions) renderRetraction(key []byte, r span, dst []byte) []byte {
+	dst = append(dst, `{"key":`...)
+	dst = jsonstr.AppendBytes(dst, key)
+	dst = append(dst, `,"window_start":`...)
+	dst = strconv.AppendInt(dst, r.start, 10)
+	dst = append(dst, `,"window_end":`...)
+	dst = strconv.AppendInt(dst, r.end, 10)
+	return append(dst, `,"retract":true}`...)
+}
+
 // store writes the decoded sessions back and sets the timer to the earliest close.
 func (s *Sessions) store(ctx Context) error {
-	if len(s.ss) == 0 {
+	if len(s.ss) == 0 && len(s.retract) == 0 {
 		ctx.Delete()
+		return nil
+	}
+	ctx.Put(s.encode())
+	if len(s.ss) == 0 {
+		ctx.ClearTimer() // only retractions, which the next flush writes
 		return nil
 	}
 	next := int64(math.MaxInt64)
 	for _, x := range s.ss {
 		next = min(next, s.closeAt(x.last))
 	}
-	ctx.Put(s.encode())
 	ctx.SetTimer(next)
 	return nil
 }

@@ -315,7 +315,8 @@ func ratText(r *big.Rat) string {
 // letters and what they hold (sorted lines of their headers, key and value), and its driver and
 // cache size for the failure message.
 type twoInputRun struct {
-	got       []string
+	got       []string // committed outputs, "key value" lines, sorted
+	ordered   []string // the same in commit order
 	dead      int
 	dlq       []string
 	d         *cgDriver
@@ -357,6 +358,7 @@ func runTwoInputs(t *testing.T, rr *rand.Rand, run int, config func(cacheKeys in
 	r := twoInputRun{d: d, cacheKeys: cacheKeys, dead: len(d.prod.committed("meta-dlq"))}
 	for _, rec := range d.prod.committed(cgSink) {
 		r.got = append(r.got, string(rec.Key)+" "+string(rec.Value))
+		r.ordered = append(r.ordered, string(rec.Key)+" "+string(rec.Value))
 	}
 	sort.Strings(r.got)
 	for _, rec := range d.prod.committed("meta-dlq") {

@@ -206,12 +206,46 @@ func (t *Task) flushKeyed(c *chain, p Producer, pd *Pending) error {
 		pd.batch = t.d.Store.NewBatch()
 	}
 	cl := pd.changelogPromise(c.ns)
+	out := 0
+	emit := t.emitTo(c, p, pd, &out)
+	defer func() { t.d.Metrics.recordsOut(c.plan.SinkTopic, out) }()
 	for _, e := range c.dirty {
+		if err := t.flushUpdates(c, e, emit); err != nil {
+			return err
+		}
 		if err := t.writeKeyed(c, e, p, pd, cl, func(k, v []byte) error { return pd.batch.Set(c.ns, k, v) }); err != nil {
 			return err
 		}
 	}
 	pd.flushed = append(pd.flushed, c)
+	return nil
+}
+
+// emitTo returns the emission of a checkpoint's keyed calls: each output is produced in the
+// checkpoint's transaction at once, and counted in out.
+func (t *Task) emitTo(c *chain, p Producer, pd *Pending, out *int) func(key, value []byte) {
+	return func(key, value []byte) {
+		if c.plan.SinkTopic == "" {
+			return
+		}
+		p.Produce(&kgo.Record{Topic: c.plan.SinkTopic, Key: bytes.Clone(key), Value: bytes.Clone(value), Partition: -1}, pd.promise)
+		pd.records++
+		c.recordsOut++
+		*out++
+	}
+}
+
+// flushUpdates calls an Updater's Flush on the key's entry before the checkpoint writes it (an
+// operator writing updates writes what changed once per commit).
+func (t *Task) flushUpdates(c *chain, e *entry, emit func(key, value []byte)) error {
+	u, ok := c.kop.(operators.Updater)
+	if !ok || !u.Updates() || e.deleted || len(e.state) == 0 {
+		return nil
+	}
+	kc := keyedCtx{t: t, c: c, e: e, fold: true, emit: emit} // the entry is written next: nothing to mark
+	if err := u.Flush(&kc, e.key); err != nil {
+		return fmt.Errorf("task %d: %s: %w", t.partition, c.kop.Name(), err)
+	}
 	return nil
 }
 
@@ -285,15 +319,7 @@ func (t *Task) foldKeyed(ctx context.Context, c *chain, p Producer, pd *Pending,
 	wm := c.wm
 	cl := pd.changelogPromise(c.ns)
 	out := 0
-	emit := func(key, value []byte) {
-		if c.plan.SinkTopic == "" {
-			return
-		}
-		p.Produce(&kgo.Record{Topic: c.plan.SinkTopic, Key: bytes.Clone(key), Value: bytes.Clone(value), Partition: -1}, pd.promise)
-		pd.records++
-		c.recordsOut++
-		out++
-	}
+	emit := t.emitTo(c, p, pd, &out)
 	touched := map[string]struct{}{} // keys whose stored timer (<= wm) the fold handled
 	var e entry
 	kc := keyedCtx{t: t, c: c, e: &e, fold: true, emit: emit}
@@ -312,6 +338,9 @@ func (t *Task) foldKeyed(ctx context.Context, c *chain, p Producer, pd *Pending,
 			return nil
 		}
 		if err := fire(wm); err != nil {
+			return err
+		}
+		if err := t.flushUpdates(c, &e, emit); err != nil {
 			return err
 		}
 		return t.writeKeyed(c, &e, p, pd, cl, put)
@@ -405,6 +434,9 @@ func (t *Task) sweepKeyed(c *chain, wm int64, touched map[string]struct{}, p Pro
 			if err := c.kop.OnTimer(&kc, e.key, e.timer); err != nil {
 				return fmt.Errorf("task %d: %s: %w", t.partition, c.kop.Name(), err)
 			}
+		}
+		if err := t.flushUpdates(c, &e, emit); err != nil {
+			return err
 		}
 		return t.writeKeyed(c, &e, p, pd, cl, put)
 	})

@@ -1,7 +1,9 @@
 package task
 
 import (
+	"encoding/json"
 	"fmt"
+	"maps"
 	"math"
 	"math/big"
 	"math/rand/v2"
@@ -16,10 +18,12 @@ import (
 
 // The session cogroup's metamorphic test: orders and refunds of random customers with event
 // times out of order (some far behind: late) and some records without an amount (dead letters),
-// session windows with a random gap, grace and watermark delay, emit final. Every run (real-time
+// session windows with a random gap, grace and watermark delay, emit final or updates. Every run (real-time
 // only, backlog only, random switches of either input, random interleavings of the two inputs'
 // batches, checkpoints and aborts, the Mem or the Pebble store) must commit exactly the oracle's
-// finals and the oracle's dead letters, with identical dead-letter contents in every run.
+// finals and the oracle's dead letters, with identical dead-letter contents in every run. With
+// emit: updates, the table a consumer builds from the updates and retractions (sessionTable's
+// rule) must hold exactly the oracle's closed and open sessions.
 //
 // The oracle knows the rule without the runtime: a record is late when its own input's watermark
 // (including it, in its input's offset order) has reached its time + gap + grace; a key's
@@ -28,7 +32,7 @@ import (
 // watermarks has reached its last time + gap - 1 + gap + grace. None of that depends on how the
 // two inputs interleave, which is what the session cogroup's later close buys.
 
-func sessionCogroupConfig(mode string, gap, grace, maxDelay int64, cacheKeys int) string {
+func sessionCogroupConfig(mode string, gap, grace, maxDelay int64, cacheKeys int, emit string) string {
 	return fmt.Sprintf(`
 kafka: {brokers: [127.0.0.1:9092]}
 group: meta
@@ -43,7 +47,7 @@ operators:
     cogroup:
       inputs: [orders, refunds]
       window: {session: %dms, grace: %dms}
-      emit: final
+      emit: %s
       fields:
         spent: {sum: amount, from: orders}
         orders: {count: {}, from: orders}
@@ -54,7 +58,7 @@ operators:
     output: out
 sinks:
   out: {topic: %s}
-`, cacheKeys, mode, cgOrders, maxDelay, cgRefunds, maxDelay, cgOp, gap, grace, cgSink)
+`, cacheKeys, mode, cgOrders, maxDelay, cgRefunds, maxDelay, cgOp, gap, grace, emit, cgSink)
 }
 
 // scRec is one generated record of the session cogroup test.
@@ -74,9 +78,10 @@ type scSession struct {
 	hi, lo      *big.Rat // biggest order, smallest refund
 }
 
-// sessionCogroupOracle returns the finals (sorted "key value" lines as the sink gets them) and
-// the dead letters ("topic@offset late" or "topic@offset bad" lines, sorted).
-func sessionCogroupOracle(recs [2][]scRec, gap, grace, maxDelay int64) (finals, dead []string) {
+// sessionCogroupOracle returns the finals (sorted "key value" lines as the sink gets them), the
+// dead letters ("topic@offset late" or "topic@offset bad" lines, sorted) and the sessions still
+// open, with their current values (as finals).
+func sessionCogroupOracle(recs [2][]scRec, gap, grace, maxDelay int64) (finals, dead, open []string) {
 	good := map[string][]scRec{}
 	final := [2]int64{math.MinInt64, math.MinInt64}
 	for side := range 2 {
@@ -100,10 +105,14 @@ func sessionCogroupOracle(recs [2][]scRec, gap, grace, maxDelay int64) (finals, 
 		sort.SliceStable(rs, func(i, j int) bool { return rs[i].ts < rs[j].ts })
 		var cur *scSession
 		flush := func() {
-			if cur == nil || cur.last+gap-1+gap+grace > opWM {
-				return // still open
+			if cur == nil {
+				return
 			}
-			finals = append(finals, fmt.Sprintf(`%s {"key":%q,"window_start":%d,"window_end":%d,"biggest":%s,"orders":%d,"refunded":%s,"refunds":%d,"smallest_refund":%s,"spent":%s}`,
+			to := &finals
+			if cur.last+gap-1+gap+grace > opWM {
+				to = &open // still open
+			}
+			*to = append(*to, fmt.Sprintf(`%s {"key":%q,"window_start":%d,"window_end":%d,"biggest":%s,"orders":%d,"refunded":%s,"refunds":%d,"smallest_refund":%s,"spent":%s}`,
 				key, key, cur.start, cur.last+gap, ratOrNull(cur.hi), cur.n[0], ratText(cur.sum[1]), cur.n[1], ratOrNull(cur.lo), ratText(cur.sum[0])))
 		}
 		for _, r := range rs {
@@ -125,7 +134,33 @@ func sessionCogroupOracle(recs [2][]scRec, gap, grace, maxDelay int64) (finals, 
 	}
 	sort.Strings(finals)
 	sort.Strings(dead)
-	return finals, dead
+	sort.Strings(open)
+	return finals, dead, open
+}
+
+// cogroupSessionTable applies a run's committed updates and retractions in order (see
+// sessionTable) and returns the sessions left as sorted "key value" lines.
+func cogroupSessionTable(t *testing.T, what string, ordered []string) []string {
+	type id struct{ key, start string }
+	cur := map[id]string{}
+	for _, l := range ordered {
+		key, value, _ := strings.Cut(l, " ")
+		var m map[string]json.RawMessage
+		if err := json.Unmarshal([]byte(value), &m); err != nil {
+			t.Fatalf("%s: output %s: %v", what, value, err)
+		}
+		k := id{key, string(m["window_start"])}
+		if string(m["retract"]) == "true" {
+			var was map[string]json.RawMessage
+			if v, ok := cur[k]; !ok || json.Unmarshal([]byte(v[len(key)+1:]), &was) != nil || string(was["window_end"]) != string(m["window_end"]) {
+				t.Fatalf("%s: retraction %s of a session not published as such (published: %q)", what, value, cur[k])
+			}
+			delete(cur, k)
+			continue
+		}
+		cur[k] = l
+	}
+	return slices.Sorted(maps.Values(cur))
 }
 
 func TestSessionCogroupOneAnswerTwoModes(t *testing.T) {
@@ -174,12 +209,17 @@ func sessionCogroupOneAnswer(t *testing.T, seed uint64) {
 		inputs[side] = append(inputs[side], &kgo.Record{Topic: topic, Offset: off, Key: []byte(key), Value: []byte(value)})
 		recs[side] = append(recs[side], scRec{side: side, off: off, key: key, ts: ts, amt: amt})
 	}
-	want, wantDead := sessionCogroupOracle(recs, gap, grace, maxDelay)
+	want, wantDead, open := sessionCogroupOracle(recs, gap, grace, maxDelay)
+	emit := "final"
+	if seed%2 == 1 {
+		emit = "updates"
+		want = slices.Sorted(slices.Values(append(want, open...)))
+	}
 	var first twoInputRun
 	for run, mode := range []string{"never", "always", "auto", "auto", "auto"} {
 		rr := rand.New(rand.NewPCG(seed, uint64(run)+20))
 		r := runTwoInputs(t, rr, run, func(cacheKeys int) string {
-			return sessionCogroupConfig(mode, gap, grace, maxDelay, cacheKeys)
+			return sessionCogroupConfig(mode, gap, grace, maxDelay, cacheKeys, emit)
 		}, inputs[0], inputs[1])
 		d := r.d
 		what := fmt.Sprintf("run %d (%s, cache %d, gap %d, grace %d, max_delay %d, skew %d, aborts %d, backlog %v)",
@@ -190,8 +230,12 @@ func sessionCogroupOneAnswer(t *testing.T, seed uint64) {
 		case mode == "always" && (d.backlogBatches[cgOrders] == 0 && len(inputs[0]) > 0 || d.backlogBatches[cgRefunds] == 0 && len(inputs[1]) > 0):
 			t.Fatalf("%s: both inputs must be sorted in backlog", what)
 		}
-		if !slices.Equal(r.got, want) {
-			t.Fatalf("%s: finals differ from the oracle (%d got, %d want):\n%s", what, len(r.got), len(want), diffLines(want, r.got))
+		got := r.got
+		if emit == "updates" {
+			got = cogroupSessionTable(t, what, r.ordered)
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("%s: emit %s: sessions differ from the oracle (%d got, %d want):\n%s", what, emit, len(got), len(want), diffLines(want, got))
 		}
 		var dead []string
 		for _, l := range r.dlq {
@@ -211,7 +255,7 @@ func sessionCogroupOneAnswer(t *testing.T, seed uint64) {
 			t.Fatalf("%s: dead-letter contents differ from run 0's:\n%s", what, diffLines(first.dlq, r.dlq))
 		}
 	}
-	t.Logf("gap %d grace %d max_delay %d skew %d: %d records, %d finals, %d dead letters", gap, grace, maxDelay, skew[1], n, len(want), len(wantDead))
+	t.Logf("emit %s gap %d grace %d max_delay %d skew %d: %d records, %d sessions, %d dead letters", emit, gap, grace, maxDelay, skew[1], n, len(want), len(wantDead))
 }
 
 // hdrIn returns header key's value in a dead-letter line of twoInputRun.dlq.

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -16,9 +17,16 @@ import (
 )
 
 // sessionSpec is one random session-window pipeline.
-type sessionSpec struct{ gap, grace, maxDelay int64 }
+type sessionSpec struct {
+	gap, grace, maxDelay int64
+	updates              bool // emit: updates (retractions of merged sessions)
+}
 
 func (w sessionSpec) config(mode string, enter, exit int64, cacheKeys int, every string) string {
+	emit := "final"
+	if w.updates {
+		emit = "updates"
+	}
 	return fmt.Sprintf(`
 kafka: {brokers: [127.0.0.1:9092]}
 group: %s
@@ -32,7 +40,7 @@ operators:
     aggregate:
       input: orders
       window: {session: %dms, grace: %dms}
-      emit: final
+      emit: %s
       fields:
         total: {sum: amount}
         n: {count: {}}
@@ -41,7 +49,7 @@ operators:
     output: out
 sinks:
   out: {topic: %s, format: json}
-`, testGroup, cacheKeys, enter, exit, mode, every, testTopic, w.maxDelay, testOp, w.gap, w.grace, testSink)
+`, testGroup, cacheKeys, enter, exit, mode, every, testTopic, w.maxDelay, testOp, w.gap, w.grace, emit, testSink)
 }
 
 // oSession is the oracle's session: its span and the exact totals of its records.
@@ -55,8 +63,8 @@ type oSession struct {
 // the watermark including each record, lateness of a record whose own session would be closed,
 // merging of the sessions within the gap, and after each record the closing of every session
 // the watermark has reached. It returns the finals (as "key start end n sum lo hi" lines), the
-// late offsets, and the sessions still open per key.
-func sessionOracle(recs []*kgo.Record, bad map[int64]bool, w sessionSpec, end bool) (finals []string, late map[int64]bool, open map[string]int) {
+// late offsets, the sessions still open per key, and those sessions' current values (lines).
+func sessionOracle(recs []*kgo.Record, bad map[int64]bool, w sessionSpec, end bool) (finals []string, late map[int64]bool, open map[string]int, current []string) {
 	late = map[int64]bool{}
 	open = map[string]int{}
 	sess := map[string][]*oSession{}
@@ -121,9 +129,13 @@ func sessionOracle(recs []*kgo.Record, bad map[int64]bool, w sessionSpec, end bo
 		if len(ss) > 0 {
 			open[k] = len(ss)
 		}
+		for _, s := range ss {
+			current = append(current, line(k, s))
+		}
 	}
 	sort.Strings(finals)
-	return finals, late, open
+	sort.Strings(current)
+	return finals, late, open, current
 }
 
 // sessionFinals returns a run's committed outputs in the oracle's line format.
@@ -147,12 +159,44 @@ func sessionFinals(t *testing.T, r runResult) []string {
 	return out
 }
 
+// sessionTable applies a run's committed updates (emit: updates) in order, as a consumer would:
+// an update upserts (key, window_start), a retraction deletes it and must name a session
+// published before with the same window_end. It returns the sessions left, in sessionFinals'
+// line format, and the number of retractions.
+func sessionTable(t *testing.T, r runResult) (table []string, retractions int) {
+	type id struct{ key, start string }
+	cur := map[id]string{}
+	for _, o := range r.outs {
+		var m map[string]json.RawMessage
+		if err := json.Unmarshal(o.Value, &m); err != nil {
+			t.Fatalf("%s: output %s: %v", r.name, o.Value, err)
+		}
+		k := id{string(o.Key), string(m["window_start"])}
+		if string(m["retract"]) == "true" {
+			retractions++
+			was, ok := cur[k]
+			if !ok || strings.Fields(was)[2] != string(m["window_end"]) {
+				t.Fatalf("%s: retraction %s of a session not published as such (published: %q)", r.name, o.Value, was)
+			}
+			delete(cur, k)
+			continue
+		}
+		cur[k] = sessionFinals(t, runResult{name: r.name, outs: []*kgo.Record{o}})[0]
+	}
+	for _, l := range cur {
+		table = append(table, l)
+	}
+	sort.Strings(table)
+	return table, retractions
+}
+
 // TestSessionsOneAnswerTwoModes is the metamorphic test of the Keyed runtime with session
 // windows: random gaps, grace, watermark delays, late and malformed records, run in real-time
 // only, in backlog only (the fold replays each key's records) and with random switches,
 // checkpoints and aborts, with and without the end of input. Every run's finals must be exactly
 // the oracle's (each session once), the late records the oracle's, and the keys left in state
-// those with open sessions.
+// those with open sessions. With emit: updates, the table a consumer builds from the updates
+// and retractions must hold exactly the oracle's closed and open sessions, in every mode.
 func TestSessionsOneAnswerTwoModes(t *testing.T) {
 	seeds := 40
 	if *flagLong {
@@ -177,12 +221,14 @@ func TestSessionsOneAnswerTwoModes(t *testing.T) {
 
 func sessionsOneAnswer(t *testing.T, seed uint64, pebble bool) {
 	rng := rand.New(rand.NewPCG(seed, 3))
-	w := sessionSpec{gap: []int64{5, 30, 200}[rng.IntN(3)], grace: []int64{0, 10, 100}[rng.IntN(3)], maxDelay: []int64{0, 0, 20, 300}[rng.IntN(4)]}
+	w := sessionSpec{gap: []int64{5, 30, 200}[rng.IntN(3)], grace: []int64{0, 10, 100}[rng.IntN(3)], maxDelay: []int64{0, 0, 20, 300}[rng.IntN(4)],
+		updates: seed%2 == 1}
 	n := []int{1, 30, 300, 2000}[rng.IntN(4)]
 	// Event times reuse the window generator (mostly increasing, some far behind).
 	in := genWindowInput(rng, n, windowSpec{size: w.gap, advance: w.gap, grace: w.grace, maxDelay: w.maxDelay})
 	end := rng.IntN(2) == 0
-	finals, late, open := sessionOracle(in.recs, in.bad, w, end)
+	finals, late, open, current := sessionOracle(in.recs, in.bad, w, end)
+	table := slices.Sorted(slices.Values(append(slices.Clone(finals), current...)))
 	cacheKeys := []int{1, 3, 16, 100000}[rng.IntN(4)]
 	loader := []int{1, 5, 1 << 30}[rng.IntN(3)]
 	huge := int64(1) << 40
@@ -212,7 +258,13 @@ func sessionsOneAnswer(t *testing.T, seed uint64, pebble bool) {
 		if r.offset != int64(n) {
 			t.Errorf("%s: committed offset %d, want %d", r.name, r.offset, n)
 		}
-		if got := sessionFinals(t, r); !slices.Equal(got, finals) {
+		if w.updates {
+			got, retractions := sessionTable(t, r)
+			if !slices.Equal(got, table) {
+				t.Errorf("%s: the table of the updates differs from the oracle's sessions:\n%s", r.name, diffLines(lines(got), lines(table)))
+			}
+			t.Logf("%s: %d updates, %d retractions", r.name, len(r.outs)-retractions, retractions)
+		} else if got := sessionFinals(t, r); !slices.Equal(got, finals) {
 			t.Errorf("%s: finals differ from the oracle:\n%s", r.name, diffLines(lines(got), lines(finals)))
 		}
 		if len(r.state) != len(open) {
