@@ -10,8 +10,10 @@
 // Each keyed chain of a task (operators/task) owns a Detector for its input partition; the task
 // decides which lag of a fetch it observes (Task.BeforeBatch, Task.AfterBatch) and applies a
 // change of mode at a checkpoint. RecordAttributes is the mode a Detector reports (Flink's
-// RecordAttributes{isBacklog}, FLIP-309/325/327); Combine is the rule for an operator with
-// several inputs, which is in backlog while any of them is.
+// RecordAttributes{isBacklog}, FLIP-309/325/327); between the stages of a pipeline it travels
+// in-band through the internal topics as attribute records (operators/task/attributes.go).
+// Combine is the rule for an operator with several inputs, which is in backlog while any of
+// them is (the task applies it over its chains and their writers: opState.anyBacklog).
 package backlog
 
 import (
@@ -64,8 +66,8 @@ type Options struct {
 	ExitTimeLag  time.Duration
 }
 
-// RecordAttributes is the in-band event that tells operators the mode of their input
-// (Flink's RecordAttributes{isBacklog}).
+// RecordAttributes is the mode of an input (Flink's RecordAttributes{isBacklog}), as a
+// Detector reports it and as attribute records carry it between stages.
 type RecordAttributes struct {
 	Backlog bool
 }

@@ -113,6 +113,9 @@ type Engine struct {
 	// in internalSorted.
 	internal       map[string]string
 	internalSorted []string
+	// internalParts: each internal topic's partition count (set by ensureTopics before the
+	// group is joined, immutable after): tasks announce their mode to every partition.
+	internalParts map[string]int32
 
 	purge  purger          // repartition topics: committed records deleted (purge.go)
 	runCtx context.Context // cancelled when Run returns (set by Run)
@@ -700,8 +703,10 @@ func (e *Engine) ensureTopics(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	e.internalParts = map[string]int32{}
 	for rt, from := range reparts {
 		parts[rt] = parts[from]
+		e.internalParts[rt] = parts[from]
 	}
 	// Co-partitioning: a task is one partition number across a group's topics.
 	for _, g := range e.o.Plan.CoPartitioned() {

@@ -94,6 +94,20 @@ sinks:
 	})
 	in.term()
 	p.checkTransactions(ctx, "i0")
+	// In-band RecordAttributes across the hops: the hourly aggregate says it is in backlog in
+	// its output topic, the re-keying chain that reads it passes that on in the repartition
+	// topic, and by_region switches to backlog on its writers' word.
+	upstream := map[string]int{}
+	for _, l := range in.logLines(0, "switch to backlog mode") {
+		if up, _ := l["upstream_backlog"].(bool); up {
+			op, _ := l["operator"].(string)
+			upstream[op]++
+		}
+	}
+	t.Logf("switches to backlog mode on the writers' word, by operator: %v", upstream)
+	if upstream["by_region"] == 0 {
+		t.Errorf("by_region never switched to backlog on its writers' word: the hourly aggregate's backlog did not travel through two internal topics")
+	}
 	got, err := workload.ReadTotals(ctx, kafkatest.SplitBrokers(brokers), p.sink, "amount", "orders")
 	if err != nil {
 		t.Fatal(err)

@@ -207,6 +207,18 @@ func joinGroupByScenario(t *testing.T, brokers string, records int64, keys int) 
 	})
 	in.term()
 	p.verify(ctx, want, "i0")
+	// In-band RecordAttributes: the re-keying chain reads a backlog of orders and says so in the
+	// repartition topic, so the aggregate reading it switches to backlog on its writers' word.
+	upstream := 0
+	for _, l := range in.logLines(0, "switch to backlog mode") {
+		if up, _ := l["upstream_backlog"].(bool); up {
+			upstream++
+		}
+	}
+	if upstream == 0 {
+		t.Errorf("no switch to backlog mode on the word of the repartition topic's writers (upstream_backlog=true)")
+	}
+	t.Logf("%d switches to backlog mode on the writers' word", upstream)
 	j, err := workload.VerifyJoined(ctx, kafkatest.SplitBrokers(brokers), p.sink+"-tapped", "customers", s)
 	if err != nil {
 		t.Fatal(err)

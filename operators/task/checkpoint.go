@@ -150,6 +150,11 @@ func (t *Task) Checkpoint(p Producer) (pd *Pending, err error) {
 				}
 			}
 		}
+		// A keyed operator that leaves backlog in this checkpoint says so after its switch's
+		// outputs (attributes.go).
+		if c.internalParts > 0 && c.ops.agg != nil && foldedIn(pd, c) && !pd.silent[c] {
+			pd.records += t.announceMode(c, false, pd.promise)
+		}
 		// A chain's progress moves only when nothing before it is still waiting in a sorter; its
 		// dead letters go out with it (while it stays put, a rewind produces them again).
 		pd.progress[c] = c.committed
@@ -731,6 +736,9 @@ func (t *Task) Committed(pd *Pending) (err error) {
 	for c, off := range pd.progress {
 		c.committed = max(c.committed, off)
 	}
+	for _, c := range t.chains {
+		c.saidCommitted = c.said
+	}
 	for tb, next := range pd.tables {
 		tb.committed = max(tb.committed, next)
 	}
@@ -759,6 +767,7 @@ func (t *Task) Aborted(pd *Pending) map[string]int64 {
 		// flush, no fold, dead letters held): keep the sorted records and resume after them.
 		for _, c := range t.chains {
 			seekMin(seek, c.plan.Source.Topic, c.next)
+			c.said = c.saidCommitted // an announcement of the idle phase was in it: repeat it
 		}
 		for _, tb := range t.tables {
 			if tb.next >= 0 {
@@ -770,6 +779,7 @@ func (t *Task) Aborted(pd *Pending) map[string]int64 {
 		return dropUnstarted(seek)
 	}
 	for _, c := range t.chains {
+		c.said = c.saidCommitted // the aborted announcements: the next observation repeats them
 		clear(c.cache)
 		clear(c.dirty)
 		c.dirty = c.dirty[:0]

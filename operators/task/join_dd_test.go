@@ -70,7 +70,7 @@ func newJoinTask(t testing.TB, plan *Plan, store state.Store, prod Producer, m *
 	clk := &stepClock{now: time.Unix(1_700_000_000, 0)}
 	tk, err := NewGroup(plan, []string{joinTable, testTopic}, 0, Deps{
 		Store: store, Budget: sorter.NewBudget(1 << 20), SortDir: t.TempDir(), Producer: prod,
-		Clock: clk.Now, Logger: discardLogger(), Metrics: m,
+		Clock: clk.Now, Logger: discardLogger(), Metrics: m, InternalPartitions: map[string]int32{joinRepart: 1},
 	})
 	if err != nil {
 		t.Fatalf("NewGroup: %v", err)
@@ -152,6 +152,10 @@ func TestJoinDataDriven(t *testing.T) {
 				case testSink:
 					lines = append(lines, fmt.Sprintf("out %s %s", r.Key, r.Value))
 				case joinRepart:
+					if r.Key == nil && r.Value == nil {
+						lines = append(lines, fmt.Sprintf("repartition attribute backlog=%s writer=%s", hdr(r, HeaderBacklog), hdr(r, HeaderWriter)))
+						continue
+					}
 					lines = append(lines, fmt.Sprintf("repartition key=%s ts=%d %s", r.Key, r.Timestamp.UnixMilli(), r.Value))
 				case testGroup + "-dlq":
 					lines = append(lines, fmt.Sprintf("dlq %s@%s %s: %s", hdr(r, HeaderSourceTopic), hdr(r, HeaderSourceOffset),
@@ -322,7 +326,7 @@ func TestJoinDataDriven(t *testing.T) {
 					clk := &stepClock{now: time.Unix(1_700_000_000, 0)}
 					var err error
 					down, err = New(plan, joinRepart, 0, Deps{Store: store, Budget: sorter.NewBudget(1 << 20), SortDir: t.TempDir(), Producer: prod,
-						Clock: clk.Now, Logger: discardLogger()})
+						Clock: clk.Now, Logger: discardLogger(), InternalPartitions: map[string]int32{joinRepart: 1}})
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -330,12 +334,23 @@ func TestJoinDataDriven(t *testing.T) {
 				}
 				recs := prod.committed(joinRepart)[fedDn:]
 				fedDn += len(recs)
-				down.BeforeBatch(joinRepart, Lag{})
+				// The repartition topic's lag is 0 after the batch: its mode is the writers'.
+				down.ReadAttributes(joinRepart, recs)
+				var fold *Pending
+				if down.BeforeBatch(joinRepart, Lag{Before: int64(len(recs))}) {
+					fold, _ = ddCheckpoint(t, down, prod, false) // a switch before the batch
+				}
 				if err := down.Process(joinRepart, recs); err != nil {
 					return "error: " + err.Error() + "\n"
 				}
+				mode := down.Status().Chains[0].Mode // the batch's (Process publishes it)
+				down.AfterBatch(joinRepart, Lag{})
 				pd, _ := ddCheckpoint(t, down, prod, false)
-				return fmt.Sprintf("%d records; committed offsets %s\n", len(recs), fmtOffsets(pd.Offsets)) + report()
+				switched := ""
+				if fold != nil {
+					switched = fmt.Sprintf("switched first, committed offsets %s; ", fmtOffsets(fold.Offsets))
+				}
+				return fmt.Sprintf("%s%d records in %s mode; committed offsets %s\n", switched, len(recs), mode, fmtOffsets(pd.Offsets)) + report()
 			case "status":
 				st := tk.Status()
 				var b strings.Builder

@@ -8,7 +8,7 @@ import (
 // A Task's calls follow one order, which the task enforces (a call out of order is a bug in the
 // caller: it panics, naming the call and the phase):
 //
-//	New ─▶ idle ──BeforeBatch/Observe, Process, AfterBatch, EndInput, Restored──▶ idle
+//	New ─▶ idle ──ReadAttributes, BeforeBatch/Observe, Process, AfterBatch, EndInput, Restored──▶ idle
 //	       idle ──Prepare (a fold)──▶ prepared ──Checkpoint──▶ in flight
 //	       idle ──Checkpoint──▶ in flight ──Committed or Aborted──▶ idle
 //	       any ──Close──▶ closed

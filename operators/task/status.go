@@ -191,6 +191,7 @@ type Metrics struct {
 	late     *prometheus.CounterVec
 	waiting  prometheus.Gauge
 	waitSecs prometheus.Histogram
+	attrs    *prometheus.CounterVec
 }
 
 // NewMetrics registers the task metrics with reg.
@@ -211,7 +212,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m.late = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_late_records_total", Help: "Records whose every window was closed when they arrived (sent to the dead-letter topic), by operator."}, []string{"operator"})
 	m.waiting = prometheus.NewGauge(prometheus.GaugeOpts{Name: "sluice_join_waiting", Help: "Tasks whose streams wait for a table partition to load its snapshot (FLIP-326)."})
 	m.waitSecs = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "sluice_join_wait_seconds", Help: "How long a task's streams waited for its table partitions' snapshots.", Buckets: prometheus.ExponentialBuckets(0.01, 2, 18)})
-	reg.MustRegister(m.in, m.out, m.dead, m.switches, m.backlog, m.lag, m.sortMem, m.spilled, m.runs, m.progress, m.preKeys, m.late, m.waiting, m.waitSecs)
+	m.attrs = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_record_attributes_total", Help: "Attribute records (a writer's backlog mode, in-band) written to an internal topic, by topic."}, []string{"topic"})
+	reg.MustRegister(m.in, m.out, m.dead, m.switches, m.backlog, m.lag, m.sortMem, m.spilled, m.runs, m.progress, m.preKeys, m.late, m.waiting, m.waitSecs, m.attrs)
 	for _, d := range []string{"to_backlog", "to_realtime"} {
 		m.switches.WithLabelValues(d)
 	}
@@ -227,6 +229,12 @@ func (m *Metrics) recordsIn(topic string, n int) {
 func (m *Metrics) recordsOut(topic string, n int) {
 	if m != nil && topic != "" && n > 0 {
 		m.out.WithLabelValues(topic).Add(float64(n))
+	}
+}
+
+func (m *Metrics) attributes(topic string, n int) {
+	if m != nil {
+		m.attrs.WithLabelValues(topic).Add(float64(n))
 	}
 }
 

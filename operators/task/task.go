@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -43,6 +44,10 @@ type Deps struct {
 	// LoaderThreshold is the number of keys from which a switch writes state through a bulk
 	// loader (sstable ingestion) instead of a batch. 0 means 20000.
 	LoaderThreshold int
+	// InternalPartitions is the partition count of each internal topic (Plan.Repartitions):
+	// a chain writing one announces its backlog mode to every partition (attributes.go). A
+	// topic missing here gets no announcements.
+	InternalPartitions map[string]int32
 }
 
 // Task runs one partition number of a Plan. It is not safe for concurrent use: one goroutine
@@ -91,6 +96,16 @@ type chain struct {
 	scratch []byte
 
 	observed bool // the chain has seen a batch since it started or was rewound (BeforeBatch)
+
+	// In-band RecordAttributes (attributes.go). A writer (its records go to an internal
+	// topic of internalParts partitions) announces its mode there; a re-keying writer judges
+	// its input with wdet. A reader (its input is an internal topic) keeps upstream, the
+	// writers (by partition) that said backlog; nil for other chains.
+	internalParts       int32
+	wdet                *backlog.Detector
+	said, saidCommitted int8
+	upstream            map[string]struct{}
+	batchUp             bool // the batch about to run holds records written in backlog (ReadAttributes)
 
 	// inputEnded: the chain's input ended (bounded run, EndInput); the operator's ended follows
 	// once every input of it has.
@@ -150,15 +165,21 @@ type opState struct {
 	lastLog     time.Time
 }
 
-// anyBacklog reports whether a detector of the operator's chains says backlog (the combiner
-// rule: an operator of several inputs is in backlog while any of them is).
+// anyBacklog reports whether a detector of the operator's chains, or a writer of an internal
+// topic one of them reads, says backlog (the combiner rule: an operator of several inputs is in
+// backlog while any of them is).
 func (o *opState) anyBacklog() bool {
 	for _, c := range o.chains {
-		if c.det != nil && c.det.Backlog() {
+		if c.det != nil && c.det.Backlog() || c.upstreamSays() {
 			return true
 		}
 	}
 	return false
+}
+
+// upstreamBacklog reports whether a writer of the operator's internal inputs says backlog.
+func (o *opState) upstreamBacklog() bool {
+	return slices.ContainsFunc(o.chains, (*chain).upstreamSays)
 }
 
 type entry struct {
@@ -231,6 +252,7 @@ func NewGroup(plan *Plan, topics []string, partition int32, d Deps) (*Task, erro
 		t.d.Metrics.joinWaiting(1) // until SetTableEnd and the loads say otherwise
 	}
 	shared := map[string]*opState{} // keyed operators by name: a cogroup's chains share one
+	internal := plan.Repartitions()
 	for _, cp := range plan.Chains {
 		if !in(cp.Source.Topic) {
 			continue
@@ -257,11 +279,19 @@ func NewGroup(plan *Plan, topics []string, partition int32, d Deps) (*Task, erro
 		c := &chain{plan: cp, ops: ops, next: -1, committed: -1, input: cp.Input,
 			maxDelay: cp.Source.Watermark.MaxDelay.Milliseconds(), iwm: math.MinInt64, iwmCommitted: math.MinInt64,
 			idleAfter: cp.Source.Watermark.IdleAfter, lastSeen: d.Clock()}
+		detOpts := backlog.Options{
+			Mode: mode, EnterLag: cfg.Backlog.EnterLag, ExitLag: cfg.Backlog.ExitLag,
+			EnterTimeLag: cfg.Backlog.EnterTimeLag, ExitTimeLag: cfg.Backlog.ExitTimeLag,
+		}
 		if ops.agg != nil {
-			c.det = backlog.NewDetector(backlog.Options{
-				Mode: mode, EnterLag: cfg.Backlog.EnterLag, ExitLag: cfg.Backlog.ExitLag,
-				EnterTimeLag: cfg.Backlog.EnterTimeLag, ExitTimeLag: cfg.Backlog.ExitTimeLag,
-			})
+			c.det = backlog.NewDetector(detOpts)
+		}
+		if _, ok := internal[cp.Source.Topic]; ok {
+			c.upstream = map[string]struct{}{}
+		}
+		if _, ok := internal[cp.SinkTopic]; ok && cp.Rekey != "" {
+			c.internalParts = d.InternalPartitions[cp.SinkTopic]
+			c.wdet = backlog.NewDetector(detOpts)
 		}
 		if op := ops.agg; op != nil && shared[cp.Agg.Name] != nil {
 			c.opState = shared[cp.Agg.Name] // another input of a cogroup
@@ -270,6 +300,9 @@ func NewGroup(plan *Plan, topics []string, partition int32, d Deps) (*Task, erro
 			c.primary = true
 		}
 		c.opState.chains = append(c.opState.chains, c)
+		if _, ok := internal[cp.SinkTopic]; ok && cp.Output && c.primary {
+			c.internalParts = d.InternalPartitions[cp.SinkTopic]
+		}
 		if ops.agg != nil && c.primary {
 			shared[cp.Agg.Name] = c.opState
 			c.ns = state.Namespace{Operator: cp.Agg.Name, Partition: partition}
@@ -382,10 +415,14 @@ func (t *Task) Observe(topic string, lag int64, timeLag time.Duration) (needChec
 // the change needs a checkpoint first.
 func (t *Task) observe(c *chain, lag int64, timeLag time.Duration) (needCheckpoint bool) {
 	c.lag, c.timeLag = lag, timeLag
+	defer t.announce(c, t.out.promise)
 	if c.det == nil {
+		if c.wdet != nil {
+			c.wdet.Observe(lag, timeLag)
+		}
 		return false
 	}
-	if len(c.chains) > 1 {
+	if len(c.chains) > 1 || c.upstream != nil {
 		return t.observeShared(c, lag, timeLag)
 	}
 	attr, changed, first := c.det.Observe(lag, timeLag)
@@ -414,16 +451,18 @@ func (t *Task) observe(c *chain, lag int64, timeLag time.Duration) (needCheckpoi
 	return needCheckpoint
 }
 
-// observeShared is observe for a chain of an operator with several inputs (a cogroup): the
-// operator is in backlog while any of its inputs' detectors says backlog (the combiner rule),
-// and it changes mode when that answer changes.
+// observeShared is observe for a chain of an operator with several inputs (a cogroup), or
+// reading an internal topic: the operator is in backlog while any of its inputs' detectors, or
+// any writer of an internal topic it reads, says backlog (the combiner rule), and it changes
+// mode when that answer changes.
 func (t *Task) observeShared(c *chain, lag int64, timeLag time.Duration) (needCheckpoint bool) {
 	_, _, first := c.det.Observe(lag, timeLag)
 	want := c.anyBacklog()
 	switch {
 	case want && !c.inBack:
 		t.d.Metrics.switched("to_backlog")
-		t.log.Info("switch to backlog mode", "operator", c.plan.Agg.Name, "input", c.plan.SourceName, "lag", lag, "time_lag", timeLag)
+		t.log.Info("switch to backlog mode", "operator", c.plan.Agg.Name, "input", c.plan.SourceName, "lag", lag, "time_lag", timeLag,
+			"upstream_backlog", c.upstreamBacklog())
 		if len(c.dirty) > 0 {
 			needCheckpoint = true // flush the cache first; the checkpoint then enters backlog
 		}
@@ -492,6 +531,7 @@ func (t *Task) Process(topic string, recs []*kgo.Record) error {
 func (t *Task) processChain(c *chain, recs []*kgo.Record, now time.Time) error {
 	defer c.rec.Release() // do not pin the batch's fetch response (operators.Record.Release)
 	ops := c.ops
+	c.batchUp = false // the batch runs now: AfterBatch judges by what the writers said last
 	for _, kr := range recs {
 		// The timers the watermark of the previous record reached fire after it, whatever
 		// became of it: a record dropped by a filter, dead-lettered or late moves the
@@ -508,6 +548,9 @@ func (t *Task) processChain(c *chain, recs []*kgo.Record, now time.Time) error {
 			continue // done already (a branch ahead of another chain on its topic: SetProgress, Aborted)
 		}
 		c.next = kr.Offset + 1
+		if c.attribute(kr) {
+			continue // a writer's mode (attributes.go), not data
+		}
 		c.recordsIn++
 		if kr.Value == nil && kr.Key != nil && c.plan.AsOf != nil && c.input == 1 {
 			// A tombstone of a table read as versions: the row is deleted from its record

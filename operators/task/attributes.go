@@ -1,0 +1,143 @@
+package task
+
+import (
+	"strconv"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// In-band RecordAttributes (FLIP-309/327): the backlog mode travels with the records through the
+// internal topics of a pipeline of several stages, so an operator downstream of an internal topic
+// (an aggregate after a group_by, an operator reading an aggregate's results) is in backlog while
+// the stage writing its input is, whatever its own lag says. The detector of each chain still
+// judges its own input; the attribute is one more input of the combiner rule.
+//
+// A writer is a chain whose records go to an internal topic (Plan.Repartitions): a re-keying
+// chain (its mode is its own detector's verdict on its input, and its own upstream's), or a
+// keyed operator whose results later operators read (its mode). When a writer's mode changes,
+// and at its first observation, it writes an attribute record to every partition of the topic:
+// no key, no value, the headers sluice.backlog ("true" or "false") and sluice.writer (the
+// writer's partition number). The record goes into the open transaction, in order with the
+// writer's records: those written after "true" and before "false" are the backlog's. A keyed
+// operator leaving backlog writes "false" in the transaction of its switch, after the switch's
+// outputs. An abort forgets what the writer announced since the last commit, so it announces again.
+//
+// A reader is a chain whose input is an internal topic. It takes attribute records out of the
+// stream (they are not data: no tap, sink or dead letter sees them) and keeps the set of writers
+// that said backlog; while the set is not empty, the reader's operator is in backlog (observeShared).
+// A reader that restarts knows no writer's mode until the writer announces one again: the first
+// observation of every writer after its start, and every change after, does.
+
+// Headers of an attribute record.
+const (
+	HeaderBacklog = "sluice.backlog"
+	HeaderWriter  = "sluice.writer"
+)
+
+// Announcements of a writer (chain.said, chain.saidCommitted).
+const (
+	saidNothing int8 = iota // since the writer started, or rewound past its first announcement
+	saidRealTime
+	saidBacklog
+)
+
+// writerBacklog is the mode a writer announces: a keyed operator's, or for a re-keying chain
+// its own detector's verdict and its upstream's.
+func (c *chain) writerBacklog() bool {
+	if c.ops.agg != nil {
+		return c.inBack
+	}
+	return c.wdet != nil && c.wdet.Backlog() || c.upstreamSays()
+}
+
+// announce writes the mode of the writer among c's operator's chains to every partition of its
+// internal topic if it differs from what it announced last (or it has announced nothing yet),
+// through promise: in the idle phase the open transaction's (t.out), inside Checkpoint the
+// checkpoint's. It reports how many records it produced.
+func (t *Task) announce(c *chain, promise func(*kgo.Record, error)) int {
+	if c.opState != nil && c.ops.agg != nil {
+		c = c.chains[0] // the operator's primary chain writes its results
+	}
+	return t.announceMode(c, c.writerBacklog(), promise)
+}
+
+// announceMode is announce with the mode to announce.
+func (t *Task) announceMode(c *chain, backlog bool, promise func(*kgo.Record, error)) int {
+	if c.internalParts <= 0 {
+		return 0 // not a writer
+	}
+	want := saidRealTime
+	if backlog {
+		want = saidBacklog
+	}
+	if c.said == want {
+		return 0
+	}
+	c.said = want
+	v := []byte(strconv.FormatBool(backlog))
+	w := []byte(strconv.Itoa(int(t.partition)))
+	for p := range c.internalParts {
+		t.d.Producer.Produce(&kgo.Record{Topic: c.plan.SinkTopic, Partition: p, Headers: []kgo.RecordHeader{
+			{Key: HeaderBacklog, Value: v}, {Key: HeaderWriter, Value: w},
+		}}, promise)
+	}
+	t.d.Metrics.attributes(c.plan.SinkTopic, int(c.internalParts))
+	return int(c.internalParts)
+}
+
+// ReadAttributes looks at the attribute records of a batch of topic before the batch's mode is
+// decided (BeforeBatch): a batch runs in backlog if a writer was in backlog at any point of it
+// (at its start, or from an attribute record in it), even if the writer says real-time later in
+// the same batch (a keyed operator's switch writes its outputs, then "false": the burst is the
+// backlog's). Process applies the attribute records in order, and AfterBatch judges by what the
+// writers said last. The engine calls it before
+// BeforeBatch; it may be called in the idle phase only.
+func (t *Task) ReadAttributes(topic string, recs []*kgo.Record) {
+	t.must("ReadAttributes", phaseIdle)
+	for _, c := range t.byTopic[topic] {
+		if c.upstream == nil {
+			continue
+		}
+		c.batchUp = false
+		for _, kr := range recs {
+			if kr.Offset >= c.next && isAttribute(kr) && string(recordHeader(kr, HeaderBacklog)) == "true" {
+				c.batchUp = true
+				break
+			}
+		}
+	}
+}
+
+// isAttribute reports whether kr is an attribute record.
+func isAttribute(kr *kgo.Record) bool {
+	return kr.Key == nil && kr.Value == nil && recordHeader(kr, HeaderBacklog) != nil && recordHeader(kr, HeaderWriter) != nil
+}
+
+// recordHeader returns the value of kr's header key, or nil.
+func recordHeader(kr *kgo.Record, key string) []byte {
+	for _, h := range kr.Headers {
+		if h.Key == key {
+			return h.Value
+		}
+	}
+	return nil
+}
+
+// attribute reports whether kr is an attribute record and, if it is, applies it to the reader
+// c's set of writers in backlog.
+func (c *chain) attribute(kr *kgo.Record) bool {
+	if c.upstream == nil || !isAttribute(kr) {
+		return false
+	}
+	w := string(recordHeader(kr, HeaderWriter))
+	if string(recordHeader(kr, HeaderBacklog)) == "true" {
+		c.upstream[w] = struct{}{}
+	} else {
+		delete(c.upstream, w)
+	}
+	return true
+}
+
+// upstreamSays reports whether a writer of the reader c's input said backlog: last, or in the
+// batch about to run (ReadAttributes).
+func (c *chain) upstreamSays() bool { return len(c.upstream) > 0 || c.batchUp }
