@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/datadriven"
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluice-dev/sluice/operators"
@@ -114,11 +115,21 @@ func TestWindowsDataDriven(t *testing.T) {
 		// start builds the task of the pipeline's topics over store (a restart: the same store,
 		// so the new task restores the committed state, watermarks and timers).
 		var plan *Plan
+		var fs *vfs.MemFS // with pipeline … bulk: the crashable file system of the Pebble store
+		loader := 0       // Deps.LoaderThreshold
+		openStore := func() {
+			db, err := state.Open(state.Options{Dir: "/state", FS: fs})
+			if err != nil {
+				t.Fatal(err)
+			}
+			store = db
+			t.Cleanup(func() { db.Close() })
+		}
 		start := func() {
 			clk := &stepClock{now: time.Unix(1_700_000_000, 0)}
 			var err error
 			tk, err = NewGroup(plan, topics, 0, Deps{Store: store, Budget: sorter.NewBudget(1 << 20),
-				SortDir: t.TempDir(), Clock: clk.Now, Logger: discardLogger()})
+				SortDir: t.TempDir(), Clock: clk.Now, Logger: discardLogger(), LoaderThreshold: loader})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -176,13 +187,27 @@ operators:
 sinks:
   out: {topic: %s}
 `, testGroup, testTopic, d.CmdArgs[0].Vals[0], testOp, window, testSink)
-				store, plan = state.NewMem(), mustPlan(t, doc)
+				store, plan, loader = state.NewMem(), mustPlan(t, doc), 0
+				if d.HasArg("bulk") {
+					// A Pebble store on a crashable file system, and every switch a bulk load.
+					fs, loader = vfs.NewCrashableMem(), 1
+					openStore()
+				}
 				topics = []string{testTopic}
 				start()
 				prod, offsets, seen, lag = newFakeProducer(), map[string]int64{}, 0, 0
 				return "ok\n"
 			case "restart":
 				tk.Close()
+				start()
+				return "ok\n"
+			case "crash":
+				// kill -9: the store keeps only what was synced (pipeline … bulk).
+				tk.Close()
+				image := fs.CrashClone(vfs.CrashCloneCfg{})
+				store.Close()
+				fs = image
+				openStore()
 				start()
 				return "ok\n"
 			case "mode":
