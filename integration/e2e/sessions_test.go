@@ -4,12 +4,8 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"math/rand/v2"
-	"os"
 	"slices"
-	"strconv"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -66,15 +62,7 @@ func sessionsScenario(t *testing.T, brokers string, size sessionsSize) {
 	ctx, cancel := context.WithTimeout(t.Context(), 170*time.Second)
 	defer cancel()
 	began := time.Now()
-	seed := time.Now().UnixNano()
-	if s := os.Getenv(envWindowsSeed); s != "" {
-		var err error
-		if seed, err = strconv.ParseInt(s, 10, 64); err != nil {
-			t.Fatalf("%s: %v", envWindowsSeed, err)
-		}
-	}
-	t.Logf("random seed %d (set %s to replay its data)", seed, envWindowsSeed)
-	rng := rand.New(rand.NewPCG(uint64(seed), 7))
+	seed, rng := scenarioSeed(t)
 	sw := sessionWindow{gap: size.gapMS, grace: sessGraceMS, maxDelay: sessDelayMS}
 
 	p := newPipeline(t, brokers, pipelineOpts{partitions: winParts, keys: size.keys, enterLag: size.enterLag, exitLag: size.exitLag,
@@ -87,141 +75,11 @@ func sessionsScenario(t *testing.T, brokers string, size sessionsSize) {
 	// (ahead by up to a gap: they merge nothing, and the one per partition that ends the
 	// backlog, half a gap to 1.5 gaps ahead, can make the first orders of phase 2 late).
 	gen := newTimedOrders(uint64(seed), size.keys, winParts, eventTime{window: 2 * sw.gap, grace: sw.grace, maxDelay: sw.maxDelay})
-	prod := kafkatest.Client(t, brokers, append(workload.ProducerOpts(), kgo.RecordPartitioner(kgo.ManualPartitioner()))...)
-	if err := produceRecords(ctx, prod, p.topic, append(gen.orders(size.first), gen.rushing()...)); err != nil {
-		t.Fatal(err)
-	}
-	ins := []*instance{p.newInstance("i0", true), p.newInstance("i1", true), p.newInstance("i2", true)}
-	kills := 0
-	killRestart := func(in *instance, why string) {
-		t.Helper()
-		in.kill()
-		kills++
-		t.Logf("kill -9 #%d: %s (%s)", kills, in.id, why)
-		in.start()
-	}
-	// randomMoment waits a random 300ms–2.3s: the kill lands wherever the instances are by then.
-	// It is the scenario's randomness, not a wait for a condition.
-	randomMoment := func() {
-		select {
-		case <-time.After(300*time.Millisecond + time.Duration(rng.Int64N(int64(2*time.Second)))):
-		case <-ctx.Done():
-			t.Fatal(ctx.Err())
-		}
-	}
-
-	// Phase 1: one instance, a backlog per partition above enter_lag: tasks start in backlog.
-	// Kill it while /status shows a task sorting in backlog mode (or, if a small backlog was
-	// sorted and switched between two polls, just after the switch).
-	i0 := ins[0]
-	i0.start()
-	how := "while in backlog"
-	poll(ctx, t, "i0 to report a task in backlog mode on /status (or to have switched already)", 20*time.Millisecond, func() (bool, error) {
-		i0.checkAlive()
-		if st, ok := i0.status(ctx); ok && st.backlogTasks() > 0 {
-			return true, nil
-		}
-		if len(i0.logLines(0, "switch to real-time mode")) > 0 {
-			how = "just after a switch from backlog"
-			return true, nil
-		}
-		return false, nil
-	})
-	killRestart(i0, how)
-	// The restarted i0 sorts the backlog again: kill it as soon as a task of this run leaves
-	// backlog mode, right after its switch's transaction (every session the backlog closed or
-	// changed, written once) committed; in real-time mode if no backlog was left.
-	run := i0.runs
-	sorted := map[int32]bool{} // partitions /status showed in backlog mode during this run
-	adm := p.admin()
-	progress := map[int32]*partProgress{}
-	how = ""
-	poll(ctx, t, "the restarted i0 to switch a task to real-time mode", 10*time.Millisecond, func() (bool, error) {
-		i0.checkAlive()
-		if n := len(i0.logLines(run, "switch to real-time mode")); n > 0 {
-			how = fmt.Sprintf("right after a switch to real-time (%d logged)", n)
-			return true, nil
-		}
-		st, ok := i0.status(ctx)
-		if !ok {
-			return false, nil
-		}
-		streaming := 0
-		for _, tk := range st.Tasks {
-			for _, c := range tk.Chains {
-				switch c.Mode {
-				case "backlog":
-					sorted[tk.Partition] = true
-				case "real-time":
-					if sorted[tk.Partition] {
-						how = fmt.Sprintf("right at the switch of partition %d to real-time", tk.Partition)
-						return true, nil
-					}
-					streaming++
-				}
-			}
-		}
-		if streaming == winParts {
-			// Errors are transient here (the group may be rebalancing): poll on.
-			if done, _, _, err := p.caughtUp(ctx, adm, progress); err == nil && done {
-				how = "in real-time mode: no backlog was left to switch"
-				return true, nil
-			}
-		}
-		return false, nil
-	})
-	killRestart(i0, how)
-	randomMoment()
-	killRestart(i0, "random moment, phase 1")
-
-	// Phase 2: three instances and live traffic, produced in slices over a few seconds so that
-	// the kills land in real-time mode while orders arrive, and sessions published by one
-	// commit are extended backwards or merged by orders of a later one (retractions).
-	ins[1].start()
-	ins[2].start()
-	second := gen.orders(size.second)
-	produced := make(chan error, 1)
-	var producing atomic.Bool
-	producing.Store(true)
-	go func() {
-		err := producePaced(ctx, prod, p.topic, second, 20, 250*time.Millisecond)
-		producing.Store(false)
-		produced <- err
-	}()
-	for range 3 {
-		randomMoment()
-		why := "random moment, phase 2, while producing"
-		if !producing.Load() {
-			why = "random moment, phase 2, production done"
-		}
-		killRestart(ins[rng.IntN(len(ins))], why)
-	}
-	if err := <-produced; err != nil {
-		t.Fatal(err)
-	}
-	randomMoment()
-	killRestart(ins[rng.IntN(len(ins))], "random moment, after producing")
-	// One last order per partition, a gap plus grace plus delay after its largest event time:
-	// its watermark closes every session but its own.
-	if err := produceRecords(ctx, prod, p.topic, sw.closing(gen)); err != nil {
-		t.Fatal(err)
-	}
-
-	// No nudge records: every partition's last order must be committed by itself. The
-	// checkpoint that commits it carries the updates of the sessions it closed.
-	start := time.Now()
-	p.waitCommitted(ctx, 120*time.Second, false, ins...)
-	t.Logf("caught up %v after the last kill; %d kills in total", time.Since(start).Round(time.Millisecond), kills)
-	var toBacklog, startBacklog, toRealTime int
-	for _, in := range ins {
-		toBacklog += len(in.logLines(0, "switch to backlog mode"))
-		startBacklog += len(in.logLines(0, "task starts in backlog mode"))
-		toRealTime += len(in.logLines(0, "switch to real-time mode"))
-	}
-	t.Logf("mode switches logged: %d tasks started in backlog, %d switches to backlog, %d to real-time", startBacklog, toBacklog, toRealTime)
-	if toRealTime == 0 {
-		t.Errorf("no instance logged \"switch to real-time mode\": the backlog path was not exercised")
-	}
+	// The phase-2 orders are produced in slices over a few seconds, so sessions published by one
+	// commit are extended backwards or merged by orders of a later one (retractions). The last
+	// order per partition, a gap plus grace plus delay after its largest event time, closes
+	// every session but its own; the checkpoint that commits it carries their updates.
+	ins := runKills(ctx, t, p, rng, gen, size.first, size.second, func() []*kgo.Record { return sw.closing(gen) })
 
 	input, err := readCommitted(ctx, p.brokers, p.topic)
 	if err != nil {

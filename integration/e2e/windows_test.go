@@ -76,15 +76,7 @@ func windowsScenario(t *testing.T, brokers string, size windowsSize) {
 	ctx, cancel := context.WithTimeout(t.Context(), 170*time.Second)
 	defer cancel()
 	began := time.Now()
-	seed := time.Now().UnixNano()
-	if s := os.Getenv(envWindowsSeed); s != "" {
-		var err error
-		if seed, err = strconv.ParseInt(s, 10, 64); err != nil {
-			t.Fatalf("%s: %v", envWindowsSeed, err)
-		}
-	}
-	t.Logf("random seed %d (set %s to replay its data)", seed, envWindowsSeed)
-	rng := rand.New(rand.NewPCG(uint64(seed), 7))
+	seed, rng := scenarioSeed(t)
 	ev := eventTime{window: size.windowMS, grace: winGraceMS, maxDelay: winDelayMS}
 
 	p := newPipeline(t, brokers, pipelineOpts{partitions: winParts, keys: size.keys, enterLag: size.enterLag, exitLag: size.exitLag,
@@ -93,143 +85,7 @@ func windowsScenario(t *testing.T, brokers string, size windowsSize) {
 		emit:      "final",
 	})
 	gen := newTimedOrders(uint64(seed), size.keys, winParts, ev)
-	prod := kafkatest.Client(t, brokers, append(workload.ProducerOpts(), kgo.RecordPartitioner(kgo.ManualPartitioner()))...)
-	// The backlog ends with a rusher per partition: the watermark the instances of phase 1
-	// commit and restore is ahead of the first orders of phase 2.
-	if err := produceRecords(ctx, prod, p.topic, append(gen.orders(size.first), gen.rushing()...)); err != nil {
-		t.Fatal(err)
-	}
-	ins := []*instance{p.newInstance("i0", true), p.newInstance("i1", true), p.newInstance("i2", true)}
-	kills := 0
-	killRestart := func(in *instance, why string) {
-		t.Helper()
-		in.kill()
-		kills++
-		t.Logf("kill -9 #%d: %s (%s)", kills, in.id, why)
-		in.start()
-	}
-	// randomMoment waits a random 300ms–2.3s: the kill lands wherever the instances are by then.
-	// It is the scenario's randomness, not a wait for a condition.
-	randomMoment := func() {
-		select {
-		case <-time.After(300*time.Millisecond + time.Duration(rng.Int64N(int64(2*time.Second)))):
-		case <-ctx.Done():
-			t.Fatal(ctx.Err())
-		}
-	}
-
-	// Phase 1: one instance, a backlog per partition above enter_lag: tasks start in backlog.
-	// Kill it while /status shows a task sorting in backlog mode (or, if a small backlog was
-	// sorted and switched between two polls, just after the switch).
-	i0 := ins[0]
-	i0.start()
-	how := "while in backlog"
-	poll(ctx, t, "i0 to report a task in backlog mode on /status (or to have switched already)", 20*time.Millisecond, func() (bool, error) {
-		i0.checkAlive()
-		if st, ok := i0.status(ctx); ok && st.backlogTasks() > 0 {
-			return true, nil
-		}
-		if len(i0.logLines(0, "switch to real-time mode")) > 0 {
-			how = "just after a switch from backlog"
-			return true, nil
-		}
-		return false, nil
-	})
-	killRestart(i0, how)
-	// The restarted i0 sorts the backlog again (nothing was committed, unless a task had
-	// switched): kill it as soon as a task of this run leaves backlog mode, which is right
-	// after its switch's transaction (the finals of every window the backlog closed)
-	// committed. If no backlog is left (every task had switched and committed before), kill it
-	// in real-time mode. (A task that has not seen its first batch shows as real-time too.)
-	run := i0.runs
-	sorted := map[int32]bool{} // partitions /status showed in backlog mode during this run
-	adm := p.admin()
-	progress := map[int32]*partProgress{}
-	how = ""
-	poll(ctx, t, "the restarted i0 to switch a task to real-time mode", 10*time.Millisecond, func() (bool, error) {
-		i0.checkAlive()
-		if n := len(i0.logLines(run, "switch to real-time mode")); n > 0 {
-			how = fmt.Sprintf("right after a switch to real-time (%d logged)", n)
-			return true, nil
-		}
-		st, ok := i0.status(ctx)
-		if !ok {
-			return false, nil
-		}
-		streaming := 0
-		for _, tk := range st.Tasks {
-			for _, c := range tk.Chains {
-				switch c.Mode {
-				case "backlog":
-					sorted[tk.Partition] = true
-				case "real-time":
-					if sorted[tk.Partition] {
-						how = fmt.Sprintf("right at the switch of partition %d to real-time", tk.Partition)
-						return true, nil
-					}
-					streaming++
-				}
-			}
-		}
-		if streaming == winParts {
-			// Errors are transient here (the group may be rebalancing): poll on.
-			if done, _, _, err := p.caughtUp(ctx, adm, progress); err == nil && done {
-				how = "in real-time mode: no backlog was left to switch"
-				return true, nil
-			}
-		}
-		return false, nil
-	})
-	killRestart(i0, how)
-	randomMoment()
-	killRestart(i0, "random moment, phase 1")
-
-	// Phase 2: three instances and live traffic, produced in slices over a few seconds so that
-	// the kills land in real-time mode while orders arrive.
-	ins[1].start()
-	ins[2].start()
-	second := gen.orders(size.second)
-	produced := make(chan error, 1)
-	var producing atomic.Bool
-	producing.Store(true)
-	go func() {
-		err := producePaced(ctx, prod, p.topic, second, 20, 250*time.Millisecond)
-		producing.Store(false)
-		produced <- err
-	}()
-	for range 3 {
-		randomMoment()
-		why := "random moment, phase 2, while producing"
-		if !producing.Load() {
-			why = "random moment, phase 2, production done"
-		}
-		killRestart(ins[rng.IntN(len(ins))], why)
-	}
-	if err := <-produced; err != nil {
-		t.Fatal(err)
-	}
-	randomMoment()
-	killRestart(ins[rng.IntN(len(ins))], "random moment, after producing")
-	// One last order per partition past the end of its last window (plus grace and delay): its
-	// watermark closes every window but the last order's own.
-	if err := produceRecords(ctx, prod, p.topic, gen.closing()); err != nil {
-		t.Fatal(err)
-	}
-
-	// No nudge records: every partition's last order must be committed by itself.
-	start := time.Now()
-	p.waitCommitted(ctx, 120*time.Second, false, ins...)
-	t.Logf("caught up %v after the last kill; %d kills in total", time.Since(start).Round(time.Millisecond), kills)
-	var toBacklog, startBacklog, toRealTime int
-	for _, in := range ins {
-		toBacklog += len(in.logLines(0, "switch to backlog mode"))
-		startBacklog += len(in.logLines(0, "task starts in backlog mode"))
-		toRealTime += len(in.logLines(0, "switch to real-time mode"))
-	}
-	t.Logf("mode switches logged: %d tasks started in backlog, %d switches to backlog, %d to real-time", startBacklog, toBacklog, toRealTime)
-	if toRealTime == 0 {
-		t.Errorf("no instance logged \"switch to real-time mode\": the backlog path was not exercised")
-	}
+	ins := runKills(ctx, t, p, rng, gen, size.first, size.second, gen.closing)
 
 	// The oracle reads the input back: the offsets of its records are what the watermark and
 	// lateness follow.
@@ -779,4 +635,166 @@ func diffLate(want windowed, dlq []*kgo.Record, input string, limit int) []strin
 		out = append(out, fmt.Sprintf("... and %d more differences", more))
 	}
 	return out
+}
+
+// scenarioSeed is the random seed of an event-time scenario (SLUICE_E2E_SEED replays its data;
+// the kill moments depend on timing all the same) and its generator.
+func scenarioSeed(t *testing.T) (int64, *rand.Rand) {
+	seed := time.Now().UnixNano()
+	if s := os.Getenv(envWindowsSeed); s != "" {
+		var err error
+		if seed, err = strconv.ParseInt(s, 10, 64); err != nil {
+			t.Fatalf("%s: %v", envWindowsSeed, err)
+		}
+	}
+	t.Logf("random seed %d (set %s to replay its data)", seed, envWindowsSeed)
+	return seed, rand.New(rand.NewPCG(uint64(seed), 7))
+}
+
+// runKills is the kill -9 choreography of the event-time scenarios (windows, sessions) over p:
+// it produces first orders of gen and a rusher per partition, runs one instance and kills it
+// while it sorts the backlog, right after a switch to real-time and at a random moment, then runs
+// three with the second orders produced in slices and kills one at random moments while they
+// arrive and after, produces closing(), and waits until every input offset is committed. It
+// returns the three instances, still running.
+func runKills(ctx context.Context, t *testing.T, p *pipeline, rng *rand.Rand, gen *timedOrders, first, second int, closing func() []*kgo.Record) []*instance {
+	t.Helper()
+	prod := kafkatest.Client(t, p.brokers, append(workload.ProducerOpts(), kgo.RecordPartitioner(kgo.ManualPartitioner()))...)
+	// The backlog ends with a rusher per partition: the watermark the instances of phase 1
+	// commit and restore is ahead of the first orders of phase 2.
+	if err := produceRecords(ctx, prod, p.topic, append(gen.orders(first), gen.rushing()...)); err != nil {
+		t.Fatal(err)
+	}
+	ins := []*instance{p.newInstance("i0", true), p.newInstance("i1", true), p.newInstance("i2", true)}
+	kills := 0
+	killRestart := func(in *instance, why string) {
+		t.Helper()
+		in.kill()
+		kills++
+		t.Logf("kill -9 #%d: %s (%s)", kills, in.id, why)
+		in.start()
+	}
+	// randomMoment waits a random 300ms–2.3s: the kill lands wherever the instances are by then.
+	// It is the scenario's randomness, not a wait for a condition.
+	randomMoment := func() {
+		select {
+		case <-time.After(300*time.Millisecond + time.Duration(rng.Int64N(int64(2*time.Second)))):
+		case <-ctx.Done():
+			t.Fatal(ctx.Err())
+		}
+	}
+
+	// Phase 1: one instance, a backlog per partition above enter_lag: tasks start in backlog.
+	// Kill it while /status shows a task sorting in backlog mode (or, if a small backlog was
+	// sorted and switched between two polls, just after the switch).
+	i0 := ins[0]
+	i0.start()
+	how := "while in backlog"
+	poll(ctx, t, "i0 to report a task in backlog mode on /status (or to have switched already)", 20*time.Millisecond, func() (bool, error) {
+		i0.checkAlive()
+		if st, ok := i0.status(ctx); ok && st.backlogTasks() > 0 {
+			return true, nil
+		}
+		if len(i0.logLines(0, "switch to real-time mode")) > 0 {
+			how = "just after a switch from backlog"
+			return true, nil
+		}
+		return false, nil
+	})
+	killRestart(i0, how)
+	// The restarted i0 sorts the backlog again (nothing was committed, unless a task had
+	// switched): kill it as soon as a task of this run leaves backlog mode, which is right
+	// after its switch's transaction (the finals of every window the backlog closed)
+	// committed. If no backlog is left (every task had switched and committed before), kill it
+	// in real-time mode. (A task that has not seen its first batch shows as real-time too.)
+	run := i0.runs
+	sorted := map[int32]bool{} // partitions /status showed in backlog mode during this run
+	adm := p.admin()
+	progress := map[int32]*partProgress{}
+	how = ""
+	poll(ctx, t, "the restarted i0 to switch a task to real-time mode", 10*time.Millisecond, func() (bool, error) {
+		i0.checkAlive()
+		if n := len(i0.logLines(run, "switch to real-time mode")); n > 0 {
+			how = fmt.Sprintf("right after a switch to real-time (%d logged)", n)
+			return true, nil
+		}
+		st, ok := i0.status(ctx)
+		if !ok {
+			return false, nil
+		}
+		streaming := 0
+		for _, tk := range st.Tasks {
+			for _, c := range tk.Chains {
+				switch c.Mode {
+				case "backlog":
+					sorted[tk.Partition] = true
+				case "real-time":
+					if sorted[tk.Partition] {
+						how = fmt.Sprintf("right at the switch of partition %d to real-time", tk.Partition)
+						return true, nil
+					}
+					streaming++
+				}
+			}
+		}
+		if streaming == winParts {
+			// Errors are transient here (the group may be rebalancing): poll on.
+			if done, _, _, err := p.caughtUp(ctx, adm, progress); err == nil && done {
+				how = "in real-time mode: no backlog was left to switch"
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	killRestart(i0, how)
+	randomMoment()
+	killRestart(i0, "random moment, phase 1")
+
+	// Phase 2: three instances and live traffic, produced in slices over a few seconds so that
+	// the kills land in real-time mode while orders arrive.
+	ins[1].start()
+	ins[2].start()
+	more := gen.orders(second)
+	produced := make(chan error, 1)
+	var producing atomic.Bool
+	producing.Store(true)
+	go func() {
+		err := producePaced(ctx, prod, p.topic, more, 20, 250*time.Millisecond)
+		producing.Store(false)
+		produced <- err
+	}()
+	for range 3 {
+		randomMoment()
+		why := "random moment, phase 2, while producing"
+		if !producing.Load() {
+			why = "random moment, phase 2, production done"
+		}
+		killRestart(ins[rng.IntN(len(ins))], why)
+	}
+	if err := <-produced; err != nil {
+		t.Fatal(err)
+	}
+	randomMoment()
+	killRestart(ins[rng.IntN(len(ins))], "random moment, after producing")
+	// One last order per partition past the end of its last window (plus grace and delay): its
+	// watermark closes every window but the last order's own.
+	if err := produceRecords(ctx, prod, p.topic, closing()); err != nil {
+		t.Fatal(err)
+	}
+
+	// No nudge records: every partition's last order must be committed by itself.
+	start := time.Now()
+	p.waitCommitted(ctx, 120*time.Second, false, ins...)
+	t.Logf("caught up %v after the last kill; %d kills in total", time.Since(start).Round(time.Millisecond), kills)
+	var toBacklog, startBacklog, toRealTime int
+	for _, in := range ins {
+		toBacklog += len(in.logLines(0, "switch to backlog mode"))
+		startBacklog += len(in.logLines(0, "task starts in backlog mode"))
+		toRealTime += len(in.logLines(0, "switch to real-time mode"))
+	}
+	t.Logf("mode switches logged: %d tasks started in backlog, %d switches to backlog, %d to real-time", startBacklog, toBacklog, toRealTime)
+	if toRealTime == 0 {
+		t.Errorf("no instance logged \"switch to real-time mode\": the backlog path was not exercised")
+	}
+	return ins
 }
