@@ -345,12 +345,13 @@ func TestJoinDataDriven(t *testing.T) {
 				}
 				mode := down.Status().Chains[0].Mode // the batch's (Process publishes it)
 				down.AfterBatch(joinRepart, Lag{})
+				up := down.Status().Chains[0].UpstreamBacklog
 				pd, _ := ddCheckpoint(t, down, prod, false)
 				switched := ""
 				if fold != nil {
 					switched = fmt.Sprintf("switched first, committed offsets %s; ", fmtOffsets(fold.Offsets))
 				}
-				return fmt.Sprintf("%s%d records in %s mode; committed offsets %s\n", switched, len(recs), mode, fmtOffsets(pd.Offsets)) + report()
+				return fmt.Sprintf("%s%d records in %s mode (writers in backlog after it: %v); committed offsets %s\n", switched, len(recs), mode, up, fmtOffsets(pd.Offsets)) + report()
 			case "status":
 				st := tk.Status()
 				var b strings.Builder
@@ -360,8 +361,12 @@ func TestJoinDataDriven(t *testing.T) {
 						ts.Table, ts.Topic, ts.Loaded, ts.NextOffset, ts.EndOffset, ts.Lag, ts.Rows, ts.WaitingFor)
 				}
 				for _, cs := range st.Chains {
-					fmt.Fprintf(&b, "chain %s (topic %s): mode=%s next=%d committed=%d in=%d out=%d dead=%d\n",
+					fmt.Fprintf(&b, "chain %s (topic %s): mode=%s next=%d committed=%d in=%d out=%d dead=%d",
 						cs.Source, cs.Topic, cs.Mode, cs.NextOffset, cs.CommittedOffset, cs.RecordsIn, cs.RecordsOut, cs.DeadLetters)
+					if cs.Announced != "" {
+						fmt.Fprintf(&b, " announced=%s", cs.Announced)
+					}
+					b.WriteString("\n")
 				}
 				b.WriteString(waiting())
 				return b.String()

@@ -38,6 +38,11 @@ type ChainStatus struct {
 	WatermarkMs     *int64         `json:"watermark_ms,omitempty"` // windowed: event time, ms (absent before any record)
 	LateRecords     int64          `json:"late_records,omitempty"`
 	Backlog         *BacklogStatus `json:"backlog,omitempty"`
+	// In-band RecordAttributes (attributes.go): a chain reading an internal topic lists the
+	// writers (their partitions) that say backlog; a chain writing one, the mode it announced
+	// last ("backlog" or "real-time"; absent before its first).
+	UpstreamBacklog []string `json:"upstream_backlog,omitempty"`
+	Announced       string   `json:"announced,omitempty"`
 }
 
 // BacklogStatus is the progress of a chain in backlog mode.
@@ -95,6 +100,16 @@ func (t *Task) publish() {
 		if c.plan.Agg != nil {
 			cs.Operator = c.plan.Agg.Name
 			cs.Mode = "real-time"
+		}
+		for w := range c.upstream {
+			cs.UpstreamBacklog = append(cs.UpstreamBacklog, w)
+		}
+		slices.Sort(cs.UpstreamBacklog)
+		switch c.said {
+		case saidBacklog:
+			cs.Announced = "backlog"
+		case saidRealTime:
+			cs.Announced = "real-time"
 		}
 		if c.timed() {
 			cs.LateRecords = c.late
