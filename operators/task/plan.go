@@ -559,13 +559,13 @@ func (p *Plan) Describe(w io.Writer) {
 			listed[c.Changelog] = true
 			fmt.Fprintf(w, "  %s (compacted, partitions = %s's)\n", c.Changelog, c.Source.Topic)
 		}
-		if c.Rekey != "" || c.Output && !listed[c.SinkTopic] {
+		if (c.Rekey != "" || c.Output) && !listed[c.SinkTopic] {
 			listed[c.SinkTopic] = true
 			kind := "repartition"
 			if c.Output {
 				kind = "results of " + c.Agg.Name
 			}
-			fmt.Fprintf(w, "  %s (%s, partitions = %s's; committed records purged)\n", c.SinkTopic, kind, p.Repartitions()[c.SinkTopic])
+			fmt.Fprintf(w, "  %s (%s, partitions = %s's; committed records purged; its writers announce their backlog mode in it)\n", c.SinkTopic, kind, p.Repartitions()[c.SinkTopic])
 		}
 	}
 	fmt.Fprintf(w, "  %s (dead letters)\n", cfg.DLQTopic())
