@@ -55,43 +55,15 @@ func kill9Scenario(t *testing.T, brokers string, size kill9Size) {
 		t.Fatal(err)
 	}
 	ins := []*instance{p.newInstance("i0", true), p.newInstance("i1", true), p.newInstance("i2", true)}
-	kills := 0
-	killRestart := func(in *instance, why string) {
-		t.Helper()
-		in.kill()
-		kills++
-		t.Logf("kill -9 #%d: %s (%s)", kills, in.id, why)
-		in.start()
-	}
-	// randomMoment waits a random 300ms–2.3s: the kill lands wherever the instances are by then.
-	// It is the scenario's randomness, not a wait for a condition.
-	randomMoment := func() {
-		select {
-		case <-time.After(300*time.Millisecond + time.Duration(rng.Int64N(int64(2*time.Second)))):
-		case <-ctx.Done():
-			t.Fatal(ctx.Err())
-		}
-	}
+	k := &killer{ctx: ctx, t: t, rng: rng}
+	killRestart, randomMoment := k.killRestart, k.randomMoment
 
 	// Phase 1: one instance, more orders per partition than enter_lag: tasks start in backlog.
-	// Kill it as soon as /status shows a task sorting in backlog mode, so that backlog is lost.
-	// A small backlog (the kfake variant: ~5k orders per partition) can be sorted and switched
-	// between two polls; then the kill lands just after the switch instead, which the log shows.
+	// Kill it as soon as /status shows a task sorting in backlog mode, so that backlog is lost
+	// (the kfake variant's ~5k orders per partition may switch first: the kill lands just after).
 	i0 := ins[0]
 	i0.start()
-	how := "while in backlog"
-	poll(ctx, t, "i0 to report a task in backlog mode on /status (or to have switched already)", 20*time.Millisecond, func() (bool, error) {
-		i0.checkAlive()
-		if st, ok := i0.status(ctx); ok && st.backlogTasks() > 0 {
-			return true, nil
-		}
-		if len(i0.logLines(0, "switch to real-time mode")) > 0 {
-			how = "just after a switch from backlog"
-			return true, nil
-		}
-		return false, nil
-	})
-	killRestart(i0, how)
+	killRestart(i0, k.inBacklog(i0))
 	randomMoment()
 	killRestart(i0, "random moment, phase 1")
 
@@ -113,7 +85,7 @@ func kill9Scenario(t *testing.T, brokers string, size kill9Size) {
 
 	start := time.Now()
 	p.waitCaughtUp(ctx, 120*time.Second, ins...)
-	t.Logf("caught up %v after the last kill; %d kills in total", time.Since(start).Round(time.Millisecond), kills)
+	t.Logf("caught up %v after the last kill; %d kills in total", time.Since(start).Round(time.Millisecond), k.kills)
 	// Backlog mode and the switch must really have happened (enter_lag 5000 is far below the
 	// prefill per partition).
 	var toBacklog, toRealTime, backlogCkpts int

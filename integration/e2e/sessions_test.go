@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math"
@@ -254,7 +255,7 @@ func (w sessionWindow) oracle(input []*kgo.Record) (sessionsWant, error) {
 		if merged > 0 && ts < firstStart {
 			out.backwards++
 		}
-		i, _ := slices.BinarySearchFunc(keep, m.start, func(s oSession, start int64) int { return cmpInt64(s.start, start) })
+		i, _ := slices.BinarySearchFunc(keep, m.start, func(s oSession, start int64) int { return cmp.Compare(s.start, start) })
 		ps.keys[key] = slices.Insert(keep, i, m)
 	}
 	for _, ps := range parts {
@@ -265,16 +266,6 @@ func (w sessionWindow) oracle(input []*kgo.Record) (sessionsWant, error) {
 		}
 	}
 	return out, nil
-}
-
-func cmpInt64(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // tableFigures counts the updates a consumer applied.
@@ -394,7 +385,7 @@ func diffSessions(want sessionsWant, table map[sessionID]sessionValue, limit int
 		if c := strings.Compare(a.key, b.key); c != 0 {
 			return c
 		}
-		return cmpInt64(a.start, b.start)
+		return cmp.Compare(a.start, b.start)
 	})
 	for _, id := range ids {
 		w, inWant := all[id]

@@ -666,42 +666,13 @@ func runKills(ctx context.Context, t *testing.T, p *pipeline, rng *rand.Rand, ge
 		t.Fatal(err)
 	}
 	ins := []*instance{p.newInstance("i0", true), p.newInstance("i1", true), p.newInstance("i2", true)}
-	kills := 0
-	killRestart := func(in *instance, why string) {
-		t.Helper()
-		in.kill()
-		kills++
-		t.Logf("kill -9 #%d: %s (%s)", kills, in.id, why)
-		in.start()
-	}
-	// randomMoment waits a random 300ms–2.3s: the kill lands wherever the instances are by then.
-	// It is the scenario's randomness, not a wait for a condition.
-	randomMoment := func() {
-		select {
-		case <-time.After(300*time.Millisecond + time.Duration(rng.Int64N(int64(2*time.Second)))):
-		case <-ctx.Done():
-			t.Fatal(ctx.Err())
-		}
-	}
+	k := &killer{ctx: ctx, t: t, rng: rng}
+	killRestart, randomMoment := k.killRestart, k.randomMoment
 
 	// Phase 1: one instance, a backlog per partition above enter_lag: tasks start in backlog.
-	// Kill it while /status shows a task sorting in backlog mode (or, if a small backlog was
-	// sorted and switched between two polls, just after the switch).
 	i0 := ins[0]
 	i0.start()
-	how := "while in backlog"
-	poll(ctx, t, "i0 to report a task in backlog mode on /status (or to have switched already)", 20*time.Millisecond, func() (bool, error) {
-		i0.checkAlive()
-		if st, ok := i0.status(ctx); ok && st.backlogTasks() > 0 {
-			return true, nil
-		}
-		if len(i0.logLines(0, "switch to real-time mode")) > 0 {
-			how = "just after a switch from backlog"
-			return true, nil
-		}
-		return false, nil
-	})
-	killRestart(i0, how)
+	killRestart(i0, k.inBacklog(i0))
 	// The restarted i0 sorts the backlog again (nothing was committed, unless a task had
 	// switched): kill it as soon as a task of this run leaves backlog mode, which is right
 	// after its switch's transaction (the finals of every window the backlog closed)
@@ -711,7 +682,7 @@ func runKills(ctx context.Context, t *testing.T, p *pipeline, rng *rand.Rand, ge
 	sorted := map[int32]bool{} // partitions /status showed in backlog mode during this run
 	adm := p.admin()
 	progress := map[int32]*partProgress{}
-	how = ""
+	how := ""
 	poll(ctx, t, "the restarted i0 to switch a task to real-time mode", 10*time.Millisecond, func() (bool, error) {
 		i0.checkAlive()
 		if n := len(i0.logLines(run, "switch to real-time mode")); n > 0 {
@@ -785,7 +756,7 @@ func runKills(ctx context.Context, t *testing.T, p *pipeline, rng *rand.Rand, ge
 	// No nudge records: every partition's last order must be committed by itself.
 	start := time.Now()
 	p.waitCommitted(ctx, 120*time.Second, false, ins...)
-	t.Logf("caught up %v after the last kill; %d kills in total", time.Since(start).Round(time.Millisecond), kills)
+	t.Logf("caught up %v after the last kill; %d kills in total", time.Since(start).Round(time.Millisecond), k.kills)
 	var toBacklog, startBacklog, toRealTime int
 	for _, in := range ins {
 		toBacklog += len(in.logLines(0, "switch to backlog mode"))
@@ -797,4 +768,53 @@ func runKills(ctx context.Context, t *testing.T, p *pipeline, rng *rand.Rand, ge
 		t.Errorf("no instance logged \"switch to real-time mode\": the backlog path was not exercised")
 	}
 	return ins
+}
+
+// killer kills instances with SIGKILL and restarts them, counting, at the moments a kill -9
+// scenario chooses.
+type killer struct {
+	ctx   context.Context
+	t     *testing.T
+	rng   *rand.Rand
+	kills int
+}
+
+// killRestart kills in with SIGKILL, logs why, and starts it again.
+func (k *killer) killRestart(in *instance, why string) {
+	k.t.Helper()
+	in.kill()
+	k.kills++
+	k.t.Logf("kill -9 #%d: %s (%s)", k.kills, in.id, why)
+	in.start()
+}
+
+// randomMoment waits a random 300ms–2.3s: the kill lands wherever the instances are by then.
+// It is the scenario's randomness, not a wait for a condition.
+func (k *killer) randomMoment() {
+	select {
+	case <-time.After(300*time.Millisecond + time.Duration(k.rng.Int64N(int64(2*time.Second)))):
+	case <-k.ctx.Done():
+		k.t.Fatal(k.ctx.Err())
+	}
+}
+
+// inBacklog waits until in, just started over a backlog per partition above enter_lag, shows a
+// task sorting in backlog mode on /status, so that a kill now loses that backlog; a small backlog
+// can be sorted and switched between two polls, and then the kill lands just after the switch.
+// It returns which of the two happened.
+func (k *killer) inBacklog(in *instance) string {
+	k.t.Helper()
+	how := "while in backlog"
+	poll(k.ctx, k.t, in.id+" to report a task in backlog mode on /status (or to have switched already)", 20*time.Millisecond, func() (bool, error) {
+		in.checkAlive()
+		if st, ok := in.status(k.ctx); ok && st.backlogTasks() > 0 {
+			return true, nil
+		}
+		if len(in.logLines(0, "switch to real-time mode")) > 0 {
+			how = "just after a switch from backlog"
+			return true, nil
+		}
+		return false, nil
+	})
+	return how
 }
