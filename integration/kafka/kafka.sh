@@ -240,9 +240,16 @@ cmd_start() {
   local i cid started=() t0=$SECONDS
   if [[ -f "$DIR/cluster.id" ]]; then
     cid="$(cat "$DIR/cluster.id")"
+    [[ -n "$cid" && "$cid" != -* ]] || die "$DIR/cluster.id holds '$cid': a cluster id must not be empty or start with '-'"
   else
-    cid="$(java -cp "$LIB/*" kafka.tools.StorageTool random-uuid 2>/dev/null | tail -n 1)"
-    [[ -n "$cid" ]] || die "StorageTool random-uuid printed nothing"
+    # A cluster id is URL-safe base64 and may start with '-', which the format's argument
+    # parser takes for an option ("argument --cluster-id/-t: expected one argument"): draw again.
+    local tries
+    for ((tries = 0; tries < 20; tries++)); do
+      cid="$(java -cp "$LIB/*" kafka.tools.StorageTool random-uuid 2>/dev/null | tail -n 1)"
+      [[ "$cid" == -* ]] || break
+    done
+    [[ -n "$cid" && "$cid" != -* ]] || die "StorageTool random-uuid printed no usable cluster id (last: '$cid')"
     echo "$cid" >"$DIR/cluster.id"
   fi
   printf 'PORT=%s\nBROKERS=%s\nSECURITY=%q\n' "$PORT" "$BROKERS" "$SECURITY" >"$DIR/cluster.env"
