@@ -118,43 +118,24 @@ const (
 // changelog and dead-letter topics itself.
 func newPipeline(t *testing.T, brokers string, o pipelineOpts) *pipeline {
 	t.Helper()
-	p := &pipeline{
-		t:       t,
-		brokers: brokers,
-		topic:   kafkatest.UniqueName(t, "orders"),
-		sink:    kafkatest.UniqueName(t, "totals"),
-		group:   kafkatest.UniqueName(t, "g"),
-		cfgPath: filepath.Join(t.TempDir(), "sluice.yaml"),
-		env:     o.extraEnv,
-		keys:    workload.Spec{Keys: max(o.keys, 1), Partitions: o.partitions},
-		nudged:  make(map[string]workload.Total),
-	}
-	kafkatest.CreateTopic(t, brokers, p.topic, o.partitions, nil)
-	body := workload.Pipeline(p.topic, p.sink)
-	if o.window != "" {
-		body = windowedPipeline(p.topic, p.sink, o)
-	}
-	if o.branch != "" {
-		body = strings.Replace(body, "sinks:\n", fmt.Sprintf(`  - name: big
+	p := configuredPipeline(t, brokers, o.partitions, "totals", "commit_interval: 100ms",
+		fmt.Sprintf("enter_lag: %d, exit_lag: %d, checkpoint_interval: 0s", o.enterLag, o.exitLag), func(p *pipeline) string {
+			body := workload.Pipeline(p.topic, p.sink)
+			if o.window != "" {
+				body = windowedPipeline(p.topic, p.sink, o)
+			}
+			if o.branch != "" {
+				body = strings.Replace(body, "sinks:\n", fmt.Sprintf(`  - name: big
     filter: {input: orders, expr: %q}
     output: big_out
 sinks:
   big_out: {topic: %s, format: json}
 `, branchExpr, o.branch), 1)
-	}
-	cfg := fmt.Sprintf(`# written by the e2e test %s
-kafka:
-  brokers: [%s]
-group: %s
-instance_id: unset
-processing: {guarantee: exactly_once, commit_interval: 100ms, state_dir: ./unset}
-backlog: {enter_lag: %d, exit_lag: %d, sort_memory: 64MiB, checkpoint_interval: 0s, mode: auto}
-http: {listen: "off"}
-log: {level: info, format: json}
-`, t.Name(), strings.Join(kafkatest.SplitBrokers(brokers), ", "), p.group, o.enterLag, o.exitLag) + body
-	if err := os.WriteFile(p.cfgPath, []byte(cfg), 0o644); err != nil {
-		t.Fatal(err)
-	}
+			}
+			return body
+		})
+	p.env = o.extraEnv
+	p.keys = workload.Spec{Keys: max(o.keys, 1), Partitions: o.partitions}
 	return p
 }
 
@@ -163,6 +144,16 @@ log: {level: info, format: json}
 // by body(orders topic, sink topic): the sources, operators and sinks of a pipeline of several
 // stages. The sink topic's name starts with sink.
 func stagedPipeline(t *testing.T, brokers string, parts int32, sink, commitInterval string, body func(orders, sink string) string) *pipeline {
+	t.Helper()
+	return configuredPipeline(t, brokers, parts, sink, "commit_interval: "+commitInterval, "enter_lag: 5000, exit_lag: 500",
+		func(p *pipeline) string { return body(p.topic, p.sink) })
+}
+
+// configuredPipeline creates the orders topic (parts partitions) and writes a config of one
+// instance's settings, exactly once with processing's and backlog's further settings (YAML flow
+// mapping members), followed by body(p): the sources, operators and sinks. The sink topic's
+// name starts with sink.
+func configuredPipeline(t *testing.T, brokers string, parts int32, sink, processing, backlog string, body func(p *pipeline) string) *pipeline {
 	t.Helper()
 	p := &pipeline{
 		t: t, brokers: brokers,
@@ -178,11 +169,11 @@ kafka:
   brokers: [%s]
 group: %s
 instance_id: unset
-processing: {guarantee: exactly_once, commit_interval: %s, state_dir: ./unset}
-backlog: {enter_lag: 5000, exit_lag: 500, sort_memory: 64MiB, mode: auto}
+processing: {guarantee: exactly_once, state_dir: ./unset, %s}
+backlog: {%s, sort_memory: 64MiB, mode: auto}
 http: {listen: "off"}
 log: {level: info, format: json}
-`, t.Name(), strings.Join(kafkatest.SplitBrokers(brokers), ", "), p.group, commitInterval) + body(p.topic, p.sink)
+`, t.Name(), strings.Join(kafkatest.SplitBrokers(brokers), ", "), p.group, processing, backlog) + body(p)
 	if err := os.WriteFile(p.cfgPath, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}

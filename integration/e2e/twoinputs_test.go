@@ -2,14 +2,9 @@ package e2e
 
 import (
 	"context"
-	"fmt"
-	"os"
-	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
-	"github.com/sluice-dev/sluice/cmd/sluice/workload"
 	"github.com/sluice-dev/sluice/integration/kafkatest"
 )
 
@@ -19,30 +14,10 @@ import (
 // body(orders topic, second topic, sink topic). It returns the pipeline and the second topic.
 func twoInputPipeline(t *testing.T, brokers string, parts int32, second, sink, processingExtra string, body func(orders, second, sink string) string) (*pipeline, string) {
 	t.Helper()
-	p := &pipeline{
-		t: t, brokers: brokers,
-		topic:   kafkatest.UniqueName(t, "orders"),
-		sink:    kafkatest.UniqueName(t, sink),
-		group:   kafkatest.UniqueName(t, "g"),
-		cfgPath: filepath.Join(t.TempDir(), "sluice.yaml"),
-		nudged:  map[string]workload.Total{},
-	}
 	other := kafkatest.UniqueName(t, second)
-	kafkatest.CreateTopic(t, brokers, p.topic, parts, nil)
 	kafkatest.CreateTopic(t, brokers, other, parts, nil)
-	cfg := fmt.Sprintf(`# written by the e2e test %s
-kafka:
-  brokers: [%s]
-group: %s
-instance_id: unset
-processing: {guarantee: exactly_once, commit_interval: 100ms, state_dir: ./unset%s}
-backlog: {enter_lag: 1000, exit_lag: 200, sort_memory: 64MiB, mode: auto}
-http: {listen: "off"}
-log: {level: info, format: json}
-`, t.Name(), strings.Join(kafkatest.SplitBrokers(brokers), ", "), p.group, processingExtra) + body(p.topic, other, p.sink)
-	if err := os.WriteFile(p.cfgPath, []byte(cfg), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	p := configuredPipeline(t, brokers, parts, sink, "commit_interval: 100ms"+processingExtra, "enter_lag: 1000, exit_lag: 200",
+		func(p *pipeline) string { return body(p.topic, other, p.sink) })
 	return p, other
 }
 
