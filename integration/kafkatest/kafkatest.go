@@ -89,9 +89,14 @@ func FakeCluster(t testing.TB, opts ...kfake.Opt) *kfake.Cluster {
 
 // Client returns a franz-go client for brokers (comma-separated) with opts, closed at t.Cleanup.
 // The client is safe for concurrent use; it must not be used after the test ends.
+//
+// It retries a connection closed right after its first request (kgo.AlwaysRetryEOF): a broker
+// killed or still starting does that, and kgo otherwise takes it for a missing SASL and fails
+// the records it holds. The test brokers' security is known, so the guess is only ever wrong
+// here (the chaos tests' traffic failed on it while a broker restarted).
 func Client(t testing.TB, brokers string, opts ...kgo.Opt) *kgo.Client {
 	t.Helper()
-	all := append([]kgo.Opt{kgo.SeedBrokers(SplitBrokers(brokers)...)}, opts...)
+	all := append([]kgo.Opt{kgo.SeedBrokers(SplitBrokers(brokers)...), kgo.AlwaysRetryEOF()}, opts...)
 	cl, err := kgo.NewClient(all...)
 	if err != nil {
 		t.Fatalf("kafkatest: new client for %s: %v", brokers, err)
