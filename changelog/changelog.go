@@ -54,18 +54,28 @@ const WatermarkHeader = "sluice.watermark"
 var WatermarkKey = []byte("wm")
 
 // IsWatermarkKey reports whether k is the key of a watermark record: WatermarkKey (the
-// operator's), or WatermarkKey + "/" + an input's index (an operator of several inputs).
+// operator's), WatermarkKey + "/" + an input's index (an operator of several inputs), or that
+// + "/" + a writer's partition (what a writer of the input's internal topic announced).
 func IsWatermarkKey(k []byte) bool {
 	if bytes.Equal(k, WatermarkKey) {
 		return true
 	}
 	rest, ok := bytes.CutPrefix(k, append(slices.Clip(WatermarkKey), '/'))
-	if !ok || len(rest) == 0 || len(rest) > 4 {
+	if !ok {
 		return false
 	}
-	for _, c := range rest {
-		if c < '0' || c > '9' {
+	parts := bytes.Split(rest, []byte{'/'})
+	if len(parts) > 2 {
+		return false
+	}
+	for _, p := range parts {
+		if len(p) == 0 || len(p) > 4 {
 			return false
+		}
+		for _, c := range p {
+			if c < '0' || c > '9' {
+				return false
+			}
 		}
 	}
 	return true

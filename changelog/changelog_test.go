@@ -248,6 +248,20 @@ func TestRestoreRejectsBadWatermark(t *testing.T) {
 	}
 }
 
+// TestIsWatermarkKey: the operator's watermark, an input's (an operator of several inputs), and
+// a writer's as a reader of an internal topic committed it; nothing else.
+func TestIsWatermarkKey(t *testing.T) {
+	for k, want := range map[string]bool{
+		"wm": true, "wm/0": true, "wm/12": true, "wm/0/3": true, "wm/1/9999": true,
+		"": false, "w": false, "wm/": false, "wm/a": false, "wm/0/": false, "wm//1": false,
+		"wm/0/1/2": false, "wm/12345": false, "wm/0/12345": false, "wmx": false, "xwm/0": false,
+	} {
+		if got := changelog.IsWatermarkKey([]byte(k)); got != want {
+			t.Errorf("IsWatermarkKey(%q) = %v, want %v", k, got, want)
+		}
+	}
+}
+
 // TestRestoreWaitsForOpenTransaction: while a transaction is open on the partition (the
 // previous owner's last checkpoint), Restore waits for it to end instead of stopping at the last
 // stable offset; it gives up with ctx's error if ctx ends first, and once the transaction

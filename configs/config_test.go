@@ -120,6 +120,12 @@ func TestExamples(t *testing.T) {
 			eq(t, "output topic", c.OutputTopic("hourly"), "shop-hourly-output")
 			eq(t, "internal topics", strings.Join(c.InternalTopics(), ","), "shop-dlq,shop-hourly-changelog,shop-hourly-output,shop-per_customer-changelog")
 		},
+		"rollup.yaml": func(t *testing.T, c *Config) {
+			eq(t, "per_minute read later", c.ReadByLater("per_minute"), true)
+			eq(t, "window", *c.Operators[1].Aggregate.Window, Window{Tumbling: 24 * time.Hour})
+			eq(t, "input", c.Operators[1].Aggregate.Input, "per_minute")
+			eq(t, "internal topics", strings.Join(c.InternalTopics(), ","), "rollup-dlq,rollup-per_day-changelog,rollup-per_minute-changelog,rollup-per_minute-output")
+		},
 		"join.yaml": func(t *testing.T, c *Config) {
 			eq(t, "table topic", c.Tables["customers"].Topic, "customers")
 			eq(t, "join type (default)", c.Operators[0].Join.Type, JoinInner)

@@ -430,8 +430,9 @@ type statusDoc struct {
 	Tasks []struct {
 		Partition int32 `json:"partition"`
 		Chains    []struct {
-			Mode string `json:"mode"`
-			Lag  int64  `json:"lag"`
+			Topic string `json:"topic"` // the chain's source topic
+			Mode  string `json:"mode"`
+			Lag   int64  `json:"lag"`
 		} `json:"chains"`
 	} `json:"tasks"`
 }

@@ -184,9 +184,9 @@ func (e eventTime) windowStart(ts int64) int64 {
 }
 
 // timedOrders generates orders whose event time follows their index in their partition: the
-// i-th order of a partition has ts = start + i + jitter (jitter < winJitterMS), except
-// stragglers, set back by up to two windows plus grace and delay, and rushers, set ahead by up
-// to half a window. Keys are workload keys
+// i-th order of a partition has ts = start + i*step + jitter (jitter < winJitterMS; step 1ms
+// unless set), except stragglers, set back by up to two windows plus grace and delay, and
+// rushers, set ahead by up to half a window. Keys are workload keys
 // ("c-0000042"), spread uniformly; the partition is the key's (workload.Partition). Not safe
 // for concurrent use.
 type timedOrders struct {
@@ -198,6 +198,9 @@ type timedOrders struct {
 	next  []int64    // per partition, the index of its next order
 	maxTS []int64    // per partition, the largest ts generated
 	id    int64
+	// step is how far event time advances per order of a partition, in ms (newTimedOrders: 1);
+	// set it before the first order to spread the orders over more windows.
+	step int64
 
 	produced, stragglers, rushers int
 }
@@ -210,6 +213,7 @@ func newTimedOrders(seed uint64, keys int, parts int32, ev eventTime) *timedOrde
 		keys:  make([][][]byte, parts),
 		next:  make([]int64, parts),
 		maxTS: make([]int64, parts),
+		step:  1,
 	}
 	spec := workload.Spec{Keys: keys, Partitions: parts}
 	for n := range keys {
@@ -230,13 +234,13 @@ func (g *timedOrders) orders(n int) []*kgo.Record {
 	for range n {
 		key := g.all[g.rng.IntN(len(g.all))]
 		part := workload.Partition(key, g.parts)
-		ts := workload.DefaultStartTS + g.next[part] + g.rng.Int64N(winJitterMS)
+		ts := workload.DefaultStartTS + g.next[part]*g.step + g.rng.Int64N(winJitterMS)
 		g.next[part]++
 		switch r := g.rng.Float64(); {
 		case r < winStragglers:
 			ts -= g.rng.Int64N(2*g.ev.window + g.ev.grace + g.ev.maxDelay)
 			g.stragglers++
-		case r < winStragglers+winRushersPerWindow/float64(g.ev.window):
+		case r < winStragglers+winRushersPerWindow*float64(g.step)/float64(g.ev.window):
 			ts += g.rng.Int64N(g.ev.window / 2)
 			g.rushers++
 		}
@@ -250,7 +254,7 @@ func (g *timedOrders) orders(n int) []*kgo.Record {
 func (g *timedOrders) rushing() []*kgo.Record {
 	out := make([]*kgo.Record, 0, g.parts)
 	for part := range g.parts {
-		ts := workload.DefaultStartTS + g.next[part] + g.ev.window/4 + g.rng.Int64N(g.ev.window/2)
+		ts := workload.DefaultStartTS + g.next[part]*g.step + g.ev.window/4 + g.rng.Int64N(g.ev.window/2)
 		g.next[part]++
 		g.rushers++
 		out = append(out, g.order(part, g.keys[part][g.rng.IntN(len(g.keys[part]))], ts))
@@ -447,6 +451,7 @@ type windowed struct {
 	finals map[winKey]workload.Total // closed windows: exactly one final each
 	late   map[srcPos]bool           // late records: exactly one dead letter each
 	open   int                       // (key, window)s with records but not closed by the end
+	wms    map[int32]int64           // each partition's watermark after its last record
 }
 
 // windowOracle computes the finals and late records of input (every record of the input topic,
@@ -455,9 +460,9 @@ type windowed struct {
 // is late when the watermark has reached its window's end + grace; a window is final when the
 // partition's last watermark has reached its end + grace.
 func windowOracle(input []*kgo.Record, ev eventTime) (windowed, error) {
-	out := windowed{finals: map[winKey]workload.Total{}, late: map[srcPos]bool{}}
+	out := windowed{finals: map[winKey]workload.Total{}, late: map[srcPos]bool{}, wms: map[int32]int64{}}
 	sums := map[int32]map[winKey]workload.Total{}
-	wms := map[int32]int64{}
+	wms := out.wms
 	var parser fastjson.Parser
 	for _, r := range input {
 		v, err := parser.ParseBytes(r.Value)
@@ -696,6 +701,11 @@ func runKills(ctx context.Context, t *testing.T, p *pipeline, rng *rand.Rand, ge
 		streaming := 0
 		for _, tk := range st.Tasks {
 			for _, c := range tk.Chains {
+				if c.Topic != p.topic {
+					// A chain reading an internal topic (an operator over a keyed operator's
+					// results) has modes of its own: the switch is the input's.
+					continue
+				}
 				switch c.Mode {
 				case "backlog":
 					sorted[tk.Partition] = true

@@ -1,7 +1,9 @@
 package task
 
 import (
+	"math"
 	"strconv"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -27,11 +29,22 @@ import (
 // that said backlog; while the set is not empty, the reader's operator is in backlog (observeShared).
 // A reader that restarts knows no writer's mode until the writer announces one again: the first
 // observation of every writer after its start, and every change after, does.
+//
+// Event time crosses the topic the same way (ChainPlan.TimedOutput, TimedInput). A keyed
+// operator whose results are the finals of tumbling or hopping windows writes each at its
+// window's end - 1, and after a checkpoint's outputs, once every window its watermark closed is
+// out (in real time, or at the switch that ends a backlog; never during one), announces its
+// output watermark: the operator's watermark minus grace, the header sluice.watermark. A window
+// still open then ends after it, so no later final of the writer lies before it. A reader's
+// watermark is the smallest of its writers' latest announcements (MinInt64 until each has
+// spoken), so no writer's final is late there, whatever the order in which the writers' records
+// interleave; the reader commits each writer's watermark with its offset (window.go).
 
 // Headers of an attribute record.
 const (
-	HeaderBacklog = "sluice.backlog"
-	HeaderWriter  = "sluice.writer"
+	HeaderBacklog   = "sluice.backlog"
+	HeaderWatermark = "sluice.watermark"
+	HeaderWriter    = "sluice.writer"
 )
 
 // Announcements of a writer (chain.said, chain.saidCommitted).
@@ -85,6 +98,50 @@ func (t *Task) announceMode(c *chain, backlog bool, promise func(*kgo.Record, er
 	return int(c.internalParts)
 }
 
+// announceWatermark writes, after the outputs of checkpoint pd, the output watermark of the
+// writer c (the primary chain of a keyed operator with TimedOutput) to every partition of its
+// output topic if it moved: when every window the operator's watermark closed is out, that is
+// in real time, or in the checkpoint of the switch that ends a backlog. It reports how many
+// records it produced.
+func (t *Task) announceWatermark(c *chain, pd *Pending) int {
+	if !c.plan.TimedOutput || c.internalParts <= 0 || !c.primary || c.wm == math.MinInt64 {
+		return 0
+	}
+	if !foldedIn(pd, c) || pd.silent[c] { // not the switch: a backlog's windows are out only then
+		if c.inBack || c.hasPending {
+			return 0
+		}
+		for _, o := range c.chains {
+			if o.buffered() > 0 {
+				return 0
+			}
+		}
+	}
+	wm := c.wm
+	if c.ended {
+		// The end of input closed every window: announce the watermark it commits (the latest
+		// close of a window it closed), which a later run goes on from, not +infinity.
+		wm = c.endWM
+	}
+	out := wm - c.win.Grace
+	if out > wm { // underflow
+		out = math.MinInt64
+	}
+	if out <= c.wmSaid {
+		return 0
+	}
+	c.wmSaid = out
+	v := strconv.AppendInt(nil, out, 10)
+	w := []byte(strconv.Itoa(int(t.partition)))
+	for p := range c.internalParts {
+		t.d.Producer.Produce(&kgo.Record{Topic: c.plan.SinkTopic, Partition: p, Headers: []kgo.RecordHeader{
+			{Key: HeaderWatermark, Value: v}, {Key: HeaderWriter, Value: w},
+		}}, pd.promise)
+	}
+	t.d.Metrics.attributes(c.plan.SinkTopic, int(c.internalParts))
+	return int(c.internalParts)
+}
+
 // ReadAttributes looks at the attribute records of a batch of topic before the batch's mode is
 // decided (BeforeBatch): a batch runs in backlog if a writer was in backlog at any point of it
 // (at its start, or from an attribute record in it), even if the writer says real-time later in
@@ -108,9 +165,10 @@ func (t *Task) ReadAttributes(topic string, recs []*kgo.Record) {
 	}
 }
 
-// isAttribute reports whether kr is an attribute record.
+// isAttribute reports whether kr is an attribute record: a mode, a watermark, or both.
 func isAttribute(kr *kgo.Record) bool {
-	return kr.Key == nil && kr.Value == nil && recordHeader(kr, HeaderBacklog) != nil && recordHeader(kr, HeaderWriter) != nil
+	return kr.Key == nil && kr.Value == nil && recordHeader(kr, HeaderWriter) != nil &&
+		(recordHeader(kr, HeaderBacklog) != nil || recordHeader(kr, HeaderWatermark) != nil)
 }
 
 // recordHeader returns the value of kr's header key, or nil.
@@ -124,18 +182,47 @@ func recordHeader(kr *kgo.Record, key string) []byte {
 }
 
 // attribute reports whether kr is an attribute record and, if it is, applies it to the reader
-// c's set of writers in backlog.
-func (c *chain) attribute(kr *kgo.Record) bool {
+// c: its set of writers in backlog, or its writers' watermarks (at now: the operator's inputs'
+// idleness).
+func (c *chain) attribute(kr *kgo.Record, now time.Time) bool {
 	if c.upstream == nil || !isAttribute(kr) {
 		return false
 	}
 	w := string(recordHeader(kr, HeaderWriter))
-	if string(recordHeader(kr, HeaderBacklog)) == "true" {
+	if b := recordHeader(kr, HeaderBacklog); string(b) == "true" {
 		c.upstream[w] = struct{}{}
-	} else {
+	} else if b != nil {
 		delete(c.upstream, w)
 	}
+	if v := recordHeader(kr, HeaderWatermark); v != nil && c.writerWM != nil {
+		i, err1 := strconv.Atoi(w)
+		wm, err2 := strconv.ParseInt(string(v), 10, 64)
+		if err1 == nil && err2 == nil && i >= 0 && i < len(c.writerWM) && wm > c.writerWM[i] {
+			c.writerWM[i] = wm
+			c.syncWriters(now)
+		}
+	}
 	return true
+}
+
+// minWriter returns the smallest of the writers' watermarks.
+func minWriter(wms []int64) int64 {
+	m := int64(math.MaxInt64)
+	for _, wm := range wms {
+		m = min(m, wm)
+	}
+	return m
+}
+
+// syncWriters sets the reader c's input watermark to the smallest of its writers' and moves the
+// operator's (never back).
+func (c *chain) syncWriters(now time.Time) {
+	if m := minWriter(c.writerWM); m > c.iwm {
+		c.iwm = m
+	}
+	if c.timed() && !c.ended {
+		c.syncWatermark(now)
+	}
 }
 
 // upstreamSays reports whether a writer of the reader c's input said backlog: last, or in the

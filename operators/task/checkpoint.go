@@ -39,11 +39,12 @@ type Pending struct {
 
 	batch    state.Batch
 	loaders  map[state.Namespace]state.Loader
-	flushed  []*chain         // chains whose dirty cache entries were written
-	folded   []*chain         // chains that folded their sorted backlog
-	silent   map[*chain]bool  // folds of a backlog checkpoint: no outputs, the chain stays in backlog
-	wm       map[*chain]int64 // windowed operators' watermarks written with their offsets (by primary chain)
-	iwm      map[*chain]int64 // operators of several inputs: each input's watermark written
+	flushed  []*chain           // chains whose dirty cache entries were written
+	folded   []*chain           // chains that folded their sorted backlog
+	silent   map[*chain]bool    // folds of a backlog checkpoint: no outputs, the chain stays in backlog
+	wm       map[*chain]int64   // windowed operators' watermarks written with their offsets (by primary chain)
+	iwm      map[*chain]int64   // operators of several inputs: each input's watermark written
+	writerWM map[*chain][]int64 // readers of timed results: their writers' watermarks written
 	keys     map[*chain]int64
 	tables   map[*table]int64 // tables whose offset this checkpoint commits
 	progress map[*chain]int64 // each chain's progress: the offset before which it has done everything
@@ -116,6 +117,14 @@ func (t *Task) Checkpoint(p Producer) (pd *Pending, err error) {
 	pd.inline = t.out
 	t.out = &errTracker{}
 	for _, c := range t.chains {
+		if c.ops.agg != nil && c.primary && !foldedIn(pd, c) {
+			// A watermark can move with no record after it to fire its timers: a writer's,
+			// read in backlog by a chain that left it with nothing to fold.
+			if err := t.fireDue(c); err != nil {
+				t.abortPending(pd)
+				return nil, err
+			}
+		}
 		for _, r := range c.outbox {
 			p.Produce(r, pd.promise)
 			pd.records++
@@ -221,6 +230,7 @@ func (t *Task) Checkpoint(p Producer) (pd *Pending, err error) {
 			t.abortPending(pd)
 			return nil, err
 		}
+		pd.records += t.announceWatermark(c, pd)
 	}
 	return pd, nil
 }
@@ -236,6 +246,7 @@ func newPending() *Pending {
 		silent:   map[*chain]bool{},
 		wm:       map[*chain]int64{},
 		iwm:      map[*chain]int64{},
+		writerWM: map[*chain][]int64{},
 	}
 }
 
@@ -441,7 +452,7 @@ func (t *Task) fold(ctx context.Context, c *chain, p Producer, pd *Pending, sile
 		if render {
 			out := append(buf[len(buf):], scratch...)
 			buf = buf[:len(buf)+len(out)]
-			p.Produce(record(c.plan.SinkTopic, -1, k[:len(gk):len(gk)], out), pd.promise)
+			p.Produce(c.windowResult(record(c.plan.SinkTopic, -1, k[:len(gk):len(gk)], out), start), pd.promise)
 			pd.records++
 			c.recordsOut++
 		}
@@ -695,6 +706,9 @@ func (t *Task) Committed(pd *Pending) (err error) {
 	for c, wm := range pd.iwm {
 		c.iwmCommitted = wm
 	}
+	for c, wms := range pd.writerWM {
+		copy(c.writerWMCommitted, wms)
+	}
 	for _, c := range pd.flushed {
 		if c.win != nil {
 			c.committedWindows()
@@ -746,6 +760,7 @@ func (t *Task) Committed(pd *Pending) (err error) {
 	}
 	for _, c := range t.chains {
 		c.saidCommitted = c.said
+		c.wmSaidCommitted = c.wmSaid
 	}
 	for tb, next := range pd.tables {
 		tb.committed = max(tb.committed, next)
@@ -776,6 +791,7 @@ func (t *Task) Aborted(pd *Pending) map[string]int64 {
 		for _, c := range t.chains {
 			seekMin(seek, c.plan.Source.Topic, c.next)
 			c.said = c.saidCommitted // an announcement of the idle phase was in it: repeat it
+			c.wmSaid = c.wmSaidCommitted
 		}
 		for _, tb := range t.tables {
 			if tb.next >= 0 {
@@ -788,6 +804,7 @@ func (t *Task) Aborted(pd *Pending) map[string]int64 {
 	}
 	for _, c := range t.chains {
 		c.said = c.saidCommitted // the aborted announcements: the next observation repeats them
+		c.wmSaid = c.wmSaidCommitted
 		clear(c.cache)
 		clear(c.dirty)
 		c.dirty = c.dirty[:0]
@@ -812,6 +829,10 @@ func (t *Task) Aborted(pd *Pending) map[string]int64 {
 			c.wm = c.wmCommitted
 			c.iwm = c.iwmCommitted
 			c.tm.reset()
+		}
+		if c.writerWM != nil {
+			copy(c.writerWM, c.writerWMCommitted)
+			c.iwm = max(c.iwmCommitted, minWriter(c.writerWM))
 		}
 		if c.committed >= 0 {
 			c.next = c.committed

@@ -32,10 +32,11 @@ const (
 // consume offsets too, as in Kafka) and calls the promise synchronously. commit makes the open
 // transaction's records visible in log; abort drops them. Not safe for concurrent use.
 type fakeProducer struct {
-	next map[string]int64 // "topic/partition" -> next offset
-	txn  []*kgo.Record
-	log  []*kgo.Record // committed records, in order
-	fail func(*kgo.Record) error
+	next     map[string]int64 // "topic/partition" -> next offset
+	txn      []*kgo.Record
+	log      []*kgo.Record // committed records, in order
+	fail     func(*kgo.Record) error
+	onCommit func(txn []*kgo.Record) // called with each committed transaction's records
 }
 
 func newFakeProducer() *fakeProducer { return &fakeProducer{next: map[string]int64{}} }
@@ -62,8 +63,15 @@ func (p *fakeProducer) Produce(r *kgo.Record, promise func(*kgo.Record, error)) 
 	promise(r, nil)
 }
 
-func (p *fakeProducer) commit() { p.log = append(p.log, p.txn...); p.txn = nil }
-func (p *fakeProducer) abort()  { p.txn = nil }
+func (p *fakeProducer) commit() {
+	if p.onCommit != nil {
+		p.onCommit(p.txn)
+	}
+	p.log = append(p.log, p.txn...)
+	p.txn = nil
+}
+
+func (p *fakeProducer) abort() { p.txn = nil }
 
 // committed returns the committed records of topic, in order.
 func (p *fakeProducer) committed(topic string) []*kgo.Record {
@@ -166,6 +174,7 @@ type driver struct {
 	rng    *rand.Rand
 	task   *Task
 	prod   *fakeProducer
+	topic  string // the task's input topic ("": testTopic)
 	input  []*kgo.Record
 	pos    int   // next input index to feed
 	offset int64 // committed input offset (-1: none yet)
@@ -179,6 +188,14 @@ type driver struct {
 	aborts    int
 	switchTo  int // checkpoints forced by Observe
 	processed int // records passed to Process, re-feeds included
+	steps     int
+}
+
+func (d *driver) top() string {
+	if d.topic == "" {
+		return testTopic
+	}
+	return d.topic
 }
 
 func (d *driver) checkpoint(mayAbort bool) (aborted bool) {
@@ -199,7 +216,7 @@ func (d *driver) checkpoint(mayAbort bool) (aborted bool) {
 	if pd.Err() != nil || (mayAbort && d.aborts < d.maxAborts && d.rng.Float64() < d.pAbort) {
 		d.prod.abort()
 		seek := d.task.Aborted(pd)
-		if off, ok := seek[testTopic]; ok {
+		if off, ok := seek[d.top()]; ok {
 			d.pos = int(off)
 		} else {
 			d.pos = 0 // nothing processed yet: rewind to where consumption started
@@ -211,7 +228,7 @@ func (d *driver) checkpoint(mayAbort bool) (aborted bool) {
 	if err := d.task.Committed(pd); err != nil {
 		d.t.Fatalf("Committed: %v", err)
 	}
-	if off, ok := pd.Offsets[testTopic]; ok {
+	if off, ok := pd.Offsets[d.top()]; ok {
 		if off < d.offset {
 			d.t.Fatalf("committed offset went back from %d to %d", d.offset, off)
 		}
@@ -226,39 +243,48 @@ func (d *driver) checkpoint(mayAbort bool) (aborted bool) {
 func (d *driver) run() {
 	d.t.Helper()
 	d.offset = -1
-	for guard := 0; ; guard++ {
-		if guard > 100*len(d.input)+1000 {
-			d.t.Fatalf("driver does not make progress (pos %d of %d, committed %d, %d commits, %d aborts, %d switches, status %+v)", d.pos, len(d.input), d.offset, d.commits, d.aborts, d.switchTo, d.task.Status())
-		}
-		if d.pos == len(d.input) {
-			// Caught up: lag 0 switches a chain in backlog to real-time; then a last checkpoint.
-			if d.task.Observe(testTopic, 0, 0) && d.checkpoint(false) {
-				continue
-			}
-			if d.checkpoint(false) {
-				continue
-			}
-			break
-		}
-		end := min(d.pos+1+d.rng.IntN(d.maxBatch), len(d.input))
-		if d.task.Observe(testTopic, d.lag(d, end), 0) {
-			d.switchTo++
-			if d.checkpoint(true) {
-				continue // the batch was fetched before the rewind: drop it
-			}
-		}
-		if err := d.task.Process(testTopic, d.input[d.pos:end]); err != nil {
-			d.t.Fatalf("Process: %v", err)
-		}
-		d.processed += end - d.pos
-		d.pos = end
-		if d.task.NeedsCheckpoint() || d.rng.Float64() < d.pCkpt {
-			d.checkpoint(true)
-		}
+	d.steps = 0
+	for !d.step() {
 	}
 	if d.task.NeedsCheckpoint() {
 		d.t.Fatalf("task still needs a checkpoint after the final one")
 	}
+}
+
+// step feeds one batch (after the attribute records in it are read, as the engine does) and
+// may checkpoint, or once the input is all fed, checkpoints; it reports whether everything is
+// fed and committed. A driver whose input grows (a reader of another task's outputs) steps
+// while it has input to feed, then runs; its offset starts at -1.
+func (d *driver) step() (done bool) {
+	d.t.Helper()
+	d.steps++
+	if d.steps > 100*len(d.input)+1000 {
+		d.t.Fatalf("driver does not make progress (pos %d of %d, committed %d, %d commits, %d aborts, %d switches, status %+v)", d.pos, len(d.input), d.offset, d.commits, d.aborts, d.switchTo, d.task.Status())
+	}
+	if d.pos == len(d.input) {
+		// Caught up: lag 0 switches a chain in backlog to real-time; then a last checkpoint.
+		if d.task.Observe(d.top(), 0, 0) && d.checkpoint(false) {
+			return false
+		}
+		return !d.checkpoint(false)
+	}
+	end := min(d.pos+1+d.rng.IntN(d.maxBatch), len(d.input))
+	d.task.ReadAttributes(d.top(), d.input[d.pos:end])
+	if d.task.Observe(d.top(), d.lag(d, end), 0) {
+		d.switchTo++
+		if d.checkpoint(true) {
+			return false // the batch was fetched before the rewind: drop it
+		}
+	}
+	if err := d.task.Process(d.top(), d.input[d.pos:end]); err != nil {
+		d.t.Fatalf("Process: %v", err)
+	}
+	d.processed += end - d.pos
+	d.pos = end
+	if d.task.NeedsCheckpoint() || d.rng.Float64() < d.pCkpt {
+		d.checkpoint(true)
+	}
+	return false
 }
 
 // end tells the task its input ended (a bounded run) and checkpoints until it has nothing left
@@ -269,7 +295,7 @@ func (d *driver) end() {
 		if guard > 100 {
 			d.t.Fatalf("driver: the end of input does not settle")
 		}
-		if err := d.task.EndInput(testTopic); err != nil {
+		if err := d.task.EndInput(d.top()); err != nil {
 			d.t.Fatalf("EndInput: %v", err)
 		}
 		if d.checkpoint(false) {

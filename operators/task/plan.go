@@ -49,6 +49,12 @@ type ChainPlan struct {
 	Rekey      string           // the group_by field path the records are re-keyed by ("" = none); SinkTopic is then the repartition topic
 	RekeyFor   string           // with Rekey: the aggregate the records are re-keyed for
 	Output     bool             // Agg's results go to its output topic (SinkTopic), which later operators read
+	// TimedOutput: with Output, Agg's results are the finals of epoch-aligned windows; each
+	// carries its window's end - 1 as record timestamp, and the chain announces its output
+	// watermark in the output topic (attributes.go). TimedInput: the chain reads such results;
+	// its watermark is the smallest of its writers' announced ones, not its records' times
+	// minus max_delay.
+	TimedOutput, TimedInput bool
 	// Fork: an earlier chain reads the same source and SharedStages first stages too (several
 	// operators read one input): that chain dead-letters their bad records and writes their
 	// taps, this one skips them. Each chain's progress is committed with the offsets.
@@ -96,18 +102,36 @@ func repartitionSource(cfg *configs.Config, op string, orig configs.Source) conf
 }
 
 // outputSource is the source of the chain that reads keyed operator op's output topic: JSON
-// records whose key is the operator's key and whose timestamp is when they were emitted.
+// records whose key is the operator's key and whose timestamp is when they were emitted, or for
+// the finals of windows their window's end - 1 (timedResults).
 func outputSource(cfg *configs.Config, op string) configs.Source {
 	return configs.Source{Topic: cfg.OutputTopic(op), Format: "json"}
 }
 
+// timedResults reports whether keyed operator op's results carry an event time: the finals of
+// its tumbling or hopping windows (emit: final), each at its window's end - 1, with the output
+// watermark its writers announce (attributes.go).
+func timedResults(op *configs.Operator) bool {
+	var w *configs.Window
+	var emit string
+	switch {
+	case op.Aggregate != nil:
+		w, emit = op.Aggregate.Window, op.Aggregate.Emit
+	case op.Cogroup != nil:
+		w, emit = op.Cogroup.Window, op.Cogroup.Emit
+	}
+	k := w.Kind()
+	return (k == "tumbling" || k == "hopping") && emit == configs.EmitFinal
+}
+
 // checkReadsResults checks keyed operator op (operators[i]), which reads the results of keyed
-// operator up: they are facts (finals of windows, join pairs), each emitted once, and op is
-// not an event-time operator (the results carry the time they were emitted, not an event time).
+// operator up: they are facts (finals of windows, join pairs), each emitted once, and if op is
+// an event-time window, they are the finals of tumbling or hopping windows, which carry an
+// event time (timedResults).
 func checkReadsResults(i int, op configs.Operator, up *configs.Operator) error {
 	key := fmt.Sprintf("operators[%d].%s", i, opKind(op))
 	if op.Join != nil {
-		return &configs.Error{Key: key, Msg: fmt.Sprintf("a join over the results of keyed operator %q is not supported yet; an aggregate or a cogroup without a window can read them", up.Name)}
+		return &configs.Error{Key: key, Msg: fmt.Sprintf("a join over the results of keyed operator %q is not supported yet; an aggregate or a cogroup can read them", up.Name)}
 	}
 	var w *configs.Window
 	if op.Aggregate != nil {
@@ -115,8 +139,8 @@ func checkReadsResults(i int, op configs.Operator, up *configs.Operator) error {
 	} else if op.Cogroup != nil {
 		w = op.Cogroup.Window
 	}
-	if w != nil {
-		return &configs.Error{Key: key + ".window", Msg: fmt.Sprintf("event-time windows over the results of keyed operator %q are not supported yet (its results carry the time they were emitted, not an event time); leave the window out", up.Name)}
+	if w != nil && !timedResults(up) {
+		return &configs.Error{Key: key + ".window", Msg: fmt.Sprintf("event-time windows over the results of keyed operator %q need the finals of its tumbling or hopping windows (emit: final), which carry their window's end as event time; its results carry the time they were emitted; leave the window out", up.Name)}
 	}
 	var emit string
 	switch {
@@ -203,7 +227,7 @@ func NewPlan(cfg *configs.Config) (*Plan, error) {
 	}
 	for si := 0; si < len(starts); si++ {
 		st := starts[si]
-		c := ChainPlan{SourceName: st.name, Source: st.src}
+		c := ChainPlan{SourceName: st.name, Source: st.src, TimedInput: st.upstream != nil && timedResults(st.upstream)}
 		if st.tap != nil {
 			c.Taps = append(c.Taps, *st.tap)
 		}
@@ -280,6 +304,7 @@ func NewPlan(cfg *configs.Config) (*Plan, error) {
 					}
 					if more {
 						c.SinkTopic, c.Output = cfg.OutputTopic(op.Name), true
+						c.TimedOutput = timedResults(&op)
 					}
 					break
 				}
@@ -525,19 +550,25 @@ func (p *Plan) Describe(w io.Writer) {
 			}
 			fmt.Fprintf(w, "  -> %s %s [%s] emit=%s attributes{InternalSorter:%v OutputOnlyAtEnd:%v OutputOnCheckpoint:%v}\n",
 				kind, c.Agg.Name, strings.Join(specs, " "), orDefault(c.Agg.Aggregate.Emit, "updates"), a.InternalSorter, a.OutputOnlyAtEnd, a.OutputOnCheckpoint)
+			wmIs := fmt.Sprintf("max event time - %v", c.Source.Watermark.MaxDelay)
+			if c.TimedInput {
+				wmIs = "the smallest of the watermarks its writers announce (results at their window's end - 1 are never late)"
+			}
 			if sw := c.Agg.Aggregate.Window; sw.Kind() == "session" && c.Cogroup != nil {
-				fmt.Fprintf(w, "     window session gap %v grace %v over the records of every input (a keyed operator: backlog replays each key's records of all inputs in arrival order); this input's watermark = max event time - %v, the operator's the smallest of its inputs' (it closes sessions); timers: one per key, in Pebble; a record late by its own input's watermark -> dead letters\n",
-					sw.Session, sw.Grace, c.Source.Watermark.MaxDelay)
+				fmt.Fprintf(w, "     window session gap %v grace %v over the records of every input (a keyed operator: backlog replays each key's records of all inputs in arrival order); this input's watermark = %s, the operator's the smallest of its inputs' (it closes sessions); timers: one per key, in Pebble; a record late by its own input's watermark -> dead letters\n",
+					sw.Session, sw.Grace, wmIs)
 			} else if sw.Kind() == "session" {
-				fmt.Fprintf(w, "     window session gap %v grace %v (a keyed operator: backlog replays each key's records in arrival order); watermark = max event time - %v; timers: one per key, in Pebble; late records -> dead letters\n",
-					sw.Session, sw.Grace, c.Source.Watermark.MaxDelay)
+				fmt.Fprintf(w, "     window session gap %v grace %v (a keyed operator: backlog replays each key's records in arrival order); watermark = %s; timers: one per key, in Pebble; late records -> dead letters\n",
+					sw.Session, sw.Grace, wmIs)
 			}
 			if win, _ := operators.NewWindows(c.Agg.Aggregate.Window); win != nil {
-				fmt.Fprintf(w, "     window %s; watermark = max event time - %v; timers: one per open (key, window) at end+grace, in Pebble; late records -> dead letters\n",
-					win, c.Source.Watermark.MaxDelay)
+				fmt.Fprintf(w, "     window %s; watermark = %s; timers: one per open (key, window) at end+grace, in Pebble; late records -> dead letters\n",
+					win, wmIs)
 			}
 		}
-		if c.Output {
+		if c.Output && c.TimedOutput {
+			fmt.Fprintf(w, "  -> output topic %s (results, in the transaction of the checkpoint that emits them, each final at its window's end - 1; after them the task announces its output watermark, its watermark - grace; later operators read them)\n", c.SinkTopic)
+		} else if c.Output {
 			fmt.Fprintf(w, "  -> output topic %s (results, in the transaction of the checkpoint that emits them; later operators read them)\n", c.SinkTopic)
 		} else if c.SinkTopic != "" && c.Rekey == "" {
 			if sk := cfg.Sinks[c.Sink]; sk.Format == configs.FormatAvro {
@@ -566,7 +597,11 @@ func (p *Plan) Describe(w io.Writer) {
 			if c.Output {
 				kind = "results of " + c.Agg.Name
 			}
-			fmt.Fprintf(w, "  %s (%s, partitions = %s's; committed records purged; its writers announce their backlog mode in it)\n", c.SinkTopic, kind, p.Repartitions()[c.SinkTopic])
+			says := "their backlog mode"
+			if c.TimedOutput {
+				says = "their backlog mode and output watermark"
+			}
+			fmt.Fprintf(w, "  %s (%s, partitions = %s's; committed records purged; its writers announce %s in it)\n", c.SinkTopic, kind, p.Repartitions()[c.SinkTopic], says)
 		}
 	}
 	fmt.Fprintf(w, "  %s (dead letters)\n", cfg.DLQTopic())

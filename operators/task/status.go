@@ -43,6 +43,11 @@ type ChainStatus struct {
 	// last ("backlog" or "real-time"; absent before its first).
 	UpstreamBacklog []string `json:"upstream_backlog,omitempty"`
 	Announced       string   `json:"announced,omitempty"`
+	// Event time across an internal topic: a chain reading timed results lists its writers'
+	// watermarks, by writer partition (null: not announced yet; its watermark is their
+	// smallest); a chain writing them, the output watermark it announced last.
+	WriterWatermarksMs   []*int64 `json:"writer_watermarks_ms,omitempty"`
+	AnnouncedWatermarkMs *int64   `json:"announced_watermark_ms,omitempty"`
 }
 
 // BacklogStatus is the progress of a chain in backlog mode.
@@ -105,6 +110,17 @@ func (t *Task) publish() {
 			cs.UpstreamBacklog = append(cs.UpstreamBacklog, w)
 		}
 		slices.Sort(cs.UpstreamBacklog)
+		for _, wm := range c.writerWM {
+			var p *int64
+			if wm != math.MinInt64 {
+				p = &wm
+			}
+			cs.WriterWatermarksMs = append(cs.WriterWatermarksMs, p)
+		}
+		if c.wmSaid != math.MinInt64 {
+			wm := c.wmSaid
+			cs.AnnouncedWatermarkMs = &wm
+		}
 		switch c.said {
 		case saidBacklog:
 			cs.Announced = "backlog"

@@ -104,8 +104,12 @@ type chain struct {
 	internalParts       int32
 	wdet                *backlog.Detector
 	said, saidCommitted int8
-	upstream            map[string]struct{}
-	batchUp             bool // the batch about to run holds records written in backlog (ReadAttributes)
+	// Event time across an internal topic (TimedOutput, TimedInput): the output watermark a
+	// writer announced (wmSaid), and a reader's writers' latest ones, by writer partition.
+	wmSaid, wmSaidCommitted     int64
+	writerWM, writerWMCommitted []int64
+	upstream                    map[string]struct{}
+	batchUp                     bool // the batch about to run holds records written in backlog (ReadAttributes)
 
 	// inputEnded: the chain's input ended (bounded run, EndInput); the operator's ended follows
 	// once every input of it has.
@@ -286,8 +290,16 @@ func NewGroup(plan *Plan, topics []string, partition int32, d Deps) (*Task, erro
 		if ops.agg != nil {
 			c.det = backlog.NewDetector(detOpts)
 		}
+		c.wmSaid, c.wmSaidCommitted = math.MinInt64, math.MinInt64
 		if _, ok := internal[cp.Source.Topic]; ok {
 			c.upstream = map[string]struct{}{}
+			if cp.TimedInput {
+				c.writerWM = make([]int64, d.InternalPartitions[cp.Source.Topic])
+				for i := range c.writerWM {
+					c.writerWM[i] = math.MinInt64
+				}
+				c.writerWMCommitted = slices.Clone(c.writerWM)
+			}
 		}
 		if _, ok := internal[cp.SinkTopic]; ok && cp.Rekey != "" {
 			c.internalParts = d.InternalPartitions[cp.SinkTopic]
@@ -444,6 +456,7 @@ func (t *Task) observe(c *chain, lag int64, timeLag time.Duration) (needCheckpoi
 	case changed && !attr.Backlog:
 		if c.buffered() == 0 && !c.hasPending {
 			t.leaveBacklog(c, 0)
+			needCheckpoint = c.timed() // it fires the timers its watermark reached (Checkpoint)
 		} else {
 			needCheckpoint = true // the checkpoint folds the sorted backlog, then streams
 		}
@@ -470,6 +483,7 @@ func (t *Task) observeShared(c *chain, lag int64, timeLag time.Duration) (needCh
 	case !want && c.inBack:
 		if c.buffered() == 0 && !c.hasPending {
 			t.leaveBacklog(c, 0)
+			needCheckpoint = c.timed() // it fires the timers its watermark reached (Checkpoint)
 		} else {
 			needCheckpoint = true // the checkpoint folds the sorted backlog, then streams
 		}
@@ -548,7 +562,7 @@ func (t *Task) processChain(c *chain, recs []*kgo.Record, now time.Time) error {
 			continue // done already (a branch ahead of another chain on its topic: SetProgress, Aborted)
 		}
 		c.next = kr.Offset + 1
-		if c.attribute(kr) {
+		if c.attribute(kr, now) {
 			continue // a writer's mode (attributes.go), not data
 		}
 		c.recordsIn++

@@ -120,8 +120,8 @@ func (t *Task) lateRecord(c *chain, kr *kgo.Record) {
 
 // observeTime advances a windowed chain's watermark with the event time of a decoded record.
 func (c *chain) observeTime(ts int64, now time.Time) {
-	if !c.timed() || c.ended {
-		return
+	if !c.timed() || c.ended || c.writerWM != nil {
+		return // a reader of timed results takes its writers' watermarks (attributes.go)
 	}
 	w := ts - c.maxDelay
 	if w > ts { // underflow
@@ -224,6 +224,16 @@ func (t *Task) fireTimers(c *chain) error {
 	return nil
 }
 
+// windowResult gives r, the result of the window starting at start, its event time when later
+// operators read it by event time (ChainPlan.TimedOutput): the window's end - 1, its last
+// instant, which no final of a window still open at the announced output watermark precedes.
+func (c *chain) windowResult(r *kgo.Record, start int64) *kgo.Record {
+	if c.plan.TimedOutput {
+		r.Timestamp = time.UnixMilli(start + c.win.Size - 1)
+	}
+	return r
+}
+
 // closedAt records that a window closing at at closed; after the end of input, the latest such
 // close is the watermark committed (see checkpointWatermark).
 func (c *chain) closedAt(at int64) {
@@ -268,7 +278,7 @@ func (t *Task) flushWindows(c *chain, p Producer, pd *Pending) error {
 		at := c.win.Close(start)
 		if c.plan.SinkTopic != "" && (e.closing && final || !final && e.updated) {
 			v := agg.RenderWindow(gk, start, start+c.win.Size, e.state, nil)
-			p.Produce(&kgo.Record{Topic: c.plan.SinkTopic, Key: gk, Value: v, Partition: -1}, pd.promise)
+			p.Produce(c.windowResult(&kgo.Record{Topic: c.plan.SinkTopic, Key: gk, Value: v, Partition: -1}, start), pd.promise)
 			c.recordsOut++
 			pd.records++
 			out++
@@ -330,6 +340,15 @@ func (t *Task) checkpointWatermark(c *chain, p Producer, pd *Pending) error {
 		// input has no progress to make.
 		return nil
 	}
+	for i, wm := range c.writerWM {
+		// A reader of timed results commits each writer's watermark with its offset.
+		if wm != c.writerWMCommitted[i] {
+			if err := t.writeWatermark(c, writerWatermarkKey(c.input, i), wm, p, pd); err != nil {
+				return err
+			}
+			pd.writerWM[c] = slices.Clone(c.writerWM)
+		}
+	}
 	if len(c.chains) > 1 && c.iwm != c.iwmCommitted {
 		// An operator of several inputs commits each input's watermark with its offset.
 		if err := t.writeWatermark(c, inputWatermarkKey(c.input), c.iwm, p, pd); err != nil {
@@ -388,6 +407,16 @@ func (t *Task) restoreWindows(c *chain) error {
 		}
 		c.iwmCommitted = c.iwm
 	}
+	for i := range c.writerWM {
+		if c.writerWM[i], err = t.storedWatermark(c, writerWatermarkKey(c.input, i)); err != nil {
+			return err
+		}
+	}
+	if c.writerWM != nil {
+		copy(c.writerWMCommitted, c.writerWM)
+		c.iwm = minWriter(c.writerWM)
+		c.iwmCommitted = c.iwm
+	}
 	if !c.primary {
 		return nil // the operator's timers are the primary chain's to rebuild
 	}
@@ -413,6 +442,12 @@ func (t *Task) storedWatermark(c *chain, key []byte) (int64, error) {
 		return 0, fmt.Errorf("task %d: %s: stored watermark %q is %d bytes, want 8", t.partition, c.plan.Agg.Name, key, len(v))
 	}
 	return int64(binary.BigEndian.Uint64(v)), nil
+}
+
+// writerWatermarkKey is the key of the watermark writer w announced to input i (a reader of timed
+// results), beside the operator's, in the store and the changelog.
+func writerWatermarkKey(i, w int) []byte {
+	return fmt.Appendf(nil, "%s/%d/%d", changelog.WatermarkKey, i, w)
 }
 
 // inputWatermarkKey is the key of input i's watermark, beside the operator's (WatermarkKey), in
@@ -486,7 +521,7 @@ func (t *Task) sweepTimers(c *chain, wm int64, closed map[string]struct{}, p Pro
 		gk, start, _ := operators.SplitWindowKey(wk)
 		if final && c.plan.SinkTopic != "" {
 			r := agg.RenderWindow(gk, start, start+c.win.Size, v, nil)
-			p.Produce(&kgo.Record{Topic: c.plan.SinkTopic, Key: append([]byte(nil), gk...), Value: r, Partition: -1}, pd.promise)
+			p.Produce(c.windowResult(&kgo.Record{Topic: c.plan.SinkTopic, Key: append([]byte(nil), gk...), Value: r, Partition: -1}, start), pd.promise)
 			c.recordsOut++
 			pd.records++
 			out++

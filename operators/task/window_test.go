@@ -410,13 +410,19 @@ func TestWindowTimersSurviveRestart(t *testing.T) {
 // changelog.Restorer does: the latest value per key, tombstones delete, the watermark record
 // goes to its namespace, the offset after the last record is stored.
 func replayChangelog(t *testing.T, prod *fakeProducer) state.Store {
+	return replayChangelogOf(t, prod, testOp)
+}
+
+// replayChangelogOf is replayChangelog for operator op (partition 0): each watermark record
+// under its own key (the operator's, an input's, a writer's).
+func replayChangelogOf(t *testing.T, prod *fakeProducer, op string) state.Store {
 	t.Helper()
 	st := state.NewMem()
-	ns := state.Namespace{Operator: testOp, Partition: 0}
+	ns := state.Namespace{Operator: op, Partition: 0}
 	b := st.NewBatch()
 	defer b.Close()
 	next := int64(0)
-	for _, r := range prod.committed(testGroup + "-" + testOp + "-changelog") {
+	for _, r := range prod.committed(testGroup + "-" + op + "-changelog") {
 		next = r.Offset + 1
 		wm := false
 		for _, h := range r.Headers {
@@ -425,7 +431,7 @@ func replayChangelog(t *testing.T, prod *fakeProducer) state.Store {
 		var err error
 		switch {
 		case wm:
-			err = b.Set(changelog.WatermarkNamespace(ns), changelog.WatermarkKey, r.Value)
+			err = b.Set(changelog.WatermarkNamespace(ns), r.Key, r.Value)
 		case r.Value == nil:
 			err = b.Delete(ns, r.Key)
 		default:
