@@ -44,7 +44,8 @@ func PendingNamespace(ns state.Namespace) state.Namespace {
 }
 
 // WatermarkHeader marks the changelog record that carries a windowed operator's watermark
-// (8 bytes, big-endian, the event time in ms) as of the input offset committed with it; its key is
+// (8 bytes, big-endian, the event time in ms; a writer's mark may add a ninth byte, its
+// idleness) as of the input offset committed with it; its key is
 // WatermarkKey, shorter than any window key, so compaction keeps it apart from the states. A
 // restore stores it under WatermarkNamespace, so that a task restored anywhere decides lateness
 // exactly as the task before it would have.
@@ -319,13 +320,13 @@ func (r *Restorer) Restore(ctx context.Context, topic string, ns state.Namespace
 }
 
 // apply decodes one changelog record of ns (not a transaction marker) into b: a watermark
-// record (WatermarkHeader, 8 bytes), or a key's state (checked against the layout fingerprint fp
+// record (WatermarkHeader, 8 bytes, or 9 for a writer's mark), or a key's state (checked against the layout fingerprint fp
 // and the Valid hook; nil value: deleted), its pending mark set or cleared (PendingHeader;
 // *marks: the pending namespace may hold keys). A record that does not decode is an error
 // wrapping ErrLayout; nothing of it is applied.
 func (r *Restorer) apply(b state.Batch, rec *kgo.Record, ns state.Namespace, fp, layout string, marks *bool) error {
 	if hasHeader(rec, WatermarkHeader) {
-		if len(rec.Value) != 8 || !IsWatermarkKey(rec.Key) {
+		if !IsWatermarkKey(rec.Key) || len(rec.Value) != 8 && !(len(rec.Value) == 9 && bytes.Count(rec.Key, []byte{'/'}) == 2) {
 			return invalidWatermark(rec, ns)
 		}
 		return b.Set(WatermarkNamespace(ns), rec.Key, rec.Value) // WatermarkKey, or an input's (wm/<i>)

@@ -38,7 +38,9 @@ import (
 // still open then ends after it, so no later final of the writer lies before it. A reader's
 // watermark is the smallest of its writers' latest announcements (MinInt64 until each has
 // spoken), so no writer's final is late there, whatever the order in which the writers' records
-// interleave; the reader commits each writer's watermark with its offset (window.go).
+// interleave; the reader commits each writer's watermark with its offset (window.go). A writer
+// whose inputs are idle (watermark.idle_after) announces "idle" instead, once; the reader leaves
+// it out of the smallest until it announces a watermark again.
 
 // Headers of an attribute record.
 const (
@@ -104,7 +106,7 @@ func (t *Task) announceMode(c *chain, backlog bool, promise func(*kgo.Record, er
 // in real time, or in the checkpoint of the switch that ends a backlog. It reports how many
 // records it produced.
 func (t *Task) announceWatermark(c *chain, pd *Pending) int {
-	if !c.plan.TimedOutput || c.internalParts <= 0 || !c.primary || c.wm == math.MinInt64 {
+	if !c.plan.TimedOutput || c.internalParts <= 0 || !c.primary {
 		return 0
 	}
 	if !foldedIn(pd, c) || pd.silent[c] { // not the switch: a backlog's windows are out only then
@@ -117,6 +119,20 @@ func (t *Task) announceWatermark(c *chain, pd *Pending) int {
 			}
 		}
 	}
+	if c.idleAfter > 0 && !c.ended {
+		now := t.d.Clock()
+		idle := true
+		for _, o := range c.chains {
+			idle = idle && o.idle(now)
+		}
+		if idle {
+			if c.idleSaid {
+				return 0
+			}
+			c.idleSaid = true
+			return t.announceMark(c, []byte(idleMark), pd)
+		}
+	}
 	wm := c.wm
 	if c.ended {
 		// The end of input closed every window: announce the watermark it commits (the latest
@@ -127,11 +143,19 @@ func (t *Task) announceWatermark(c *chain, pd *Pending) int {
 	if out > wm { // underflow
 		out = math.MinInt64
 	}
-	if out <= c.wmSaid {
+	if out <= c.wmSaid && !c.idleSaid {
 		return 0
 	}
-	c.wmSaid = out
-	v := strconv.AppendInt(nil, out, 10)
+	c.wmSaid, c.idleSaid = max(c.wmSaid, out), false
+	return t.announceMark(c, strconv.AppendInt(nil, out, 10), pd)
+}
+
+// idleMark is the value of HeaderWatermark of a writer whose inputs are idle.
+const idleMark = "idle"
+
+// announceMark writes the HeaderWatermark value v of the writer c to every partition of its
+// output topic, in pd's transaction.
+func (t *Task) announceMark(c *chain, v []byte, pd *Pending) int {
 	w := []byte(strconv.Itoa(int(t.partition)))
 	for p := range c.internalParts {
 		t.d.Producer.Produce(&kgo.Record{Topic: c.plan.SinkTopic, Partition: p, Headers: []kgo.RecordHeader{
@@ -194,22 +218,47 @@ func (c *chain) attribute(kr *kgo.Record, now time.Time) bool {
 	} else if b != nil {
 		delete(c.upstream, w)
 	}
-	if v := recordHeader(kr, HeaderWatermark); v != nil && c.writerWM != nil {
-		i, err1 := strconv.Atoi(w)
-		wm, err2 := strconv.ParseInt(string(v), 10, 64)
-		if err1 == nil && err2 == nil && i >= 0 && i < len(c.writerWM) && wm > c.writerWM[i] {
-			c.writerWM[i] = wm
+	i, err := strconv.Atoi(w)
+	v := recordHeader(kr, HeaderWatermark)
+	if v == nil || c.writers == nil || err != nil || i < 0 || i >= len(c.writers) {
+		return true
+	}
+	m := &c.writers[i]
+	if string(v) == idleMark {
+		if !m.idle {
+			m.idle = true
 			c.syncWriters(now)
 		}
+		return true
+	}
+	if wm, err := strconv.ParseInt(string(v), 10, 64); err == nil && (m.idle || wm > m.wm) {
+		m.wm, m.idle = max(m.wm, wm), false
+		c.syncWriters(now)
 	}
 	return true
 }
 
-// minWriter returns the smallest of the writers' watermarks.
-func minWriter(wms []int64) int64 {
-	m := int64(math.MaxInt64)
-	for _, wm := range wms {
-		m = min(m, wm)
+// writerMark is what a reader of timed results knows of one writer: the output watermark it
+// announced last, and whether it said its inputs are idle since.
+type writerMark struct {
+	wm   int64
+	idle bool
+}
+
+// minWriter returns the smallest of the watermarks of the writers that are not idle; if every
+// writer is idle, the largest (as syncWatermark does for the inputs of an operator).
+func minWriter(ws []writerMark) int64 {
+	m, hi, active := int64(math.MaxInt64), int64(math.MinInt64), 0
+	for _, w := range ws {
+		hi = max(hi, w.wm)
+		if w.idle {
+			continue
+		}
+		active++
+		m = min(m, w.wm)
+	}
+	if active == 0 {
+		return hi
 	}
 	return m
 }
@@ -217,7 +266,7 @@ func minWriter(wms []int64) int64 {
 // syncWriters sets the reader c's input watermark to the smallest of its writers' and moves the
 // operator's (never back).
 func (c *chain) syncWriters(now time.Time) {
-	if m := minWriter(c.writerWM); m > c.iwm {
+	if m := minWriter(c.writers); m > c.iwm {
 		c.iwm = m
 	}
 	if c.timed() && !c.ended {

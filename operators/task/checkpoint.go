@@ -39,12 +39,12 @@ type Pending struct {
 
 	batch    state.Batch
 	loaders  map[state.Namespace]state.Loader
-	flushed  []*chain           // chains whose dirty cache entries were written
-	folded   []*chain           // chains that folded their sorted backlog
-	silent   map[*chain]bool    // folds of a backlog checkpoint: no outputs, the chain stays in backlog
-	wm       map[*chain]int64   // windowed operators' watermarks written with their offsets (by primary chain)
-	iwm      map[*chain]int64   // operators of several inputs: each input's watermark written
-	writerWM map[*chain][]int64 // readers of timed results: their writers' watermarks written
+	flushed  []*chain                // chains whose dirty cache entries were written
+	folded   []*chain                // chains that folded their sorted backlog
+	silent   map[*chain]bool         // folds of a backlog checkpoint: no outputs, the chain stays in backlog
+	wm       map[*chain]int64        // windowed operators' watermarks written with their offsets (by primary chain)
+	iwm      map[*chain]int64        // operators of several inputs: each input's watermark written
+	writers  map[*chain][]writerMark // readers of timed results: their writers' marks written
 	keys     map[*chain]int64
 	tables   map[*table]int64 // tables whose offset this checkpoint commits
 	progress map[*chain]int64 // each chain's progress: the offset before which it has done everything
@@ -246,7 +246,7 @@ func newPending() *Pending {
 		silent:   map[*chain]bool{},
 		wm:       map[*chain]int64{},
 		iwm:      map[*chain]int64{},
-		writerWM: map[*chain][]int64{},
+		writers:  map[*chain][]writerMark{},
 	}
 }
 
@@ -706,8 +706,8 @@ func (t *Task) Committed(pd *Pending) (err error) {
 	for c, wm := range pd.iwm {
 		c.iwmCommitted = wm
 	}
-	for c, wms := range pd.writerWM {
-		copy(c.writerWMCommitted, wms)
+	for c, ws := range pd.writers {
+		copy(c.writersCommitted, ws)
 	}
 	for _, c := range pd.flushed {
 		if c.win != nil {
@@ -760,7 +760,7 @@ func (t *Task) Committed(pd *Pending) (err error) {
 	}
 	for _, c := range t.chains {
 		c.saidCommitted = c.said
-		c.wmSaidCommitted = c.wmSaid
+		c.wmSaidCommitted, c.idleSaidCommitted = c.wmSaid, c.idleSaid
 	}
 	for tb, next := range pd.tables {
 		tb.committed = max(tb.committed, next)
@@ -791,7 +791,7 @@ func (t *Task) Aborted(pd *Pending) map[string]int64 {
 		for _, c := range t.chains {
 			seekMin(seek, c.plan.Source.Topic, c.next)
 			c.said = c.saidCommitted // an announcement of the idle phase was in it: repeat it
-			c.wmSaid = c.wmSaidCommitted
+			c.wmSaid, c.idleSaid = c.wmSaidCommitted, c.idleSaidCommitted
 		}
 		for _, tb := range t.tables {
 			if tb.next >= 0 {
@@ -804,7 +804,7 @@ func (t *Task) Aborted(pd *Pending) map[string]int64 {
 	}
 	for _, c := range t.chains {
 		c.said = c.saidCommitted // the aborted announcements: the next observation repeats them
-		c.wmSaid = c.wmSaidCommitted
+		c.wmSaid, c.idleSaid = c.wmSaidCommitted, c.idleSaidCommitted
 		clear(c.cache)
 		clear(c.dirty)
 		c.dirty = c.dirty[:0]
@@ -830,9 +830,9 @@ func (t *Task) Aborted(pd *Pending) map[string]int64 {
 			c.iwm = c.iwmCommitted
 			c.tm.reset()
 		}
-		if c.writerWM != nil {
-			copy(c.writerWM, c.writerWMCommitted)
-			c.iwm = max(c.iwmCommitted, minWriter(c.writerWM))
+		if c.writers != nil {
+			copy(c.writers, c.writersCommitted)
+			c.iwm = max(c.iwmCommitted, minWriter(c.writers))
 		}
 		if c.committed >= 0 {
 			c.next = c.committed

@@ -47,7 +47,9 @@ type ChainStatus struct {
 	// watermarks, by writer partition (null: not announced yet; its watermark is their
 	// smallest); a chain writing them, the output watermark it announced last.
 	WriterWatermarksMs   []*int64 `json:"writer_watermarks_ms,omitempty"`
+	IdleWriters          []int    `json:"idle_writers,omitempty"` // left out of the smallest (watermark.idle_after)
 	AnnouncedWatermarkMs *int64   `json:"announced_watermark_ms,omitempty"`
+	AnnouncedIdle        bool     `json:"announced_idle,omitempty"`
 }
 
 // BacklogStatus is the progress of a chain in backlog mode.
@@ -110,17 +112,22 @@ func (t *Task) publish() {
 			cs.UpstreamBacklog = append(cs.UpstreamBacklog, w)
 		}
 		slices.Sort(cs.UpstreamBacklog)
-		for _, wm := range c.writerWM {
+		for i, m := range c.writers {
 			var p *int64
-			if wm != math.MinInt64 {
+			if m.wm != math.MinInt64 {
+				wm := m.wm
 				p = &wm
 			}
 			cs.WriterWatermarksMs = append(cs.WriterWatermarksMs, p)
+			if m.idle {
+				cs.IdleWriters = append(cs.IdleWriters, i)
+			}
 		}
 		if c.wmSaid != math.MinInt64 {
 			wm := c.wmSaid
 			cs.AnnouncedWatermarkMs = &wm
 		}
+		cs.AnnouncedIdle = c.idleSaid
 		switch c.said {
 		case saidBacklog:
 			cs.Announced = "backlog"

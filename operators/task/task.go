@@ -105,9 +105,11 @@ type chain struct {
 	wdet                *backlog.Detector
 	said, saidCommitted int8
 	// Event time across an internal topic (TimedOutput, TimedInput): the output watermark a
-	// writer announced (wmSaid), and a reader's writers' latest ones, by writer partition.
+	// writer announced (wmSaid) and whether it said idle since, and what a reader knows of its
+	// writers, by writer partition.
 	wmSaid, wmSaidCommitted     int64
-	writerWM, writerWMCommitted []int64
+	idleSaid, idleSaidCommitted bool
+	writers, writersCommitted   []writerMark
 	upstream                    map[string]struct{}
 	batchUp                     bool // the batch about to run holds records written in backlog (ReadAttributes)
 
@@ -294,11 +296,11 @@ func NewGroup(plan *Plan, topics []string, partition int32, d Deps) (*Task, erro
 		if _, ok := internal[cp.Source.Topic]; ok {
 			c.upstream = map[string]struct{}{}
 			if cp.TimedInput {
-				c.writerWM = make([]int64, d.InternalPartitions[cp.Source.Topic])
-				for i := range c.writerWM {
-					c.writerWM[i] = math.MinInt64
+				c.writers = make([]writerMark, d.InternalPartitions[cp.Source.Topic])
+				for i := range c.writers {
+					c.writers[i].wm = math.MinInt64
 				}
-				c.writerWMCommitted = slices.Clone(c.writerWM)
+				c.writersCommitted = slices.Clone(c.writers)
 			}
 		}
 		if _, ok := internal[cp.SinkTopic]; ok && cp.Rekey != "" {

@@ -120,7 +120,7 @@ func (t *Task) lateRecord(c *chain, kr *kgo.Record) {
 
 // observeTime advances a windowed chain's watermark with the event time of a decoded record.
 func (c *chain) observeTime(ts int64, now time.Time) {
-	if !c.timed() || c.ended || c.writerWM != nil {
+	if !c.timed() || c.ended || c.writers != nil {
 		return // a reader of timed results takes its writers' watermarks (attributes.go)
 	}
 	w := ts - c.maxDelay
@@ -340,13 +340,17 @@ func (t *Task) checkpointWatermark(c *chain, p Producer, pd *Pending) error {
 		// input has no progress to make.
 		return nil
 	}
-	for i, wm := range c.writerWM {
-		// A reader of timed results commits each writer's watermark with its offset.
-		if wm != c.writerWMCommitted[i] {
-			if err := t.writeWatermark(c, writerWatermarkKey(c.input, i), wm, p, pd); err != nil {
+	for i, m := range c.writers {
+		// A reader of timed results commits what it knows of each writer with its offset.
+		if m != c.writersCommitted[i] {
+			v := binary.BigEndian.AppendUint64(nil, uint64(m.wm))
+			if m.idle {
+				v = append(v, 1)
+			}
+			if err := t.writeWatermarkValue(c, writerWatermarkKey(c.input, i), v, p, pd); err != nil {
 				return err
 			}
-			pd.writerWM[c] = slices.Clone(c.writerWM)
+			pd.writers[c] = slices.Clone(c.writers)
 		}
 	}
 	if len(c.chains) > 1 && c.iwm != c.iwmCommitted {
@@ -378,7 +382,12 @@ func (t *Task) checkpointWatermark(c *chain, p Producer, pd *Pending) error {
 
 // writeWatermark writes a watermark under key into the changelog and the checkpoint's batch.
 func (t *Task) writeWatermark(c *chain, key []byte, wm int64, p Producer, pd *Pending) error {
-	v := binary.BigEndian.AppendUint64(nil, uint64(wm))
+	return t.writeWatermarkValue(c, key, binary.BigEndian.AppendUint64(nil, uint64(wm)), p, pd)
+}
+
+// writeWatermarkValue is writeWatermark with the value encoded: 8 bytes, big-endian, and for a
+// writer's mark a ninth byte 1 when the writer is idle.
+func (t *Task) writeWatermarkValue(c *chain, key, v []byte, p Producer, pd *Pending) error {
 	p.Produce(&kgo.Record{
 		Topic: c.plan.Changelog, Partition: t.partition, Key: key, Value: v,
 		Headers: []kgo.RecordHeader{{Key: changelog.WatermarkHeader, Value: []byte{}}},
@@ -407,14 +416,22 @@ func (t *Task) restoreWindows(c *chain) error {
 		}
 		c.iwmCommitted = c.iwm
 	}
-	for i := range c.writerWM {
-		if c.writerWM[i], err = t.storedWatermark(c, writerWatermarkKey(c.input, i)); err != nil {
+	for i := range c.writers {
+		v, ok, err := t.d.Store.Get(changelog.WatermarkNamespace(c.ns), writerWatermarkKey(c.input, i), nil)
+		switch {
+		case err != nil:
 			return err
+		case !ok:
+			c.writers[i] = writerMark{wm: math.MinInt64}
+		case len(v) != 8 && !(len(v) == 9 && v[8] == 1):
+			return fmt.Errorf("task %d: %s: stored mark of writer %d is %d bytes, want 8 or 9", t.partition, c.plan.Agg.Name, i, len(v))
+		default:
+			c.writers[i] = writerMark{wm: int64(binary.BigEndian.Uint64(v)), idle: len(v) == 9}
 		}
 	}
-	if c.writerWM != nil {
-		copy(c.writerWMCommitted, c.writerWM)
-		c.iwm = minWriter(c.writerWM)
+	if c.writers != nil {
+		copy(c.writersCommitted, c.writers)
+		c.iwm = minWriter(c.writers)
 		c.iwmCommitted = c.iwm
 	}
 	if !c.primary {
