@@ -36,6 +36,7 @@ const benchBinaryEnv = "SLUICE_BENCH_BINARY"
 type benchOpts struct {
 	workload       string
 	window         time.Duration
+	rollup         time.Duration
 	span           time.Duration
 	records        int64
 	keys           int
@@ -78,6 +79,10 @@ type benchWorkload struct {
 	// operator is the stateful operator whose changelog topic ("<group>-<operator>-changelog")
 	// a run writes, or "" for a stateless chain.
 	operator string
+	// results names an operator whose results a later one reads through its output topic
+	// ("<group>-<results>-output", with its own changelog): a run is done once the group has
+	// also consumed that topic to its end. "" for a pipeline of one stage.
+	results string
 	// pipeline returns the tables, sources, operators and sinks of a child's config, given the
 	// topic of each role.
 	pipeline func(topics map[string]string, sink string) string
@@ -98,6 +103,7 @@ const (
 	benchWindows = "windows"
 	benchJoin    = "join"
 	benchCogroup = "cogroup"
+	benchRollup  = "rollup"
 )
 
 // Roles of bench's input topics; each role's topic is named after it (benchTopics).
@@ -130,6 +136,11 @@ const (
 // and each run must write every order exactly once with its customer's row
 // (workload.VerifyJoined). The chain is stateless: backlog mode has nothing to fold, so never
 // and auto should take about the same time.
+//
+// rollup: windows over windows, the windows workload's totals per customer and window of
+// o.window rolled up into windows of o.rollup (workload.RollupPipeline), closed the same way
+// (the closers' event time is the end of the last rollup window); each run must write one final
+// per (customer, rollup window), equal to the totals computed from the generator.
 //
 // cogroup: orders and refunds (two specs of o.records records over the same customers and
 // partitions, seeds 1 and 2) co-grouped per customer into a balance: the sum and count of each
@@ -205,26 +216,36 @@ func newBenchWorkload(o benchOpts) benchWorkload {
 		}
 	}
 	spec.Span = o.span
+	closing, header, results := o.window, fmt.Sprintf(" workload=%s window=%v span=%v", o.workload, o.window, o.span), ""
+	pipeline := func(t map[string]string, sink string) string {
+		return workload.WindowedPipeline(t[roleOrders], sink, o.window)
+	}
+	if o.workload == benchRollup {
+		closing, results = o.rollup, workload.RollupOperator
+		header = fmt.Sprintf(" workload=rollup window=%v rollup=%v span=%v", o.window, o.rollup, o.span)
+		pipeline = func(t map[string]string, sink string) string {
+			return workload.RollupPipeline(t[roleOrders], sink, o.window, o.rollup)
+		}
+	}
 	return benchWorkload{
-		header:   fmt.Sprintf(" workload=%s window=%v span=%v", o.workload, o.window, o.span),
+		header:   header,
 		streams:  []string{roleOrders},
 		records:  spec.Records,
 		operator: workload.PipelineOperator,
-		pipeline: func(t map[string]string, sink string) string {
-			return workload.WindowedPipeline(t[roleOrders], sink, o.window)
-		},
+		results:  results,
+		pipeline: pipeline,
 		prefill: func(ctx context.Context, cl *kgo.Client, t map[string]string) (map[string]int64, error) {
 			if err := workload.Produce(ctx, cl, t[roleOrders], spec); err != nil {
 				return nil, err
 			}
-			size := o.window.Milliseconds()
+			size := closing.Milliseconds()
 			closeAt := workload.WindowStart(spec.MaxTS(), size) + size // the last window's end + grace 0
 			n := map[string]int64{roleOrders: spec.Records + int64(spec.Partitions)}
 			return n, workload.ProduceClosers(ctx, cl, t[roleOrders], spec, closeAt)
 		},
-		want: func() map[string]workload.Total { return spec.ExpectedWindows(o.window) },
+		want: func() map[string]workload.Total { return spec.ExpectedWindows(closing) },
 		read: func(ctx context.Context, brokers []string, sink string) (map[string]workload.Total, string, []string, error) {
-			g, problems, err := workload.ReadWindows(ctx, brokers, sink, "amount", "orders", o.window)
+			g, problems, err := workload.ReadWindows(ctx, brokers, sink, "amount", "orders", closing)
 			return g, fmt.Sprintf(" windows=%d", len(g)), problems, err
 		},
 	}
@@ -255,9 +276,11 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 	o := benchOpts{sortMemory: 256 * configs.MiB}
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.StringVar(&o.workload, "workload", benchOrders, "orders (a total per customer), windows (a total per customer and tumbling window, emit: final), "+
+		"rollup (windows over windows: those totals rolled up into windows of --rollup), "+
 		"join (the orders joined with a customers table of --keys rows produced after them) or cogroup (orders and refunds, --records each, co-grouped per customer)")
-	fs.DurationVar(&o.window, "window", time.Hour, "--workload windows: the tumbling window size")
-	fs.DurationVar(&o.span, "span", 2*time.Hour, "--workload windows: the event time the orders span, evenly")
+	fs.DurationVar(&o.window, "window", time.Hour, "--workload windows, rollup: the tumbling window size (of the first stage)")
+	fs.DurationVar(&o.rollup, "rollup", 2*time.Hour, "--workload rollup: the tumbling window size of the second stage, a multiple of --window")
+	fs.DurationVar(&o.span, "span", 2*time.Hour, "--workload windows, rollup: the event time the orders span, evenly")
 	fs.Int64Var(&o.records, "records", 2_000_000, fmt.Sprintf("orders in the backlog (--workload join: %d unless given; cogroup: and as many refunds)", benchJoinRecords))
 	fs.IntVar(&o.keys, "keys", 100_000, fmt.Sprintf("distinct customers (keys; --workload join: the table's rows, %d unless given)", benchJoinKeys))
 	fs.IntVar(&o.partitions, "partitions", 8, "partitions of every input topic")
@@ -290,12 +313,15 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 		return &usageError{fmt.Sprintf("bench: --only %q: want never or auto", o.only)}
 	}
 	switch o.workload {
-	case benchOrders, benchWindows, benchJoin, benchCogroup:
+	case benchOrders, benchWindows, benchRollup, benchJoin, benchCogroup:
 	default:
-		return &usageError{fmt.Sprintf("bench: --workload %q: want orders, windows, join or cogroup", o.workload)}
+		return &usageError{fmt.Sprintf("bench: --workload %q: want orders, windows, rollup, join or cogroup", o.workload)}
 	}
-	if o.workload == benchWindows && (o.window < time.Millisecond || o.window%time.Millisecond != 0 || o.span < time.Millisecond) {
+	if (o.workload == benchWindows || o.workload == benchRollup) && (o.window < time.Millisecond || o.window%time.Millisecond != 0 || o.span < time.Millisecond) {
 		return &usageError{fmt.Sprintf("bench: --window %v and --span %v: want a whole number of milliseconds and at least 1ms", o.window, o.span)}
+	}
+	if o.workload == benchRollup && (o.rollup < o.window || o.rollup%o.window != 0) {
+		return &usageError{fmt.Sprintf("bench: --rollup %v: want a multiple of --window %v", o.rollup, o.window)}
 	}
 	wl := newBenchWorkload(o)
 	if o.cache == 0 {
@@ -475,6 +501,9 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 			if wl.operator != "" {
 				drop = append(drop, group+"-"+wl.operator+"-changelog")
 			}
+			if wl.results != "" {
+				drop = append(drop, group+"-"+wl.results+"-changelog", group+"-"+wl.results+"-output")
+			}
 			dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 			adm.DeleteTopics(dctx, drop...)
 			cancel()
@@ -593,7 +622,7 @@ func benchChild(ctx context.Context, o benchOpts, wl benchWorkload, bin, mode, d
 		case err := <-exited:
 			return r, fmt.Errorf("bench: mode=%s exited before it committed the whole input: %v (log %s)%s", mode, err, r.log, logErrors(r.log))
 		case now := <-tick.C:
-			done = committedAll(tctx, adm, group, ends)
+			done = committedAll(tctx, adm, group, ends) && (wl.results == "" || consumedResults(tctx, adm, group, group+"-"+wl.results+"-output"))
 			if done || now.Before(nextStatus) {
 				continue
 			}
@@ -664,6 +693,29 @@ func committedAll(ctx context.Context, adm *kadm.Client, group string, ends map[
 		}
 	}
 	return true
+}
+
+// consumedResults reports whether group has consumed the internal topic that carries a first
+// stage's results to its end: on every partition its committed offset reaches the end offset
+// less one (the topic is written in transactions only, so its last offset is a commit marker,
+// which a committed offset may stop before). Called once the inputs are committed: the first
+// stage wrote its last results in the transaction that committed them.
+func consumedResults(ctx context.Context, adm *kadm.Client, group, topic string) bool {
+	listed, err := adm.ListEndOffsets(ctx, topic)
+	if err != nil || listed.Error() != nil {
+		return false
+	}
+	offs, err := adm.FetchOffsets(ctx, group)
+	if err != nil {
+		return false
+	}
+	done := true
+	listed.Each(func(l kadm.ListedOffset) {
+		if c, ok := offs.Lookup(topic, l.Partition); l.Offset > 0 && (!ok || c.Err != nil || c.At < l.Offset-1) {
+			done = false
+		}
+	})
+	return done
 }
 
 // childStatus reads the child's /status and returns a progress measure (records read plus

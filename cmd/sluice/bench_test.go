@@ -35,32 +35,43 @@ func TestBench(t *testing.T) {
 	}
 }
 
-// TestBenchWindows runs the windowed workload small: 20k orders over 2k customers and two
-// one-hour windows, a cache of 50 keys per task (so auto sorts most windows and never evicts
-// them), every window closed by the closers; both runs must write exactly one final per
-// (customer, window), equal to the generator's.
+// TestBenchWindows runs the windowed workloads small, 20k orders over 2k customers and two
+// one-hour windows, with a cache of 50 keys per task (so auto sorts most windows and never
+// evicts them), every window closed by the closers: the windows themselves, and 15-minute
+// windows rolled up into the hours through the first stage's output topic. Both runs must
+// write exactly one final per (customer, hour), equal to the generator's.
 func TestBenchWindows(t *testing.T) {
 	if testing.Short() {
 		t.Skip("short: builds the sluice binary and runs two child processes")
 	}
 	buildBenchBinary(t)
-	var out, errb bytes.Buffer
-	code := realMain([]string{"bench", "--workload", "windows", "--records", "20000", "--keys", "2000", "--cache", "50", "--stall", "20s"}, &out, &errb)
-	if code != 0 {
-		t.Fatalf("bench exit %d\nstdout:\n%s\nstderr:\n%s", code, out.String(), errb.String())
-	}
-	// 20k orders over 2k customers and 2 windows: all 4000 (customer, window) pairs but a few.
-	windows := regexp.MustCompile(`mode=(never|auto) records=20000 .* windows=(\d+)\n`).FindAllStringSubmatch(out.String(), -1)
-	if len(windows) != 2 || windows[0][2] != windows[1][2] {
-		t.Fatalf("want a line with the same windows= per run:\n%s", out.String())
-	}
-	if n, _ := strconv.Atoi(windows[0][2]); n < 3900 || n > 4000 {
-		t.Errorf("%d windows, want about 4000", n)
-	}
-	for _, want := range []string{"workload=windows window=1h0m0s span=2h0m0s", "\nspeedup=", " equivalent=true\n"} {
-		if !strings.Contains(out.String(), want) {
-			t.Errorf("output lacks %q:\n%s", want, out.String())
-		}
+	for _, tc := range []struct {
+		args   []string
+		header string
+	}{
+		{[]string{"--workload", "windows"}, "workload=windows window=1h0m0s span=2h0m0s"},
+		{[]string{"--workload", "rollup", "--window", "15m", "--rollup", "1h"}, "workload=rollup window=15m0s rollup=1h0m0s span=2h0m0s"},
+	} {
+		t.Run(tc.args[1], func(t *testing.T) {
+			var out, errb bytes.Buffer
+			args := append([]string{"bench", "--records", "20000", "--keys", "2000", "--cache", "50", "--stall", "20s"}, tc.args...)
+			if code := realMain(args, &out, &errb); code != 0 {
+				t.Fatalf("bench exit %d\nstdout:\n%s\nstderr:\n%s", code, out.String(), errb.String())
+			}
+			// 20k orders over 2k customers and 2 hours: all 4000 (customer, hour) pairs but a few.
+			windows := regexp.MustCompile(`mode=(never|auto) records=20000 .* windows=(\d+)\n`).FindAllStringSubmatch(out.String(), -1)
+			if len(windows) != 2 || windows[0][2] != windows[1][2] {
+				t.Fatalf("want a line with the same windows= per run:\n%s", out.String())
+			}
+			if n, _ := strconv.Atoi(windows[0][2]); n < 3900 || n > 4000 {
+				t.Errorf("%d windows, want about 4000", n)
+			}
+			for _, want := range []string{tc.header, "\nspeedup=", " equivalent=true\n"} {
+				if !strings.Contains(out.String(), want) {
+					t.Errorf("output lacks %q:\n%s", want, out.String())
+				}
+			}
+		})
 	}
 }
 
@@ -166,7 +177,8 @@ func TestChildEnvDropsSluiceConfig(t *testing.T) {
 
 func TestBenchUsage(t *testing.T) {
 	for _, args := range [][]string{{"bench", "--records", "0"}, {"bench", "--keys", "-1"}, {"bench", "extra"}, {"bench", "--sort-memory", "lots"},
-		{"bench", "--workload", "joins"}, {"bench", "--workload", "join", "--keys", "0"}, {"bench", "--workload", "cogroup", "--records", "0"}, {"bench", "--workload", "windows", "--window", "0s"}, {"bench", "--workload", "windows", "--span", "0s"}} {
+		{"bench", "--workload", "joins"}, {"bench", "--workload", "join", "--keys", "0"}, {"bench", "--workload", "cogroup", "--records", "0"}, {"bench", "--workload", "windows", "--window", "0s"}, {"bench", "--workload", "windows", "--span", "0s"},
+		{"bench", "--workload", "rollup", "--window", "1h", "--rollup", "90m"}} {
 		var out, errb bytes.Buffer
 		if code := realMain(args, &out, &errb); code != 2 {
 			t.Errorf("%v: exit %d, want 2", args, code)

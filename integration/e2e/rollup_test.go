@@ -407,21 +407,14 @@ func diffInternal(first windowed, recs []*kgo.Record, ev eventTime, limit int) (
 			continue
 		}
 		fig.finals++
-		v, err := parser.ParseBytes(r.Value)
-		if err != nil {
-			add("final at %d@%d: %v: %q", at.part, at.offset, err, r.Value)
+		k, got, end, bad, ok := decodeFinal(&parser, r, ev)
+		if bad != "" {
+			add("%s", bad)
+		}
+		if !ok {
 			continue
 		}
-		key := string(v.GetStringBytes("key"))
-		start, end := v.GetInt64("window_start"), v.GetInt64("window_end")
-		amount, orders := v.Get("amount"), v.Get("orders")
-		if amount == nil || orders == nil || v.Get("window_start") == nil || v.Get("window_end") == nil {
-			add("final at %d@%d lacks a field: %s", at.part, at.offset, r.Value)
-			continue
-		}
-		if key != string(r.Key) || end-start != ev.window || ev.windowStart(start) != start {
-			add("final at %d@%d: Kafka key %q, value %s", at.part, at.offset, r.Key, r.Value)
-		}
+		key, start := k.key, k.start
 		if ts := r.Timestamp.UnixMilli(); ts != end-1 {
 			add("final at %d@%d: timestamp %d, want its window's end - 1 = %d: %s", at.part, at.offset, ts, end-1, r.Value)
 		}
@@ -429,13 +422,6 @@ func diffInternal(first windowed, recs []*kgo.Record, ev eventTime, limit int) (
 		if wm, ok := said[partWriter{r.Partition, w}]; ok && end <= wm {
 			add("final at %d@%d: window end %d, after writer %d announced watermark %d in this partition: %s", at.part, at.offset, end, w, wm, r.Value)
 		}
-		cents, err := workload.ParseCents(amount.MarshalTo(nil))
-		if err != nil {
-			add("final at %d@%d: %v", at.part, at.offset, err)
-			continue
-		}
-		got := workload.Total{SumCents: cents, Count: orders.GetInt64()}
-		k := winKey{key, start}
 		if prev, dup := seen[k]; dup {
 			add("%s window %d: duplicate final at %d@%d (first at %d@%d): %s", key, start, at.part, at.offset, prev.part, prev.offset, got)
 			continue

@@ -529,28 +529,14 @@ func diffFinals(want windowed, finals []*kgo.Record, ev eventTime, limit int) []
 	seen := map[winKey]srcPos{}
 	for _, r := range finals {
 		at := srcPos{r.Partition, r.Offset}
-		v, err := parser.ParseBytes(r.Value)
-		if err != nil {
-			add("final at %d@%d: %v: %q", at.part, at.offset, err, r.Value)
+		k, got, _, bad, ok := decodeFinal(&parser, r, ev)
+		if bad != "" {
+			add("%s", bad)
+		}
+		if !ok {
 			continue
 		}
-		key := string(v.GetStringBytes("key"))
-		start, end := v.GetInt64("window_start"), v.GetInt64("window_end")
-		amount, orders := v.Get("amount"), v.Get("orders")
-		if amount == nil || orders == nil || v.Get("window_start") == nil || v.Get("window_end") == nil {
-			add("final at %d@%d lacks a field: %s", at.part, at.offset, r.Value)
-			continue
-		}
-		if key != string(r.Key) || end-start != ev.window || ev.windowStart(start) != start {
-			add("final at %d@%d: Kafka key %q, value %s", at.part, at.offset, r.Key, r.Value)
-		}
-		cents, err := workload.ParseCents(amount.MarshalTo(nil))
-		if err != nil {
-			add("final at %d@%d: %v", at.part, at.offset, err)
-			continue
-		}
-		got := workload.Total{SumCents: cents, Count: orders.GetInt64()}
-		k := winKey{key, start}
+		key, start := k.key, k.start
 		if first, dup := seen[k]; dup {
 			add("%s window %d: duplicate final at %d@%d (first at %d@%d): %s", key, start, at.part, at.offset, first.part, first.offset, got)
 			continue
@@ -583,6 +569,30 @@ func diffFinals(want windowed, finals []*kgo.Record, ev eventTime, limit int) []
 		out = append(out, fmt.Sprintf("... and %d more differences", more))
 	}
 	return out
+}
+
+// decodeFinal reads the final r of a window of ev: its (key, window start), its total and its
+// window's end. bad says what is wrong with it: a value that does not parse or lacks a field
+// (then ok is false), or a key or bounds that do not match the record's key and ev's window.
+func decodeFinal(parser *fastjson.Parser, r *kgo.Record, ev eventTime) (k winKey, got workload.Total, end int64, bad string, ok bool) {
+	v, err := parser.ParseBytes(r.Value)
+	if err != nil {
+		return k, got, 0, fmt.Sprintf("final at %d@%d: %v: %q", r.Partition, r.Offset, err, r.Value), false
+	}
+	amount, orders := v.Get("amount"), v.Get("orders")
+	if amount == nil || orders == nil || v.Get("window_start") == nil || v.Get("window_end") == nil {
+		return k, got, 0, fmt.Sprintf("final at %d@%d lacks a field: %s", r.Partition, r.Offset, r.Value), false
+	}
+	cents, err := workload.ParseCents(amount.MarshalTo(nil))
+	if err != nil {
+		return k, got, 0, fmt.Sprintf("final at %d@%d: %v", r.Partition, r.Offset, err), false
+	}
+	k = winKey{string(v.GetStringBytes("key")), v.GetInt64("window_start")}
+	end = v.GetInt64("window_end")
+	if k.key != string(r.Key) || end-k.start != ev.window || ev.windowStart(k.start) != k.start {
+		bad = fmt.Sprintf("final at %d@%d: Kafka key %q, value %s", r.Partition, r.Offset, r.Key, r.Value)
+	}
+	return k, workload.Total{SumCents: cents, Count: orders.GetInt64()}, end, bad, true
 }
 
 // diffLate compares the dead letters with the oracle's late records: each once, with

@@ -297,6 +297,11 @@ func NewPlan(cfg *configs.Config) (*Plan, error) {
 						// their own read it, writing them to the operator's sink too, if it has one.
 						walked[op.Name] = true
 						next := start{name: op.Name, src: outputSource(cfg, op.Name), orig: st.orig, upstream: &cfg.Operators[i]}
+						if timedResults(&op) {
+							// Its readers' writers may go idle, and so may a reader that writes
+							// timed results in turn: the source's idle_after carries over.
+							next.src.Watermark.IdleAfter = st.orig.Watermark.IdleAfter
+						}
 						if op.Output != "" {
 							next.tap = &Tap{Stage: -1, Sink: op.Output, SinkTopic: cfg.Sinks[op.Output].Topic}
 						}

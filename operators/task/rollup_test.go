@@ -22,11 +22,25 @@ import (
 // task aggregates their finals, read from the output topic in the order the writers commit
 // them, into larger windows.
 
-const rollupOp = "rollup"
+const (
+	rollupOp = "rollup"
+	topOp    = "top"
+)
 
 // rollupConfig is the two-stage pipeline: testOp's windows of size w.size (grace, max_delay of
-// w), then rollup's tumbling windows of size big (grace g2) over their finals.
-func rollupConfig(mode string, cacheKeys int, w windowSpec, bsize, g2 int64, idle string) string {
+// w), then rollup's tumbling windows of size bsize (grace g2) over their finals; with top > 0,
+// a third stage, top's tumbling windows of that size (grace g3) over rollup's finals.
+func rollupConfig(mode string, cacheKeys int, w windowSpec, bsize, g2 int64, idle string, top, g3 int64) string {
+	last := ""
+	if top > 0 {
+		last = fmt.Sprintf(`
+  - name: %s
+    aggregate:
+      input: %s
+      window: {tumbling: %dms, grace: %dms}
+      emit: final
+      fields: {total: {sum: total}, n: {sum: n}}`, topOp, rollupOp, top, g3)
+	}
 	return fmt.Sprintf(`
 kafka: {brokers: [127.0.0.1:9092]}
 group: %s
@@ -47,11 +61,11 @@ operators:
       input: %s
       window: {tumbling: %dms, grace: %dms}
       emit: final
-      fields: {total: {sum: total}, n: {sum: n}}
+      fields: {total: {sum: total}, n: {sum: n}}%s
     output: out
 sinks:
   out: {topic: %s, format: json}
-`, testGroup, cacheKeys, mode, testTopic, w.maxDelay, idle, testOp, w.size, w.grace, rollupOp, testOp, bsize, g2, testSink)
+`, testGroup, cacheKeys, mode, testTopic, w.maxDelay, idle, testOp, w.size, w.grace, rollupOp, testOp, bsize, g2, last, testSink)
 }
 
 // TestRollupOneAnswer is the metamorphic test of windows over windows: 1 to 4 writers, each in
@@ -61,7 +75,10 @@ sinks:
 // the rollup of the writers' finals for every large window the smallest of the writers'
 // output watermarks closed, each once, and none other; no final of a writer is late there.
 // Some seeds add a writer whose partition is empty: with watermark.idle_after it says idle,
-// and the others' watermarks close the reader's windows without it.
+// and the others' watermarks close the reader's windows without it. Half the seeds add a third
+// stage over the reader's finals (the reader both reads and writes timed results): its finals
+// must be the exact rollup of the reader's, for every window the reader's announced watermark
+// closed.
 func TestRollupOneAnswer(t *testing.T) {
 	seeds := 40
 	if *flagLong {
@@ -86,6 +103,12 @@ func rollupOneAnswer(t *testing.T, seed uint64) {
 		idle = "1h" // no writer with input is ever idle: the step clock moves 1ms per reading
 	}
 	outTopic := testGroup + "-" + testOp + "-output"
+	outTopic2 := testGroup + "-" + rollupOp + "-output"
+	var top, g3 int64
+	if rng.IntN(2) == 0 {
+		bsize = size * 2 // smaller windows at both stages, so the third closes some
+		top, g3 = bsize*int64(2+rng.IntN(2)), []int64{0, 200}[rng.IntN(2)]
+	}
 	modes := []string{"never", "always", "auto"}
 	pebble := rng.IntN(2) == 0
 
@@ -100,10 +123,12 @@ func rollupOneAnswer(t *testing.T, seed uint64) {
 		t.Cleanup(func() { _ = db.Close() })
 		return db
 	}
+	// The reader (partition 0 of outTopic) is the only writer of outTopic2.
+	internal := map[string]int32{outTopic: int32(writers), outTopic2: 1}
 	newTask := func(mode, topic string, p int32, clk *stepClock) *Task {
-		plan := mustPlan(t, rollupConfig(mode, 1+rng.IntN(30), w, bsize, g2, idle))
+		plan := mustPlan(t, rollupConfig(mode, 1+rng.IntN(30), w, bsize, g2, idle, top, g3))
 		tk, err := New(plan, topic, p, Deps{Store: newStore(), Budget: sorter.NewBudget(64 << 10), SortDir: t.TempDir(),
-			Clock: clk.Now, Logger: discardLogger(), InternalPartitions: map[string]int32{outTopic: int32(writers)}})
+			Clock: clk.Now, Logger: discardLogger(), InternalPartitions: internal})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -122,6 +147,19 @@ func rollupOneAnswer(t *testing.T, seed uint64) {
 	// The reader task reads partition 0 of the output topic: every final (the fake producer puts
 	// a record of partition -1 there) and the attribute records addressed to it.
 	reader := newDriver(newTask(modes[rng.IntN(3)], outTopic, 0, &stepClock{now: time.Unix(1_700_000_000, 0)}), outTopic, nil)
+	var third *driver
+	if top > 0 {
+		third = newDriver(newTask(modes[rng.IntN(3)], outTopic2, 0, &stepClock{now: time.Unix(1_700_000_000, 0)}), outTopic2, nil)
+		reader.prod.onCommit = func(txn []*kgo.Record) {
+			for _, r := range txn {
+				if r.Topic == outTopic2 && r.Partition == 0 {
+					c := *r
+					c.Offset = int64(len(third.input))
+					third.input = append(third.input, &c)
+				}
+			}
+		}
+	}
 	var summary []string
 	ins := make([]winInput, writers)
 	ws := make([]*driver, writers)
@@ -165,7 +203,7 @@ func rollupOneAnswer(t *testing.T, seed uint64) {
 			store, how = replayChangelogOf(t, reader.prod, rollupOp), "its changelog"
 		}
 		tk, err := New(reader.task.plan, outTopic, 0, Deps{Store: store, Budget: sorter.NewBudget(64 << 10), SortDir: t.TempDir(),
-			Clock: (&stepClock{now: time.Unix(1_700_000_000, 0)}).Now, Logger: discardLogger(), InternalPartitions: map[string]int32{outTopic: int32(writers)}, Producer: reader.prod})
+			Clock: (&stepClock{now: time.Unix(1_700_000_000, 0)}).Now, Logger: discardLogger(), InternalPartitions: internal, Producer: reader.prod})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -178,6 +216,10 @@ func rollupOneAnswer(t *testing.T, seed uint64) {
 	// Step the writers and the reader in a random interleaving; then let the reader finish.
 	done := make([]bool, writers)
 	for left := writers; left > 0; {
+		if third != nil && third.pos < len(third.input) && rng.IntN(4) == 0 {
+			third.step()
+			continue
+		}
 		if reader.pos < len(reader.input) && rng.IntN(3) == 0 {
 			if restarts < 3 && reader.offset > 0 && rng.IntN(25) == 0 {
 				restart()
@@ -192,6 +234,10 @@ func rollupOneAnswer(t *testing.T, seed uint64) {
 		}
 	}
 	reader.run()
+	if third != nil {
+		third.run()
+		summary = append(summary, fmt.Sprintf("top %dms grace %d, %s", top, g3, third.task.plan.Config.Backlog.Mode))
+	}
 	t.Logf("seed %d: window %dms grace %d max_delay %d, rollup %dms grace %d, pebble=%v; reader %s; %s",
 		seed, w.size, w.grace, w.maxDelay, bsize, g2, pebble, reader.task.plan.Config.Backlog.Mode, strings.Join(summary, "; "))
 
@@ -225,30 +271,66 @@ func rollupOneAnswer(t *testing.T, seed uint64) {
 			want[bk].sum.Add(want[bk].sum, ww.sum)
 		}
 	}
-	got := map[string]int{}
-	for _, o := range reader.prod.committed(testSink) {
-		var m map[string]json.RawMessage
-		if err := json.Unmarshal(o.Value, &m); err != nil {
-			t.Fatalf("output %s: %v", o.Value, err)
+	// check demands, of the finals of windows of size among recs (attribute records left out),
+	// exactly one per window of want, with its totals, and none other; timed: each at its
+	// window's end - 1.
+	check := func(what string, recs []*kgo.Record, want map[string]*total, size int64, timed bool) {
+		got := map[string]int{}
+		for _, o := range recs {
+			if o.Key == nil && o.Value == nil {
+				continue // an attribute record
+			}
+			var m map[string]json.RawMessage
+			if err := json.Unmarshal(o.Value, &m); err != nil {
+				t.Fatalf("%s: output %s: %v", what, o.Value, err)
+			}
+			ws, _ := strconv.ParseInt(string(m["window_start"]), 10, 64)
+			we, _ := strconv.ParseInt(string(m["window_end"]), 10, 64)
+			if we-ws != size || timed && o.Timestamp.UnixMilli() != we-1 {
+				t.Errorf("%s: final of [%d, %d) at %d, want a window of %dms at its end - 1", what, ws, we, o.Timestamp.UnixMilli(), size)
+			}
+			k := string(o.Key) + "@" + strconv.FormatInt(ws, 10)
+			got[k]++
+			wt := want[k]
+			if wt == nil {
+				t.Errorf("%s: final for %s, which the oracle has open or empty: %s", what, k, o.Value)
+				continue
+			}
+			if string(m["n"]) != strconv.FormatInt(wt.n, 10) {
+				t.Errorf("%s %s: n=%s, want %d", what, k, m["n"], wt.n)
+			}
+			if s, ok := new(big.Rat).SetString(string(m["total"])); !ok || s.Cmp(wt.sum) != 0 {
+				t.Errorf("%s %s: total=%s, want %s", what, k, m["total"], wt.sum.FloatString(4))
+			}
 		}
-		ws, _ := strconv.ParseInt(string(m["window_start"]), 10, 64)
-		k := string(o.Key) + "@" + strconv.FormatInt(ws, 10)
-		got[k]++
-		wt := want[k]
-		if wt == nil {
-			t.Errorf("rollup final for %s, which the oracle has open or empty: %s", k, o.Value)
-			continue
-		}
-		if string(m["n"]) != strconv.FormatInt(wt.n, 10) {
-			t.Errorf("rollup %s: n=%s, want %d", k, m["n"], wt.n)
-		}
-		if s, ok := new(big.Rat).SetString(string(m["total"])); !ok || s.Cmp(wt.sum) != 0 {
-			t.Errorf("rollup %s: total=%s, want %s", k, m["total"], wt.sum.FloatString(4))
+		for k := range want {
+			if got[k] != 1 {
+				t.Errorf("%s: window %s closed: %d finals, want exactly 1", what, k, got[k])
+			}
 		}
 	}
-	for k := range want {
-		if got[k] != 1 {
-			t.Errorf("rollup window %s closed: %d finals, want exactly 1", k, got[k])
+	if third == nil {
+		check("rollup", reader.prod.committed(testSink), want, bsize, false)
+	} else {
+		check("rollup", reader.prod.committed(outTopic2), want, bsize, true)
+		// The third stage's watermark is the reader's announced one: its watermark - g2.
+		want3 := map[string]*total{}
+		for bk, wt := range want {
+			key, bs, _ := cutAt(bk)
+			ts := (bs + bsize - 1) / top * top
+			if rwm == math.MinInt64 || ts+top+g3 > rwm-g2 {
+				continue
+			}
+			tk := key + "@" + strconv.FormatInt(ts, 10)
+			if want3[tk] == nil {
+				want3[tk] = &total{sum: new(big.Rat)}
+			}
+			want3[tk].n += wt.n
+			want3[tk].sum.Add(want3[tk].sum, wt.sum)
+		}
+		check("top", third.prod.committed(testSink), want3, top, false)
+		if n := len(third.prod.committed(testGroup + "-dlq")); n > 0 {
+			t.Errorf("the third stage dead-lettered %d records; no final of the reader may be late there", n)
 		}
 	}
 	if n := len(reader.prod.committed(testGroup + "-dlq")); n > 0 {

@@ -43,19 +43,45 @@ func WindowKey(key []byte, start int64) string {
 // "orders", size) reads back from sink is one result per (customer_id, window). With a Spec
 // whose Span is set, no order is late.
 func WindowedPipeline(topic, sink string, size time.Duration) string {
+	return windowedPipeline(topic, sink, windowStage(PipelineOperator, "orders", size, "{count: {}}"))
+}
+
+// windowedPipeline is a pipeline of the orders of topic through stages (windowStage), the
+// last of which writes to sink.
+func windowedPipeline(topic, sink, stages string) string {
 	return fmt.Sprintf(`sources:
   orders: {topic: %s, format: json, key: customer_id, timestamp: ts, watermark: {max_delay: 0s}}
 operators:
-  - name: %s
-    aggregate:
-      input: orders
-      window: {tumbling: %s, grace: 0s}
-      emit: final
-      fields: {amount: {sum: amount}, orders: {count: {}}}
-    output: totals_out
+%s    output: totals_out
 sinks:
   totals_out: {topic: %s, format: json}
-`, topic, PipelineOperator, size, sink)
+`, topic, stages, sink)
+}
+
+// windowStage is an operator of a windowed pipeline: name's totals of input per customer and
+// tumbling window of size (grace 0, emit: final), with orders as the count's field spec.
+func windowStage(name, input string, size time.Duration, orders string) string {
+	return fmt.Sprintf(`  - name: %s
+    aggregate:
+      input: %s
+      window: {tumbling: %s, grace: 0s}
+      emit: final
+      fields: {amount: {sum: amount}, orders: %s}
+`, name, input, size, orders)
+}
+
+// RollupOperator is the first operator of RollupPipeline: its results go through
+// "<group>-per_window-output" to the second, PipelineOperator.
+const RollupOperator = "per_window"
+
+// RollupPipeline returns the sources, operators and sinks sections of a sluice config (YAML)
+// of windows over windows: RollupOperator's totals per customer and tumbling window of size,
+// rolled up by PipelineOperator into tumbling windows of rollup (a multiple of size), with the
+// same fields as WindowedPipeline's (grace 0, emit: final, watermark max_delay 0). Its finals
+// are ExpectedWindows(rollup).
+func RollupPipeline(topic, sink string, size, rollup time.Duration) string {
+	return windowedPipeline(topic, sink, windowStage(RollupOperator, "orders", size, "{count: {}}")+
+		windowStage(PipelineOperator, RollupOperator, rollup, "{sum: orders}"))
 }
 
 // ExpectedWindows returns the totals of the orders of s per customer and tumbling window of the

@@ -160,6 +160,26 @@ func TestWindowedPipelineParses(t *testing.T) {
 	}
 }
 
+// TestRollupPipelineParses: the rollup pipeline is a valid config: the first stage's windows,
+// read by the second's larger ones, which write to the sink.
+func TestRollupPipelineParses(t *testing.T) {
+	doc := "kafka: {brokers: [127.0.0.1:1]}\ngroup: g\n" + RollupPipeline("orders-x", "totals-x", 15*time.Minute, time.Hour)
+	cfg, err := configs.Parse([]byte(doc), nil)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, doc)
+	}
+	first, second := cfg.Operators[0], cfg.Operators[1]
+	if first.Name != RollupOperator || first.Aggregate.Window.Tumbling != 15*time.Minute || first.Output != "" {
+		t.Fatalf("first stage %+v", first)
+	}
+	if second.Name != PipelineOperator || second.Aggregate.Input != RollupOperator || second.Aggregate.Window.Tumbling != time.Hour || second.Output != "totals_out" {
+		t.Fatalf("second stage %+v", second)
+	}
+	if got := cfg.OutputTopic(RollupOperator); got != "g-per_window-output" {
+		t.Fatalf("output topic %q", got)
+	}
+}
+
 // TestReadWindows writes finals the way sluice does, plus a duplicate, a wrong window end, a
 // tombstone and an aborted transaction: ReadWindows keys them by window and reports the
 // anomalies as problems.
