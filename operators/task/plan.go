@@ -131,7 +131,7 @@ func timedResults(op *configs.Operator) bool {
 func checkReadsResults(i int, op configs.Operator, up *configs.Operator) error {
 	key := fmt.Sprintf("operators[%d].%s", i, opKind(op))
 	if op.Join != nil {
-		return &configs.Error{Key: key, Msg: fmt.Sprintf("a join over the results of keyed operator %q is not supported yet; an aggregate or a cogroup can read them", up.Name)}
+		return &configs.Error{Key: key, Msg: fmt.Sprintf("a join by event time (stream-stream, or as_of: event_time) over the results of keyed operator %q is not supported yet; a join with a table as_of: processing, an aggregate or a cogroup can read them", up.Name)}
 	}
 	var w *configs.Window
 	if op.Aggregate != nil {
