@@ -122,6 +122,8 @@ func (c *sessCtx) SetTimer(int64)    {}
 func (c *sessCtx) ClearTimer()       {}
 func (c *sessCtx) Emit(value []byte) { c.outs = append(c.outs, bytes.Clone(value)) }
 
+func (c *sessCtx) EmitAt(value []byte, _ int64) { c.Emit(value) }
+
 // at sets the watermark of the next call.
 func (c *sessCtx) at(wm int64) Context { c.wm = wm; return c }
 

@@ -59,6 +59,16 @@ type Context interface {
 	ClearTimer()
 	// Emit writes an output record with the key as its Kafka key and value (copied).
 	Emit(value []byte)
+	// EmitAt is Emit of a result with an event time, ts (epoch ms): the record timestamp of a
+	// result that later operators read by event time (a window's final: its end - 1).
+	EmitAt(value []byte, ts int64)
+}
+
+// TimedResults is a Keyed operator whose finals carry an event time (EmitAt) that later
+// operators may window: no final it emits after its watermark reached wm has an event time
+// before wm - OutputLag().
+type TimedResults interface {
+	OutputLag() int64
 }
 
 // Updater is a Keyed operator that writes updates (emit: updates) once per commit rather than

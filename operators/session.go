@@ -128,6 +128,12 @@ func (s *Sessions) Layout() Layout {
 	return l
 }
 
+// OutputLag is how far behind the watermark a final emitted later can lie (TimedResults): a
+// session still open at watermark wm closes after it, at last + hold + gap + grace > wm, so its
+// end - 1 = last + gap - 1 >= wm - grace - hold; a record on time starts a session that ends
+// later still.
+func (s *Sessions) OutputLag() int64 { return s.grace + s.hold }
+
 // Updates reports whether the operator writes updates (emit: updates; an Updater).
 func (s *Sessions) Updates() bool { return s.updates }
 
@@ -331,8 +337,9 @@ func (s *Sessions) OnTimer(ctx Context, key []byte, _ int64) error {
 			s.emitUpdate(ctx, key, &x)
 			continue
 		}
-		s.buf = s.agg.RenderWindow(key, x.start, sat(x.last, s.gap), x.st, s.buf[:0])
-		ctx.Emit(s.buf)
+		end := sat(x.last, s.gap)
+		s.buf = s.agg.RenderWindow(key, x.start, end, x.st, s.buf[:0])
+		ctx.EmitAt(s.buf, end-1)
 	}
 	s.ss = keep
 	return s.store(ctx)

@@ -109,15 +109,8 @@ func (t *Task) announceWatermark(c *chain, pd *Pending) int {
 	if !c.plan.TimedOutput || c.internalParts <= 0 || !c.primary {
 		return 0
 	}
-	if !foldedIn(pd, c) || pd.silent[c] { // not the switch: a backlog's windows are out only then
-		if c.inBack || c.hasPending {
-			return 0
-		}
-		for _, o := range c.chains {
-			if o.buffered() > 0 {
-				return 0
-			}
-		}
+	if (!foldedIn(pd, c) || pd.silent[c]) && !c.streaming() {
+		return 0 // not the switch: a backlog's windows are out only then
 	}
 	if c.idleAfter > 0 && !c.ended {
 		now := t.d.Clock()
@@ -139,7 +132,7 @@ func (t *Task) announceWatermark(c *chain, pd *Pending) int {
 		// close of a window it closed), which a later run goes on from, not +infinity.
 		wm = c.endWM
 	}
-	out := wm - c.win.Grace
+	out := wm - c.outputLag()
 	if out > wm { // underflow
 		out = math.MinInt64
 	}

@@ -117,7 +117,7 @@ func (t *Task) Checkpoint(p Producer) (pd *Pending, err error) {
 	pd.inline = t.out
 	t.out = &errTracker{}
 	for _, c := range t.chains {
-		if c.ops.agg != nil && c.primary && !foldedIn(pd, c) {
+		if c.ops.agg != nil && c.primary && !foldedIn(pd, c) && c.streaming() {
 			// A watermark can move with no record after it to fire its timers: a writer's,
 			// read in backlog by a chain that left it with nothing to fold.
 			if err := t.fireDue(c); err != nil {
@@ -248,6 +248,21 @@ func newPending() *Pending {
 		iwm:      map[*chain]int64{},
 		writers:  map[*chain][]writerMark{},
 	}
+}
+
+// streaming reports whether the operator of the primary chain c streams: in real-time mode,
+// with no backlog left to fold in any of its chains and no outputs owed by backlog checkpoints
+// (a chain that left backlog with those folds them first: leaving).
+func (c *chain) streaming() bool {
+	if c.inBack || c.hasPending {
+		return false
+	}
+	for _, o := range c.chains {
+		if o.buffered() > 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // leaving reports whether a chain is due to fold its backlog and stream: its detector left

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -66,7 +67,7 @@ type keyedCtx struct {
 	e    *entry
 	wm   int64
 	fold bool
-	emit func(key, value []byte)
+	emit func(key, value []byte, ts int64)
 }
 
 func (k *keyedCtx) Watermark() int64 { return k.wm }
@@ -107,7 +108,9 @@ func (k *keyedCtx) ClearTimer() {
 	k.mark()
 }
 
-func (k *keyedCtx) Emit(value []byte) { k.emit(k.e.key, value) }
+func (k *keyedCtx) Emit(value []byte) { k.emit(k.e.key, value, math.MinInt64) }
+
+func (k *keyedCtx) EmitAt(value []byte, ts int64) { k.emit(k.e.key, value, ts) }
 
 func (k *keyedCtx) mark() {
 	if !k.fold && !k.e.dirty {
@@ -118,12 +121,12 @@ func (k *keyedCtx) mark() {
 
 // emitNow holds a real-time output for the next checkpoint, whose transaction carries it with
 // the offsets and state it follows from (an abort drops it with them).
-func (t *Task) emitNow(c *chain) func(key, value []byte) {
-	return func(key, value []byte) {
+func (t *Task) emitNow(c *chain) func(key, value []byte, ts int64) {
+	return func(key, value []byte, ts int64) {
 		if c.plan.SinkTopic == "" {
 			return
 		}
-		c.outbox = append(c.outbox, &kgo.Record{Topic: c.plan.SinkTopic, Key: bytes.Clone(key), Value: bytes.Clone(value), Partition: -1})
+		c.outbox = append(c.outbox, c.timedResult(&kgo.Record{Topic: c.plan.SinkTopic, Key: bytes.Clone(key), Value: bytes.Clone(value), Partition: -1}, ts))
 		c.recordsOut++
 		t.d.Metrics.recordsOut(c.plan.SinkTopic, 1)
 	}
@@ -223,12 +226,12 @@ func (t *Task) flushKeyed(c *chain, p Producer, pd *Pending) error {
 
 // emitTo returns the emission of a checkpoint's keyed calls: each output is produced in the
 // checkpoint's transaction at once, and counted in out.
-func (t *Task) emitTo(c *chain, p Producer, pd *Pending, out *int) func(key, value []byte) {
-	return func(key, value []byte) {
+func (t *Task) emitTo(c *chain, p Producer, pd *Pending, out *int) func(key, value []byte, ts int64) {
+	return func(key, value []byte, ts int64) {
 		if c.plan.SinkTopic == "" {
 			return
 		}
-		p.Produce(&kgo.Record{Topic: c.plan.SinkTopic, Key: bytes.Clone(key), Value: bytes.Clone(value), Partition: -1}, pd.promise)
+		p.Produce(c.timedResult(&kgo.Record{Topic: c.plan.SinkTopic, Key: bytes.Clone(key), Value: bytes.Clone(value), Partition: -1}, ts), pd.promise)
 		pd.records++
 		c.recordsOut++
 		*out++
@@ -237,7 +240,7 @@ func (t *Task) emitTo(c *chain, p Producer, pd *Pending, out *int) func(key, val
 
 // flushUpdates calls an Updater's Flush on the key's entry before the checkpoint writes it (an
 // operator writing updates writes what changed once per commit).
-func (t *Task) flushUpdates(c *chain, e *entry, emit func(key, value []byte)) error {
+func (t *Task) flushUpdates(c *chain, e *entry, emit func(key, value []byte, ts int64)) error {
 	u, ok := c.kop.(operators.Updater)
 	if !ok || !u.Updates() || e.deleted || len(e.state) == 0 {
 		return nil
@@ -403,7 +406,7 @@ func (t *Task) foldKeyed(ctx context.Context, c *chain, p Producer, pd *Pending,
 
 // sweepKeyed fires, at the end of a keyed chain's fold, the stored timers up to wm of the keys
 // the backlog did not touch, and writes those keys.
-func (t *Task) sweepKeyed(c *chain, wm int64, touched map[string]struct{}, p Producer, pd *Pending, emit func(key, value []byte)) error {
+func (t *Task) sweepKeyed(c *chain, wm int64, touched map[string]struct{}, p Producer, pd *Pending, emit func(key, value []byte, ts int64)) error {
 	cl := pd.changelogPromise(c.ns)
 	var e entry
 	kc := keyedCtx{t: t, c: c, e: &e, fold: true, emit: emit, wm: wm}

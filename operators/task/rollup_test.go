@@ -27,10 +27,14 @@ const (
 	topOp    = "top"
 )
 
-// rollupConfig is the two-stage pipeline: testOp's windows of size w.size (grace, max_delay of
-// w), then rollup's tumbling windows of size bsize (grace g2) over their finals; with top > 0,
+// rollupConfig is the two-stage pipeline: testOp's windows of size w.size (sessions: of gap
+// w.size; grace, max_delay of w), then rollup's tumbling windows of size bsize (grace g2) over their finals; with top > 0,
 // a third stage, top's tumbling windows of that size (grace g3) over rollup's finals.
-func rollupConfig(mode string, cacheKeys int, w windowSpec, bsize, g2 int64, idle string, top, g3 int64) string {
+func rollupConfig(mode string, cacheKeys int, w windowSpec, sessions bool, bsize, g2 int64, idle string, top, g3 int64) string {
+	first := fmt.Sprintf("{tumbling: %dms, grace: %dms}", w.size, w.grace)
+	if sessions {
+		first = fmt.Sprintf("{session: %dms, grace: %dms}", w.size, w.grace)
+	}
 	last := ""
 	if top > 0 {
 		last = fmt.Sprintf(`
@@ -53,7 +57,7 @@ operators:
   - name: %s
     aggregate:
       input: orders
-      window: {tumbling: %dms, grace: %dms}
+      window: %s
       emit: final
       fields: {total: {sum: amount}, n: {count: {}}}
   - name: %s
@@ -65,7 +69,7 @@ operators:
     output: out
 sinks:
   out: {topic: %s, format: json}
-`, testGroup, cacheKeys, mode, testTopic, w.maxDelay, idle, testOp, w.size, w.grace, rollupOp, testOp, bsize, g2, last, testSink)
+`, testGroup, cacheKeys, mode, testTopic, w.maxDelay, idle, testOp, first, rollupOp, testOp, bsize, g2, last, testSink)
 }
 
 // TestRollupOneAnswer is the metamorphic test of windows over windows: 1 to 4 writers, each in
@@ -96,7 +100,8 @@ func rollupOneAnswer(t *testing.T, seed uint64) {
 	bsize := size * int64(2+rng.IntN(4))
 	g2 := []int64{0, 0, 300}[rng.IntN(3)]
 	writers := 1 + rng.IntN(4)
-	empty := rng.IntN(3) == 0 // one more writer, of an empty partition, which goes idle
+	sessions := rng.IntN(3) == 0 // the first stage's windows are sessions of gap size
+	empty := rng.IntN(3) == 0    // one more writer, of an empty partition, which goes idle
 	idle := "0s"
 	if empty {
 		writers++
@@ -126,7 +131,7 @@ func rollupOneAnswer(t *testing.T, seed uint64) {
 	// The reader (partition 0 of outTopic) is the only writer of outTopic2.
 	internal := map[string]int32{outTopic: int32(writers), outTopic2: 1}
 	newTask := func(mode, topic string, p int32, clk *stepClock) *Task {
-		plan := mustPlan(t, rollupConfig(mode, 1+rng.IntN(30), w, bsize, g2, idle, top, g3))
+		plan := mustPlan(t, rollupConfig(mode, 1+rng.IntN(30), w, sessions, bsize, g2, idle, top, g3))
 		tk, err := New(plan, topic, p, Deps{Store: newStore(), Budget: sorter.NewBudget(64 << 10), SortDir: t.TempDir(),
 			Clock: clk.Now, Logger: discardLogger(), InternalPartitions: internal})
 		if err != nil {
@@ -162,6 +167,13 @@ func rollupOneAnswer(t *testing.T, seed uint64) {
 	}
 	var summary []string
 	ins := make([]winInput, writers)
+	type final struct { // a final of the first stage: its key, event time (end - 1) and totals
+		key string
+		at  int64
+		n   int64
+		sum *big.Rat
+	}
+	fins := make([][]final, writers)
 	ws := make([]*driver, writers)
 	for p := range writers {
 		clk := &stepClock{now: time.Unix(1_700_000_000, 0)}
@@ -172,6 +184,27 @@ func rollupOneAnswer(t *testing.T, seed uint64) {
 		}
 		for _, r := range ins[p].recs {
 			r.Partition = int32(p)
+		}
+		if sessions && ins[p].recs != nil {
+			lines, late, _, _ := sessionOracle(ins[p].recs, ins[p].bad, sessionSpec{gap: w.size, grace: w.grace, maxDelay: w.maxDelay}, false)
+			ins[p].late = late
+			for _, l := range lines {
+				var f final
+				var start, end int64
+				var sum, lo, hi string
+				if _, err := fmt.Sscan(l, &f.key, &start, &end, &f.n, &sum, &lo, &hi); err != nil {
+					t.Fatalf("session oracle line %q: %v", l, err)
+				}
+				f.at, f.sum = end-1, new(big.Rat)
+				f.sum.SetString(sum)
+				fins[p] = append(fins[p], f)
+			}
+		} else {
+			for k, ww := range ins[p].want {
+				if key, s, _ := cutAt(k); ins[p].closed(s) {
+					fins[p] = append(fins[p], final{key: key, at: s + w.size - 1, n: ww.n, sum: ww.sum})
+				}
+			}
 		}
 		mode := modes[rng.IntN(3)]
 		ws[p] = newDriver(newTask(mode, testTopic, int32(p), clk), testTopic, ins[p].recs)
@@ -238,8 +271,8 @@ func rollupOneAnswer(t *testing.T, seed uint64) {
 		third.run()
 		summary = append(summary, fmt.Sprintf("top %dms grace %d, %s", top, g3, third.task.plan.Config.Backlog.Mode))
 	}
-	t.Logf("seed %d: window %dms grace %d max_delay %d, rollup %dms grace %d, pebble=%v; reader %s; %s",
-		seed, w.size, w.grace, w.maxDelay, bsize, g2, pebble, reader.task.plan.Config.Backlog.Mode, strings.Join(summary, "; "))
+	t.Logf("seed %d: window %dms (sessions=%v) grace %d max_delay %d, rollup %dms grace %d, pebble=%v; reader %s; %s",
+		seed, w.size, sessions, w.grace, w.maxDelay, bsize, g2, pebble, reader.task.plan.Config.Backlog.Mode, strings.Join(summary, "; "))
 
 	// The oracle: the reader's watermark is the smallest of the writers' output watermarks.
 	rwm := int64(math.MaxInt64)
@@ -253,22 +286,18 @@ func rollupOneAnswer(t *testing.T, seed uint64) {
 		sum *big.Rat
 	}
 	want := map[string]*total{} // "key@start" of the rollup's closed windows
-	for _, in := range ins {
-		for k, ww := range in.want {
-			key, s, _ := cutAt(k)
-			if !in.closed(s) {
-				continue // its final is not out
-			}
-			bs := (s + w.size - 1) / bsize * bsize // the final's event time is its window's end - 1
+	for _, fs := range fins {
+		for _, f := range fs {
+			bs := f.at / bsize * bsize
 			if bs+bsize+g2 > rwm {
 				continue // the rollup window is open
 			}
-			bk := key + "@" + strconv.FormatInt(bs, 10)
+			bk := f.key + "@" + strconv.FormatInt(bs, 10)
 			if want[bk] == nil {
 				want[bk] = &total{sum: new(big.Rat)}
 			}
-			want[bk].n += ww.n
-			want[bk].sum.Add(want[bk].sum, ww.sum)
+			want[bk].n += f.n
+			want[bk].sum.Add(want[bk].sum, f.sum)
 		}
 	}
 	// check demands, of the finals of windows of size among recs (attribute records left out),

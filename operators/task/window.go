@@ -228,10 +228,28 @@ func (t *Task) fireTimers(c *chain) error {
 // operators read it by event time (ChainPlan.TimedOutput): the window's end - 1, its last
 // instant, which no final of a window still open at the announced output watermark precedes.
 func (c *chain) windowResult(r *kgo.Record, start int64) *kgo.Record {
-	if c.plan.TimedOutput {
-		r.Timestamp = time.UnixMilli(start + c.win.Size - 1)
+	return c.timedResult(r, start+c.win.Size-1)
+}
+
+// timedResult gives r the event time ts (MinInt64: none) when later operators read the
+// chain's results by event time.
+func (c *chain) timedResult(r *kgo.Record, ts int64) *kgo.Record {
+	if c.plan.TimedOutput && ts != math.MinInt64 {
+		r.Timestamp = time.UnixMilli(ts)
 	}
 	return r
+}
+
+// outputLag is how far behind its operator's watermark the event time of a result the chain
+// emits later can lie: a window's grace, or a Keyed operator's OutputLag.
+func (c *chain) outputLag() int64 {
+	if tr, ok := c.kop.(operators.TimedResults); ok {
+		return tr.OutputLag()
+	}
+	if c.win != nil {
+		return c.win.Grace
+	}
+	return 0
 }
 
 // closedAt records that a window closing at at closed; after the end of input, the latest such
