@@ -338,7 +338,7 @@ type Aggregate struct {
 	GroupBy string                    `koanf:"group_by" default:"none" doc:"Field path to group by instead of the input's key (e.g. customers.region): records are re-keyed through the topic <group>-<name>-repartition, written in the same transaction as the input offsets; empty: the input's key."`
 
 	// Window is nil for one result per key, never closed.
-	Window *Window `koanf:"window" doc:"An event-time window: exactly one of tumbling, hopping (with advance) and session. Without one, each key has one result that never closes. Over the finals of another operator's tumbling or hopping windows (emit: final), a final's event time is its window's end - 1 and the watermark is the smallest of the output watermarks that operator's tasks announce."`
+	Window *Window `koanf:"window" doc:"An event-time window: exactly one of tumbling, hopping (with advance) and session. Without one, each key has one result that never closes. Over the finals of another operator's windows (emit: final), a final's event time is its window's end - 1 and the watermark is the smallest of the output watermarks that operator's tasks announce."`
 }
 
 // Cogroup aggregates several inputs per key: each field takes its records from one input.

@@ -31,10 +31,11 @@ import (
 // observation of every writer after its start, and every change after, does.
 //
 // Event time crosses the topic the same way (ChainPlan.TimedOutput, TimedInput). A keyed
-// operator whose results are the finals of tumbling or hopping windows writes each at its
-// window's end - 1, and after a checkpoint's outputs, once every window its watermark closed is
-// out (in real time, or at the switch that ends a backlog; never during one), announces its
-// output watermark: the operator's watermark minus grace, the header sluice.watermark. A window
+// operator whose results are the finals of windows (tumbling, hopping, session) writes each at
+// its window's end - 1, and after a checkpoint's outputs, once every window its watermark
+// closed is out (in real time, or at the switch that ends a backlog; never during one),
+// announces its output watermark: the operator's watermark minus grace (chain.outputLag), the
+// header sluice.watermark. A window
 // still open then ends after it, so no later final of the writer lies before it. A reader's
 // watermark is the smallest of its writers' latest announcements (MinInt64 until each has
 // spoken), so no writer's final is late there, whatever the order in which the writers' records
