@@ -126,6 +126,12 @@ func TestExamples(t *testing.T) {
 			eq(t, "input", c.Operators[1].Aggregate.Input, "per_minute")
 			eq(t, "internal topics", strings.Join(c.InternalTopics(), ","), "rollup-dlq,rollup-per_day-changelog,rollup-per_minute-changelog,rollup-per_minute-output")
 		},
+		"sessions-daily.yaml": func(t *testing.T, c *Config) {
+			eq(t, "visits read later", c.ReadByLater("visits"), true)
+			eq(t, "session", c.Operators[0].Aggregate.Window.Kind(), "session")
+			eq(t, "idle_after", c.Sources["orders"].Watermark.IdleAfter, 10*time.Minute)
+			eq(t, "internal topics", strings.Join(c.InternalTopics(), ","), "sessions-daily-dlq,sessions-daily-per_day-changelog,sessions-daily-visits-changelog,sessions-daily-visits-output")
+		},
 		"join.yaml": func(t *testing.T, c *Config) {
 			eq(t, "table topic", c.Tables["customers"].Topic, "customers")
 			eq(t, "join type (default)", c.Operators[0].Join.Type, JoinInner)
