@@ -101,10 +101,6 @@ func kill9Scenario(t *testing.T, brokers string, size kill9Size) {
 	if len(size.env) > 0 && backlogCkpts == 0 {
 		t.Errorf("backlog checkpoints were configured but none was logged")
 	}
-	ids := make([]string, len(ins))
-	for i, in := range ins {
-		in.term()
-		ids[i] = in.id
-	}
+	ids := termAll(ins)
 	p.verify(ctx, p.expected(first, second), ids...)
 }

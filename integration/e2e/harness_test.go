@@ -302,6 +302,17 @@ func (in *instance) kill() {
 	in.stop(syscall.SIGKILL, 10*time.Second)
 }
 
+// termAll stops every instance of ins (term) and returns their instance ids, for
+// checkTransactions.
+func termAll(ins []*instance) []string {
+	ids := make([]string, len(ins))
+	for i, in := range ins {
+		in.term()
+		ids[i] = in.id
+	}
+	return ids
+}
+
 // term sends SIGTERM (checkpoint and leave) and waits up to a minute for a clean exit 0. A
 // process that was just (re)started gets the signal only once it has logged its first line: a
 // SIGTERM before the Go runtime has installed its handler kills it like any unhandled signal.

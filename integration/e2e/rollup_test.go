@@ -235,11 +235,7 @@ func rollupScenario(t *testing.T, brokers string, f rollupFirst, size rollupSize
 		t.Logf("rollup finals all read %v after the oracle was computed", time.Since(waitFrom).Round(time.Millisecond))
 	}
 
-	ids := make([]string, len(ins))
-	for i, in := range ins {
-		in.term()
-		ids[i] = in.id
-	}
+	ids := termAll(ins)
 	p.checkTransactions(ctx, ids...)
 	if finals, err = readCommitted(ctx, p.brokers, p.sink); err != nil {
 		t.Fatal(err)

@@ -100,11 +100,7 @@ func sessionsScenario(t *testing.T, brokers string, size sessionsSize) {
 			len(want.late), len(want.closed), want.backwards, want.bridges, len(want.open))
 	}
 
-	ids := make([]string, len(ins))
-	for i, in := range ins {
-		in.term()
-		ids[i] = in.id
-	}
+	ids := termAll(ins)
 	p.checkTransactions(ctx, ids...)
 	updates, err := readCommitted(ctx, p.brokers, p.sink)
 	if err != nil {

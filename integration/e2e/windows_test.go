@@ -115,11 +115,7 @@ func windowsScenario(t *testing.T, brokers string, size windowsSize) {
 		return len(finals) >= len(want.finals), err
 	})
 
-	ids := make([]string, len(ins))
-	for i, in := range ins {
-		in.term()
-		ids[i] = in.id
-	}
+	ids := termAll(ins)
 	p.checkTransactions(ctx, ids...)
 	if finals, err = readCommitted(ctx, p.brokers, p.sink); err != nil {
 		t.Fatal(err)

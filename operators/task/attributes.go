@@ -212,9 +212,12 @@ func (c *chain) attribute(kr *kgo.Record, now time.Time) bool {
 	} else if b != nil {
 		delete(c.upstream, w)
 	}
-	i, err := strconv.Atoi(w)
 	v := recordHeader(kr, HeaderWatermark)
-	if v == nil || c.writers == nil || err != nil || i < 0 || i >= len(c.writers) {
+	if v == nil || c.writers == nil {
+		return true
+	}
+	i, err := strconv.Atoi(w)
+	if err != nil || i < 0 || i >= len(c.writers) {
 		return true
 	}
 	m := &c.writers[i]
