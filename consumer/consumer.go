@@ -946,7 +946,7 @@ func (e *Engine) listBounds(ctx context.Context) (map[tp]bound, error) {
 	if err != nil {
 		return nil, fmt.Errorf("consumer: bounded run: list start offsets: %w", err)
 	}
-	committed, err := e.adm.FetchOffsets(ctx, e.o.Config.Group)
+	committed, err := e.fetchGroupOffsets(ctx)
 	if errors.Is(err, kerr.GroupIDNotFound) {
 		err = nil // a new group: every partition starts at its log start
 	}
@@ -975,6 +975,29 @@ func (e *Engine) listBounds(ctx context.Context) (map[tp]bound, error) {
 		}
 	})
 	return out, nil
+}
+
+// fetchGroupOffsets returns the group's committed offsets. On a broker that just started, the
+// group's coordinator is not available until the offsets topic exists (COORDINATOR_NOT_AVAILABLE,
+// which franz-go retries a number of times by itself): like the wait for an unreachable broker
+// at start, a retriable error is logged and retried until ctx ends.
+func (e *Engine) fetchGroupOffsets(ctx context.Context) (kadm.OffsetResponses, error) {
+	start := e.o.Clock()
+	for attempt := 1; ; attempt++ {
+		committed, err := e.adm.FetchOffsets(ctx, e.o.Config.Group)
+		if err == nil || !producer.Retriable(err) || ctx.Err() != nil {
+			return committed, err
+		}
+		e.log.Warn("bounded run: the group's offsets cannot be fetched yet; retrying", "group", e.o.Config.Group,
+			"waiting", e.o.Clock().Sub(start).Round(time.Millisecond), "attempt", attempt, "err", err)
+		t := time.NewTimer(connectRetryMin)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		case <-t.C:
+		}
+	}
 }
 
 // finished reports whether a bounded run is done: the member has tasks and each has committed

@@ -9,12 +9,15 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/sluice-dev/sluice/cmd/sluice/workload"
 	"github.com/sluice-dev/sluice/configs"
@@ -353,4 +356,85 @@ type tlog struct{ t *testing.T }
 func (l tlog) Write(b []byte) (int, error) {
 	l.t.Log(strings.TrimSuffix(string(b), "\n"))
 	return len(b), nil
+}
+
+// TestRunBoundedCoordinatorNotReady starts a bounded run on a broker whose group coordinator is
+// not available yet (a broker that just started, creating its offsets topic): its first answers
+// to the group's offset fetch are COORDINATOR_NOT_AVAILABLE. The run must wait that out (the
+// error is retriable) and finish with every total exact, not exit 1.
+func TestRunBoundedCoordinatorNotReady(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "orders"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	brokers := c.ListenAddrs()
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	s := workload.Spec{Records: 5_000, Keys: 200, Partitions: 3, Seed: 4}
+	cl, err := kgo.NewClient(append(workload.ProducerOpts(), kgo.SeedBrokers(brokers...))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if err := workload.Produce(ctx, cl, "orders", s); err != nil {
+		t.Fatal(err)
+	}
+	// The first refusals: every offset fetch of the group, whichever client sends it.
+	var mu sync.Mutex
+	refused := 0
+	c.ControlKey(kmsg.OffsetFetch.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		if refused >= 12 {
+			return nil, nil, false
+		}
+		c.KeepControl()
+		refused++
+		r := req.(*kmsg.OffsetFetchRequest)
+		resp := r.ResponseKind().(*kmsg.OffsetFetchResponse)
+		code := kerr.CoordinatorNotAvailable.Code
+		resp.ErrorCode = code
+		for _, g := range r.Groups {
+			rg := kmsg.NewOffsetFetchResponseGroup()
+			rg.Group, rg.ErrorCode = g.Group, code
+			resp.Groups = append(resp.Groups, rg)
+		}
+		return resp, nil, true
+	})
+	doc := fmt.Sprintf(`
+kafka: {brokers: [%s]}
+group: fresh
+instance_id: i-0
+processing: {commit_interval: 50ms, state_dir: %s}
+backlog: {enter_lag: 100, exit_lag: 10, progress_interval: 0s}
+http: {listen: "off"}
+sources:
+  orders: {topic: orders, key: customer_id, timestamp: ts}
+operators:
+  - name: totals
+    aggregate:
+      input: orders
+      fields: {amount: {sum: amount}, orders: {count: {}}}
+    output: out
+sinks:
+  out: {topic: totals}
+`, brokers[0], filepath.Join(t.TempDir(), "state"))
+	cfg, err := configs.Parse([]byte(doc), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runBounded(ctx, t, cfg)
+	mu.Lock()
+	if refused == 0 {
+		t.Error("no offset fetch was refused: the test checks nothing")
+	}
+	mu.Unlock()
+	got, err := workload.ReadTotals(ctx, brokers, "totals", "amount", "orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := workload.Diff(s.Expected(), got, 10); d != nil {
+		t.Fatalf("totals after the bounded run differ:\n%s", strings.Join(d, "\n"))
+	}
 }
