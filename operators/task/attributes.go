@@ -110,6 +110,9 @@ func (t *Task) announceWatermark(c *chain, pd *Pending) int {
 	if !c.plan.TimedOutput || c.internalParts <= 0 || !c.primary {
 		return 0
 	}
+	if c.plan.Rekey != "" {
+		return t.announceInputWatermark(c, pd)
+	}
 	if (!foldedIn(pd, c) || pd.silent[c]) && !c.streaming() {
 		return 0 // not the switch: a backlog's windows are out only then
 	}
@@ -142,6 +145,28 @@ func (t *Task) announceWatermark(c *chain, pd *Pending) int {
 	}
 	c.wmSaid, c.idleSaid = max(c.wmSaid, out), false
 	return t.announceMark(c, strconv.AppendInt(nil, out, 10), pd)
+}
+
+// announceInputWatermark is announceWatermark for a re-keying writer c: its records go to the
+// repartition topic as they are processed, each at its event time, so once they are in the
+// transaction (they are, by the time of a checkpoint), the chain's input watermark is a bound
+// for every later record that is on time at the source, in real time and in backlog alike. A
+// record of the source late by it may be late at the reader too: never one on time there.
+// After a restart the chain's watermark starts over from its records; the reader keeps the
+// largest each writer announced (a function of the offsets processed, like the source's).
+func (t *Task) announceInputWatermark(c *chain, pd *Pending) int {
+	if c.idleAfter > 0 && !c.ended && c.idle(t.d.Clock()) {
+		if c.idleSaid {
+			return 0
+		}
+		c.idleSaid = true
+		return t.announceMark(c, []byte(idleMark), pd)
+	}
+	if c.iwm == math.MinInt64 || c.iwm <= c.wmSaid && !c.idleSaid {
+		return 0
+	}
+	c.wmSaid, c.idleSaid = max(c.wmSaid, c.iwm), false
+	return t.announceMark(c, strconv.AppendInt(nil, c.wmSaid, 10), pd)
 }
 
 // idleMark is the value of HeaderWatermark of a writer whose inputs are idle.

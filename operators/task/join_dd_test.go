@@ -153,6 +153,10 @@ func TestJoinDataDriven(t *testing.T) {
 					lines = append(lines, fmt.Sprintf("out %s %s", r.Key, r.Value))
 				case joinRepart:
 					if r.Key == nil && r.Value == nil {
+						if wm := hdr(r, HeaderWatermark); wm != "" {
+							lines = append(lines, fmt.Sprintf("repartition attribute watermark=%s writer=%s", wm, hdr(r, HeaderWriter)))
+							continue
+						}
 						lines = append(lines, fmt.Sprintf("repartition attribute backlog=%s writer=%s", hdr(r, HeaderBacklog), hdr(r, HeaderWriter)))
 						continue
 					}

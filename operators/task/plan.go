@@ -49,11 +49,14 @@ type ChainPlan struct {
 	Rekey      string           // the group_by field path the records are re-keyed by ("" = none); SinkTopic is then the repartition topic
 	RekeyFor   string           // with Rekey: the aggregate the records are re-keyed for
 	Output     bool             // Agg's results go to its output topic (SinkTopic), which later operators read
-	// TimedOutput: with Output, Agg's results are the finals of windows (tumbling, hopping or
-	// session); each carries its window's end - 1 as record timestamp, and the chain announces its output
-	// watermark in the output topic (attributes.go). TimedInput: the chain reads such results;
-	// its watermark is the smallest of its writers' announced ones, not its records' times
-	// minus max_delay.
+	// TimedOutput: the chain's records in its internal topic carry their event time as record
+	// timestamp and the chain announces its output watermark there (attributes.go). With
+	// Output, Agg's results are the finals of windows (tumbling, hopping or session), each at its
+	// window's end - 1, and the output watermark is the operator's minus grace; with Rekey, every
+	// record is at its own event time and the output watermark is the chain's input's.
+	// TimedInput: the chain reads such a topic (windows' finals, or a repartition topic); its
+	// watermark is the smallest of its writers' announced ones, not its records' times minus
+	// max_delay.
 	TimedOutput, TimedInput bool
 	// Fork: an earlier chain reads the same source and SharedStages first stages too (several
 	// operators read one input): that chain dead-letters their bad records and writes their
@@ -251,11 +254,14 @@ func NewPlan(cfg *configs.Config) (*Plan, error) {
 				if op.Aggregate != nil && op.Aggregate.GroupBy != "" {
 					// Re-keying: this chain ends at the repartition topic; the aggregate's chain
 					// reads it.
+					// Event time crosses it as the writers' announcements (TimedOutput,
+					// TimedInput): the reader's watermark is the smallest of its writers'.
 					c.Rekey, c.RekeyFor = op.Aggregate.GroupBy, op.Name
 					c.SinkTopic = cfg.RepartitionTopic(op.Name)
 					c.Sink = ""
+					c.TimedOutput = true
 					p.Chains = append(p.Chains, c)
-					c = ChainPlan{SourceName: op.Name + "-repartition", Source: repartitionSource(cfg, op.Name, st.orig)}
+					c = ChainPlan{SourceName: op.Name + "-repartition", Source: repartitionSource(cfg, op.Name, st.orig), TimedInput: true}
 				}
 				streamJoin := op.Join != nil && op.Join.StreamStream()
 				asOf := op.Join != nil && op.Join.AsOf == "event_time"
@@ -558,7 +564,9 @@ func (p *Plan) Describe(w io.Writer) {
 			fmt.Fprintf(w, "  -> %s %s [%s] emit=%s attributes{InternalSorter:%v OutputOnlyAtEnd:%v OutputOnCheckpoint:%v}\n",
 				kind, c.Agg.Name, strings.Join(specs, " "), orDefault(c.Agg.Aggregate.Emit, "updates"), a.InternalSorter, a.OutputOnlyAtEnd, a.OutputOnCheckpoint)
 			wmIs := fmt.Sprintf("max event time - %v", c.Source.Watermark.MaxDelay)
-			if c.TimedInput {
+			if c.TimedInput && c.Source.Topic == cfg.RepartitionTopic(c.Agg.Name) {
+				wmIs = "the smallest of the watermarks its writers (the re-keying tasks) announce in the repartition topic (their inputs' watermarks)"
+			} else if c.TimedInput {
 				wmIs = "the smallest of the watermarks its writers announce (results at their window's end - 1 are never late)"
 			}
 			if sw := c.Agg.Aggregate.Window; sw.Kind() == "session" && c.Cogroup != nil {
@@ -605,7 +613,9 @@ func (p *Plan) Describe(w io.Writer) {
 				kind = "results of " + c.Agg.Name
 			}
 			says := "their backlog mode"
-			if c.TimedOutput {
+			if c.TimedOutput && c.Rekey != "" {
+				says = "their backlog mode and watermark"
+			} else if c.TimedOutput {
 				says = "their backlog mode and output watermark"
 			}
 			fmt.Fprintf(w, "  %s (%s, partitions = %s's; committed records purged; its writers announce %s in it)\n", c.SinkTopic, kind, p.Repartitions()[c.SinkTopic], says)

@@ -118,10 +118,11 @@ func (t *Task) lateRecord(c *chain, kr *kgo.Record) {
 	})
 }
 
-// observeTime advances a windowed chain's watermark with the event time of a decoded record.
+// observeTime advances the watermark of a windowed chain, or of a re-keying one (which
+// announces it to its readers), with the event time of a decoded record.
 func (c *chain) observeTime(ts int64, now time.Time) {
-	if !c.timed() || c.ended || c.writers != nil {
-		return // a reader of timed results takes its writers' watermarks (attributes.go)
+	if !c.timed() && c.plan.Rekey == "" || c.ended || c.writers != nil {
+		return // a reader of a timed topic takes its writers' watermarks (attributes.go)
 	}
 	w := ts - c.maxDelay
 	if w > ts { // underflow
