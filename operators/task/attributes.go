@@ -42,6 +42,13 @@ import (
 // interleave; the reader commits each writer's watermark with its offset (window.go). A writer
 // whose inputs are idle (watermark.idle_after) announces "idle" instead, once; the reader leaves
 // it out of the smallest until it announces a watermark again.
+//
+// A repartition topic carries event time the same way: a re-keying writer writes each record
+// at its event time as it processes it, and at each checkpoint, after them, announces its
+// input's watermark (announceInputWatermark), in backlog and real time alike. Its reader (the
+// aggregate after group_by) takes the smallest of its writers' announcements as its watermark,
+// so upstream tasks that run at different speeds cannot make a record late that was on time at
+// its source: the answer is the one a reader of a topic already keyed right would give.
 
 // Headers of an attribute record.
 const (
