@@ -21,6 +21,8 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -147,6 +149,53 @@ func Ensure(ctx context.Context, adm *kadm.Client, topics []Topic, rf int16) err
 		}
 	}
 	return nil
+}
+
+// MaxMessageBytes returns the effective max.message.bytes of each topic: its own override, or
+// else the broker's message.max.bytes (DescribeConfigs reports the value in force with its
+// source). It is the largest record batch the broker accepts for the topic, compressed, and
+// what the producer sizes its batches by (producer.Limits). A topic that does not exist, or a
+// broker that cannot say, is an error: sizing batches by a guess is what aborted checkpoints
+// on MESSAGE_TOO_LARGE. Retriable errors (a topic just created that a broker does not know yet,
+// a broker down) are retried as ListTopics is.
+func MaxMessageBytes(ctx context.Context, adm *kadm.Client, topics ...string) (map[string]int32, error) {
+	if len(topics) == 0 {
+		return map[string]int32{}, nil
+	}
+	rcs, err := producer.Retry(ctx, func() (kadm.ResourceConfigs, error) {
+		rcs, err := adm.DescribeTopicConfigs(ctx, topics...)
+		if err != nil {
+			return nil, err
+		}
+		for _, rc := range rcs {
+			if rc.Err != nil {
+				return nil, fmt.Errorf("%s: %w", rc.Name, rc.Err)
+			}
+		}
+		return rcs, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("changelog: describe the configs of topics %s: %w", strings.Join(topics, ", "), err)
+	}
+	out := make(map[string]int32, len(topics))
+	for _, rc := range rcs {
+		for _, c := range rc.Configs {
+			if c.Key != "max.message.bytes" || c.Value == nil {
+				continue
+			}
+			n, err := strconv.ParseInt(*c.Value, 10, 32)
+			if err != nil || n < 0 {
+				return nil, fmt.Errorf("changelog: topic %s: max.message.bytes is %q, not a byte count", rc.Name, *c.Value)
+			}
+			out[rc.Name] = int32(n)
+		}
+	}
+	for _, t := range topics {
+		if _, ok := out[t]; !ok {
+			return nil, fmt.Errorf("changelog: topic %s: the broker did not report its max.message.bytes", t)
+		}
+	}
+	return out, nil
 }
 
 // listTopics is ListTopics retried while a broker cannot be reached (an instance that starts

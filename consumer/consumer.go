@@ -216,7 +216,8 @@ func (e *Engine) Run(ctx context.Context) error {
 		}
 		return err
 	}
-	if err := e.ensureTopics(ctx); err != nil {
+	limits, err := e.ensureTopics(ctx)
+	if err != nil {
 		if dial.Refused(err) { // the first requests: say which settings to check
 			return refused(err)
 		}
@@ -258,7 +259,7 @@ func (e *Engine) Run(ctx context.Context) error {
 		Topics:             e.o.Plan.Topics(),
 		CoPartitioned:      e.o.Plan.CoPartitioned(),
 		FetchMaxBytes:      int64(cfg.Kafka.FetchMaxBytes),
-		DeadLetterTopic:    cfg.DLQTopic(),
+		Limits:             limits,
 		Logger:             e.log,
 		Extra: append([]kgo.Opt{
 			kgo.OnPartitionsAssigned(func(_ context.Context, cl *kgo.Client, a map[string][]int32) { e.assigned(runCtx, cl, a) }),
@@ -272,7 +273,9 @@ func (e *Engine) Run(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		e.out = encoding(e.sess, e.o.Encoders)
+		// A record too large for its topic becomes a dead letter (checked after the encoding:
+		// on the bytes sent), never an aborted checkpoint.
+		e.out = encoding(task.LimitSizes(e.sess, e.o.Plan, limits.BatchMaxBytes, e.tm), e.o.Encoders)
 		close(e.sessSet)
 		e.log.Info("joining group", "group", cfg.Group, "instance_id", cfg.InstanceID, "topics", e.o.Plan.Topics(), "guarantee", cfg.Processing.Guarantee)
 		err = e.loop(ctx)
@@ -689,8 +692,10 @@ func (e *Engine) checkpoint(ctx context.Context) error {
 	return nil
 }
 
-// ensureTopics checks the sources and creates the internal topics and missing sinks.
-func (e *Engine) ensureTopics(ctx context.Context) error {
+// ensureTopics checks the sources and creates the internal topics and missing sinks. It returns
+// the effective max.message.bytes of every topic the pipeline writes (sinks, internal, changelog
+// and dead-letter topics), which bound the producer's batches and records.
+func (e *Engine) ensureTopics(ctx context.Context) (producer.Limits, error) {
 	cfg := e.o.Config
 	reparts := e.internal
 	var inputs []string
@@ -701,7 +706,7 @@ func (e *Engine) ensureTopics(ctx context.Context) error {
 	}
 	parts, err := changelog.Partitions(ctx, e.adm, inputs...)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	e.internalParts = map[string]int32{}
 	for rt, from := range reparts {
@@ -712,7 +717,7 @@ func (e *Engine) ensureTopics(ctx context.Context) error {
 	for _, g := range e.o.Plan.CoPartitioned() {
 		for _, t := range g[1:] {
 			if parts[t] != parts[g[0]] {
-				return fmt.Errorf("consumer: topics %s (%d partitions) and %s (%d partitions) are joined, so they must have the same partition count (a task is one partition number of both)", g[0], parts[g[0]], t, parts[t])
+				return nil, fmt.Errorf("consumer: topics %s (%d partitions) and %s (%d partitions) are joined, so they must have the same partition count (a task is one partition number of both)", g[0], parts[g[0]], t, parts[t])
 			}
 		}
 	}
@@ -741,7 +746,19 @@ func (e *Engine) ensureTopics(ctx context.Context) error {
 		}
 	}
 	topics = append(topics, changelog.Topic{Name: cfg.DLQTopic(), Partitions: maxParts})
-	return changelog.Ensure(ctx, e.adm, topics, cfg.Kafka.ReplicationFactor)
+	if err := changelog.Ensure(ctx, e.adm, topics, cfg.Kafka.ReplicationFactor); err != nil {
+		return nil, err
+	}
+	names := make([]string, 0, len(topics))
+	for _, t := range topics {
+		names = append(names, t.Name)
+	}
+	limits, err := changelog.MaxMessageBytes(ctx, e.adm, names...)
+	if err != nil {
+		return nil, err
+	}
+	e.log.Debug("topic limits (max.message.bytes) read", "limits", limits)
+	return limits, nil
 }
 
 // Status returns every task's snapshot, sorted by topic and partition. A task that is not

@@ -12,6 +12,10 @@
 // At-least-once: an idempotent producer; a checkpoint flushes, and once every record is
 // acknowledged, commits the offsets with a plain OffsetCommit.
 //
+// Batches are sized per topic by what the broker accepts for it (Limits: each written topic's
+// max.message.bytes, read at start), so no transaction aborts on a batch too large (unless a
+// topic's limit is lowered while sluice runs).
+//
 // The same client consumes (it is the group member): the consumer package polls through Session.
 // Its group balancer is cooperative-sticky, or CoPartitioned (balancer.go) when a pipeline has
 // co-partitioned topics (joins, cogroups). A transaction end that hangs for 5 s lets a blocked
@@ -51,11 +55,11 @@ type Options struct {
 	// spans them); a topic in none is balanced alone.
 	CoPartitioned [][]string
 	FetchMaxBytes int64 // bound of one fetch response (kafka.fetch_max_bytes); 0: 32 MiB
-	// DeadLetterTopic is the dead-letter topic, whose batches are bounded by
-	// DeadLetterBatchMaxBytes instead of BatchMaxBytes: dead letters are arbitrary input (often
-	// incompressible), and the topic has the broker's default record size limit.
-	DeadLetterTopic string
-	Logger          *slog.Logger
+	// Limits are the effective max.message.bytes of the topics the session writes
+	// (changelog.MaxMessageBytes, read at start): each topic's batches are bounded by
+	// Limits.BatchMaxBytes. A topic missing from it gets DefaultBatchMaxBytes.
+	Limits Limits
+	Logger *slog.Logger
 	// Extra are appended to the client options: the connection's (dial.Opts: TLS, SASL),
 	// callbacks, tuning, test hooks.
 	Extra []kgo.Opt
@@ -103,14 +107,39 @@ const endStuck = 5 * time.Second
 // DefaultFetchMaxWait is how long a fetch waits for data before the broker answers empty.
 const DefaultFetchMaxWait = 500 * time.Millisecond
 
-// BatchMaxBytes bounds a produced batch before compression (kgo.ProducerBatchMaxBytes): a
-// record larger than this fails at once with kerr.MessageTooLarge.
+// BatchMaxBytes caps a produced batch before compression, whatever its topic accepts: the bound
+// of the batches of a topic whose max.message.bytes is larger (bigger batches buy little
+// throughput and hold more memory per partition).
 const BatchMaxBytes = 4 << 20
 
-// DeadLetterBatchMaxBytes bounds a batch of the dead-letter topic: Kafka's default
-// message.max.bytes (1 MiB), which the broker applies to a batch after compression. Dead
-// letters are bounded well below it (operators/task: DeadLetterMaxBytes), so one always fits.
-const DeadLetterBatchMaxBytes = 1_000_012
+// DefaultBatchMaxBytes bounds the batches of a topic whose max.message.bytes is not known (one
+// not read at start): Kafka's historical default message.max.bytes, which franz-go also
+// assumes, and no larger than any broker default since.
+const DefaultBatchMaxBytes = 1_000_012
+
+// minBatchMaxBytes is the smallest batch bound franz-go accepts.
+const minBatchMaxBytes = 512
+
+// Limits maps a topic to its effective max.message.bytes (its own override, or the broker's
+// message.max.bytes): the largest record batch the broker accepts for it, measured after
+// compression. Build it before Open and do not change it after: it is read concurrently.
+type Limits map[string]int32
+
+// BatchMaxBytes returns the bound of a produced batch of topic (kgo.ProducerBatchMaxBytesFn):
+// the topic's max.message.bytes, at most BatchMaxBytes, at least 512 (franz-go's floor), and
+// DefaultBatchMaxBytes for a topic not in l. franz-go counts a batch uncompressed, with 4 bytes
+// of length prefix the broker does not count, and sends a batch compressed only when that is
+// smaller; the broker checks the batch as sent, so a batch within this bound always fits (but
+// for a topic that accepts less than 512 bytes). A record that does not fit in a batch of its
+// own fails at once with kerr.MessageTooLarge (the tasks' producer turns those into dead
+// letters before: operators/task.LimitSizes).
+func (l Limits) BatchMaxBytes(topic string) int32 {
+	n, ok := l[topic]
+	if !ok {
+		n = DefaultBatchMaxBytes
+	}
+	return max(min(n, BatchMaxBytes), minBatchMaxBytes)
+}
 
 // balancer is CoPartitioned(groups) when a group has several topics (a pipeline with joins),
 // else franz-go's cooperative-sticky balancer (what groups without joins have always used, so
@@ -142,12 +171,9 @@ func Open(o Options) (*Session, error) {
 		kgo.RecordPartitioner(Partitioner()),
 		kgo.SessionTimeout(10 * time.Second),
 		kgo.RebalanceTimeout(5 * time.Minute),
-		kgo.ProducerBatchMaxBytesFn(func(topic string) int32 {
-			if topic != "" && topic == o.DeadLetterTopic {
-				return DeadLetterBatchMaxBytes
-			}
-			return BatchMaxBytes
-		}),
+		// Asked once per partition, when the client first sees it: the topics a pipeline
+		// writes are all in o.Limits by then.
+		kgo.ProducerBatchMaxBytesFn(o.Limits.BatchMaxBytes),
 		kgo.MaxBufferedRecords(50000),
 		kgo.ProducerLinger(5 * time.Millisecond),
 		// Large fetches keep a backlog flowing (smaller ones cost round trips), but records stay

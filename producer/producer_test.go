@@ -3,10 +3,12 @@ package producer
 import (
 	"context"
 	"math/rand/v2"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -107,19 +109,51 @@ func TestEmptyCheckpointsDoNotStall(t *testing.T) {
 	}
 }
 
-// TestDeadLetterBatchesFitTheBroker: the broker's default message.max.bytes (1 MiB) bounds a
-// batch. Dead letters are up to ~512 KiB of arbitrary, often incompressible input; batched up to
-// BatchMaxBytes (4 MiB) they would be refused (MESSAGE_TOO_LARGE) and abort every checkpoint.
-// The dead-letter topic's batches are bounded by DeadLetterBatchMaxBytes, so a transaction of
-// many large dead letters commits.
-func TestDeadLetterBatchesFitTheBroker(t *testing.T) {
+// TestLimitsBatchMaxBytes: a topic's batches are bounded by its max.message.bytes, capped at
+// BatchMaxBytes, floored at franz-go's 512; a topic not read at start gets Kafka's historical
+// default.
+func TestLimitsBatchMaxBytes(t *testing.T) {
+	l := Limits{"small": 16 << 10, "large": 64 << 20, "tiny": 100, "default": 1_048_588}
+	for topic, want := range map[string]int32{
+		"small":   16 << 10,
+		"large":   4 << 20,
+		"tiny":    512,
+		"default": 1_048_588,
+		"unknown": 1_000_012,
+		"":        1_000_012,
+	} {
+		if got := l.BatchMaxBytes(topic); got != want {
+			t.Errorf("BatchMaxBytes(%q) = %d, want %d", topic, got, want)
+		}
+	}
+	if got := Limits(nil).BatchMaxBytes("x"); got != 1_000_012 {
+		t.Errorf("nil Limits: BatchMaxBytes = %d, want 1000012", got)
+	}
+}
+
+// TestBatchesFitTheTopic: the broker (kfake checks it as Kafka does) refuses a batch larger
+// than its topic's max.message.bytes, measured compressed. Batched up to a fixed 4 MiB, many
+// small incompressible records to a topic that accepts 16 KiB were refused (MESSAGE_TOO_LARGE)
+// and every checkpoint aborted; so were dead letters (up to ~512 KiB each) to a dead-letter
+// topic at the broker's default. With each topic's batches bounded by its limit (the dead-letter
+// topic, not in Limits, by the default), one transaction of both commits.
+func TestBatchesFitTheTopic(t *testing.T) {
 	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "in", "g-dlq"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
+	const small = 16 << 10
+	adm := kadm.NewClient(mustClient(t, c.ListenAddrs()))
+	resp, err := adm.CreateTopic(t.Context(), 1, 1, map[string]*string{"max.message.bytes": kadm.StringPtr(strconv.Itoa(small))}, "small")
+	if err == nil {
+		err = resp.Err
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
 	s, err := Open(Options{Brokers: c.ListenAddrs(), Group: "g", TransactionalID: "g-0", Guarantee: ExactlyOnce, Topics: []string{"in"},
-		DeadLetterTopic: "g-dlq", Extra: []kgo.Opt{kgo.ProducerLinger(time.Second)}}) // one batch, were it not bounded
+		Limits: Limits{"small": small}, Extra: []kgo.Opt{kgo.ProducerLinger(time.Second)}}) // one batch per topic, were it not bounded
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,28 +164,55 @@ func TestDeadLetterBatchesFitTheBroker(t *testing.T) {
 		t.Fatal(err)
 	}
 	rng := rand.New(rand.NewPCG(1, 2))
-	var mu sync.Mutex
-	var perr error
-	for range 8 {
-		v := make([]byte, 300<<10)
+	random := func(n int) []byte {
+		v := make([]byte, n)
 		for i := range v {
 			v[i] = byte(rng.Uint32())
 		}
-		s.Produce(&kgo.Record{Topic: "g-dlq", Partition: 0, Value: v}, func(_ *kgo.Record, err error) {
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil && perr == nil {
-				perr = err
-			}
-		})
+		return v
+	}
+	var mu sync.Mutex
+	var perr error
+	promise := func(_ *kgo.Record, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if err != nil && perr == nil {
+			perr = err
+		}
+	}
+	for range 8 {
+		s.Produce(&kgo.Record{Topic: "g-dlq", Partition: 0, Value: random(300 << 10)}, promise)
+	}
+	for range 64 {
+		s.Produce(&kgo.Record{Topic: "small", Partition: 0, Value: random(6 << 10)}, promise)
 	}
 	if err := s.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if perr != nil {
-		t.Fatalf("producing 8 dead letters of 300 KiB: %v", perr)
+		t.Fatalf("producing 8 dead letters of 300 KiB and 64 records of 6 KiB to a topic of 16 KiB: %v", perr)
 	}
 	if ok, err := s.End(ctx, nil, true); err != nil || !ok {
 		t.Fatalf("End = %v, %v", ok, err)
 	}
+	ends, err := adm.ListEndOffsets(ctx, "small", "g-dlq")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for topic, want := range map[string]int64{"small": 64, "g-dlq": 8} {
+		// The end offset counts the records and the commit marker.
+		if o, _ := ends.Lookup(topic, 0); o.Offset != want+1 {
+			t.Errorf("%s ends at %d, want %d records and a commit marker", topic, o.Offset, want)
+		}
+	}
+}
+
+func mustClient(t *testing.T, brokers []string) *kgo.Client {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	return cl
 }

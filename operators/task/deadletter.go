@@ -10,10 +10,12 @@ import (
 
 // Dead letters carry the bad record's key and value as they came, with headers saying why and
 // where from. A bad record may be larger than the dead-letter topic accepts: the input topic may
-// allow records of many MiB, while the dead-letter topic has the broker's default limit
-// (message.max.bytes, 1 MiB) and the producer refuses any record above its batch size. A dead
-// letter that cannot be produced aborts every checkpoint that carries it, so it would stop the
-// pipeline. Every dead letter therefore goes through newDeadLetter, which bounds it:
+// allow records of many MiB, while the dead-letter topic usually has the broker's default limit
+// (message.max.bytes, 1 MiB) and the producer refuses any record above its topic's batch bound
+// (producer.Limits). A dead letter that cannot be produced aborts every checkpoint that carries
+// it, so it would stop the pipeline. Every dead letter therefore goes through newDeadLetter
+// (or, for a record too large for its topic, newTooLargeDeadLetter: sizelimit.go), which bounds
+// it:
 //
 //   - a key or value longer than DeadLetterMaxBytes keeps its first DeadLetterMaxBytes bytes, and
 //     the dead letter gets the headers sluice.original.key.size and sluice.original.value.size
@@ -22,8 +24,8 @@ import (
 //
 // The dead letter's sluice.source.topic/partition/offset headers locate the original record.
 // A dead letter is then at most 2*DeadLetterMaxBytes plus a few KiB of headers, well under the
-// producer's bound for the dead-letter topic (producer.Options.DeadLetterTopic) and the
-// broker's default limit.
+// broker's default limit. A dead-letter topic that accepts less gets its dead letters cut
+// further to fit (LimitSizes, fitDeadLetter).
 
 // DeadLetterMaxBytes is the most of a bad record's key, and of its value, that its dead letter
 // carries.
@@ -42,6 +44,9 @@ const (
 	HeaderSourceTimestamp   = "sluice.source.timestamp"
 	HeaderOriginalKeySize   = "sluice.original.key.size"
 	HeaderOriginalValueSize = "sluice.original.value.size"
+	// HeaderDestinationTopic is on the dead letter of a record too large for its topic
+	// (sizelimit.go): the topic it was for.
+	HeaderDestinationTopic = "sluice.destination.topic"
 )
 
 // newDeadLetter returns the dead letter of kr for topic: its key and value (copied, truncated to
