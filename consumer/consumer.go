@@ -866,9 +866,27 @@ func (e *Engine) closeInternal(ctx context.Context) error {
 	if len(ready) == 0 {
 		return nil
 	}
+	// The writers' last transactions are committed, but the broker writes their commit markers
+	// after it answers EndTxn: until then a partition's last stable offset still stops before
+	// them, and ending the readers there would drop the last transaction's records. The ends
+	// are taken once every partition is settled (last stable offset = high watermark: no
+	// transaction open); until then the next turn of the poll loop asks again.
 	ends, err := producer.RetryList(ctx, func() (kadm.ListedOffsets, error) { return e.adm.ListCommittedOffsets(ctx, ready...) })
 	if err != nil {
 		return fmt.Errorf("consumer: bounded run: list the end offsets of %s: %w", strings.Join(ready, ", "), err)
+	}
+	hwms, err := producer.RetryList(ctx, func() (kadm.ListedOffsets, error) { return e.adm.ListEndOffsets(ctx, ready...) })
+	if err != nil {
+		return fmt.Errorf("consumer: bounded run: list the high watermarks of %s: %w", strings.Join(ready, ", "), err)
+	}
+	settled := true
+	hwms.Each(func(h kadm.ListedOffset) {
+		if l, ok := ends.Lookup(h.Topic, h.Partition); !ok || l.Offset != h.Offset {
+			settled = false
+		}
+	})
+	if !settled {
+		return nil
 	}
 	starts, err := producer.RetryList(ctx, func() (kadm.ListedOffsets, error) { return e.adm.ListStartOffsets(ctx, ready...) })
 	if err != nil {
