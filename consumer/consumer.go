@@ -159,6 +159,7 @@ func New(o Options) (*Engine, error) {
 		waitLog: map[string]bool{},
 	}
 	if o.Plan != nil { // nil: an engine that only registers its metrics (tests)
+		e.tm.Declare(o.Plan)
 		e.tables = o.Plan.TableTopics()
 		e.internal = o.Plan.Repartitions()
 		e.internalSorted = slices.Sorted(maps.Keys(e.internal))

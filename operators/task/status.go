@@ -258,6 +258,41 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	return m
 }
 
+// Declare creates, at 0, every labelled counter series plan can move: the dead letters of each
+// source, stage, keyed operator, table and written topic, and the late records of each
+// event-time operator, so that a dashboard or an alert rule (rate(...), absent(...)) sees them
+// before the first dead letter instead of no series at all.
+func (m *Metrics) Declare(plan *Plan) {
+	if m == nil {
+		return
+	}
+	dead := func(op string) { m.dead.WithLabelValues(op) }
+	for _, c := range plan.Chains {
+		dead("source " + c.SourceName)
+		for _, st := range c.Stages {
+			dead(st.Name)
+		}
+		if c.Rekey != "" {
+			dead(c.RekeyFor)
+		}
+		if c.Agg != nil {
+			dead(c.Agg.Name)
+			if c.Agg.Aggregate != nil && c.Agg.Aggregate.Window != nil || c.StreamJoin != nil || c.AsOf != nil {
+				m.late.WithLabelValues(c.Agg.Name)
+			}
+		}
+		for _, tb := range c.Tables {
+			dead("table " + tb)
+		}
+		for _, tp := range c.Taps {
+			dead("produce " + tp.SinkTopic)
+		}
+		if c.SinkTopic != "" {
+			dead("produce " + c.SinkTopic)
+		}
+	}
+}
+
 func (m *Metrics) recordsIn(topic string, n int) {
 	if m != nil {
 		m.in.WithLabelValues(topic).Add(float64(n))
