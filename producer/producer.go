@@ -104,6 +104,9 @@ func Partitioner() kgo.Partitioner {
 // callback run (see End).
 const endStuck = 5 * time.Second
 
+// metadataMinAge is the least time between two metadata refreshes of a client.
+const metadataMinAge = 500 * time.Millisecond
+
 // DefaultFetchMaxWait is how long a fetch waits for data before the broker answers empty.
 const DefaultFetchMaxWait = 500 * time.Millisecond
 
@@ -188,6 +191,10 @@ func Open(o Options) (*Session, error) {
 		// A partition resumed after its restore joins the next fetch only, after the one in
 		// flight returns; a fetch without data waits this long (kgo's default is 5s).
 		kgo.FetchMaxWait(DefaultFetchMaxWait),
+		// A produce to a topic created a moment ago (a sink, an internal topic) may find no
+		// leader yet; franz-go retries after a metadata refresh, which it spaces by this much
+		// (its default, 5s, stalled about one run in ten of a Nexmark query by 5 s).
+		kgo.MetadataMinAge(metadataMinAge),
 	}
 	if o.InstanceID != "" {
 		opts = append(opts, kgo.InstanceID(o.InstanceID))
