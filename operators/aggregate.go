@@ -9,7 +9,8 @@ import (
 	"github.com/sluice-dev/sluice/operators/internal/jsonstr"
 )
 
-// Attributes are the FLIP-327/331 operator attributes the runtime schedules by.
+// Attributes are the FLIP-327/331 operator attributes. `sluice validate` prints them; the
+// runtime does not read them (it runs every keyed operator the same way in each mode).
 type Attributes struct {
 	InternalSorter     bool // wants key-sorted input while in backlog
 	OutputOnlyAtEnd    bool // emits only when its input leaves backlog or ends

@@ -22,7 +22,7 @@ package operators
 type Keyed interface {
 	// Name is the operator's name (its state and changelog namespace).
 	Name() string
-	// Attributes are the FLIP-327/331 attributes the runtime schedules by.
+	// Attributes are the FLIP-327/331 attributes (printed by validate; not read by the runtime).
 	Attributes() Attributes
 	// Layout describes what the operator's state bytes mean.
 	Layout() Layout
