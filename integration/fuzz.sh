@@ -14,6 +14,7 @@ targets=(
   "./operators/avro FuzzAppendJSON" # Avro binary values to JSON (format avro), against hamba/avro
   "./operators/internal/jsonstr FuzzAppendString" # the JSON string escaper: valid JSON and UTF-8 out
   "./operators FuzzStages"          # field lookups, filter and map over any JSON
+  "./operators FuzzExprDecimal"     # expression decimals: parse, format, + - * / against big.Rat
   "./operators FuzzDecimal"         # the 128-bit decimal parser
   "./operators FuzzAggregateState"  # stored aggregate states
   "./operators FuzzSessionState"    # stored session-window states (decode, ValidState)

@@ -25,54 +25,107 @@ type Stage interface {
 }
 
 // Expressions (expr-lang/expr) see the record's top-level JSON members as variables (strings,
-// numbers, booleans, null, nested objects as map[string]any and arrays as []any; a JSON
-// integer that fits int64 is an int, other numbers float64), plus `key` (string, the group key)
-// and `ts` (int64, event time in epoch ms), which shadow members of the same names. A missing
-// member is nil. Members whose names are not identifiers are reachable as $env["a-b"].
-// The builtin now() is disabled: results must not depend on when a record is processed.
+// numbers, booleans, null, nested objects as map[string]any and arrays as []any), plus `key`
+// (string, the group key) and `ts` (int64, event time in epoch ms), which shadow members of the
+// same names. A missing member is nil. Members whose names are not identifiers are reachable as
+// $env["a-b"]. The builtin now() is disabled: results must not depend on when a record is
+// processed.
+//
+// Numbers are exact; nothing is binary floating point unless the expression asks for it:
+//
+//   - A JSON integer that fits int64 is an int; any other JSON number (123.45, 1e-3, an integer
+//     beyond int64) is an exact decimal, read from its text. Number literals in the expression
+//     are the same: 0.908 and 1e-3 are decimals (from their source text), 42 is an int; an
+//     integer literal beyond int64 is a syntax error (write 9223372036854775808.0).
+//   - + - * are exact. On two ints they give an int, or the exact decimal when the int64 would
+//     overflow. / always gives a decimal: exact when the quotient terminates (1 / 8 = 0.125),
+//     else rounded half to even to quoScale (18) fractional digits (2 / 3 =
+//     0.666666666666666667). % takes integers (ints, or decimals that are whole numbers) and
+//     truncates like Go's. x ** n with an integer n is exact (n < 0 divides as /); a non-integer
+//     exponent is an error. Division or % by zero is an error.
+//   - < <= > >= == != compare exactly across ints and decimals (0.1 + 0.2 == 0.3, 1 == 1.0);
+//     == and `in` compare numbers inside arrays and objects the same way.
+//   - float(x) gives a float64 (the nearest); arithmetic or comparison with a float64 operand
+//     converts the other operand to float64 and follows Go's float rules. Only float64 results
+//     can be NaN or infinite, which a map cannot write (an error).
+//   - round(x) and round(x, n) round half away from zero (as SQL's ROUND) to n fractional
+//     digits (n < 0: to tens, hundreds...); int(x) truncates toward zero (an error beyond int64);
+//     ceil, floor and abs keep ints ints and decimals decimals; min, max, sum, mean (sum / count,
+//     as /), median, sort and sortBy compare and add exactly; type(x) of a decimal is "decimal";
+//     fromJSON decodes numbers as records do. Builtins that take ints (bitand, repeat, array
+//     indexes) refuse decimals.
+//   - A decimal is a coefficient of at most decMaxDigits (1000) significant digits times 10^e,
+//     |e| <= decMaxExp (10000); a record's number or a result beyond that is an error ("number
+//     out of range").
+//   - A map writes a decimal as the shortest JSON number that is exactly it: 425593.22, -0.5,
+//     1000, integers of any length as integers, and in exponent form only when the plain form
+//     would take more than 20 zeros after the digits or 5 after the point (1e+21, 1.5e-7).
+//     Floats are written as encoding/json writes them.
+//
+// Static type errors are expr-lang's own (checked on the expression as written); at run time a
+// wrong operand type is an *Error naming both types ("invalid operation: string * decimal").
 
 // exprEnv decodes, per record, only the members an expression refers to.
 type exprEnv struct {
-	names  []string // top-level member names referenced
-	key    bool     // `key` referenced
-	ts     bool     // `ts` referenced
-	all    bool     // $env referenced: decode every member
-	vars   map[string]any
-	vm     vm.VM
-	strBuf []byte
+	names []string // top-level member names referenced
+	key   bool     // `key` referenced
+	ts    bool     // `ts` referenced
+	all   bool     // $env referenced: decode every member
+	vars  map[string]any
+	vm    vm.VM
+	dec   jsonDecoder
 }
 
-// identVisitor collects identifiers and calls of unknown functions.
+// identVisitor collects identifiers (other than the names of called functions) and calls of
+// unknown functions.
 type identVisitor struct {
-	names   map[string]bool
-	unknown string // first called identifier: the env defines no functions
+	idents  []*ast.IdentifierNode
+	callees map[*ast.IdentifierNode]bool
+	unknown string // first called identifier that is not a function: the env defines none
 }
 
 func (v *identVisitor) Visit(n *ast.Node) {
 	switch x := (*n).(type) {
 	case *ast.IdentifierNode:
-		v.names[x.Value] = true
+		v.idents = append(v.idents, x)
 	case *ast.CallNode:
-		if id, ok := x.Callee.(*ast.IdentifierNode); ok && v.unknown == "" {
-			v.unknown = id.Value
+		if id, ok := x.Callee.(*ast.IdentifierNode); ok {
+			v.callees[id] = true
+			if _, known := numBuiltins[id.Value]; !known && v.unknown == "" {
+				v.unknown = id.Value
+			}
 		}
 	}
 }
 
+func walkIdents(p *vm.Program) *identVisitor {
+	v := &identVisitor{callees: map[*ast.IdentifierNode]bool{}}
+	node := p.Node()
+	ast.Walk(&node, v)
+	return v
+}
+
+// compile compiles src twice: as written, for expr-lang's static type checks and messages,
+// then rewritten by numPatcher for exact numbers (the program that runs).
 func compile(name, src string, opts ...expr.Option) (*vm.Program, error) {
 	base := []expr.Option{
 		expr.Env(map[string]any{"key": "", "ts": int64(0)}),
 		expr.AllowUndefinedVariables(),
 		expr.DisableBuiltin("now"),
+		numOptions(),
 	}
-	p, err := expr.Compile(src, append(base, opts...)...)
+	if _, err := expr.Compile(src, slices.Concat(base, opts, []expr.Option{expr.Optimize(false)})...); err != nil {
+		return nil, fmt.Errorf("operators: %s: expr: %w", name, err)
+	}
+	np := &numPatcher{src: []rune(src)}
+	p, err := expr.Compile(src, slices.Concat(base, opts, []expr.Option{expr.Patch(np)})...)
+	if err == nil {
+		err = np.err
+	}
 	if err != nil {
 		return nil, fmt.Errorf("operators: %s: expr: %w", name, err)
 	}
-	v := &identVisitor{names: map[string]bool{}}
-	node := p.Node()
-	ast.Walk(&node, v)
-	if v.unknown != "" {
+	if v := walkIdents(p); v.unknown != "" {
 		return nil, fmt.Errorf("operators: %s: expr: unknown function %s()", name, v.unknown)
 	}
 	return p, nil
@@ -80,11 +133,12 @@ func compile(name, src string, opts ...expr.Option) (*vm.Program, error) {
 
 // addProgram registers the variables program refers to.
 func (e *exprEnv) addProgram(p *vm.Program) {
-	v := &identVisitor{names: map[string]bool{}}
-	node := p.Node()
-	ast.Walk(&node, v)
-	for n := range v.names {
-		switch n {
+	v := walkIdents(p)
+	for _, id := range v.idents {
+		if v.callees[id] {
+			continue
+		}
+		switch n := id.Value; n {
 		case "key":
 			e.key = true
 		case "ts":
@@ -116,12 +170,16 @@ func (e *exprEnv) fill(r *Record) error {
 			if m.esc {
 				name = string(appendUnescaped(nil, r.Value[m.ks:m.ke]))
 			}
-			e.vars[name] = e.toAny(r.Value[m.vs:m.ve])
+			if e.vars[name], _, err = e.dec.value(r.Value[m.vs:m.ve], 0); err != nil {
+				return fmt.Errorf("expr: field %q: %w", name, err)
+			}
 		}
 	} else {
 		for _, n := range e.names {
 			if raw, ok, _ := r.top(n); ok {
-				e.vars[n] = e.toAny(raw)
+				if e.vars[n], _, err = e.dec.value(raw, 0); err != nil {
+					return fmt.Errorf("expr: field %q: %w", n, err)
+				}
 			}
 		}
 	}
@@ -134,28 +192,30 @@ func (e *exprEnv) fill(r *Record) error {
 	return nil
 }
 
-// toAny converts a validated raw JSON value.
-func (e *exprEnv) toAny(raw []byte) any {
-	v, _ := e.parseAny(raw, 0)
-	return v
+// jsonDecoder converts validated JSON to expression values: int for integers that fit int64,
+// decimal for other numbers. Its buffer is reused; not safe for concurrent use.
+type jsonDecoder struct {
+	strBuf []byte
 }
 
-func (e *exprEnv) parseAny(b []byte, i int) (any, int) {
+// value decodes the validated JSON value at b[i:] (no leading space) and returns the index
+// after it. The only error is a number out of the decimal range.
+func (d *jsonDecoder) value(b []byte, i int) (any, int, error) {
 	switch c := b[i]; {
 	case c == '"':
 		end, esc, _ := scanString(b, i)
 		body := b[i+1 : end-1]
 		if esc {
-			e.strBuf = appendUnescaped(e.strBuf[:0], body)
-			body = e.strBuf
+			d.strBuf = appendUnescaped(d.strBuf[:0], body)
+			body = d.strBuf
 		}
-		return string(body), end
+		return string(body), end, nil
 	case c == 't':
-		return true, i + 4
+		return true, i + 4, nil
 	case c == 'f':
-		return false, i + 5
+		return false, i + 5, nil
 	case c == 'n':
-		return nil, i + 4
+		return nil, i + 4, nil
 	case c == '{':
 		m := map[string]any{}
 		i = skipSpace(b, i+1)
@@ -166,37 +226,60 @@ func (e *exprEnv) parseAny(b []byte, i int) (any, int) {
 				name = string(appendUnescaped(nil, b[i+1:end-1]))
 			}
 			i = skipSpace(b, skipSpace(b, end)+1)
-			var v any
-			v, i = e.parseAny(b, i)
+			v, next, err := d.value(b, i)
+			if err != nil {
+				return nil, 0, err
+			}
 			m[name] = v
-			i = skipSpace(b, i)
+			i = skipSpace(b, next)
 			if i < len(b) && b[i] == ',' {
 				i = skipSpace(b, i+1)
 			}
 		}
-		return m, i + 1
+		return m, i + 1, nil
 	case c == '[':
 		a := []any{}
 		i = skipSpace(b, i+1)
 		for i < len(b) && b[i] != ']' {
-			var v any
-			v, i = e.parseAny(b, i)
+			v, next, err := d.value(b, i)
+			if err != nil {
+				return nil, 0, err
+			}
 			a = append(a, v)
-			i = skipSpace(b, i)
+			i = skipSpace(b, next)
 			if i < len(b) && b[i] == ',' {
 				i = skipSpace(b, i+1)
 			}
 		}
-		return a, i + 1
+		return a, i + 1, nil
 	default:
 		end, _ := scanNumber(b, i)
 		num := b[i:end]
-		if v, ok := parseInt64(num); ok {
-			return int(v), end
+		if isInteger(num) {
+			if v, ok := parseInt64(num); ok {
+				return int(v), end, nil
+			}
 		}
-		f, _ := strconv.ParseFloat(string(num), 64) // ±Inf beyond float64 range
-		return f, end
+		v, err := parseValidDec(num)
+		if err != nil {
+			if len(num) > 40 {
+				num = append(num[:37:37], "..."...)
+			}
+			return nil, 0, fmt.Errorf("%s: %w", num, err)
+		}
+		return v, end, nil
 	}
+}
+
+// isInteger reports whether the JSON number num is written as an integer (no '.', no
+// exponent).
+func isInteger(num []byte) bool {
+	for _, c := range num {
+		if c == '.' || c == 'e' || c == 'E' {
+			return false
+		}
+	}
+	return true
 }
 
 // reason flattens an expr error (which may carry a multi-line source snippet) and names the
@@ -226,7 +309,9 @@ type filter struct {
 }
 
 // NewFilter compiles cfg.Expr, which must yield a bool. Compile errors name the operator:
-// "operators: big: expr: ...".
+// "operators: big: expr: ...". Numbers compare exactly (ints and decimals; see the comment on
+// expressions above): amount > 100.5 holds for 100.50000000000000001. A constant expression
+// that fails (1 / 0) is a compile error.
 func NewFilter(name string, cfg configs.Filter) (Stage, error) {
 	if strings.TrimSpace(cfg.Expr) == "" {
 		return nil, fmt.Errorf("operators: %s: expr: empty expression", name)
@@ -271,6 +356,11 @@ type mapStage struct {
 // (assignments are simultaneous, not sequential). The output value is the input object with
 // each set member replaced in place (earlier duplicates dropped) or appended, in name order;
 // other members keep their order and raw text. Map changes neither Key nor Time.
+//
+// Results are exact (see the comment on expressions above): + - * exact, / exact when the
+// quotient terminates and otherwise rounded half to even to quoScale (18) fractional digits,
+// written as the shortest JSON number that is exactly the result (price * 0.908 for 468715 is
+// 425593.22). Only float(x) brings float64 in; a NaN or infinite result is an *Error.
 func NewMap(name string, cfg configs.Map) (Stage, error) {
 	if len(cfg.Set) == 0 {
 		return nil, fmt.Errorf("operators: %s: map sets no fields", name)
@@ -375,10 +465,12 @@ func (m *mapStage) isSet(raw []byte, esc bool) bool {
 	return false
 }
 
-// appendAnyJSON appends an expression result as JSON. Floats follow encoding/json's format;
-// NaN and infinities are errors.
+// appendAnyJSON appends an expression result as JSON: decimals as appendDec writes them, floats
+// as encoding/json does (NaN and infinities are errors).
 func appendAnyJSON(dst []byte, v any) ([]byte, error) {
 	switch x := v.(type) {
+	case decimal:
+		return appendDec(dst, x), nil
 	case nil:
 		return append(dst, "null"...), nil
 	case bool:

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"math"
+	"math/big"
 	"testing"
 	"time"
 
@@ -18,7 +19,7 @@ import (
 
 // FuzzStages runs any value through nested field lookups, a filter and a map: a result or an
 // *Error, never a panic; a map's output is one valid JSON object that still has every member the
-// map did not set.
+// map did not set, and its amount * 0.908 is the exact product.
 func FuzzStages(f *testing.F) {
 	for _, s := range []string{
 		ordersValue, `{"a":{"b":{"c":1}},"amount":2}`, `{"amount":"x"}`, `{"amount":1e400}`, `{"amount":-0.0}`,
@@ -32,7 +33,7 @@ func FuzzStages(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	set, err := NewMap("m", configs.Map{Set: map[string]string{"double": "amount * 2", "a": "a", "tag": `"t-" + string(key)`}})
+	set, err := NewMap("m", configs.Map{Set: map[string]string{"double": "amount * 2", "a": "a", "tag": `"t-" + string(key)`, "eur": "amount * 0.908"}})
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -41,6 +42,8 @@ func FuzzStages(f *testing.F) {
 		if err := src.Decode([]byte("k"), value, 7, &r); err != nil {
 			return
 		}
+		in, _, _ := r.top("amount")
+		in = bytes.Clone(in) // r.Value changes under the map
 		if p, err := checkedPath(field); err == nil {
 			if raw, ok, err := r.lookup(p); err != nil {
 				t.Fatalf("lookup on a decoded value: %v", err)
@@ -66,6 +69,17 @@ func FuzzStages(f *testing.F) {
 		}
 		if raw, ok, _ := r.top("tag"); !ok || string(raw) != `"t-k"` {
 			t.Fatalf("map output %q lost the field it set", r.Value)
+		}
+		// A number amount converts exactly (expressions compute on exact decimals).
+		if e := exponentOf(string(in)); e > -2000 && e < 2000 && len(in) > 0 && len(in) < 200 && in[0] != '"' {
+			amount, _ := new(big.Rat).SetString(string(in))
+			if amount != nil {
+				raw, _, _ := r.top("eur")
+				want := amount.Mul(amount, big.NewRat(908, 1000))
+				if got, ok := new(big.Rat).SetString(string(raw)); !ok || got.Cmp(want) != 0 {
+					t.Fatalf("amount %s * 0.908 = %s, want %s", in, raw, want.RatString())
+				}
+			}
 		}
 	})
 }

@@ -61,8 +61,12 @@ func TestHostileInput(t *testing.T) {
 		// Numbers beyond the 128-bit decimal; NaN and Infinity.
 		{name: "amount 1e30", key: "c-1", value: `{"customer_id":"c-1","amount":1e30,"ts":5}`, want: `field "amount": 1e30: number out of range`, at: "totals"},
 		{name: "amount 2^127 units", key: "c-1", value: `{"customer_id":"c-1","amount":170141183460469231731687303715.884105728,"ts":5}`, want: "number out of range", at: "totals"},
-		{name: "amount 1e400", key: "c-1", value: `{"customer_id":"c-1","amount":1e400,"ts":5}`, want: "result +Inf is not a JSON number", at: "map"},
-		{name: "amount 400 digits", key: "c-1", value: `{"customer_id":"c-1","amount":` + strings.Repeat("9", 400) + `,"ts":5}`, want: "is not a JSON number", at: "map"},
+		// Expressions compute on them exactly (the map writes 2e+400); the aggregate refuses them.
+		{name: "amount 1e400", key: "c-1", value: `{"customer_id":"c-1","amount":1e400,"ts":5}`, want: `field "amount": 1e400: number out of range`, at: "totals"},
+		{name: "amount 400 digits", key: "c-1", value: `{"customer_id":"c-1","amount":` + strings.Repeat("9", 400) + `,"ts":5}`, want: "number out of range", at: "totals"},
+		// Beyond the expressions' decimals (1000 digits, exponents within ±10000).
+		{name: "amount 1e20000", key: "c-1", value: `{"customer_id":"c-1","amount":1e20000,"ts":5}`, want: `expr: field "amount": 1e20000: number out of range`, at: "filter"},
+		{name: "amount 2000 digits", key: "c-1", value: `{"customer_id":"c-1","amount":` + strings.Repeat("7", 2000) + `,"ts":5}`, want: "7...: number out of range", at: "filter"},
 		{name: "amount 1e-400 rounds to 0", key: "c-1", value: `{"customer_id":"c-1","amount":1e-400,"ts":5}`, want: "", at: ""},
 		{name: "amount NaN", key: "c-1", value: `{"customer_id":"c-1","amount":NaN,"ts":5}`, want: "unexpected 'N', want value", at: "source"},
 		{name: "amount Infinity", key: "c-1", value: `{"customer_id":"c-1","amount":Infinity,"ts":5}`, want: "unexpected 'I', want value", at: "source"},
