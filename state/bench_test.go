@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -97,6 +98,34 @@ func BenchmarkGetHit(b *testing.B) { benchGet(b, 0) }
 
 // BenchmarkGetMiss: random reads of absent keys among 1M.
 func BenchmarkGetMiss(b *testing.B) { benchGet(b, 1) }
+
+// BenchmarkGetHitParallel: BenchmarkGetHit from GOMAXPROCS goroutines at once, as the tasks of a
+// process read the one store: what the store's guard (a count of calls in flight) costs shared.
+func BenchmarkGetHitParallel(b *testing.B) {
+	const n = 1 << 20
+	for _, name := range []string{"pebble", "mem"} {
+		b.Run(name, func(b *testing.B) {
+			s := benchStore(b, name, n)
+			var seed atomic.Uint64
+			b.ReportAllocs()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				rng := rand.New(rand.NewPCG(seed.Add(1), 2))
+				k, v := make([]byte, benchKeyLen), make([]byte, benchValLen)
+				dst := make([]byte, 0, benchValLen)
+				for pb.Next() {
+					benchKV(rng.Uint64N(n)*2, k, v)
+					var ok bool
+					var err error
+					if dst, ok, err = s.Get(nsA1, k, dst[:0]); err != nil || !ok {
+						b.Errorf("get: ok=%v err=%v", ok, err)
+						return
+					}
+				}
+			})
+		})
+	}
+}
 
 // BenchmarkBatchCommit: batches of 1000 random keys (of 1M) plus an offset, NoSync (the default)
 // and Sync. Run with a fixed count (-benchtime 2000x) to compare: the memtable flushes every

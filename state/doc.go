@@ -16,6 +16,22 @@
 // Two implementations satisfy Store: *DB (Pebble, the product) and *Mem (an in-memory model for
 // tests). One test suite runs over both.
 //
+// # Concurrency and memory
+//
+// A Store is safe for concurrent use; the process shares one, and each task touches only its own
+// namespaces. No lock is held while a call is in Pebble or while a Scan's callback runs: each
+// store counts its calls in flight in one atomic word, with a closed bit (gate.go), and only Close
+// ever waits on it. So a call made from inside another never blocks: a Scan's callback may Get
+// (the runtime's timer and window sweeps do), and other calls go on while an Iter is open. Close
+// refuses new calls (ErrClosed), waits until the calls in flight have returned (a running Scan,
+// its callback included, and an unfinished Iter), then closes Pebble. What a Scan sees when Close
+// begins under it: the calls its callback makes from then on return ErrClosed, and the Scan
+// returns ErrClosed before its next key (an Iter's Next returns false, Err ErrClosed). Close must
+// therefore not be called from a Scan's callback, nor by a goroutine holding an unfinished Iter.
+// A Batch, a Loader and an Iter each belong to one goroutine. Get's result belongs to the caller;
+// the key and value a Scan passes to its callback are valid during the call, an Iter's until its
+// next Next or Close.
+//
 // # Key layout
 //
 // Every Pebble key starts with a one-byte tag:

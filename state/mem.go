@@ -7,13 +7,16 @@ import (
 )
 
 // Mem is the in-memory model of Store, for tests: the same contract as *DB, with no durability
-// and a Loader that buffers in memory. Safe for concurrent use (see Store). Values returned by Get
-// are owned by the caller.
+// and a Loader that buffers in memory. Safe for concurrent use (see Store): mu is held only over
+// map reads and writes, never over a Scan's callback (Scan and Iter copy the namespace first), and
+// Close waits for the calls in flight through the same gate as *DB. Values returned by Get are
+// owned by the caller.
 type Mem struct {
-	mu struct {
+	// gate counts calls in flight and refuses new ones once Close has begun (gate.go).
+	gate gate
+	mu   struct {
 		sync.Mutex
-		closed bool
-		spaces map[Namespace]*memSpace
+		spaces map[Namespace]*memSpace // nil once closed
 	}
 }
 
@@ -28,6 +31,7 @@ var _ Store = (*Mem)(nil)
 // NewMem returns an empty in-memory store.
 func NewMem() *Mem {
 	m := &Mem{}
+	m.gate.init()
 	m.mu.spaces = make(map[Namespace]*memSpace)
 	return m
 }
@@ -47,11 +51,12 @@ func (m *Mem) Get(ns Namespace, key []byte, dst []byte) ([]byte, bool, error) {
 	if err := checkNS(ns); err != nil {
 		return dst, false, err
 	}
+	if err := m.gate.enter(); err != nil {
+		return dst, false, err
+	}
+	defer m.gate.leave()
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.mu.closed {
-		return dst, false, ErrClosed
-	}
 	s := m.spaceLocked(ns, false)
 	if s == nil {
 		return dst, false, nil
@@ -68,11 +73,12 @@ func (m *Mem) Offset(ns Namespace) (int64, bool, error) {
 	if err := checkNS(ns); err != nil {
 		return 0, false, err
 	}
+	if err := m.gate.enter(); err != nil {
+		return 0, false, err
+	}
+	defer m.gate.leave()
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.mu.closed {
-		return 0, false, ErrClosed
-	}
 	s := m.spaceLocked(ns, false)
 	if s == nil || !s.hasOff {
 		return 0, false, nil
@@ -85,50 +91,110 @@ func (m *Mem) Drop(ns Namespace) error {
 	if err := checkNS(ns); err != nil {
 		return err
 	}
+	if err := m.gate.enter(); err != nil {
+		return err
+	}
+	defer m.gate.leave()
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.mu.closed {
-		return ErrClosed
-	}
 	delete(m.mu.spaces, ns)
 	return nil
 }
 
-// Scan implements Store. It copies the namespace, then calls fn without holding the lock.
+// Scan implements Store: NewIter in a loop, fn called without the lock.
 func (m *Mem) Scan(ns Namespace, fn func(key, val []byte) error) error {
+	return scanIter(m, ns, fn)
+}
+
+// NewIter implements Store: it copies the namespace's entries under the lock and iterates over
+// the copy, counted in the gate until it is finished.
+func (m *Mem) NewIter(ns Namespace) (Iter, error) {
 	if err := checkNS(ns); err != nil {
-		return err
+		return nil, err
 	}
-	type kv struct{ k, v []byte }
-	var snap []kv
+	if err := m.gate.enter(); err != nil {
+		return nil, err
+	}
+	var snap []memKV
 	m.mu.Lock()
-	if m.mu.closed {
-		m.mu.Unlock()
-		return ErrClosed
-	}
 	if s := m.spaceLocked(ns, false); s != nil {
-		snap = make([]kv, 0, len(s.kv))
+		snap = make([]memKV, 0, len(s.kv))
 		for k, v := range s.kv {
-			snap = append(snap, kv{[]byte(k), v}) // values are never mutated in place
+			snap = append(snap, memKV{[]byte(k), v}) // values are never mutated in place
 		}
 	}
 	m.mu.Unlock()
-	slices.SortFunc(snap, func(a, b kv) int { return bytes.Compare(a.k, b.k) })
-	for _, e := range snap {
-		if err := fn(e.k, e.v); err != nil {
-			return err
-		}
+	slices.SortFunc(snap, func(a, b memKV) int { return bytes.Compare(a.k, b.k) })
+	return &memIter{m: m, kvs: snap, i: -1, live: true}, nil
+}
+
+type memKV struct{ k, v []byte }
+
+// memIter is the Iter of a Mem, over a sorted copy of a namespace. Not safe for concurrent use.
+type memIter struct {
+	m     *Mem
+	kvs   []memKV
+	i     int  // the current entry
+	live  bool // not finished: counted in the gate
+	valid bool // positioned on kvs[i]
+	err   error
+}
+
+func (it *memIter) Next() bool {
+	it.valid = false
+	if !it.live {
+		return false
 	}
-	return nil
+	if it.m.gate.closed() {
+		it.finish(ErrClosed)
+		return false
+	}
+	it.i++
+	if it.i >= len(it.kvs) {
+		it.finish(nil)
+		return false
+	}
+	it.valid = true
+	return true
+}
+
+func (it *memIter) Key() []byte {
+	if !it.valid {
+		panic("state: Iter.Key called without a Next that returned true")
+	}
+	return it.kvs[it.i].k
+}
+
+func (it *memIter) Value() []byte {
+	if !it.valid {
+		panic("state: Iter.Value called without a Next that returned true")
+	}
+	return it.kvs[it.i].v
+}
+
+func (it *memIter) Err() error { return it.err }
+
+func (it *memIter) Close() error {
+	it.valid = false
+	if it.live {
+		it.finish(nil)
+	}
+	return it.err
+}
+
+func (it *memIter) finish(err error) {
+	it.live, it.kvs, it.err = false, nil, err
+	it.m.gate.leave()
 }
 
 // Namespaces implements Store.
 func (m *Mem) Namespaces() ([]Namespace, error) {
+	if err := m.gate.enter(); err != nil {
+		return nil, err
+	}
+	defer m.gate.leave()
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.mu.closed {
-		return nil, ErrClosed
-	}
 	var out []Namespace
 	for ns, s := range m.mu.spaces {
 		if len(s.kv) > 0 || s.hasOff {
@@ -139,15 +205,16 @@ func (m *Mem) Namespaces() ([]Namespace, error) {
 	return out, nil
 }
 
-// Close implements Store.
+// Close implements Store: as *DB's, it refuses new calls and waits for the calls in flight (a
+// running Scan and an unfinished Iter included) before it drops the contents.
 func (m *Mem) Close() error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.mu.closed {
-		return ErrClosed
+	if err := m.gate.shut(); err != nil {
+		return err
 	}
-	m.mu.closed = true
+	m.gate.wait()
+	m.mu.Lock()
 	m.mu.spaces = nil
+	m.mu.Unlock()
 	return nil
 }
 
@@ -185,11 +252,12 @@ func (m *Mem) applyLocked(ops []memOp) {
 }
 
 func (m *Mem) commit(ops []memOp) error {
+	if err := m.gate.enter(); err != nil {
+		return err
+	}
+	defer m.gate.leave()
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.mu.closed {
-		return ErrClosed
-	}
 	m.applyLocked(ops)
 	return nil
 }
@@ -263,11 +331,10 @@ func (m *Mem) NewLoader(ns Namespace) (Loader, error) {
 	if err := checkNS(ns); err != nil {
 		return nil, err
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.mu.closed {
-		return nil, ErrClosed
+	if err := m.gate.enter(); err != nil {
+		return nil, err
 	}
+	m.gate.leave()
 	return &memLoader{m: m, ns: ns}, nil
 }
 

@@ -81,7 +81,9 @@ func pebbleOptions(o Options, fs vfs.FS, cache *pebble.Cache, corrupt func(pebbl
 }
 
 // DB is the Pebble implementation of Store: one per process. Safe for concurrent use (see
-// Store). Values returned by Get are owned by the caller.
+// Store): no lock is held over a call into Pebble or over a Scan's callback; Close waits for the
+// calls in flight through gate, an atomic count that no other call waits on. Values returned by
+// Get are owned by the caller.
 type DB struct {
 	db        *pebble.DB
 	po        *pebble.Options
@@ -100,11 +102,11 @@ type DB struct {
 	// returns it (fault.go).
 	fault atomic.Pointer[error]
 
-	// mu makes Close wait for calls in flight; every other method holds it for reading.
-	mu struct {
-		sync.RWMutex
-		closed bool
-	}
+	// gate counts the calls in flight that use Pebble's DB (Get, Offset, Drop, Namespaces, a
+	// batch's or loader's Commit, a Scan, an unfinished Iter) and refuses new calls once Close
+	// has begun; Close waits for the count to drop to zero before it closes Pebble (gate.go). It
+	// is not a lock: nothing else waits on it.
+	gate gate
 }
 
 var _ Store = (*DB)(nil)
@@ -128,6 +130,7 @@ func Open(o Options) (*DB, error) {
 
 		loaderFileSize: loaderFileSize,
 	}
+	d.gate.init()
 	d.keyBufs.New = func() any { b := make([]byte, 0, 64); return &b }
 	switch {
 	case o.MinFreeBytes == 0:
@@ -258,16 +261,14 @@ func (d *DB) checkFormat() error {
 	return nil
 }
 
-// rlock takes the read lock and reports ErrClosed after Close. On success the caller must
-// d.mu.RUnlock.
-func (d *DB) rlock() error {
-	d.mu.RLock()
-	if d.mu.closed {
-		d.mu.RUnlock()
-		return ErrClosed
+// enter counts a call in flight (see gate), or returns ErrClosed once Close has begun, or the
+// store's fault. On success the caller must d.gate.leave() after its last use of Pebble.
+func (d *DB) enter() error {
+	if err := d.gate.enter(); err != nil {
+		return err
 	}
 	if err := d.faultErr(); err != nil {
-		d.mu.RUnlock()
+		d.gate.leave()
 		return err
 	}
 	return nil
@@ -286,10 +287,10 @@ func (d *DB) Get(ns Namespace, key []byte, dst []byte) ([]byte, bool, error) {
 }
 
 func (d *DB) get(ns Namespace, k, dst []byte) ([]byte, bool, error) {
-	if err := d.rlock(); err != nil {
+	if err := d.enter(); err != nil {
 		return dst, false, err
 	}
-	defer d.mu.RUnlock()
+	defer d.gate.leave()
 	v, closer, err := d.db.Get(k)
 	if errors.Is(err, pebble.ErrNotFound) {
 		return dst, false, nil
@@ -324,7 +325,8 @@ func (d *DB) Offset(ns Namespace) (int64, bool, error) {
 	return off, true, nil
 }
 
-// NewBatch implements Store.
+// NewBatch implements Store. It does not enter the gate: a Pebble batch's Set and Delete touch
+// only the batch's own memory, so only its Commit is a call into Pebble's DB.
 func (d *DB) NewBatch() Batch {
 	return &dbBatch{d: d, b: d.db.NewBatch()}
 }
@@ -335,10 +337,10 @@ func (d *DB) Drop(ns Namespace) error {
 		return err
 	}
 	lo, hi := stateBounds(ns)
-	if err := d.rlock(); err != nil {
+	if err := d.enter(); err != nil {
 		return err
 	}
-	defer d.mu.RUnlock()
+	defer d.gate.leave()
 	if err := d.checkSpace("drop " + ns.String()); err != nil {
 		return err
 	}
@@ -356,43 +358,111 @@ func (d *DB) Drop(ns Namespace) error {
 	return nil
 }
 
-// Scan implements Store. The read lock is held while fn runs.
+// Scan implements Store: NewIter in a loop. No lock is held while fn runs; the Scan counts as a
+// call in flight (Close waits for it) until it returns.
 func (d *DB) Scan(ns Namespace, fn func(key, val []byte) error) error {
+	return scanIter(d, ns, fn)
+}
+
+// NewIter implements Store: a Pebble iterator over the state range of ns, counted in the gate
+// until it is finished.
+func (d *DB) NewIter(ns Namespace) (Iter, error) {
 	if err := checkNS(ns); err != nil {
-		return err
+		return nil, err
 	}
 	lo, hi := stateBounds(ns)
-	if err := d.rlock(); err != nil {
-		return err
+	if err := d.enter(); err != nil {
+		return nil, err
 	}
-	defer d.mu.RUnlock()
 	it, err := d.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
 	if err != nil {
-		return d.wrap("scan "+ns.String(), err)
+		d.gate.leave()
+		return nil, d.wrap("scan "+ns.String(), err)
 	}
-	for valid := it.First(); valid; valid = it.Next() {
-		v, err := it.ValueAndErr()
-		if err != nil {
-			break // it.Error reports it
-		}
-		if err := fn(it.Key()[len(lo):], v); err != nil {
-			_ = it.Close()
-			return err
-		}
+	return &dbIter{d: d, ns: ns, prefix: len(lo), it: it}, nil
+}
+
+// dbIter is the Iter of a DB. Not safe for concurrent use.
+type dbIter struct {
+	d      *DB
+	ns     Namespace
+	prefix int              // length of the state range's prefix, cut from keys
+	it     *pebble.Iterator // nil once finished (and the gate left)
+	moved  bool             // First was called
+	valid  bool             // positioned on a key and val
+	val    []byte
+	err    error
+}
+
+func (i *dbIter) Next() bool {
+	i.valid = false
+	if i.it == nil {
+		return false
 	}
-	if err := it.Close(); err != nil {
-		return d.wrap("scan "+ns.String(), err)
+	if i.d.gate.closed() {
+		i.finish(ErrClosed)
+		return false
 	}
-	return nil
+	var ok bool
+	if i.moved {
+		ok = i.it.Next()
+	} else {
+		ok, i.moved = i.it.First(), true
+	}
+	if !ok {
+		i.finish(nil)
+		return false
+	}
+	v, err := i.it.ValueAndErr()
+	if err != nil {
+		i.finish(nil) // it.Close reports it
+		return false
+	}
+	i.val, i.valid = v, true
+	return true
+}
+
+func (i *dbIter) Key() []byte {
+	if !i.valid {
+		panic("state: Iter.Key called without a Next that returned true")
+	}
+	return i.it.Key()[i.prefix:]
+}
+
+func (i *dbIter) Value() []byte {
+	if !i.valid {
+		panic("state: Iter.Value called without a Next that returned true")
+	}
+	return i.val
+}
+
+func (i *dbIter) Err() error { return i.err }
+
+func (i *dbIter) Close() error {
+	i.valid = false
+	if i.it != nil {
+		i.finish(nil)
+	}
+	return i.err
+}
+
+// finish closes the Pebble iterator, records why the iteration ended (Pebble's error first) and
+// leaves the gate: a Close waiting for this iterator may close Pebble from here on.
+func (i *dbIter) finish(err error) {
+	if cerr := i.it.Close(); cerr != nil {
+		err = i.d.wrap("scan "+i.ns.String(), cerr)
+	}
+	i.it, i.val, i.err = nil, nil, err
+	i.d.gate.leave()
 }
 
 // Namespaces implements Store. It visits one key per namespace: after each, it seeks past the
 // namespace's range (to the next partition's prefix).
 func (d *DB) Namespaces() ([]Namespace, error) {
-	if err := d.rlock(); err != nil {
+	if err := d.enter(); err != nil {
 		return nil, err
 	}
-	defer d.mu.RUnlock()
+	defer d.gate.leave()
 	it, err := d.db.NewIter(&pebble.IterOptions{LowerBound: []byte{tagNS}, UpperBound: []byte{tagNS + 1}})
 	if err != nil {
 		return nil, fmt.Errorf("state: namespaces: %w", err)
@@ -423,16 +493,19 @@ func (d *DB) Namespaces() ([]Namespace, error) {
 	return out, nil
 }
 
-// Close implements Store. It waits for calls in flight, then closes Pebble; after ErrFailed it
-// returns that error and leaves Pebble as it is (its state is undefined: the process must exit).
+// Close implements Store. It refuses new calls, waits for the calls in flight (a running Scan
+// and an unfinished Iter included), then closes Pebble. A second Close returns ErrClosed at once.
+// After ErrFailed it returns that error without waiting and leaves Pebble as it is (its state is
+// undefined and a call in flight may never return: the process must exit).
 func (d *DB) Close() error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.mu.closed {
-		return ErrClosed
+	if err := d.gate.shut(); err != nil {
+		return err
 	}
-	d.mu.closed = true
 	if err := d.faultErr(); errors.Is(err, ErrFailed) {
+		return err
+	}
+	d.gate.wait()
+	if err := d.faultErr(); errors.Is(err, ErrFailed) { // a call in flight failed Pebble
 		return err
 	}
 	if err := d.db.Close(); err != nil {
@@ -505,10 +578,10 @@ func (b *dbBatch) Commit() error {
 		return ErrFinished
 	}
 	defer b.Close()
-	if err := b.d.rlock(); err != nil {
+	if err := b.d.enter(); err != nil {
 		return err
 	}
-	defer b.d.mu.RUnlock()
+	defer b.d.gate.leave()
 	if err := b.d.checkSpace("batch commit"); err != nil {
 		return err
 	}
@@ -531,10 +604,10 @@ func (d *DB) NewLoader(ns Namespace) (Loader, error) {
 	if err := checkNS(ns); err != nil {
 		return nil, err
 	}
-	if err := d.rlock(); err != nil {
+	if err := d.enter(); err != nil {
 		return nil, err
 	}
-	defer d.mu.RUnlock()
+	d.gate.leave()
 	return &dbLoader{
 		d:      d,
 		ns:     ns,
@@ -547,7 +620,10 @@ func (d *DB) NewLoader(ns Namespace) (Loader, error) {
 // at a size compactions handle well. All files of one load are ingested together, atomically.
 const loaderFileSize = 64 << 20
 
-// dbLoader writes one namespace's keys into sstables. Not safe for concurrent use.
+// dbLoader writes one namespace's keys into sstables. Not safe for concurrent use. Add and Abort
+// touch only the loader's own files in <Dir>/ingest, never Pebble's DB, so they do not enter the
+// gate (after Close they still work; the next Open removes files left behind); Commit enters it
+// for its ingest.
 type dbLoader struct {
 	d      *DB
 	ns     Namespace
@@ -636,11 +712,11 @@ func (l *dbLoader) Commit() error {
 			return err
 		}
 	}
-	if err := l.d.rlock(); err != nil {
+	if err := l.d.enter(); err != nil {
 		_ = l.Abort()
 		return err
 	}
-	defer l.d.mu.RUnlock()
+	defer l.d.gate.leave()
 	fail := func(err error) error {
 		_ = l.Abort()
 		return err

@@ -53,9 +53,15 @@ func (ns Namespace) String() string { return fmt.Sprintf("%s/%d", ns.Operator, n
 // Store is what the task runtime uses. *DB (Pebble) and *Mem (in-memory model) implement it.
 //
 // All methods are safe for concurrent use by different goroutines (each task touches only its own
-// namespaces), except that Close must not race with calls whose results matter: calls after Close
-// return ErrClosed. Slices passed in are not retained; results the caller owns are stated per
-// method.
+// namespaces). No lock is held over a call's work or over a Scan's callback, and no call waits for
+// another except Close: a call may be made from inside another (a Get from a Scan's callback, or
+// while an Iter is open). Close refuses new calls, which return ErrClosed from then on, and
+// returns only after the calls in flight have returned, a running Scan (its callback included)
+// and an unfinished Iter among them. So Close must not be called from inside a Scan's callback,
+// nor by a goroutine that holds an unfinished Iter: it would wait for itself. A call made from
+// inside a Scan's callback once Close has begun returns ErrClosed, and the Scan stops with
+// ErrClosed before its next key (an Iter's Next returns false, with ErrClosed). Slices passed in
+// are not retained; results the caller owns are stated per method.
 type Store interface {
 	// Get appends the value of key to dst and returns it; ok=false if absent. The caller owns
 	// the result.
@@ -74,14 +80,55 @@ type Store interface {
 	// Scan calls fn for every key/value of ns in key order, over a consistent snapshot taken
 	// when Scan starts. Memory passed to fn is valid only during the call. An error from fn
 	// stops the scan and is returned unwrapped. fn may call the Store's other methods, but not
-	// Close.
+	// Close. Once Close has begun, Scan returns ErrClosed before the next key (and fn's own
+	// calls return ErrClosed); Close returns after Scan does. Scan is NewIter in a loop.
 	Scan(ns Namespace, fn func(key, val []byte) error) error
+	// NewIter opens an iterator over the keys of ns in key order, over a consistent snapshot
+	// taken when NewIter is called: Scan without a callback. The Store counts an unfinished
+	// Iter as a call in flight, which Close waits for: finish every Iter (Next returning false
+	// finishes it; Close finishes it early).
+	NewIter(ns Namespace) (Iter, error)
 	// Namespaces returns every namespace that holds a key or an offset, sorted by operator,
 	// then partition (a reset lists an operator's namespaces with it). The caller owns the
 	// result.
 	Namespaces() ([]Namespace, error)
 	// Close releases the store. Batches and loaders not yet committed are discarded.
 	Close() error
+}
+
+// Iter iterates over one namespace's keys in key order (Store.NewIter). Not safe for concurrent
+// use. Key and Value return memory the Iter owns, valid until the next call to Next or Close: copy
+// what you keep. The call order is Next, then Key and Value while Next reports true; Key or Value
+// at any other time panics, naming the call. Next returning false finishes the Iter (its snapshot
+// is released and Err says why it ended); Close finishes it early, and is harmless after that.
+type Iter interface {
+	// Next moves to the next key (the first, on the first call) and reports whether there is
+	// one. It returns false at the end, on an error, after Close, or once the Store's Close
+	// has begun (Err then returns ErrClosed).
+	Next() bool
+	// Key returns the current key, without the namespace.
+	Key() []byte
+	// Value returns the current value.
+	Value() []byte
+	// Err returns the error that ended the iteration, or nil (at the end, or before it).
+	Err() error
+	// Close finishes the Iter, if Next has not, and returns Err.
+	Close() error
+}
+
+// scanIter is Store.Scan over s.NewIter, for both implementations.
+func scanIter(s Store, ns Namespace, fn func(key, val []byte) error) error {
+	it, err := s.NewIter(ns)
+	if err != nil {
+		return err
+	}
+	for it.Next() {
+		if err := fn(it.Key(), it.Value()); err != nil {
+			_ = it.Close()
+			return err
+		}
+	}
+	return it.Close()
 }
 
 // Batch is an atomic write across any namespaces: state sets and deletes and offsets. Nothing

@@ -114,7 +114,7 @@ func wantNoOffset(t testing.TB, s Store, ns Namespace) {
 	}
 }
 
-// scan returns ns as "k=v" lines.
+// scan returns ns as "k=v" lines, read with Scan; NewIter must read the same.
 func scan(t testing.TB, s Store, ns Namespace) []string {
 	t.Helper()
 	var out []string
@@ -124,6 +124,20 @@ func scan(t testing.TB, s Store, ns Namespace) []string {
 	})
 	if err != nil {
 		t.Fatalf("scan %s: %v", ns, err)
+	}
+	it, err := s.NewIter(ns)
+	if err != nil {
+		t.Fatalf("iter %s: %v", ns, err)
+	}
+	var iter []string
+	for it.Next() {
+		iter = append(iter, string(it.Key())+"="+string(it.Value()))
+	}
+	if err := it.Close(); err != nil {
+		t.Fatalf("iter %s: %v", ns, err)
+	}
+	if !slices.Equal(out, iter) {
+		t.Fatalf("%s: Scan read %q, NewIter %q", ns, out, iter)
 	}
 	return out
 }
@@ -642,6 +656,8 @@ func TestClosed(t *testing.T) {
 		check("NewLoader", err)
 		check("Drop", s.Drop(nsA1))
 		check("Scan", s.Scan(nsA1, func(k, v []byte) error { return nil }))
+		_, err = s.NewIter(nsA1)
+		check("NewIter", err)
 		_, err = s.Namespaces()
 		check("Namespaces", err)
 		check("Batch.Commit", pending.Commit())
