@@ -13,6 +13,11 @@ func TestValidateExamples(t *testing.T) {
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no examples: %v", err)
 	}
+	nexmark, err := filepath.Glob("../../configs/nexmark/*.yaml")
+	if err != nil || len(nexmark) == 0 {
+		t.Fatalf("no Nexmark pipelines: %v", err)
+	}
+	files = append(files, nexmark...)
 	for _, f := range files {
 		var out, errb bytes.Buffer
 		if code := realMain([]string{"validate", "-c", f}, &out, &errb); code != 0 {

@@ -1,0 +1,335 @@
+package nexmark
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math/big"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// The references: each query's answer computed from the generated bids in plain Go, following
+// Flink's nexmark SQL (nexmark-flink/src/main/resources/queries/qN.sql), never with sluice's
+// code. An answer is a multiset of rows; a row is an identity (what names one answer row: a
+// bid, a session) and a value (what the query computes for it). Rows are strings so that
+// output and reference compare exactly.
+
+// row is one answer row.
+type row struct{ id, val string }
+
+// query is one Nexmark query: how to compute its answer from the bids, and how to read one
+// output record of sluice's pipeline as a row.
+type query struct {
+	name      string
+	reference func(bids []Bid) []row
+	read      func(r *kgo.Record) (row, error)
+}
+
+var queries = []query{
+	{name: "q0", reference: refQ0, read: readQ0},
+	{name: "q1", reference: refQ1, read: readQ1},
+	{name: "q2", reference: refQ2, read: readQ2},
+	{name: "q11", reference: refQ11, read: readQ11},
+}
+
+// bidID names a bid: its auction, bidder, time and extra (the extra alone, a random substring of
+// a 1 MiB string, all but names it).
+func bidID(auction, bidder, dateTime int64, extra string) string {
+	return fmt.Sprintf("auction=%d bidder=%d dateTime=%d extra=%q", auction, bidder, dateTime, extra)
+}
+
+// q0, pass-through: SELECT auction, bidder, price, dateTime, extra FROM bid. Every bid once;
+// sluice passes channel and url through too, so they are compared as well.
+func refQ0(bids []Bid) []row {
+	out := make([]row, len(bids))
+	for i, b := range bids {
+		out[i] = row{bidID(b.Auction, b.Bidder, b.DateTime, b.Extra), fmt.Sprintf("price=%d channel=%q url=%q", b.Price, b.Channel, b.URL)}
+	}
+	return out
+}
+
+// outBid is a bid as a pipeline writes it; price is kept as its JSON text.
+type outBid struct {
+	Auction  *int64      `json:"auction"`
+	Bidder   *int64      `json:"bidder"`
+	Price    json.Number `json:"price"`
+	Channel  string      `json:"channel"`
+	URL      string      `json:"url"`
+	DateTime *int64      `json:"dateTime"`
+	Extra    string      `json:"extra"`
+}
+
+func decodeBid(r *kgo.Record) (outBid, error) {
+	var b outBid
+	d := json.NewDecoder(bytes.NewReader(r.Value))
+	d.UseNumber()
+	if err := d.Decode(&b); err != nil {
+		return b, fmt.Errorf("value %q: %w", r.Value, err)
+	}
+	if b.Auction == nil || b.Bidder == nil || b.DateTime == nil || b.Price == "" {
+		return b, fmt.Errorf("value %q lacks auction, bidder, price or dateTime", r.Value)
+	}
+	if want := strconv.FormatInt(*b.Auction, 10); string(r.Key) != want {
+		return b, fmt.Errorf("record key %q, want the auction %s", r.Key, want)
+	}
+	return b, nil
+}
+
+func readQ0(r *kgo.Record) (row, error) {
+	b, err := decodeBid(r)
+	if err != nil {
+		return row{}, err
+	}
+	return row{bidID(*b.Auction, *b.Bidder, *b.DateTime, b.Extra), fmt.Sprintf("price=%s channel=%q url=%q", b.Price, b.Channel, b.URL)}, nil
+}
+
+// q1, currency conversion: 0.908 * price, exact (Flink's DECIMAL(23, 3)):
+// 0.908 × 468715 = 425593.22.
+func refQ1(bids []Bid) []row {
+	out := make([]row, len(bids))
+	for i, b := range bids {
+		euros := new(big.Rat).SetFrac64(b.Price*908, 1000)
+		out[i] = row{bidID(b.Auction, b.Bidder, b.DateTime, b.Extra), "price=" + exactDecimal(euros)}
+	}
+	return out
+}
+
+func readQ1(r *kgo.Record) (row, error) {
+	b, err := decodeBid(r)
+	if err != nil {
+		return row{}, err
+	}
+	v, ok := new(big.Rat).SetString(string(b.Price))
+	if !ok {
+		return row{}, fmt.Errorf("price %s is not a number", b.Price)
+	}
+	return row{bidID(*b.Auction, *b.Bidder, *b.DateTime, b.Extra), "price=" + exactDecimal(v)}, nil
+}
+
+// exactDecimal writes v exactly: as a decimal if it has one (as short as it can be), else as a
+// fraction. A float's artefacts (425593.22000000003) stay visible.
+func exactDecimal(v *big.Rat) string {
+	ten := big.NewInt(10)
+	scaled := new(big.Rat).Set(v)
+	for k := 0; k <= 40; k++ {
+		if scaled.IsInt() {
+			return v.FloatString(k)
+		}
+		scaled.Mul(scaled, new(big.Rat).SetInt(ten))
+	}
+	return v.RatString()
+}
+
+// q2, selection: SELECT auction, price FROM bid WHERE MOD(auction, 123) = 0. The rows are
+// Flink's columns; sluice's output carries the bid's other fields too (no projection yet).
+func refQ2(bids []Bid) []row {
+	var out []row
+	for _, b := range bids {
+		if b.Auction%123 == 0 {
+			out = append(out, row{fmt.Sprintf("auction=%d price=%d", b.Auction, b.Price), ""})
+		}
+	}
+	return out
+}
+
+func readQ2(r *kgo.Record) (row, error) {
+	b, err := decodeBid(r)
+	if err != nil {
+		return row{}, err
+	}
+	return row{fmt.Sprintf("auction=%d price=%s", *b.Auction, b.Price), ""}, nil
+}
+
+// sessionGap is q11's SESSION(dateTime, INTERVAL '10' SECOND).
+const sessionGap = 10_000
+
+// session is one bidder's session of bids: [start, end) and its count.
+type session struct{ bidder, start, end, count int64 }
+
+// sessions computes q11's sessions: per bidder, the bids sorted by time, a session of
+// consecutive bids each less than gap after the one before (merge(prev, next) says whether a
+// bid joins the session), spanning [first, last + gap).
+//
+// sluice's sessions (operators/session.go, README "Session windows") merge records closer than
+// the gap (next - last < gap) and end at last + gap: merge = next - last < gap. Flink's session
+// windows merge windows [t, t + gap) that intersect, touching ones included (TimeWindow's
+// intersects: start <= other.end && end >= other.start), so bids exactly gap apart are one
+// session there: merge = next - last <= gap. The reference uses sluice's definition;
+// TestNexmark reports how many sessions Flink's would make differ.
+func sessions(bids []Bid, merge func(last, next int64) bool) []session {
+	times := map[int64][]int64{}
+	for _, b := range bids {
+		times[b.Bidder] = append(times[b.Bidder], b.DateTime)
+	}
+	var out []session
+	for bidder, ts := range times {
+		slices.Sort(ts)
+		s := session{bidder: bidder, start: ts[0], end: ts[0] + sessionGap, count: 1}
+		for _, t := range ts[1:] {
+			if merge(s.end-sessionGap, t) {
+				s.end = t + sessionGap
+				s.count++
+				continue
+			}
+			out = append(out, s)
+			s = session{bidder: bidder, start: t, end: t + sessionGap, count: 1}
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+func sluiceMerge(last, next int64) bool { return next-last < sessionGap }
+func flinkMerge(last, next int64) bool  { return next-last <= sessionGap }
+
+// q11, user sessions: SELECT bidder, count(*), SESSION_START, SESSION_END FROM bid GROUP BY
+// bidder, SESSION(dateTime, INTERVAL '10' SECOND). sluice's output: key (the bidder), bid_count,
+// window_start, window_end.
+func refQ11(bids []Bid) []row {
+	ss := sessions(bids, sluiceMerge)
+	out := make([]row, len(ss))
+	for i, s := range ss {
+		out[i] = row{fmt.Sprintf("bidder=%d start=%d", s.bidder, s.start), fmt.Sprintf("bid_count=%d end=%d", s.count, s.end)}
+	}
+	return out
+}
+
+func readQ11(r *kgo.Record) (row, error) {
+	var v struct {
+		Key         *string `json:"key"`
+		BidCount    *int64  `json:"bid_count"`
+		WindowStart *int64  `json:"window_start"`
+		WindowEnd   *int64  `json:"window_end"`
+	}
+	if err := json.Unmarshal(r.Value, &v); err != nil {
+		return row{}, fmt.Errorf("value %q: %w", r.Value, err)
+	}
+	if v.Key == nil || v.BidCount == nil || v.WindowStart == nil || v.WindowEnd == nil {
+		return row{}, fmt.Errorf("value %q lacks key, bid_count, window_start or window_end", r.Value)
+	}
+	if string(r.Key) != *v.Key {
+		return row{}, fmt.Errorf("record key %q, value's key %q", r.Key, *v.Key)
+	}
+	return row{fmt.Sprintf("bidder=%s start=%d", *v.Key, *v.WindowStart), fmt.Sprintf("bid_count=%d end=%d", *v.BidCount, *v.WindowEnd)}, nil
+}
+
+// diff is how an output compares with its reference, as multisets of rows.
+type diff struct {
+	want, got   int // rows
+	exact       int // rows of the reference found once each
+	different   int // rows whose identity was found with another value
+	missing     int // rows of the reference not in the output
+	extra       int // rows whose identity the reference does not have
+	duplicated  int // rows of the reference found more often than it has them
+	unreadable  int // output records that do not read as rows
+	examples    []string
+	perKind     map[string]int // examples so far, by their first word
+	maxExamples int            // per kind
+}
+
+func (d *diff) example(format string, args ...any) {
+	s := fmt.Sprintf(format, args...)
+	kind, _, _ := strings.Cut(s, ":")
+	if d.perKind[kind] < d.maxExamples {
+		d.perKind[kind]++
+		d.examples = append(d.examples, s)
+	}
+}
+
+// ok reports whether the output is the reference exactly, each row exactly once.
+func (d *diff) ok() bool {
+	return d.different == 0 && d.missing == 0 && d.extra == 0 && d.duplicated == 0 && d.unreadable == 0 && d.exact == d.want && d.got == d.want
+}
+
+func (d *diff) String() string {
+	s := fmt.Sprintf("%d rows expected, %d read: %d exactly once, %d different, %d missing, %d extra, %d duplicated",
+		d.want, d.got, d.exact, d.different, d.missing, d.extra, d.duplicated)
+	if d.unreadable > 0 {
+		s += fmt.Sprintf(", %d unreadable", d.unreadable)
+	}
+	if len(d.examples) > 0 {
+		s += "; e.g.\n    " + strings.Join(d.examples, "\n    ")
+	}
+	return s
+}
+
+// compare compares the output records with the reference rows.
+func compare(q query, want []row, out []*kgo.Record) *diff {
+	d := &diff{want: len(want), got: len(out), maxExamples: 2, perKind: map[string]int{}}
+	type vals map[string]int
+	exp, act := map[string]vals{}, map[string]vals{}
+	add := func(m map[string]vals, r row) {
+		if m[r.id] == nil {
+			m[r.id] = vals{}
+		}
+		m[r.id][r.val]++
+	}
+	for _, r := range want {
+		add(exp, r)
+	}
+	for _, rec := range out {
+		r, err := q.read(rec)
+		if err != nil {
+			d.unreadable++
+			d.example("unreadable: partition %d offset %d: %v", rec.Partition, rec.Offset, err)
+			continue
+		}
+		add(act, r)
+	}
+	ids := make([]string, 0, len(exp)+len(act))
+	for id := range exp {
+		ids = append(ids, id)
+	}
+	for id := range act {
+		if exp[id] == nil {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids) // deterministic examples
+	for _, id := range ids {
+		e, a := exp[id], act[id]
+		var remE, remA []string // values left after matching equal ones
+		for v, n := range e {
+			m := min(n, a[v])
+			d.exact += m
+			for range n - m {
+				remE = append(remE, v)
+			}
+		}
+		for v, n := range a {
+			for range n - min(n, e[v]) {
+				remA = append(remA, v)
+			}
+		}
+		slices.Sort(remE)
+		slices.Sort(remA)
+		if e == nil {
+			d.extra += len(remA)
+			d.example("extra: %s %s", id, remA[0])
+			continue
+		}
+		pairs := min(len(remE), len(remA))
+		for i := range pairs {
+			d.different++
+			d.example("different: %s: want %s, got %s", id, remE[i], remA[i])
+		}
+		for _, v := range remE[pairs:] {
+			d.missing++
+			d.example("missing: %s %s", id, v)
+		}
+		for _, v := range remA[pairs:] {
+			if e[v] > 0 {
+				d.duplicated++
+				d.example("duplicated: %s %s (%d times, want %d)", id, v, a[v], e[v])
+			} else {
+				d.extra++
+				d.example("extra: %s %s", id, v)
+			}
+		}
+	}
+	return d
+}
