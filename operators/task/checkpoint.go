@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -916,55 +915,48 @@ func (t *Task) untouchedByAbort(pd *Pending) bool {
 	return len(t.chains) > 0
 }
 
-// pendingScan streams the keys of a pending namespace in order, from a goroutine running
-// Store.Scan, so the switch can merge-join them with the sorted backlog without holding them all.
-// Not safe for concurrent use; close stops and joins the goroutine.
+// pendingScan reads the keys of a pending namespace in order through a store iterator (a
+// snapshot taken when it starts), so the switch can merge-join them with the sorted backlog
+// without holding them all. Not safe for concurrent use; close finishes the iterator (the
+// store's Close waits for an unfinished one).
 type pendingScan struct {
-	keys chan []byte
-	stop chan struct{}
-	done chan struct{}
-	cur  []byte
-	ok   bool
-	e    error
+	it  state.Iter
+	cur []byte
+	ok  bool
+	e   error
 }
 
 func scanPending(st state.Store, ns state.Namespace) *pendingScan {
-	s := &pendingScan{keys: make(chan []byte, 256), stop: make(chan struct{}), done: make(chan struct{})}
-	stopped := errors.New("stopped")
-	go func() {
-		defer close(s.done)
-		defer close(s.keys)
-		err := st.Scan(ns, func(k, _ []byte) error {
-			select {
-			case s.keys <- bytes.Clone(k):
-				return nil
-			case <-s.stop:
-				return stopped
-			}
-		})
-		if err != nil && !errors.Is(err, stopped) {
-			s.e = err
-		}
-	}()
+	s := &pendingScan{}
+	if s.it, s.e = st.NewIter(ns); s.e != nil {
+		return s // peek reports the end at once and err says why
+	}
 	s.next()
 	return s
 }
 
 func (s *pendingScan) peek() ([]byte, bool) { return s.cur, s.ok }
 
-func (s *pendingScan) next() { s.cur, s.ok = <-s.keys }
-
-// err is valid once peek reports the end.
-func (s *pendingScan) err() error {
-	<-s.done
-	return s.e
+// next moves to the next key; the one peek returned before stays valid (it is a copy).
+func (s *pendingScan) next() {
+	if s.it == nil {
+		s.cur, s.ok = nil, false
+		return
+	}
+	if s.ok = s.it.Next(); s.ok {
+		s.cur = bytes.Clone(s.it.Key())
+		return
+	}
+	s.cur, s.e = nil, s.it.Err()
 }
 
+// err is valid once peek reports the end.
+func (s *pendingScan) err() error { return s.e }
+
 func (s *pendingScan) close() {
-	close(s.stop)
-	for range s.keys {
+	if s.it != nil {
+		_ = s.it.Close()
 	}
-	<-s.done
 }
 
 // progressPrefix starts the offset-commit metadata that carries Pending.Progress.
