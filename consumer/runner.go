@@ -170,6 +170,7 @@ func (e *Engine) run(ctx context.Context, cl *kgo.Client, r *runner) {
 	defer t.Close()
 	r.t = t // published to other goroutines by r.restored
 	start := e.o.Clock()
+	replayed := false // whether the restore changed the store since NewGroup read it
 	for ns, topic := range r.t.Namespaces() {
 		st, err := e.rest.Restore(ctx, topic, ns)
 		if err != nil {
@@ -179,14 +180,20 @@ func (e *Engine) run(ctx context.Context, cl *kgo.Client, r *runner) {
 			return
 		}
 		e.m.restored.Add(float64(st.Records))
+		replayed = replayed || st.Records > 0 || st.Full
 		if st.Records > 0 || st.Full {
 			e.log.Info("state restored", "operator", ns.Operator, "partition", ns.Partition, "records", st.Records, "from", st.From, "to", st.To, "full", st.Full, "duration", st.Duration.Round(time.Millisecond))
 		}
 	}
 	e.m.restoreSeconds.Observe(e.o.Clock().Sub(start).Seconds())
-	if err := r.t.Restored(); err != nil { // learn of outputs still due from backlog checkpoints
-		e.fail(fmt.Errorf("consumer: task %s[%d]: %w", r.key.topic, r.key.p, err))
-		return
+	// NewGroup read the store as it was (outputs still due from backlog checkpoints, the
+	// watermarks, the timers rebuilt by a scan of the stored windows); only a restore that
+	// replayed changelog records makes it read them again.
+	if replayed {
+		if err := r.t.Restored(); err != nil {
+			e.fail(fmt.Errorf("consumer: task %s[%d]: %w", r.key.topic, r.key.p, err))
+			return
+		}
 	}
 	if len(r.t.Tables()) > 0 {
 		if !e.startTables(ctx, cl, r) {
