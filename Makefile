@@ -1,5 +1,5 @@
 # The two commands that matter are at the top of README.md: `go run ./cmd/sluice demo` and `make test`.
-.PHONY: build image test demo bench bench-join bench-cogroup peers-smoke peers-smoke-windows peers-smoke-join peers fuzz
+.PHONY: build image test demo bench bench-join bench-cogroup bench-nexmark peers-smoke peers-smoke-windows peers-smoke-join peers fuzz
 
 build:
 	go build -o bin/sluice ./cmd/sluice
@@ -33,6 +33,12 @@ bench-join: build
 
 bench-cogroup: build
 	bin/sluice bench --workload cogroup --records 1000000 --keys 100000 --cache 10000
+
+# The Nexmark pipelines (configs/nexmark) as bounded runs over 1M events on a broker of yours
+# (BROKERS, default 127.0.0.1:19092); see BENCHMARKS.md. The answers: go test ./integration/nexmark/.
+BROKERS ?= 127.0.0.1:19092
+bench-nexmark:
+	bash integration/bench/nexmark.sh --brokers $(BROKERS) --events 1000000 --runs 3
 
 # The side-by-side harness against Kafka Streams and Flink (issue 4); see BENCHMARKS.md.
 peers-smoke: build
