@@ -39,12 +39,6 @@ import (
 // survives exactly as long as it is true.
 const PendingHeader = "sluice.pending"
 
-// PendingNamespace is where a restore records the keys whose latest changelog record carries
-// PendingHeader ("#" cannot occur in operator names).
-func PendingNamespace(ns state.Namespace) state.Namespace {
-	return state.Namespace{Operator: ns.Operator + "#pending", Partition: ns.Partition}
-}
-
 // WatermarkHeader marks the changelog record that carries a windowed operator's watermark
 // (8 bytes, big-endian, the event time in ms; a writer's mark may add a ninth byte, its
 // idleness) as of the input offset committed with it; its key is
@@ -82,11 +76,6 @@ func IsWatermarkKey(k []byte) bool {
 		}
 	}
 	return true
-}
-
-// WatermarkNamespace is where the task stores its committed watermark.
-func WatermarkNamespace(ns state.Namespace) state.Namespace {
-	return state.Namespace{Operator: ns.Operator + "#watermark", Partition: ns.Partition}
 }
 
 // HasAny reports whether ns holds at least one key.

@@ -706,7 +706,7 @@ func (t *Task) Committed(pd *Pending) (err error) {
 	// carries the marks) from the older offset; the reverse order could lose marks.
 	for _, pass := range []bool{true, false} {
 		for ns, ld := range pd.loaders {
-			if strings.HasSuffix(ns.Operator, "#pending") != pass {
+			if changelog.IsPendingNamespace(ns) != pass {
 				continue
 			}
 			if err := ld.Commit(); err != nil {

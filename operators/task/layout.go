@@ -97,12 +97,6 @@ var (
 	layoutTextKey        = []byte("text")
 )
 
-// layoutNamespace is where the layout of ns's state is stored ("#" cannot occur in operator
-// names).
-func layoutNamespace(ns state.Namespace) state.Namespace {
-	return state.Namespace{Operator: ns.Operator + "#layout", Partition: ns.Partition}
-}
-
 // OperatorNamespaces returns the namespaces of st that hold operator op's state: op's own (one per
 // partition) and its reserved ones ("<op>#pending", "<op>#layout"), sorted. A reset drops them.
 func OperatorNamespaces(st state.Store, op string) ([]state.Namespace, error) {
@@ -112,7 +106,7 @@ func OperatorNamespaces(st state.Store, op string) ([]state.Namespace, error) {
 	}
 	var out []state.Namespace
 	for _, ns := range all {
-		if ns.Operator == op || strings.HasPrefix(ns.Operator, op+"#") {
+		if changelog.OwnedBy(ns, op) {
 			out = append(out, ns)
 		}
 	}
@@ -169,7 +163,7 @@ func (t *Task) checkLayouts() error {
 //     and the config's layout replaces it.
 func (t *Task) checkLayout(c *chain) error {
 	c.layout = newLayout(c.ops.spec().Layout())
-	lns := layoutNamespace(c.ns)
+	lns := changelog.LayoutNamespace(c.ns)
 	st := t.d.Store
 	fp, stored, err := st.Get(lns, layoutFingerprintKey, nil)
 	if err != nil {

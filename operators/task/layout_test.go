@@ -128,10 +128,10 @@ func TestLayoutLegacyState(t *testing.T) {
 	tk.Close()
 	dropLayout := func() {
 		t.Helper()
-		if err := store.Drop(layoutNamespace(testNS)); err != nil {
+		if err := store.Drop(changelog.LayoutNamespace(testNS)); err != nil {
 			t.Fatal(err)
 		}
-		if _, ok, _ := store.Get(layoutNamespace(testNS), layoutFingerprintKey, nil); ok {
+		if _, ok, _ := store.Get(changelog.LayoutNamespace(testNS), layoutFingerprintKey, nil); ok {
 			t.Fatal("layout still stored")
 		}
 	}
@@ -148,11 +148,11 @@ func TestLayoutLegacyState(t *testing.T) {
 	if err != nil {
 		t.Fatalf("legacy state of the right size: %v", err)
 	}
-	fp, ok, err := store.Get(layoutNamespace(testNS), layoutFingerprintKey, nil)
+	fp, ok, err := store.Get(changelog.LayoutNamespace(testNS), layoutFingerprintKey, nil)
 	if err != nil || !ok || string(fp) != tk.chains[0].ops.agg.Fingerprint() {
 		t.Fatalf("stored fingerprint %q, %v, %v; want %s", fp, ok, err, tk.chains[0].ops.agg.Fingerprint())
 	}
-	text, _, _ := store.Get(layoutNamespace(testNS), layoutTextKey, nil)
+	text, _, _ := store.Get(changelog.LayoutNamespace(testNS), layoutTextKey, nil)
 	if string(text) != tk.chains[0].ops.agg.Layout().String() {
 		t.Fatalf("stored layout text %q", text)
 	}
@@ -177,7 +177,7 @@ func TestLayoutNoStateYet(t *testing.T) {
 	if err != nil {
 		t.Fatalf("changed fields, no state: %v", err)
 	}
-	if fp, _, _ := store.Get(layoutNamespace(testNS), layoutFingerprintKey, nil); string(fp) != tk.chains[0].layout.fingerprint {
+	if fp, _, _ := store.Get(changelog.LayoutNamespace(testNS), layoutFingerprintKey, nil); string(fp) != tk.chains[0].layout.fingerprint {
 		t.Fatalf("stored fingerprint %q, want the new config's %s", fp, tk.chains[0].layout.fingerprint)
 	}
 }

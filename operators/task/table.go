@@ -9,6 +9,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/sluice-dev/sluice/changelog"
 	"github.com/sluice-dev/sluice/configs"
 	"github.com/sluice-dev/sluice/operators"
 	"github.com/sluice-dev/sluice/state"
@@ -48,9 +49,9 @@ type table struct {
 	err error // a failure of the store outside a call that returns errors (SetTableEnd); the next ProcessTable returns it
 }
 
-// TableNamespace is the store namespace of table name's partition.
+// TableNamespace is the store namespace of table name's partition (changelog.TableNamespace).
 func TableNamespace(name string, partition int32) state.Namespace {
-	return state.Namespace{Operator: name + "#table", Partition: partition}
+	return changelog.TableNamespace(name, partition)
 }
 
 func newTable(name string, cfg configs.Table, partition int32, st state.Store, now time.Time, values operators.ValueDecoder) (*table, error) {

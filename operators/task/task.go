@@ -330,7 +330,7 @@ func NewGroup(plan *Plan, topics []string, partition int32, d Deps) (*Task, erro
 				t.Close()
 				return nil, err
 			}
-			c.timerNS = timerNamespace(c.ns)
+			c.timerNS = changelog.TimerNamespace(c.ns)
 			if d.Budget != nil {
 				dir := filepath.Join(d.SortDir, fmt.Sprintf("%s-%d", cp.Agg.Name, partition))
 				c.sorter, err = sorter.New(sorter.Options{Dir: dir, Budget: d.Budget})

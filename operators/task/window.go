@@ -13,7 +13,6 @@ import (
 
 	"github.com/sluice-dev/sluice/changelog"
 	"github.com/sluice-dev/sluice/operators"
-	"github.com/sluice-dev/sluice/state"
 )
 
 // Event time, windows and timers of a windowed aggregate.
@@ -42,11 +41,6 @@ import (
 // fires the stored timers up to that watermark of windows the backlog did not touch (sweep).
 // The store's timers are rebuilt from the state when a task starts (Restored), so a restore
 // from the changelog (which carries states, not timers) has them too.
-
-// timerNamespace is where a windowed chain's timers live ("#" cannot occur in operator names).
-func timerNamespace(ns state.Namespace) state.Namespace {
-	return state.Namespace{Operator: ns.Operator + "#timers", Partition: ns.Partition}
-}
 
 // appendTimerKey appends the timer key of window key wk closing at: the close time (big-endian,
 // sign bit flipped, so byte order is time order), then wk.
@@ -366,7 +360,7 @@ func (t *Task) checkpointWatermark(c *chain, p Producer, pd *Pending) error {
 			if m.idle {
 				v = append(v, 1)
 			}
-			if err := t.writeWatermarkValue(c, writerWatermarkKey(c.input, i), v, p, pd); err != nil {
+			if err := t.writeWatermarkValue(c, changelog.WriterWatermarkKey(c.input, i), v, p, pd); err != nil {
 				return err
 			}
 			pd.writers[c] = slices.Clone(c.writers)
@@ -374,7 +368,7 @@ func (t *Task) checkpointWatermark(c *chain, p Producer, pd *Pending) error {
 	}
 	if len(c.chains) > 1 && c.iwm != c.iwmCommitted {
 		// An operator of several inputs commits each input's watermark with its offset.
-		if err := t.writeWatermark(c, inputWatermarkKey(c.input), c.iwm, p, pd); err != nil {
+		if err := t.writeWatermark(c, changelog.InputWatermarkKey(c.input), c.iwm, p, pd); err != nil {
 			return err
 		}
 		pd.iwm[c] = c.iwm
@@ -430,13 +424,13 @@ func (t *Task) restoreWindows(c *chain) error {
 	c.iwm, c.iwmCommitted = wm, wm
 	if len(c.chains) > 1 {
 		// Each input's own watermark (an operator of several inputs commits them too).
-		if c.iwm, err = t.storedWatermark(c, inputWatermarkKey(c.input)); err != nil {
+		if c.iwm, err = t.storedWatermark(c, changelog.InputWatermarkKey(c.input)); err != nil {
 			return err
 		}
 		c.iwmCommitted = c.iwm
 	}
 	for i := range c.writers {
-		v, ok, err := t.d.Store.Get(changelog.WatermarkNamespace(c.ns), writerWatermarkKey(c.input, i), nil)
+		v, ok, err := t.d.Store.Get(changelog.WatermarkNamespace(c.ns), changelog.WriterWatermarkKey(c.input, i), nil)
 		switch {
 		case err != nil:
 			return err
@@ -479,16 +473,6 @@ func (t *Task) storedWatermark(c *chain, key []byte) (int64, error) {
 	}
 	return int64(binary.BigEndian.Uint64(v)), nil
 }
-
-// writerWatermarkKey is the key of the watermark writer w announced to input i (a reader of timed
-// results), beside the operator's, in the store and the changelog.
-func writerWatermarkKey(i, w int) []byte {
-	return fmt.Appendf(nil, "%s/%d/%d", changelog.WatermarkKey, i, w)
-}
-
-// inputWatermarkKey is the key of input i's watermark, beside the operator's (WatermarkKey), in
-// the store and the changelog of an operator of several inputs.
-func inputWatermarkKey(i int) []byte { return fmt.Appendf(nil, "%s/%d", changelog.WatermarkKey, i) }
 
 // rebuildTimers replaces a chain's timer namespace with the timers of its stored states (timerOf
 // returns a state's timer, if it has one).
