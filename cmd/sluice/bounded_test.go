@@ -174,27 +174,10 @@ func TestRunBoundedCogroup(t *testing.T) {
 }
 
 func boundedCogroup(t *testing.T, window string) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "orders", "refunds"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	brokers := c.ListenAddrs()
-	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
-	defer cancel()
+	_, brokers, ctx := fakeCluster(t, "orders", "refunds")
 	orders := workload.Spec{Records: 20_000, Keys: 500, Partitions: 3, Seed: 1}
 	refunds := workload.Spec{Records: 5_000, Keys: 500, Partitions: 3, Seed: 2}
-	cl, err := kgo.NewClient(append(workload.ProducerOpts(), kgo.SeedBrokers(brokers...))...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	if err := workload.Produce(ctx, cl, "orders", orders); err != nil {
-		t.Fatal(err)
-	}
-	if err := workload.Produce(ctx, cl, "refunds", refunds); err != nil {
-		t.Fatal(err)
-	}
+	produceSpecs(ctx, t, brokers, []string{"orders", "refunds"}, orders, refunds)
 	doc := fmt.Sprintf(`
 kafka: {brokers: [%s]}
 group: batch
@@ -214,8 +197,12 @@ http: {listen: "off"}
 	}
 	outputs := func() int64 {
 		t.Helper()
-		adm := kadm.NewClient(cl)
-		ends, err := adm.ListEndOffsets(ctx, "balances")
+		cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cl.Close()
+		ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, "balances")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -350,6 +337,35 @@ sinks:
 	}
 }
 
+// fakeCluster starts a kfake cluster of one broker holding topics (3 partitions each), stopped
+// when t ends, and returns its addresses and a context that ends after 2 minutes.
+func fakeCluster(t *testing.T, topics ...string) (*kfake.Cluster, []string, context.Context) {
+	t.Helper()
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, topics...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	t.Cleanup(cancel)
+	return c, c.ListenAddrs(), ctx
+}
+
+// produceSpecs writes each workload spec to its topic (topics[i] gets specs[i]).
+func produceSpecs(ctx context.Context, t *testing.T, brokers []string, topics []string, specs ...workload.Spec) {
+	t.Helper()
+	cl, err := kgo.NewClient(append(workload.ProducerOpts(), kgo.SeedBrokers(brokers...))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	for i, s := range specs {
+		if err := workload.Produce(ctx, cl, topics[i], s); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // tlog writes a run's log to the test's (go test -v).
 type tlog struct{ t *testing.T }
 
@@ -363,23 +379,9 @@ func (l tlog) Write(b []byte) (int, error) {
 // to the group's offset fetch are COORDINATOR_NOT_AVAILABLE. The run must wait that out (the
 // error is retriable) and finish with every total exact, not exit 1.
 func TestRunBoundedCoordinatorNotReady(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "orders"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	brokers := c.ListenAddrs()
-	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
-	defer cancel()
+	c, brokers, ctx := fakeCluster(t, "orders")
 	s := workload.Spec{Records: 5_000, Keys: 200, Partitions: 3, Seed: 4}
-	cl, err := kgo.NewClient(append(workload.ProducerOpts(), kgo.SeedBrokers(brokers...))...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	if err := workload.Produce(ctx, cl, "orders", s); err != nil {
-		t.Fatal(err)
-	}
+	produceSpecs(ctx, t, brokers, []string{"orders"}, s)
 	// The first refusals: every offset fetch of the group, whichever client sends it.
 	var mu sync.Mutex
 	refused := 0
