@@ -230,6 +230,9 @@ func (t *Task) Checkpoint(p Producer) (pd *Pending, err error) {
 			return nil, err
 		}
 		pd.records += t.announceWatermark(c, pd)
+		if c.plan.Rekey != "" && !c.timed() {
+			pd.wm[c], pd.iwm[c] = c.wm, c.iwm // a re-keying writer's, committed with its offset (Aborted)
+		}
 	}
 	return pd, nil
 }
@@ -843,6 +846,11 @@ func (t *Task) Aborted(pd *Pending) map[string]int64 {
 			c.wm = c.wmCommitted
 			c.iwm = c.iwmCommitted
 			c.tm.reset()
+		} else if c.plan.Rekey != "" {
+			// A re-keying writer announces its input's watermark: it goes back with the offset,
+			// or after the rewind it would announce the watermark of records it has not written
+			// again yet, and its readers would take the records it writes again as late.
+			c.wm, c.iwm = c.wmCommitted, c.iwmCommitted
 		}
 		if c.writers != nil {
 			copy(c.writers, c.writersCommitted)
