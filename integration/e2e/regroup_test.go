@@ -27,11 +27,16 @@ import (
 // backlog mode (never, always, auto) and the kills, every (product, window) and every
 // (product, session) final must be read exactly once with the exact count and sum computed here
 // from the orders, and no order, each on time at its source, may be a dead letter.
+//
+// A CI run of an earlier build (mode auto) stopped short of the expected finals (8,447 of 8,984
+// windows; 1,610 sessions for 1,500): a rebalance's abort rewound the re-keying writers' offsets
+// but not their watermark, so after the rewind they announced the watermark of records they had
+// not written again yet (testdata/join/rekey_abort). TestRegroupWindows found it without kills.
 func TestRegroupWindowsKill9(t *testing.T) {
 	brokers := kafkatest.Brokers(t)
 	for _, mode := range []string{"auto", "never", "always"} {
 		t.Run(mode, func(t *testing.T) {
-			regroupScenario(t, brokers, mode, regroupSize{orders: 60_000, products: 150, enterLag: 2000, exitLag: 200})
+			regroupScenario(t, brokers, mode, regroupSize{orders: 60_000, products: 150, enterLag: 2000, exitLag: 200, kills: true})
 		})
 	}
 }
@@ -40,6 +45,26 @@ func TestRegroupWindowsKill9(t *testing.T) {
 // in-process kfake cluster.
 func TestRegroupWindowsKill9Fake(t *testing.T) {
 	brokers := kafkatest.Fake(t, regroupParts)
+	regroupScenario(t, brokers, "auto", regroupSize{orders: 30_000, products: 100, enterLag: 1000, exitLag: 100, kills: true})
+}
+
+// TestRegroupWindows is the regroup scenario without kills, in every backlog mode, against the
+// real broker (two instances, the backlog then live traffic): before event time crossed the
+// repartition topic, most finals were missing and their records dead-lettered as late; before a
+// re-keying writer's watermark went back with its offset on an abort, a rebalance's abort made
+// records late now and then.
+func TestRegroupWindows(t *testing.T) {
+	brokers := kafkatest.Brokers(t)
+	for _, mode := range []string{"auto", "never", "always"} {
+		t.Run(mode, func(t *testing.T) {
+			regroupScenario(t, brokers, mode, regroupSize{orders: 60_000, products: 150, enterLag: 2000, exitLag: 200})
+		})
+	}
+}
+
+// TestRegroupWindowsFake is TestRegroupWindows in mode auto, smaller, against kfake.
+func TestRegroupWindowsFake(t *testing.T) {
+	brokers := kafkatest.Fake(t, regroupParts)
 	regroupScenario(t, brokers, "auto", regroupSize{orders: 30_000, products: 100, enterLag: 1000, exitLag: 100})
 }
 
@@ -47,6 +72,7 @@ func TestRegroupWindowsKill9Fake(t *testing.T) {
 type regroupSize struct {
 	orders, products  int
 	enterLag, exitLag int64
+	kills             bool // kill -9 instances during the backlog and while orders arrive
 }
 
 // Event time of the regroup scenario, in ms: every partition spans the same time, in bursts of
@@ -223,14 +249,16 @@ sinks:
 	ins := []*instance{p.newInstance("i0", true), p.newInstance("i1", true)}
 	k := &killer{ctx: ctx, t: t, rng: rng}
 	ins[0].start()
-	if mode == "never" {
+	if size.kills {
+		if mode == "never" {
+			k.randomMoment()
+			k.killRestart(ins[0], "random moment, phase 1, streaming the backlog")
+		} else {
+			k.killRestart(ins[0], k.inBacklog(ins[0]))
+		}
 		k.randomMoment()
-		k.killRestart(ins[0], "random moment, phase 1, streaming the backlog")
-	} else {
-		k.killRestart(ins[0], k.inBacklog(ins[0]))
+		k.killRestart(ins[0], "random moment, phase 1")
 	}
-	k.randomMoment()
-	k.killRestart(ins[0], "random moment, phase 1")
 	ins[1].start()
 	var producing atomic.Bool
 	producing.Store(true)
@@ -241,6 +269,9 @@ sinks:
 		produced <- err
 	}()
 	for range 2 {
+		if !size.kills {
+			break
+		}
 		k.randomMoment()
 		why := "random moment, phase 2, while producing"
 		if !producing.Load() {
@@ -255,28 +286,36 @@ sinks:
 		t.Fatal(err)
 	}
 
-	var gotW, gotS []*kgo.Record
-	pollf(ctx, t, func() string {
-		return fmt.Sprintf("%d window finals in %s and %d session finals in %s (read_committed), have %d and %d",
-			len(wantWindows), p.sink, len(wantSessions), sessionSink, len(gotW), len(gotS))
-	}, 300*time.Millisecond, func() (bool, error) {
+	// Wait until every final is read (or more: the diff reports duplicates); at the deadline,
+	// go on and report what differs rather than only that it timed out.
+	wait, stop := context.WithTimeout(ctx, 120*time.Second)
+	defer stop()
+	for {
 		for _, in := range ins {
 			in.checkAlive()
 		}
-		var err error
-		if gotW, err = readCommitted(ctx, p.brokers, p.sink); err != nil {
-			return false, err
+		gotW, errW := readCommitted(ctx, p.brokers, p.sink)
+		gotS, errS := readCommitted(ctx, p.brokers, sessionSink)
+		if errW == nil && errS == nil && len(gotW) >= len(wantWindows) && len(gotS) >= len(wantSessions) {
+			break
 		}
-		gotS, err = readCommitted(ctx, p.brokers, sessionSink)
-		return len(gotW) >= len(wantWindows) && len(gotS) >= len(wantSessions), err
-	})
+		select {
+		case <-wait.Done():
+			t.Errorf("after 120 s: %d window finals in %s and %d session finals in %s (read_committed), want %d and %d (errors %v, %v)",
+				len(gotW), p.sink, len(gotS), sessionSink, len(wantWindows), len(wantSessions), errW, errS)
+		case <-time.After(300 * time.Millisecond): // the next look
+			continue
+		}
+		break
+	}
 	ids := termAll(ins)
 	p.checkTransactions(ctx, ids...)
-	var err error
-	if gotW, err = readCommitted(ctx, p.brokers, p.sink); err != nil {
+	gotW, err := readCommitted(ctx, p.brokers, p.sink)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if gotS, err = readCommitted(ctx, p.brokers, sessionSink); err != nil {
+	gotS, err := readCommitted(ctx, p.brokers, sessionSink)
+	if err != nil {
 		t.Fatal(err)
 	}
 	if d := diffRegroup(wantWindows, gotW, 10); d != nil {
