@@ -842,15 +842,13 @@ func (t *Task) Aborted(pd *Pending) map[string]int64 {
 		c.inputEnded = false
 		c.observed = false
 		c.outbox = nil
-		if c.timed() {
+		if c.tracksTime() {
+			// The watermark goes back with the offset: a re-keying writer would otherwise
+			// announce the watermark of records it has not written again yet, and its readers
+			// would take the records it writes again as late.
 			c.wm = c.wmCommitted
 			c.iwm = c.iwmCommitted
 			c.tm.reset()
-		} else if c.plan.Rekey != "" {
-			// A re-keying writer announces its input's watermark: it goes back with the offset,
-			// or after the rewind it would announce the watermark of records it has not written
-			// again yet, and its readers would take the records it writes again as late.
-			c.wm, c.iwm = c.wmCommitted, c.iwmCommitted
 		}
 		if c.writers != nil {
 			copy(c.writers, c.writersCommitted)

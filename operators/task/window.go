@@ -97,6 +97,10 @@ var errStopScan = errors.New("task: stop scan")
 // timed reports whether a chain runs on event time (windows, or a Keyed operator).
 func (c *chain) timed() bool { return c.win != nil || c.kop != nil }
 
+// tracksTime reports whether a chain keeps a watermark of its input: it runs on event time, or
+// it re-keys into a repartition topic and announces its input's watermark there.
+func (c *chain) tracksTime() bool { return c.timed() || c.plan.Rekey != "" }
+
 // pushTimer registers the timer of a key (or window key) set since the last commit.
 func pushTimer(c *chain, at int64, key []byte) {
 	heap.Push(&c.tm.added, timer{at: at, key: string(key)})
@@ -115,7 +119,7 @@ func (t *Task) lateRecord(c *chain, kr *kgo.Record) {
 // observeTime advances the watermark of a windowed chain, or of a re-keying one (which
 // announces it to its readers), with the event time of a decoded record.
 func (c *chain) observeTime(ts int64, now time.Time) {
-	if !c.timed() && c.plan.Rekey == "" || c.ended || c.writers != nil {
+	if !c.tracksTime() || c.ended || c.writers != nil {
 		return // a reader of a timed topic takes its writers' watermarks (attributes.go)
 	}
 	w := ts - c.maxDelay
