@@ -36,18 +36,15 @@ type Pending struct {
 
 	inline *errTracker // the task's records produced since the previous checkpoint
 
-	batch    state.Batch
-	loaders  map[state.Namespace]state.Loader
-	flushed  []*chain                // chains whose dirty cache entries were written
-	folded   []*chain                // chains that folded their sorted backlog
-	silent   map[*chain]bool         // folds of a backlog checkpoint: no outputs, the chain stays in backlog
-	wm       map[*chain]int64        // windowed operators' watermarks written with their offsets (by primary chain)
-	iwm      map[*chain]int64        // operators of several inputs: each input's watermark written
-	writers  map[*chain][]writerMark // readers of timed results: their writers' marks written
-	keys     map[*chain]int64
-	tables   map[*table]int64 // tables whose offset this checkpoint commits
-	progress map[*chain]int64 // each chain's progress: the offset before which it has done everything
-	records  int
+	batch   state.Batch
+	loaders map[state.Namespace]state.Loader
+	flushed []*chain        // chains whose dirty cache entries were written
+	folded  []*chain        // chains that folded their sorted backlog
+	silent  map[*chain]bool // folds of a backlog checkpoint: no outputs, the chain stays in backlog
+	keys    map[*chain]int64
+	tables  map[*table]int64     // tables whose offset this checkpoint commits
+	next    map[*chain]*progress // each chain's progress once this checkpoint commits (progress.go)
+	records int
 }
 
 // Records returns how many records the checkpoint produced.
@@ -165,9 +162,9 @@ func (t *Task) Checkpoint(p Producer) (pd *Pending, err error) {
 		}
 		// A chain's progress moves only when nothing before it is still waiting in a sorter; its
 		// dead letters go out with it (while it stays put, a rewind produces them again).
-		pd.progress[c] = c.committed
+		n := pd.nextProgress(c, c.done.off)
 		if c.buffered() == 0 || foldedIn(pd, c) {
-			pd.progress[c] = max(c.next, c.committed)
+			n.off = max(c.next, c.done.off)
 			for _, r := range c.dlq {
 				p.Produce(r, pd.promise)
 				pd.records++
@@ -181,8 +178,8 @@ func (t *Task) Checkpoint(p Producer) (pd *Pending, err error) {
 	for topic, cs := range t.byTopic {
 		off, moved := int64(math.MaxInt64), false
 		for _, c := range cs {
-			off = min(off, pd.progress[c])
-			moved = moved || pd.progress[c] > c.committed
+			off = min(off, pd.next[c].off)
+			moved = moved || pd.next[c].off > c.done.off
 		}
 		if !moved || off < 0 {
 			continue
@@ -191,8 +188,8 @@ func (t *Task) Checkpoint(p Producer) (pd *Pending, err error) {
 		if len(cs) > 1 {
 			pd.Progress[topic] = map[string]int64{}
 			for _, c := range cs {
-				if pd.progress[c] > off {
-					pd.Progress[topic][c.plan.ID()] = pd.progress[c]
+				if pd.next[c].off > off {
+					pd.Progress[topic][c.plan.ID()] = pd.next[c].off
 				}
 			}
 		}
@@ -231,9 +228,10 @@ func (t *Task) Checkpoint(p Producer) (pd *Pending, err error) {
 		}
 		pd.records += t.announceWatermark(c, pd)
 		if c.plan.Rekey != "" && !c.timed() {
-			pd.wm[c], pd.iwm[c] = c.wm, c.iwm // a re-keying writer's, committed with its offset (Aborted)
+			pd.next[c].wm, pd.next[c].iwm = c.wm, c.iwm // a re-keying writer's, committed with its offset (rewind)
 		}
 	}
+	pd.sealProgress()
 	return pd, nil
 }
 
@@ -241,14 +239,11 @@ func newPending() *Pending {
 	return &Pending{
 		Offsets:  map[string]int64{},
 		Progress: map[string]map[string]int64{},
-		progress: map[*chain]int64{},
+		next:     map[*chain]*progress{},
 		clNext:   map[state.Namespace]int64{},
 		loaders:  map[state.Namespace]state.Loader{},
 		keys:     map[*chain]int64{},
 		silent:   map[*chain]bool{},
-		wm:       map[*chain]int64{},
-		iwm:      map[*chain]int64{},
-		writers:  map[*chain][]writerMark{},
 	}
 }
 
@@ -717,15 +712,6 @@ func (t *Task) Committed(pd *Pending) (err error) {
 			}
 		}
 	}
-	for c, wm := range pd.wm {
-		c.wmCommitted = wm
-	}
-	for c, wm := range pd.iwm {
-		c.iwmCommitted = wm
-	}
-	for c, ws := range pd.writers {
-		copy(c.writersCommitted, ws)
-	}
 	for _, c := range pd.flushed {
 		if c.win != nil {
 			c.committedWindows()
@@ -757,7 +743,7 @@ func (t *Task) Committed(pd *Pending) (err error) {
 		if pd.silent[c] {
 			c.hasPending = c.kop == nil // a Keyed operator's backlog checkpoint emitted its outputs
 			c.lastBackCkpt = t.d.Clock()
-			t.log.Info("backlog checkpoint", "operator", c.plan.Agg.Name, "keys", pd.keys[c], "offset", pd.progress[c])
+			t.log.Info("backlog checkpoint", "operator", c.plan.Agg.Name, "keys", pd.keys[c], "offset", pd.next[c].off)
 			continue
 		}
 		if c.hasPending {
@@ -772,13 +758,7 @@ func (t *Task) Committed(pd *Pending) (err error) {
 			t.leaveBacklog(c, pd.keys[c])
 		}
 	}
-	for c, off := range pd.progress {
-		c.committed = max(c.committed, off)
-	}
-	for _, c := range t.chains {
-		c.saidCommitted = c.said
-		c.wmSaidCommitted, c.idleSaidCommitted = c.wmSaid, c.idleSaid
-	}
+	pd.commitProgress()
 	for tb, next := range pd.tables {
 		tb.committed = max(tb.committed, next)
 	}
@@ -807,8 +787,7 @@ func (t *Task) Aborted(pd *Pending) map[string]int64 {
 		// flush, no fold, dead letters held): keep the sorted records and resume after them.
 		for _, c := range t.chains {
 			seekMin(seek, c.plan.Source.Topic, c.next)
-			c.said = c.saidCommitted // an announcement of the idle phase was in it: repeat it
-			c.wmSaid, c.idleSaid = c.wmSaidCommitted, c.idleSaidCommitted
+			c.rewindAnnouncements() // an announcement of the idle phase was in it: repeat it
 		}
 		for _, tb := range t.tables {
 			if tb.next >= 0 {
@@ -820,8 +799,7 @@ func (t *Task) Aborted(pd *Pending) map[string]int64 {
 		return dropUnstarted(seek)
 	}
 	for _, c := range t.chains {
-		c.said = c.saidCommitted // the aborted announcements: the next observation repeats them
-		c.wmSaid, c.idleSaid = c.wmSaidCommitted, c.idleSaidCommitted
+		c.rewind()
 		clear(c.cache)
 		clear(c.dirty)
 		c.dirty = c.dirty[:0]
@@ -842,22 +820,7 @@ func (t *Task) Aborted(pd *Pending) map[string]int64 {
 		c.inputEnded = false
 		c.observed = false
 		c.outbox = nil
-		if c.tracksTime() {
-			// The watermark goes back with the offset: a re-keying writer would otherwise
-			// announce the watermark of records it has not written again yet, and its readers
-			// would take the records it writes again as late.
-			c.wm = c.wmCommitted
-			c.iwm = c.iwmCommitted
-			c.tm.reset()
-		}
-		if c.writers != nil {
-			copy(c.writers, c.writersCommitted)
-			c.iwm = max(c.iwmCommitted, minWriter(c.writers))
-		}
-		if c.committed >= 0 {
-			c.next = c.committed
-		}
-		seekMin(seek, c.plan.Source.Topic, c.committed) // a chain ahead skips to its own
+		seekMin(seek, c.plan.Source.Topic, c.done.off) // a chain ahead skips to its own
 		c.dlq = nil
 	}
 	// A table's rows stay applied (applying them again changes nothing), but its dead letters

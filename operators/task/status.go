@@ -101,7 +101,7 @@ func (t *Task) publish() {
 	for _, c := range t.chains {
 		cs := ChainStatus{
 			Source: c.plan.SourceName, Topic: c.plan.Source.Topic, Mode: "stateless",
-			Lag: c.lag, TimeLagMs: c.timeLag.Milliseconds(), NextOffset: c.next, CommittedOffset: c.committed,
+			Lag: c.lag, TimeLagMs: c.timeLag.Milliseconds(), NextOffset: c.next, CommittedOffset: c.done.off,
 			RecordsIn: c.recordsIn, RecordsOut: c.recordsOut, DeadLetters: c.dead, CachedKeys: len(c.cache),
 		}
 		if c.plan.Agg != nil {

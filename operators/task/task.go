@@ -86,11 +86,11 @@ type chain struct {
 	input   int  // the chain's input index in a cogroup (ProjectInput); 0 otherwise
 	primary bool // the chain does the operator's part of a checkpoint (fold, flush, windows)
 
-	next      int64         // next offset to process; -1 before the first record
-	committed int64         // next offset covered by the last commit (or where consumption started)
-	dlq       []*kgo.Record // dead letters not yet produced (held while the chain holds a backlog)
-	lag       int64
-	timeLag   time.Duration
+	next    int64         // next offset to process; -1 before the first record
+	done    progress      // where the last commit left the chain (done.off: or where consumption started)
+	dlq     []*kgo.Record // dead letters not yet produced (held while the chain holds a backlog)
+	lag     int64
+	timeLag time.Duration
 
 	rec     operators.Record
 	scratch []byte
@@ -101,27 +101,27 @@ type chain struct {
 	// topic of internalParts partitions) announces its mode there; a re-keying writer judges
 	// its input with wdet. A reader (its input is an internal topic) keeps upstream, the
 	// writers (by partition) that said backlog; nil for other chains.
-	internalParts       int32
-	wdet                *backlog.Detector
-	said, saidCommitted int8
+	internalParts int32
+	wdet          *backlog.Detector
+	said          int8
 	// Event time across an internal topic (TimedOutput, TimedInput): the output watermark a
 	// writer announced (wmSaid) and whether it said idle since, and what a reader knows of its
 	// writers, by writer partition.
-	wmSaid, wmSaidCommitted     int64
-	idleSaid, idleSaidCommitted bool
-	writers, writersCommitted   []writerMark
-	upstream                    map[string]struct{}
-	batchUp                     bool // the batch about to run holds records written in backlog (ReadAttributes)
+	wmSaid   int64
+	idleSaid bool
+	writers  []writerMark
+	upstream map[string]struct{}
+	batchUp  bool // the batch about to run holds records written in backlog (ReadAttributes)
 
 	// inputEnded: the chain's input ended (bounded run, EndInput); the operator's ended follows
 	// once every input of it has.
 	inputEnded bool
 
 	// Event time of the chain's input: its watermark (the largest event time decoded minus its
-	// source's max_delay) and the one committed. The operator's watermark (opState.wm) is the
-	// smallest of its inputs'; a record is late by its own input's (window.go).
-	maxDelay          int64
-	iwm, iwmCommitted int64
+	// source's max_delay). The operator's watermark (opState.wm) is the smallest of its
+	// inputs'; a record is late by its own input's (window.go).
+	maxDelay int64
+	iwm      int64
 	// Idleness (watermark.idle_after): an input of an operator of several inputs that has
 	// caught up and had no record for idleAfter stops holding the operator's watermark back.
 	idleAfter time.Duration
@@ -146,17 +146,16 @@ type opState struct {
 	dirty []*entry
 
 	// event time (windowed aggregates only; see window.go)
-	win         *operators.Windows // nil: unwindowed
-	kop         operators.Keyed    // a Keyed operator (session windows; keyed.go); nil: a mergeable aggregate
-	outbox      []*kgo.Record      // Keyed: outputs of real-time calls, produced by the next checkpoint
-	wm          int64              // watermark at next (math.MinInt64 before any record): the smallest of its inputs' (chain.iwm)
-	wmCommitted int64              // watermark at committed
-	timerNS     state.Namespace
-	tm          timers
-	wk          []byte // scratch window key
-	ended       bool   // every input ended (bounded run): the watermark is +infinity
-	endWM       int64  // while ended: the watermark to commit (the data's, or the latest close of a window the end closed)
-	late        int64
+	win     *operators.Windows // nil: unwindowed
+	kop     operators.Keyed    // a Keyed operator (session windows; keyed.go); nil: a mergeable aggregate
+	outbox  []*kgo.Record      // Keyed: outputs of real-time calls, produced by the next checkpoint
+	wm      int64              // watermark at next (math.MinInt64 before any record): the smallest of its inputs' (chain.iwm); committed: committedWM
+	timerNS state.Namespace
+	tm      timers
+	wk      []byte // scratch window key
+	ended   bool   // every input ended (bounded run): the watermark is +infinity
+	endWM   int64  // while ended: the watermark to commit (the data's, or the latest close of a window the end closed)
+	late    int64
 
 	// backlog checkpoints (backlog.checkpoint_interval): keys folded without their output yet
 	pendNS       state.Namespace
@@ -282,9 +281,10 @@ func NewGroup(plan *Plan, topics []string, partition int32, d Deps) (*Task, erro
 				return nil, err
 			}
 		}
-		c := &chain{plan: cp, ops: ops, next: -1, committed: -1, input: cp.Input,
-			maxDelay: cp.Source.Watermark.MaxDelay.Milliseconds(), iwm: math.MinInt64, iwmCommitted: math.MinInt64,
-			idleAfter: cp.Source.Watermark.IdleAfter, lastSeen: d.Clock()}
+		c := &chain{plan: cp, ops: ops, next: -1, input: cp.Input,
+			maxDelay: cp.Source.Watermark.MaxDelay.Milliseconds(), iwm: math.MinInt64, wmSaid: math.MinInt64,
+			idleAfter: cp.Source.Watermark.IdleAfter, lastSeen: d.Clock(),
+			done: progress{off: -1, wm: math.MinInt64, iwm: math.MinInt64, wmSaid: math.MinInt64}}
 		detOpts := backlog.Options{
 			Mode: mode, EnterLag: cfg.Backlog.EnterLag, ExitLag: cfg.Backlog.ExitLag,
 			EnterTimeLag: cfg.Backlog.EnterTimeLag, ExitTimeLag: cfg.Backlog.ExitTimeLag,
@@ -292,7 +292,6 @@ func NewGroup(plan *Plan, topics []string, partition int32, d Deps) (*Task, erro
 		if ops.agg != nil {
 			c.det = backlog.NewDetector(detOpts)
 		}
-		c.wmSaid, c.wmSaidCommitted = math.MinInt64, math.MinInt64
 		if _, ok := internal[cp.Source.Topic]; ok {
 			c.upstream = map[string]struct{}{}
 			if cp.TimedInput {
@@ -300,7 +299,7 @@ func NewGroup(plan *Plan, topics []string, partition int32, d Deps) (*Task, erro
 				for i := range c.writers {
 					c.writers[i].wm = math.MinInt64
 				}
-				c.writersCommitted = slices.Clone(c.writers)
+				c.done.writers = slices.Clone(c.writers)
 			}
 		}
 		if _, ok := internal[cp.SinkTopic]; ok && cp.Rekey != "" {
@@ -310,7 +309,7 @@ func NewGroup(plan *Plan, topics []string, partition int32, d Deps) (*Task, erro
 		if op := ops.agg; op != nil && shared[cp.Agg.Name] != nil {
 			c.opState = shared[cp.Agg.Name] // another input of a cogroup
 		} else {
-			c.opState = &opState{wm: math.MinInt64, wmCommitted: math.MinInt64}
+			c.opState = &opState{wm: math.MinInt64}
 			c.primary = true
 		}
 		c.opState.chains = append(c.opState.chains, c)
@@ -387,7 +386,7 @@ func (t *Task) SetProgress(topic string, committed int64, progress map[string]in
 			off = max(off, p)
 		}
 		if off > c.next {
-			c.committed, c.next = off, off
+			c.done.off, c.next = off, off
 		}
 	}
 }
@@ -557,8 +556,8 @@ func (t *Task) processChain(c *chain, recs []*kgo.Record, now time.Time) error {
 		if err := t.fireDue(c); err != nil {
 			return err
 		}
-		if c.committed < 0 {
-			c.committed = kr.Offset // where consumption started: the group's committed offset
+		if c.done.off < 0 {
+			c.done.off = kr.Offset // where consumption started: the group's committed offset
 		}
 		if kr.Offset < c.next {
 			continue // done already (a branch ahead of another chain on its topic: SetProgress, Aborted)

@@ -351,7 +351,8 @@ func (t *Task) checkpointWatermark(c *chain, p Producer, pd *Pending) error {
 	if !c.timed() {
 		return nil
 	}
-	if pd.progress[c] <= c.committed && !(c.ended && c.buffered() == 0) {
+	n := pd.next[c]
+	if n.off <= c.done.off && !(c.ended && c.buffered() == 0) {
 		// The watermark moves with the chain's own progress (not its topic's offset, which
 		// another chain reading the topic may move while this one holds a backlog); an ended
 		// input has no progress to make.
@@ -359,7 +360,7 @@ func (t *Task) checkpointWatermark(c *chain, p Producer, pd *Pending) error {
 	}
 	for i, m := range c.writers {
 		// A reader of timed results commits what it knows of each writer with its offset.
-		if m != c.writersCommitted[i] {
+		if m != c.done.writers[i] {
 			v := binary.BigEndian.AppendUint64(nil, uint64(m.wm))
 			if m.idle {
 				v = append(v, 1)
@@ -367,18 +368,19 @@ func (t *Task) checkpointWatermark(c *chain, p Producer, pd *Pending) error {
 			if err := t.writeWatermarkValue(c, changelog.WriterWatermarkKey(c.input, i), v, p, pd); err != nil {
 				return err
 			}
-			pd.writers[c] = slices.Clone(c.writers)
+			n.writers[i] = m
 		}
 	}
-	if len(c.chains) > 1 && c.iwm != c.iwmCommitted {
+	if len(c.chains) > 1 && c.iwm != c.done.iwm {
 		// An operator of several inputs commits each input's watermark with its offset.
 		if err := t.writeWatermark(c, changelog.InputWatermarkKey(c.input), c.iwm, p, pd); err != nil {
 			return err
 		}
-		pd.iwm[c] = c.iwm
+		n.iwm = c.iwm
 	}
-	if _, done := pd.wm[c.chains[0]]; done || c.wm == c.wmCommitted {
-		return nil // unmoved, or written by another input's chain of the operator
+	op := pd.next[c.chains[0]]
+	if op.wm != c.committedWM() || c.wm == c.committedWM() {
+		return nil // written by another input's chain of the operator, or unmoved
 	}
 	wm := c.wm
 	if c.ended {
@@ -386,14 +388,14 @@ func (t *Task) checkpointWatermark(c *chain, p Producer, pd *Pending) error {
 		// of their close times, not +infinity, so that a later run treats records of those
 		// windows as late (each window has one final) and later windows as open.
 		wm = c.endWM
-		if wm == c.wmCommitted {
+		if wm == c.committedWM() {
 			return nil
 		}
 	}
 	if err := t.writeWatermark(c, changelog.WatermarkKey, wm, p, pd); err != nil {
 		return err
 	}
-	pd.wm[c.chains[0]] = wm
+	op.wm = wm
 	return nil
 }
 
@@ -419,19 +421,20 @@ func (t *Task) writeWatermarkValue(c *chain, key, v []byte, p Producer, pd *Pend
 // restoreWindows loads a windowed chain's committed watermark and rebuilds its timers from its
 // stored windows (a changelog restore brings states, not timers).
 func (t *Task) restoreWindows(c *chain) error {
-	c.wm, c.wmCommitted = math.MinInt64, math.MinInt64
+	op := &c.chains[0].done
+	c.wm, op.wm = math.MinInt64, math.MinInt64
 	wm, err := t.storedWatermark(c, changelog.WatermarkKey)
 	if err != nil {
 		return err
 	}
-	c.wm, c.wmCommitted = wm, wm
-	c.iwm, c.iwmCommitted = wm, wm
+	c.wm, op.wm = wm, wm
+	c.iwm, c.done.iwm = wm, wm
 	if len(c.chains) > 1 {
 		// Each input's own watermark (an operator of several inputs commits them too).
 		if c.iwm, err = t.storedWatermark(c, changelog.InputWatermarkKey(c.input)); err != nil {
 			return err
 		}
-		c.iwmCommitted = c.iwm
+		c.done.iwm = c.iwm
 	}
 	for i := range c.writers {
 		v, ok, err := t.d.Store.Get(changelog.WatermarkNamespace(c.ns), changelog.WriterWatermarkKey(c.input, i), nil)
@@ -447,9 +450,9 @@ func (t *Task) restoreWindows(c *chain) error {
 		}
 	}
 	if c.writers != nil {
-		copy(c.writersCommitted, c.writers)
+		copy(c.done.writers, c.writers)
 		c.iwm = minWriter(c.writers)
-		c.iwmCommitted = c.iwm
+		c.done.iwm = c.iwm
 	}
 	if !c.primary {
 		return nil // the operator's timers are the primary chain's to rebuild
@@ -601,7 +604,7 @@ func (t *Task) EndInput(topic string) error {
 // after EndInput makes it false until the input is processed and ended again.
 func (t *Task) Finished() bool {
 	for _, c := range t.chains {
-		if !c.inputEnded || !c.ended || c.inBack || len(c.dirty) > 0 || c.next > c.committed {
+		if !c.inputEnded || !c.ended || c.inBack || len(c.dirty) > 0 || c.next > c.done.off {
 			return false
 		}
 	}
