@@ -156,8 +156,8 @@ func cmdReset(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 func checkResetOperator(cfg *configs.Config, plan *task.Plan, op string) error {
 	var keyed []string
 	for _, c := range plan.Chains {
-		if c.Agg != nil {
-			keyed = append(keyed, c.Agg.Name)
+		if c.Keyed != nil {
+			keyed = append(keyed, c.Keyed.Name)
 		}
 	}
 	slices.Sort(keyed)

@@ -57,7 +57,7 @@ const (
 	HeaderWriter    = "sluice.writer"
 )
 
-// Announcements of a writer (chain.said, chain.saidCommitted).
+// Announcements of a writer (chain.said; at the last commit, chain.done.said).
 const (
 	saidNothing int8 = iota // since the writer started, or rewound past its first announcement
 	saidRealTime
@@ -67,7 +67,7 @@ const (
 // writerBacklog is the mode a writer announces: a keyed operator's, or for a re-keying chain
 // its own detector's verdict and its upstream's.
 func (c *chain) writerBacklog() bool {
-	if c.ops.agg != nil {
+	if c.ops.keyed() {
 		return c.inBack
 	}
 	return c.wdet != nil && c.wdet.Backlog() || c.upstreamSays()
@@ -78,7 +78,7 @@ func (c *chain) writerBacklog() bool {
 // through promise: in the idle phase the open transaction's (t.out), inside Checkpoint the
 // checkpoint's. It reports how many records it produced.
 func (t *Task) announce(c *chain, promise func(*kgo.Record, error)) int {
-	if c.opState != nil && c.ops.agg != nil {
+	if c.opState != nil && c.ops.keyed() {
 		c = c.chains[0] // the operator's primary chain writes its results
 	}
 	return t.announceMode(c, c.writerBacklog(), promise)

@@ -113,7 +113,7 @@ func (t *Task) Checkpoint(p Producer) (pd *Pending, err error) {
 	pd.inline = t.out
 	t.out = &errTracker{}
 	for _, c := range t.chains {
-		if c.ops.agg != nil && c.primary && !foldedIn(pd, c) && c.streaming() {
+		if c.ops.keyed() && c.primary && !foldedIn(pd, c) && c.streaming() {
 			// A watermark can move with no record after it to fire its timers: a writer's,
 			// read in backlog by a chain that left it with nothing to fold.
 			if err := t.fireDue(c); err != nil {
@@ -126,7 +126,7 @@ func (t *Task) Checkpoint(p Producer) (pd *Pending, err error) {
 			pd.records++
 		}
 		c.outbox = nil
-		if c.ops.agg != nil && c.primary && !foldedIn(pd, c) {
+		if c.ops.keyed() && c.primary && !foldedIn(pd, c) {
 			switch {
 			case len(c.dirty) > 0 && c.kop != nil:
 				if err := t.flushKeyed(c, p, pd); err != nil {
@@ -157,7 +157,7 @@ func (t *Task) Checkpoint(p Producer) (pd *Pending, err error) {
 		}
 		// A keyed operator that leaves backlog in this checkpoint says so after its switch's
 		// outputs (attributes.go).
-		if c.internalParts > 0 && c.ops.agg != nil && foldedIn(pd, c) && !pd.silent[c] {
+		if c.internalParts > 0 && c.ops.keyed() && foldedIn(pd, c) && !pd.silent[c] {
 			pd.records += t.announceMode(c, false, pd.promise)
 		}
 		// A chain's progress moves only when nothing before it is still waiting in a sorter; its
@@ -265,7 +265,7 @@ func (c *chain) streaming() bool {
 // leaving reports whether a chain is due to fold its backlog and stream: its detector left
 // backlog and it holds backlog records or outputs owed by backlog checkpoints.
 func (c *chain) leaving() bool {
-	return c.ops.agg != nil && c.primary && len(c.dirty) == 0 && (!c.anyBacklog() || c.ended) && (c.buffered() > 0 || c.hasPending || c.ended && c.inBack)
+	return c.ops.keyed() && c.primary && len(c.dirty) == 0 && (!c.anyBacklog() || c.ended) && (c.buffered() > 0 || c.hasPending || c.ended && c.inBack)
 }
 
 // WantsFold reports whether a chain of the task is due to fold its backlog (the expensive part
@@ -743,7 +743,7 @@ func (t *Task) Committed(pd *Pending) (err error) {
 		if pd.silent[c] {
 			c.hasPending = c.kop == nil // a Keyed operator's backlog checkpoint emitted its outputs
 			c.lastBackCkpt = t.d.Clock()
-			t.log.Info("backlog checkpoint", "operator", c.plan.Agg.Name, "keys", pd.keys[c], "offset", pd.next[c].off)
+			t.log.Info("backlog checkpoint", "operator", c.plan.Keyed.Name, "keys", pd.keys[c], "offset", pd.next[c].off)
 			continue
 		}
 		if c.hasPending {
@@ -874,7 +874,7 @@ func (t *Task) untouchedByAbort(pd *Pending) bool {
 		return false // its dead letters or its offset were in the transaction
 	}
 	for _, c := range t.chains {
-		if c.ops.agg == nil || !c.inBack || !c.det.Backlog() || len(c.dirty) > 0 {
+		if !c.ops.keyed() || !c.inBack || !c.det.Backlog() || len(c.dirty) > 0 {
 			return false
 		}
 		if pd != nil && (foldedIn(pd, c) || slices.ContainsFunc(pd.flushed, func(f *chain) bool { return f.opState == c.opState })) {

@@ -145,7 +145,7 @@ func (c *chain) changelogHeaders(pending bool) []kgo.RecordHeader {
 // before the state is used).
 func (t *Task) checkLayouts() error {
 	for _, c := range t.chains {
-		if c.ops.agg != nil {
+		if c.ops.keyed() {
 			if err := t.checkLayout(c); err != nil {
 				return err
 			}
@@ -189,8 +189,8 @@ func (t *Task) checkLayout(c *chain) error {
 		return e
 	case has && !c.ops.spec().ValidState(sample):
 		e := t.layoutError(c)
-		e.Detail = fmt.Sprintf("it was written by a sluice without layout fingerprints, and a sampled state is %d bytes, where this layout's are %d",
-			len(sample), c.ops.agg.StateSize())
+		e.Detail = fmt.Sprintf("it was written by a sluice without layout fingerprints, and a sampled state is %d bytes, %s",
+			len(sample), c.ops.stateSizes())
 		return e
 	}
 	if stored {
@@ -218,7 +218,7 @@ func (t *Task) layoutError(c *chain) *LayoutError {
 // (which checkLayout makes impossible short of a corrupt store: it is never read as empty).
 func (t *Task) badState(c *chain, key, val []byte) error {
 	e := t.layoutError(c)
-	e.Detail = fmt.Sprintf("the state of key %q is %d bytes, where this layout's are %d", key, len(val), c.ops.agg.StateSize())
+	e.Detail = fmt.Sprintf("the state of key %q is %d bytes, %s", key, len(val), c.ops.stateSizes())
 	return e
 }
 
@@ -247,6 +247,14 @@ type stateSpec interface {
 	ValidState([]byte) bool
 }
 
+// stateSizes says what sizes the chain's states have, for an error about one that has another.
+func (ops *chainOps) stateSizes() string {
+	if ops.kop != nil {
+		return "which is not a state of this layout"
+	}
+	return fmt.Sprintf("where this layout's are %d", ops.agg.StateSize())
+}
+
 // spec returns the chain's state spec: the aggregate's, or a Keyed operator's with the timer
 // prefix the runtime stores before its states.
 func (ops *chainOps) spec() stateSpec {
@@ -260,14 +268,14 @@ func (ops *chainOps) spec() stateSpec {
 func (p *Plan) StateChecks() (StateChecks, error) {
 	s := StateChecks{}
 	for _, c := range p.Chains {
-		if c.Agg == nil {
+		if c.Keyed == nil {
 			continue
 		}
 		ops, err := c.build(nil, nil)
 		if err != nil {
 			return nil, err
 		}
-		s[c.Agg.Name] = ops.spec()
+		s[c.Keyed.Name] = ops.spec()
 	}
 	return s, nil
 }

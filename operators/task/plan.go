@@ -26,8 +26,8 @@ import (
 )
 
 // ChainPlan is one linear chain: a source, its stateless stages (filter, map, and stream-table
-// joins), and an optional keyed aggregate, writing to a sink topic (or, when later operators
-// read the aggregate's results, to its output topic: Output). An aggregate with group_by
+// joins), and an optional keyed operator, writing to a sink topic (or, when later operators
+// read its results, to its output topic: Output). An aggregate with group_by
 // splits its chain in two: the first ends by writing its records, re-keyed by the group_by
 // field, to the aggregate's repartition topic (Rekey), and the second reads that topic as its
 // source.
@@ -35,23 +35,23 @@ type ChainPlan struct {
 	SourceName string
 	Source     configs.Source
 	Stages     []configs.Operator // filter/map/join, in order
-	Agg        *configs.Operator  // nil for a stateless chain
+	Keyed      *configs.Operator  // the keyed operator the chain ends in; nil for a stateless chain
 	Sink       string             // sink name ("" = the chain drops its output)
 	SinkTopic  string
-	Changelog  string           // changelog topic of Agg ("" when stateless)
+	Changelog  string           // changelog topic of Keyed ("" when stateless)
 	Tables     []string         // the tables its joins read, in stage order
-	Cogroup    *configs.Cogroup // the cogroup Agg stands for (Agg.Aggregate is its fields as an aggregate's), or nil
-	StreamJoin *configs.Join    // the windowed stream-stream join Agg stands for, or nil
-	AsOf       *configs.Join    // the stream-table join as of event time Agg stands for, or nil (Input 1: the table's chain)
+	Cogroup    *configs.Cogroup // the cogroup Keyed is (Keyed.Aggregate is its fields as an aggregate's), or nil
+	StreamJoin *configs.Join    // the windowed stream-stream join Keyed is, or nil
+	AsOf       *configs.Join    // the stream-table join as of event time Keyed is, or nil (Input 1: the table's chain)
 	Versions   time.Duration    // AsOf: the table's versions
 	Taps       []Tap            // stages whose records also go to a sink as they leave them
 	Input      int              // a cogroup's chain: the index of its input
 	Rekey      string           // the group_by field path the records are re-keyed by ("" = none); SinkTopic is then the repartition topic
 	RekeyFor   string           // with Rekey: the aggregate the records are re-keyed for
-	Output     bool             // Agg's results go to its output topic (SinkTopic), which later operators read
+	Output     bool             // Keyed's results go to its output topic (SinkTopic), which later operators read
 	// TimedOutput: the chain's records in its internal topic carry their event time as record
 	// timestamp and the chain announces its output watermark there (attributes.go). With
-	// Output, Agg's results are the finals of windows (tumbling, hopping or session), each at its
+	// Output, Keyed's results are the finals of windows (tumbling, hopping or session), each at its
 	// window's end - 1, and the output watermark is the operator's minus grace; with Rekey, every
 	// record is at its own event time and the output watermark is the chain's input's.
 	// TimedInput: the chain reads such a topic (windows' finals, or a repartition topic); its
@@ -69,8 +69,8 @@ type ChainPlan struct {
 // chains of one topic part at a branch, so they end at different operators).
 func (c ChainPlan) ID() string {
 	switch {
-	case c.Agg != nil:
-		return c.Agg.Name
+	case c.Keyed != nil:
+		return c.Keyed.Name
 	case len(c.Stages) > 0:
 		return c.Stages[len(c.Stages)-1].Name
 	}
@@ -181,10 +181,7 @@ func NewPlan(cfg *configs.Config) (*Plan, error) {
 			cogroups[op.Name] = &configs.Operator{Name: op.Name, Aggregate: op.Cogroup.Aggregate(), Output: op.Output}
 		}
 		if op.Join != nil && (op.Join.StreamStream() || op.Join.AsOf == "event_time") {
-			// A stream-stream join (or one as of event time) is a Keyed operator; its Agg is a stand-in without fields
-			// of its own (the runtime reads its name, output and window, none).
-			cogroups[op.Name] = &configs.Operator{Name: op.Name, Output: op.Output,
-				Aggregate: &configs.Aggregate{Fields: map[string]map[string]any{"pairs": {"count": nil}}, Emit: configs.EmitUpdates}}
+			cogroups[op.Name] = &cfg.Operators[i] // a Keyed operator of two inputs
 		}
 	}
 	p := &Plan{Config: cfg}
@@ -266,21 +263,21 @@ func NewPlan(cfg *configs.Config) (*Plan, error) {
 				streamJoin := op.Join != nil && op.Join.StreamStream()
 				asOf := op.Join != nil && op.Join.AsOf == "event_time"
 				if asOf {
-					c.Agg, c.AsOf = cogroups[op.Name], op.Join
+					c.Keyed, c.AsOf = cogroups[op.Name], op.Join
 					c.Versions = cfg.Tables[op.Join.Table].Versions
 					c.Changelog = cfg.ChangelogTopic(op.Name)
 				} else if op.Cogroup != nil {
-					c.Agg, c.Cogroup = cogroups[op.Name], op.Cogroup
+					c.Keyed, c.Cogroup = cogroups[op.Name], op.Cogroup
 					c.Input = slices.Index(op.Cogroup.Inputs, cur)
 					c.Changelog = cfg.ChangelogTopic(op.Name)
 				} else if streamJoin {
-					c.Agg, c.StreamJoin = cogroups[op.Name], op.Join
+					c.Keyed, c.StreamJoin = cogroups[op.Name], op.Join
 					if cur == op.Join.Right {
 						c.Input = 1
 					}
 					c.Changelog = cfg.ChangelogTopic(op.Name)
 				} else if op.Aggregate != nil {
-					c.Agg = &cfg.Operators[i]
+					c.Keyed = &cfg.Operators[i]
 					c.Changelog = cfg.ChangelogTopic(op.Name)
 				} else {
 					c.Stages = append(c.Stages, op)
@@ -330,10 +327,10 @@ func NewPlan(cfg *configs.Config) (*Plan, error) {
 				c, cur, i = bs[0].c, op.Name, bs[0].op
 				todo = append(bs[1:], todo...)
 			}
-			if c.Agg == nil && len(c.Stages) == 0 && len(c.Taps) == 0 {
+			if c.Keyed == nil && len(c.Stages) == 0 && len(c.Taps) == 0 {
 				continue // a declared source nobody reads
 			}
-			if c.SinkTopic == "" && c.Agg == nil && len(c.Stages) > 0 {
+			if c.SinkTopic == "" && c.Keyed == nil && len(c.Stages) > 0 {
 				last := c.Stages[len(c.Stages)-1].Name
 				for i, op := range cfg.Operators {
 					if op.Name == last {
@@ -359,7 +356,7 @@ func NewPlan(cfg *configs.Config) (*Plan, error) {
 		p.Chains = append(p.Chains, ChainPlan{
 			SourceName: op.Join.Table,
 			Source:     configs.Source{Topic: tb.Topic, Format: tb.Format, KeyFormat: tb.KeyFormat, Key: tb.Key, Timestamp: tb.Timestamp, Watermark: tb.Watermark},
-			Agg:        cogroups[op.Name], AsOf: op.Join, Input: 1, Versions: tb.Versions,
+			Keyed:      cogroups[op.Name], AsOf: op.Join, Input: 1, Versions: tb.Versions,
 			Changelog: cfg.ChangelogTopic(op.Name), Sink: op.Output, SinkTopic: sinkTopic(cfg, op.Output),
 		})
 	}
@@ -437,10 +434,10 @@ func (p *Plan) CoPartitioned() [][]string {
 			union(c.Source.Topic, p.Config.Tables[tb].Topic)
 		}
 		if c.Cogroup != nil || c.StreamJoin != nil || c.AsOf != nil {
-			if first, ok := cogroupTopic[c.Agg.Name]; ok {
+			if first, ok := cogroupTopic[c.Keyed.Name]; ok {
 				union(first, c.Source.Topic)
 			} else {
-				cogroupTopic[c.Agg.Name] = c.Source.Topic
+				cogroupTopic[c.Keyed.Name] = c.Source.Topic
 			}
 		}
 	}
@@ -537,7 +534,7 @@ func (p *Plan) Describe(w io.Writer) {
 				side = "table, read as versions"
 			}
 			fmt.Fprintf(w, "  -> join %s (%s side): %s join with table %s as of event time: a stream record waits until the watermark of both inputs has passed its time, then joins the row version valid then; table versions kept %v behind the watermark; late table versions -> dead letters; state in Pebble, one timer per key\n",
-				c.Agg.Name, side, orDefault(c.AsOf.Type, "inner"), c.AsOf.Table, c.Versions)
+				c.Keyed.Name, side, orDefault(c.AsOf.Type, "inner"), c.AsOf.Table, c.Versions)
 		} else if c.StreamJoin != nil {
 			j := c.StreamJoin
 			side := "left"
@@ -545,12 +542,12 @@ func (p *Plan) Describe(w io.Writer) {
 				side = "right"
 			}
 			fmt.Fprintf(w, "  -> stream-stream join %s (%s side): %s join of %s and %s within %v, pairs as {%q: ..., %q: ...}; a record is late once its input's watermark passes its time + within (dead letters); unmatched records only after their window closed; state in Pebble, one timer per key\n",
-				c.Agg.Name, side, orDefault(j.Type, "inner"), j.Left, j.Right, j.Within, j.Left, j.Right)
-		} else if c.Agg != nil {
+				c.Keyed.Name, side, orDefault(j.Type, "inner"), j.Left, j.Right, j.Within, j.Left, j.Right)
+		} else if c.Keyed != nil {
 			ops, _ := c.build(nil, nil)
 			a := ops.agg.Attributes()
 			var specs []string
-			for _, s := range c.Agg.Aggregate.Specs() {
+			for _, s := range c.Keyed.Aggregate.Specs() {
 				if s.Field == "" {
 					specs = append(specs, fmt.Sprintf("%s=%s()", s.Name, s.Func))
 				} else {
@@ -562,21 +559,21 @@ func (p *Plan) Describe(w io.Writer) {
 				kind = fmt.Sprintf("cogroup (input %d of %s: fields %s)", c.Input+1, strings.Join(c.Cogroup.Inputs, ", "), strings.Join(cogroupFields(c.Cogroup, c.Cogroup.Inputs[c.Input]), ", "))
 			}
 			fmt.Fprintf(w, "  -> %s %s [%s] emit=%s attributes{InternalSorter:%v OutputOnlyAtEnd:%v OutputOnCheckpoint:%v}\n",
-				kind, c.Agg.Name, strings.Join(specs, " "), orDefault(c.Agg.Aggregate.Emit, "updates"), a.InternalSorter, a.OutputOnlyAtEnd, a.OutputOnCheckpoint)
+				kind, c.Keyed.Name, strings.Join(specs, " "), orDefault(c.Keyed.Aggregate.Emit, "updates"), a.InternalSorter, a.OutputOnlyAtEnd, a.OutputOnCheckpoint)
 			wmIs := fmt.Sprintf("max event time - %v", c.Source.Watermark.MaxDelay)
-			if c.TimedInput && c.Source.Topic == cfg.RepartitionTopic(c.Agg.Name) {
+			if c.TimedInput && c.Source.Topic == cfg.RepartitionTopic(c.Keyed.Name) {
 				wmIs = "the smallest of the watermarks its writers (the re-keying tasks) announce in the repartition topic (their inputs' watermarks)"
 			} else if c.TimedInput {
 				wmIs = "the smallest of the watermarks its writers announce (results at their window's end - 1 are never late)"
 			}
-			if sw := c.Agg.Aggregate.Window; sw.Kind() == "session" && c.Cogroup != nil {
+			if sw := c.Keyed.Aggregate.Window; sw.Kind() == "session" && c.Cogroup != nil {
 				fmt.Fprintf(w, "     window session gap %v grace %v over the records of every input (a keyed operator: backlog replays each key's records of all inputs in arrival order); this input's watermark = %s, the operator's the smallest of its inputs' (it closes sessions); timers: one per key, in Pebble; a record late by its own input's watermark -> dead letters\n",
 					sw.Session, sw.Grace, wmIs)
 			} else if sw.Kind() == "session" {
 				fmt.Fprintf(w, "     window session gap %v grace %v (a keyed operator: backlog replays each key's records in arrival order); watermark = %s; timers: one per key, in Pebble; late records -> dead letters\n",
 					sw.Session, sw.Grace, wmIs)
 			}
-			if win, _ := operators.NewWindows(c.Agg.Aggregate.Window); win != nil {
+			if win, _ := operators.NewWindows(c.Keyed.Aggregate.Window); win != nil {
 				fmt.Fprintf(w, "     window %s; watermark = %s; timers: one per open (key, window) at end+grace, in Pebble; late records -> dead letters\n",
 					win, wmIs)
 			}
@@ -610,7 +607,7 @@ func (p *Plan) Describe(w io.Writer) {
 			listed[c.SinkTopic] = true
 			kind := "repartition"
 			if c.Output {
-				kind = "results of " + c.Agg.Name
+				kind = "results of " + c.Keyed.Name
 			}
 			says := "their backlog mode"
 			if c.TimedOutput && c.Rekey != "" {
@@ -629,10 +626,25 @@ func (p *Plan) Describe(w io.Writer) {
 type chainOps struct {
 	src    *operators.Source
 	stages []operators.Stage
-	agg    *operators.Aggregate
-	kop    operators.Keyed  // session windows (of one input or a cogroup's), joins: the Keyed operator (a session's aggregate is agg)
-	rekey  *operators.Rekey // group_by: the key of the repartition topic's records
+	// The keyed operator the chain ends in, if any: agg for a mergeable aggregate (pre-aggregated
+	// in backlog), kop for one whose records are replayed per key in arrival order (session
+	// windows, whose aggregate per session is agg, joins, dedup).
+	agg   *operators.Aggregate
+	kop   operators.Keyed
+	rekey *operators.Rekey // group_by: the key of the repartition topic's records
 }
+
+// windows returns the windows a mergeable aggregate assigns its records to (nil: none, or the
+// operator is Keyed: its windows, if any, are its own).
+func (ops *chainOps) windows(c ChainPlan) (*operators.Windows, error) {
+	if ops.kop != nil || c.Keyed.Aggregate == nil {
+		return nil, nil
+	}
+	return operators.NewWindows(c.Keyed.Aggregate.Window)
+}
+
+// keyed reports whether the chain ends in a keyed operator (state, a mode, checkpoints).
+func (ops *chainOps) keyed() bool { return ops.agg != nil || ops.kop != nil }
 
 // build compiles the chain's operators; rows serves the joins' tables (nil: a compile check,
 // the joins are never applied).
@@ -671,7 +683,7 @@ func (c ChainPlan) build(rows func(table string) operators.Rows, values operator
 		// A session cogroup is a Keyed operator of several inputs (its records are replayed
 		// per key in arrival order, not pre-aggregated); agg is the cogroup it folds per
 		// session.
-		s, err := operators.NewSessionCogroup(c.Agg.Name, *c.Cogroup)
+		s, err := operators.NewSessionCogroup(c.Keyed.Name, *c.Cogroup)
 		if err != nil {
 			return nil, err
 		}
@@ -679,33 +691,27 @@ func (c ChainPlan) build(rows func(table string) operators.Rows, values operator
 		return ops, nil
 	}
 	if c.Cogroup != nil {
-		ops.agg, err = operators.NewCogroup(c.Agg.Name, *c.Cogroup)
+		ops.agg, err = operators.NewCogroup(c.Keyed.Name, *c.Cogroup)
 		return ops, err
 	}
 	if c.AsOf != nil {
-		if ops.kop, err = operators.NewAsOfJoin(c.Agg.Name, *c.AsOf, c.Versions.Milliseconds()); err != nil {
-			return nil, err
-		}
-		ops.agg, err = operators.NewAggregate(c.Agg.Name, *c.Agg.Aggregate) // the keyed chain's stand-in; never folded
+		ops.kop, err = operators.NewAsOfJoin(c.Keyed.Name, *c.AsOf, c.Versions.Milliseconds())
 		return ops, err
 	}
 	if c.StreamJoin != nil {
-		if ops.kop, err = operators.NewStreamJoin(c.Agg.Name, *c.StreamJoin); err != nil {
-			return nil, err
-		}
-		ops.agg, err = operators.NewAggregate(c.Agg.Name, *c.Agg.Aggregate) // the keyed chain's stand-in; never folded
+		ops.kop, err = operators.NewStreamJoin(c.Keyed.Name, *c.StreamJoin)
 		return ops, err
 	}
-	if c.Agg != nil {
-		if c.Agg.Aggregate.Window.Kind() == "session" {
-			s, err := operators.NewSessions(c.Agg.Name, *c.Agg.Aggregate)
+	if c.Keyed != nil {
+		if c.Keyed.Aggregate.Window.Kind() == "session" {
+			s, err := operators.NewSessions(c.Keyed.Name, *c.Keyed.Aggregate)
 			if err != nil {
 				return nil, err
 			}
 			ops.kop, ops.agg = s, s.Aggregate()
 			return ops, nil
 		}
-		ops.agg, err = operators.NewAggregate(c.Agg.Name, *c.Agg.Aggregate)
+		ops.agg, err = operators.NewAggregate(c.Keyed.Name, *c.Keyed.Aggregate)
 		if err != nil {
 			return nil, err
 		}

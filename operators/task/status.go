@@ -86,8 +86,8 @@ func RestoringStatus(plan *Plan, topics []string, partition int32) Status {
 		}
 		topic := cp.Source.Topic
 		cs := ChainStatus{Source: cp.SourceName, Topic: topic, Mode: "restoring", NextOffset: -1, CommittedOffset: -1}
-		if cp.Agg != nil {
-			cs.Operator = cp.Agg.Name
+		if cp.Keyed != nil {
+			cs.Operator = cp.Keyed.Name
 		}
 		st.Chains = append(st.Chains, cs)
 	}
@@ -104,8 +104,8 @@ func (t *Task) publish() {
 			Lag: c.lag, TimeLagMs: c.timeLag.Milliseconds(), NextOffset: c.next, CommittedOffset: c.done.off,
 			RecordsIn: c.recordsIn, RecordsOut: c.recordsOut, DeadLetters: c.dead, CachedKeys: len(c.cache),
 		}
-		if c.plan.Agg != nil {
-			cs.Operator = c.plan.Agg.Name
+		if c.plan.Keyed != nil {
+			cs.Operator = c.plan.Keyed.Name
 			cs.Mode = "real-time"
 		}
 		for w := range c.upstream {
@@ -138,7 +138,8 @@ func (t *Task) publish() {
 			cs.LateRecords = c.late
 			if c.win != nil {
 				cs.Window = c.win.String()
-			} else if w := c.plan.Agg.Aggregate.Window; w != nil {
+			} else if a := c.plan.Keyed.Aggregate; a != nil && a.Window != nil {
+				w := a.Window
 				cs.Window = fmt.Sprintf("session gap %v grace %v", w.Session, w.Grace)
 			}
 			if c.wm != math.MinInt64 {
@@ -208,7 +209,7 @@ func (t *Task) progress() {
 		if tot := c.backRecords + c.lag; tot > 0 {
 			pct = 100 * float64(c.backRecords) / float64(tot)
 		}
-		t.log.Info("backlog progress", "operator", c.plan.Agg.Name, "sorted", c.backRecords, "lag", c.lag,
+		t.log.Info("backlog progress", "operator", c.plan.Keyed.Name, "sorted", c.backRecords, "lag", c.lag,
 			"percent", int(pct), "rate_per_s", int64(rate), "eta", (time.Duration(eta) * time.Second).String())
 	}
 }
@@ -275,10 +276,10 @@ func (m *Metrics) Declare(plan *Plan) {
 		if c.Rekey != "" {
 			dead(c.RekeyFor)
 		}
-		if c.Agg != nil {
-			dead(c.Agg.Name)
-			if c.Agg.Aggregate != nil && c.Agg.Aggregate.Window != nil || c.StreamJoin != nil || c.AsOf != nil {
-				m.late.WithLabelValues(c.Agg.Name)
+		if c.Keyed != nil {
+			dead(c.Keyed.Name)
+			if c.Keyed.Aggregate != nil && c.Keyed.Aggregate.Window != nil || c.StreamJoin != nil || c.AsOf != nil {
+				m.late.WithLabelValues(c.Keyed.Name)
 			}
 		}
 		for _, tb := range c.Tables {
@@ -343,14 +344,14 @@ func (m *Metrics) switched(direction string) {
 }
 
 func (m *Metrics) setBacklog(c *chain, on bool) {
-	if m == nil || c.plan.Agg == nil {
+	if m == nil || c.plan.Keyed == nil {
 		return
 	}
 	v := 0.0
 	if on {
 		v = 1
 	}
-	m.backlog.WithLabelValues(c.plan.Agg.Name, itoa(c.ns.Partition)).Set(v)
+	m.backlog.WithLabelValues(c.plan.Keyed.Name, itoa(c.ns.Partition)).Set(v)
 }
 
 func (m *Metrics) observe(p int32, c *chain, cs ChainStatus) {
@@ -358,10 +359,10 @@ func (m *Metrics) observe(p int32, c *chain, cs ChainStatus) {
 		return
 	}
 	m.lag.WithLabelValues(c.plan.Source.Topic, itoa(p)).Set(float64(cs.Lag))
-	if c.plan.Agg == nil {
+	if c.plan.Keyed == nil {
 		return
 	}
-	labels := []string{c.plan.Agg.Name, itoa(p)}
+	labels := []string{c.plan.Keyed.Name, itoa(p)}
 	var mem, spill, runs, prog, pre float64
 	if b := cs.Backlog; b != nil {
 		mem, spill, runs, prog = float64(b.SorterMem), float64(b.SpilledBytes), float64(b.Runs), b.Progress
@@ -376,10 +377,10 @@ func (m *Metrics) observe(p int32, c *chain, cs ChainStatus) {
 
 // forget removes a closed task's per-partition series.
 func (m *Metrics) forget(c *chain) {
-	if m == nil || c.plan.Agg == nil {
+	if m == nil || c.plan.Keyed == nil {
 		return
 	}
-	labels := []string{c.plan.Agg.Name, itoa(c.ns.Partition)}
+	labels := []string{c.plan.Keyed.Name, itoa(c.ns.Partition)}
 	m.backlog.DeleteLabelValues(labels...)
 	m.sortMem.DeleteLabelValues(labels...)
 	m.spilled.DeleteLabelValues(labels...)

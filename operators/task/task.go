@@ -289,7 +289,7 @@ func NewGroup(plan *Plan, topics []string, partition int32, d Deps) (*Task, erro
 			Mode: mode, EnterLag: cfg.Backlog.EnterLag, ExitLag: cfg.Backlog.ExitLag,
 			EnterTimeLag: cfg.Backlog.EnterTimeLag, ExitTimeLag: cfg.Backlog.ExitTimeLag,
 		}
-		if ops.agg != nil {
+		if ops.keyed() {
 			c.det = backlog.NewDetector(detOpts)
 		}
 		if _, ok := internal[cp.Source.Topic]; ok {
@@ -306,8 +306,8 @@ func NewGroup(plan *Plan, topics []string, partition int32, d Deps) (*Task, erro
 			c.internalParts = d.InternalPartitions[cp.SinkTopic]
 			c.wdet = backlog.NewDetector(detOpts)
 		}
-		if op := ops.agg; op != nil && shared[cp.Agg.Name] != nil {
-			c.opState = shared[cp.Agg.Name] // another input of a cogroup
+		if ops.keyed() && shared[cp.Keyed.Name] != nil {
+			c.opState = shared[cp.Keyed.Name] // another input of a cogroup
 		} else {
 			c.opState = &opState{wm: math.MinInt64}
 			c.primary = true
@@ -316,22 +316,22 @@ func NewGroup(plan *Plan, topics []string, partition int32, d Deps) (*Task, erro
 		if _, ok := internal[cp.SinkTopic]; ok && cp.Output && c.primary {
 			c.internalParts = d.InternalPartitions[cp.SinkTopic]
 		}
-		if ops.agg != nil && c.primary {
-			shared[cp.Agg.Name] = c.opState
-			c.ns = state.Namespace{Operator: cp.Agg.Name, Partition: partition}
+		if ops.keyed() && c.primary {
+			shared[cp.Keyed.Name] = c.opState
+			c.ns = state.Namespace{Operator: cp.Keyed.Name, Partition: partition}
 			c.pendNS = changelog.PendingNamespace(c.ns)
 			c.cache = make(map[string]*entry)
 			c.kop = ops.kop
 			if c.kop == nil {
 				c.part = newPartials(ops.agg.StateSize(), t.cacheCap)
 			}
-			if c.win, err = operators.NewWindows(cp.Agg.Aggregate.Window); err != nil {
+			if c.win, err = ops.windows(cp); err != nil {
 				t.Close()
 				return nil, err
 			}
 			c.timerNS = changelog.TimerNamespace(c.ns)
 			if d.Budget != nil {
-				dir := filepath.Join(d.SortDir, fmt.Sprintf("%s-%d", cp.Agg.Name, partition))
+				dir := filepath.Join(d.SortDir, fmt.Sprintf("%s-%d", cp.Keyed.Name, partition))
 				c.sorter, err = sorter.New(sorter.Options{Dir: dir, Budget: d.Budget})
 				if err != nil {
 					t.Close()
@@ -363,7 +363,7 @@ func (t *Task) Topic() string { return t.topic }
 func (t *Task) Namespaces() map[state.Namespace]string {
 	out := map[state.Namespace]string{}
 	for _, c := range t.chains {
-		if c.ops.agg != nil {
+		if c.ops.keyed() {
 			out[c.ns] = c.plan.Changelog
 		}
 	}
@@ -441,7 +441,7 @@ func (t *Task) observe(c *chain, lag int64, timeLag time.Duration) (needCheckpoi
 	attr, changed, first := c.det.Observe(lag, timeLag)
 	switch {
 	case first && attr.Backlog:
-		t.log.Info("task starts in backlog mode", "operator", c.plan.Agg.Name, "lag", lag, "time_lag", timeLag)
+		t.log.Info("task starts in backlog mode", "operator", c.plan.Keyed.Name, "lag", lag, "time_lag", timeLag)
 		t.enterBacklog(c)
 	case first && c.hasPending:
 		// Starting in real-time with outputs still due from backlog checkpoints (of an
@@ -449,7 +449,7 @@ func (t *Task) observe(c *chain, lag int64, timeLag time.Duration) (needCheckpoi
 		needCheckpoint = true
 	case changed && attr.Backlog:
 		t.d.Metrics.switched("to_backlog")
-		t.log.Info("switch to backlog mode", "operator", c.plan.Agg.Name, "lag", lag, "time_lag", timeLag)
+		t.log.Info("switch to backlog mode", "operator", c.plan.Keyed.Name, "lag", lag, "time_lag", timeLag)
 		if len(c.dirty) > 0 {
 			needCheckpoint = true // flush the cache first; the checkpoint then enters backlog
 		}
@@ -475,7 +475,7 @@ func (t *Task) observeShared(c *chain, lag int64, timeLag time.Duration) (needCh
 	switch {
 	case want && !c.inBack:
 		t.d.Metrics.switched("to_backlog")
-		t.log.Info("switch to backlog mode", "operator", c.plan.Agg.Name, "input", c.plan.SourceName, "lag", lag, "time_lag", timeLag,
+		t.log.Info("switch to backlog mode", "operator", c.plan.Keyed.Name, "input", c.plan.SourceName, "lag", lag, "time_lag", timeLag,
 			"upstream_backlog", c.upstreamBacklog())
 		if len(c.dirty) > 0 {
 			needCheckpoint = true // flush the cache first; the checkpoint then enters backlog
@@ -512,7 +512,7 @@ func (t *Task) leaveBacklog(c *chain, folded int64) {
 	}
 	t.d.Metrics.switched("to_realtime")
 	t.d.Metrics.setBacklog(c, false)
-	t.log.Info("switch to real-time mode", "operator", c.plan.Agg.Name, "records", c.backRecords, "keys", folded,
+	t.log.Info("switch to real-time mode", "operator", c.plan.Keyed.Name, "records", c.backRecords, "keys", folded,
 		"backlog_duration", d.Round(time.Millisecond), "rate_per_s", int64(rate), "lag", c.lag)
 	c.backRecords = 0
 }
@@ -624,7 +624,7 @@ func (t *Task) processChain(c *chain, recs []*kgo.Record, now time.Time) error {
 			c.recordsOut++
 			continue
 		}
-		if ops.agg == nil {
+		if !ops.keyed() {
 			if c.plan.SinkTopic != "" {
 				out := &kgo.Record{Topic: c.plan.SinkTopic, Key: bytes.Clone(c.rec.Key), Value: bytes.Clone(c.rec.Value), Partition: -1}
 				t.d.Producer.Produce(out, t.out.promise)
@@ -641,7 +641,7 @@ func (t *Task) processChain(c *chain, recs []*kgo.Record, now time.Time) error {
 			in, err = ops.agg.ProjectInput(c.input, &c.rec, append(c.scratch[:0], tagInput))
 		}
 		if err != nil {
-			t.deadLetter(c, kr, ops.agg.Name(), err)
+			t.deadLetter(c, kr, c.plan.Keyed.Name, err)
 			continue
 		}
 		c.scratch = in
@@ -816,7 +816,7 @@ func (c *chain) buffered() int64 {
 func (t *Task) Restored() error {
 	t.must("Restored", phaseIdle)
 	for _, c := range t.chains {
-		if c.ops.agg == nil {
+		if !c.ops.keyed() {
 			continue
 		}
 		has, err := changelog.HasAny(t.d.Store, c.pendNS)

@@ -110,8 +110,8 @@ func pushTimer(c *chain, at int64, key []byte) {
 // watermark it was judged late by (its input's: ownWatermark), which depends only on its input.
 func (t *Task) lateRecord(c *chain, kr *kgo.Record) {
 	c.late++
-	t.d.Metrics.lateRecord(c.plan.Agg.Name)
-	t.deadLetterReason(c, kr, c.plan.Agg.Name, "late", []kgo.RecordHeader{
+	t.d.Metrics.lateRecord(c.plan.Keyed.Name)
+	t.deadLetterReason(c, kr, c.plan.Keyed.Name, "late", []kgo.RecordHeader{
 		{Key: "sluice.watermark", Value: fmt.Appendf(nil, "%d", c.ownWatermark())},
 	})
 }
@@ -444,7 +444,7 @@ func (t *Task) restoreWindows(c *chain) error {
 		case !ok:
 			c.writers[i] = writerMark{wm: math.MinInt64}
 		case len(v) != 8 && !(len(v) == 9 && v[8] == 1):
-			return fmt.Errorf("task %d: %s: stored mark of writer %d is %d bytes, want 8 or 9", t.partition, c.plan.Agg.Name, i, len(v))
+			return fmt.Errorf("task %d: %s: stored mark of writer %d is %d bytes, want 8 or 9", t.partition, c.plan.Keyed.Name, i, len(v))
 		default:
 			c.writers[i] = writerMark{wm: int64(binary.BigEndian.Uint64(v)), idle: len(v) == 9}
 		}
@@ -463,7 +463,7 @@ func (t *Task) restoreWindows(c *chain) error {
 	return t.rebuildTimers(c, func(k, _ []byte) (int64, bool, error) {
 		_, start, ok := operators.SplitWindowKey(k)
 		if !ok {
-			return 0, false, fmt.Errorf("%s: stored key %q is not a window key", c.plan.Agg.Name, k)
+			return 0, false, fmt.Errorf("%s: stored key %q is not a window key", c.plan.Keyed.Name, k)
 		}
 		return c.win.Close(start), true, nil
 	})
@@ -476,7 +476,7 @@ func (t *Task) storedWatermark(c *chain, key []byte) (int64, error) {
 		return math.MinInt64, err
 	}
 	if len(v) != 8 {
-		return 0, fmt.Errorf("task %d: %s: stored watermark %q is %d bytes, want 8", t.partition, c.plan.Agg.Name, key, len(v))
+		return 0, fmt.Errorf("task %d: %s: stored watermark %q is %d bytes, want 8", t.partition, c.plan.Keyed.Name, key, len(v))
 	}
 	return int64(binary.BigEndian.Uint64(v)), nil
 }
@@ -573,7 +573,7 @@ func (t *Task) EndInput(topic string) error {
 	t.must("EndInput", phaseIdle)
 	for _, c := range t.byTopic[topic] {
 		c.inputEnded = true
-		if c.ops.agg == nil {
+		if !c.ops.keyed() {
 			c.ended = true
 			continue
 		}
