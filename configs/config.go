@@ -267,7 +267,8 @@ type Operator struct {
 	Aggregate *Aggregate `koanf:"aggregate" doc:"A keyed aggregate over its input's key, with its state in Pebble and the changelog topic <group>-<name>-changelog."`
 	Cogroup   *Cogroup   `koanf:"cogroup" doc:"A keyed aggregate over several co-partitioned inputs: each field aggregates the records of one input (from), per key of all of them; state and changelog as an aggregate's."`
 	Join      *Join      `koanf:"join" doc:"A stream-table join: each record of stream gets its key's row of table (FLIP-326: a task's stream waits until its table partition has loaded its snapshot)."`
-	Output    string     `koanf:"output" default:"none" doc:"The sink the operator's records go to; required for an aggregate, cogroup or stream-stream join that no later operator reads (later operators read a keyed operator's results through <group>-<name>-output)."`
+	Dedup     *Dedup     `koanf:"dedup" doc:"Keeps one record per key, in arrival order: the first (emitted once) or the latest (an upsert stream); state and changelog as an aggregate's."`
+	Output    string     `koanf:"output" default:"none" doc:"The sink the operator's records go to; required for an aggregate, cogroup, dedup or stream-stream join that no later operator reads (later operators read a keyed operator's results through <group>-<name>-output)."`
 }
 
 // Kind returns "filter", "map" or "aggregate" ("" when none is set).
@@ -283,6 +284,8 @@ func (o *Operator) Kind() string {
 		return "join"
 	case o.Cogroup != nil:
 		return "cogroup"
+	case o.Dedup != nil:
+		return "dedup"
 	}
 	return ""
 }
@@ -302,6 +305,8 @@ func (o *Operator) Input() string {
 		return o.Join.Stream
 	case o.Cogroup != nil && len(o.Cogroup.Inputs) > 0:
 		return o.Cogroup.Inputs[0]
+	case o.Dedup != nil:
+		return o.Dedup.Input
 	}
 	return ""
 }
@@ -376,6 +381,31 @@ func (cg *Cogroup) From() map[string]string {
 		}
 	}
 	return out
+}
+
+// Dedup keeps one record per key: the first or the latest, in arrival order.
+type Dedup struct {
+	Input   string        `koanf:"input" default:"required" doc:"A source or an earlier operator."`
+	Keep    string        `koanf:"keep" enum:"first,last" default:"first" doc:"first: a key's first record, emitted once; the key's later records are dropped. last: the key's latest record, written at most once per key per commit (an upsert stream: the latest value per key wins)."`
+	Within  time.Duration `koanf:"within" default:"none" doc:"keep: first only: a key forgets its first record once the watermark passes its event time + within (a later record of the key is a first again); a record whose own time + within the watermark has passed is late (dead letter). None: a key remembers for ever."`
+	GroupBy string        `koanf:"group_by" default:"none" doc:"Field path to deduplicate by instead of the input's key: records are re-keyed through the topic <group>-<name>-repartition, as an aggregate's group_by."`
+}
+
+// Dedup's keep values.
+const (
+	KeepFirst = "first"
+	KeepLast  = "last"
+)
+
+// GroupBy returns the field path a keyed operator re-keys its input by ("" = its input's key).
+func (o *Operator) GroupBy() string {
+	switch {
+	case o.Aggregate != nil:
+		return o.Aggregate.GroupBy
+	case o.Dedup != nil:
+		return o.Dedup.GroupBy
+	}
+	return ""
 }
 
 // Join is a stream-table join (stream, table; as_of processing: a record joins its key's latest
@@ -526,28 +556,26 @@ func (c *Config) ReadByLater(op string) bool {
 // stream-stream join or a join as of event time): later operators read its results through
 // its output topic.
 func (o *Operator) Keyed() bool {
-	return o.Aggregate != nil || o.Cogroup != nil || o.Join != nil && (o.Join.StreamStream() || o.Join.AsOf == "event_time")
+	return o.Aggregate != nil || o.Cogroup != nil || o.Dedup != nil || o.Join != nil && (o.Join.StreamStream() || o.Join.AsOf == "event_time")
 }
 
 // DLQTopic returns the dead-letter topic: "<group>-dlq".
 func (c *Config) DLQTopic() string { return c.Group + "-dlq" }
 
-// InternalTopics returns the internal topics this pipeline uses, sorted: the dead-letter topic
-// the changelog of every aggregate, the repartition topic of every aggregate with group_by and
-// the output topic of every keyed operator that later operators read.
+// InternalTopics returns the internal topics this pipeline uses, sorted: the dead-letter topic,
+// the changelog of every keyed operator, the repartition topic of every keyed operator with
+// group_by and the output topic of every keyed operator that later operators read.
 func (c *Config) InternalTopics() []string {
 	topics := []string{c.DLQTopic()}
 	for i := range c.Operators {
-		if a := c.Operators[i].Aggregate; a != nil {
-			topics = append(topics, c.ChangelogTopic(c.Operators[i].Name))
-			if a.GroupBy != "" {
-				topics = append(topics, c.RepartitionTopic(c.Operators[i].Name))
-			}
+		op := c.Operators[i]
+		if op.Keyed() {
+			topics = append(topics, c.ChangelogTopic(op.Name))
 		}
-		if op := c.Operators[i]; op.Cogroup != nil || op.Join != nil && (op.Join.StreamStream() || op.Join.AsOf == "event_time") {
-			topics = append(topics, c.ChangelogTopic(c.Operators[i].Name))
+		if op.GroupBy() != "" {
+			topics = append(topics, c.RepartitionTopic(op.Name))
 		}
-		if op := c.Operators[i]; op.Keyed() && c.ReadByLater(op.Name) {
+		if op.Keyed() && c.ReadByLater(op.Name) {
 			topics = append(topics, c.OutputTopic(op.Name))
 		}
 	}
@@ -649,6 +677,9 @@ func (c *Config) fillDefaults(hostname func() (string, error)) *Error {
 		}
 		if cg := c.Operators[i].Cogroup; cg != nil {
 			setIfEmpty(&cg.Emit, EmitUpdates)
+		}
+		if d := c.Operators[i].Dedup; d != nil {
+			setIfEmpty(&d.Keep, KeepFirst)
 		}
 		if j := c.Operators[i].Join; j != nil {
 			setIfEmpty(&j.Type, JoinInner)

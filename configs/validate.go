@@ -368,17 +368,17 @@ func (c *Config) validateOperators() *Error {
 		for _, k := range []struct {
 			name string
 			set  bool
-		}{{"filter", op.Filter != nil}, {"map", op.Map != nil}, {"join", op.Join != nil}, {"aggregate", op.Aggregate != nil}, {"cogroup", op.Cogroup != nil}} {
+		}{{"filter", op.Filter != nil}, {"map", op.Map != nil}, {"join", op.Join != nil}, {"aggregate", op.Aggregate != nil}, {"cogroup", op.Cogroup != nil}, {"dedup", op.Dedup != nil}} {
 			if k.set {
 				kinds = append(kinds, k.name)
 			}
 		}
 		switch len(kinds) {
 		case 0:
-			return errorf(p, "needs one of filter, map, join, aggregate or cogroup")
+			return errorf(p, "needs one of filter, map, join, aggregate, cogroup or dedup")
 		case 1:
 		default:
-			return errorf(p, "has %s; an operator is exactly one of filter, map, join, aggregate or cogroup", strings.Join(kinds, " and "))
+			return errorf(p, "has %s; an operator is exactly one of filter, map, join, aggregate, cogroup or dedup", strings.Join(kinds, " and "))
 		}
 		kp := p + "." + kinds[0]
 		inKey := kp + ".input"
@@ -435,6 +435,13 @@ func (c *Config) validateOperators() *Error {
 					err = errorf(kp+".input", "does not lead to a source")
 				}
 			}
+		case op.Dedup != nil:
+			err = checkDedup(kp, op.Dedup)
+			if err == nil {
+				if _, ok := c.SourceOf(op.Name); !ok {
+					err = errorf(kp+".input", "does not lead to a source")
+				}
+			}
 		}
 		if err != nil {
 			return err
@@ -451,6 +458,9 @@ func (c *Config) validateOperators() *Error {
 			}
 			if op.Aggregate != nil {
 				return errorf(p+".output", "required for an aggregate that no later operator reads: the sink its results go to (%s)", c.sinkList())
+			}
+			if op.Dedup != nil {
+				return errorf(p+".output", "required for a dedup that no later operator reads: the sink its records go to (%s)", c.sinkList())
 			}
 		} else if _, ok := c.Sinks[op.Output]; !ok {
 			return errorf(p+".output", "unknown sink %q (%s)", op.Output, c.sinkList())
@@ -824,4 +834,23 @@ func fmtDuration(d time.Duration) string {
 		s = s[:len(s)-2]
 	}
 	return s
+}
+
+// checkDedup checks a dedup operator at key kp.
+func checkDedup(kp string, d *Dedup) *Error {
+	if err := checkEnum(kp+".keep", d.Keep, KeepFirst, KeepLast); err != nil {
+		return err
+	}
+	switch {
+	case d.Within < 0:
+		return errorf(kp+".within", "must not be negative")
+	case d.Within > 0 && d.Keep == KeepLast:
+		return errorf(kp+".within", "applies to keep: first only (keep: last keeps no state past the commit that writes a key's record)")
+	}
+	if d.GroupBy != "" {
+		if msg := checkFieldPath(d.GroupBy); msg != "" {
+			return errorf(kp+".group_by", "%s", msg)
+		}
+	}
+	return nil
 }

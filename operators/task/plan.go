@@ -134,7 +134,7 @@ func timedResults(op *configs.Operator) bool {
 // an event-time window, they are the finals of windows, which carry an event time
 // (timedResults).
 func checkReadsResults(i int, op configs.Operator, up *configs.Operator) error {
-	key := fmt.Sprintf("operators[%d].%s", i, opKind(op))
+	key := fmt.Sprintf("operators[%d].%s", i, op.Kind())
 	if op.Join != nil {
 		return &configs.Error{Key: key, Msg: fmt.Sprintf("a join by event time (stream-stream, or as_of: event_time) over the results of keyed operator %q is not supported yet; a join with a table as_of: processing, an aggregate or a cogroup can read them", up.Name)}
 	}
@@ -153,11 +153,13 @@ func checkReadsResults(i int, op configs.Operator, up *configs.Operator) error {
 		emit = up.Aggregate.Emit
 	case up.Cogroup != nil:
 		emit = up.Cogroup.Emit
+	case up.Dedup != nil && up.Dedup.Keep == configs.KeepLast:
+		emit = configs.EmitUpdates
 	default:
-		return nil // join pairs are emitted once each
+		return nil // join pairs and a dedup's first records are emitted once each
 	}
 	if emit != configs.EmitFinal {
-		return &configs.Error{Key: fmt.Sprintf("operators[%d].%s.input", i, opKind(op)), Msg: fmt.Sprintf(
+		return &configs.Error{Key: fmt.Sprintf("operators[%d].%s.input", i, op.Kind()), Msg: fmt.Sprintf(
 			"%q emits updates (its current value, again at every commit that changes it), so %q would aggregate each key's updates rather than its results; give %q a window and emit: final",
 			up.Name, op.Name, up.Name)}
 	}
@@ -248,12 +250,12 @@ func NewPlan(cfg *configs.Config) (*Plan, error) {
 						return nil, err
 					}
 				}
-				if op.Aggregate != nil && op.Aggregate.GroupBy != "" {
+				if op.GroupBy() != "" {
 					// Re-keying: this chain ends at the repartition topic; the aggregate's chain
 					// reads it.
 					// Event time crosses it as the writers' announcements (TimedOutput,
 					// TimedInput): the reader's watermark is the smallest of its writers'.
-					c.Rekey, c.RekeyFor = op.Aggregate.GroupBy, op.Name
+					c.Rekey, c.RekeyFor = op.GroupBy(), op.Name
 					c.SinkTopic = cfg.RepartitionTopic(op.Name)
 					c.Sink = ""
 					c.TimedOutput = true
@@ -276,7 +278,7 @@ func NewPlan(cfg *configs.Config) (*Plan, error) {
 						c.Input = 1
 					}
 					c.Changelog = cfg.ChangelogTopic(op.Name)
-				} else if op.Aggregate != nil {
+				} else if op.Keyed() {
 					c.Keyed = &cfg.Operators[i]
 					c.Changelog = cfg.ChangelogTopic(op.Name)
 				} else {
@@ -518,7 +520,7 @@ func (p *Plan) Describe(w io.Writer) {
 					s.Name, orDefault(s.Join.Type, "inner"), s.Join.Table, tb.Topic, orDefault(tb.Key, "record key"), s.Join.Table)
 				continue
 			}
-			fmt.Fprintf(w, "  -> %s %s (stateless, inline in both modes)\n", opKind(s), s.Name)
+			fmt.Fprintf(w, "  -> %s %s (stateless, inline in both modes)\n", s.Kind(), s.Name)
 		}
 		for _, tap := range c.Taps {
 			if tap.Stage == len(c.Stages)-1 {
@@ -543,6 +545,8 @@ func (p *Plan) Describe(w io.Writer) {
 			}
 			fmt.Fprintf(w, "  -> stream-stream join %s (%s side): %s join of %s and %s within %v, pairs as {%q: ..., %q: ...}; a record is late once its input's watermark passes its time + within (dead letters); unmatched records only after their window closed; state in Pebble, one timer per key\n",
 				c.Keyed.Name, side, orDefault(j.Type, "inner"), j.Left, j.Right, j.Within, j.Left, j.Right)
+		} else if c.Keyed != nil && c.Keyed.Dedup != nil {
+			describeDedup(w, c.Keyed.Name, c.Keyed.Dedup, c.Source.Watermark.MaxDelay)
 		} else if c.Keyed != nil {
 			ops, _ := c.build(nil, nil)
 			a := ops.agg.Attributes()
@@ -702,6 +706,10 @@ func (c ChainPlan) build(rows func(table string) operators.Rows, values operator
 		ops.kop, err = operators.NewStreamJoin(c.Keyed.Name, *c.StreamJoin)
 		return ops, err
 	}
+	if c.Keyed != nil && c.Keyed.Dedup != nil {
+		ops.kop, err = operators.NewDedup(c.Keyed.Name, *c.Keyed.Dedup)
+		return ops, err
+	}
 	if c.Keyed != nil {
 		if c.Keyed.Aggregate.Window.Kind() == "session" {
 			s, err := operators.NewSessions(c.Keyed.Name, *c.Keyed.Aggregate)
@@ -717,36 +725,6 @@ func (c ChainPlan) build(rows func(table string) operators.Rows, values operator
 		}
 	}
 	return ops, nil
-}
-
-func opInput(op configs.Operator) string {
-	switch {
-	case op.Filter != nil:
-		return op.Filter.Input
-	case op.Map != nil:
-		return op.Map.Input
-	case op.Aggregate != nil:
-		return op.Aggregate.Input
-	case op.Join != nil:
-		return op.Join.Stream
-	case op.Cogroup != nil:
-		return op.Cogroup.Inputs[0]
-	}
-	return ""
-}
-
-func opKind(op configs.Operator) string {
-	switch {
-	case op.Filter != nil:
-		return "filter"
-	case op.Map != nil:
-		return "map"
-	case op.Join != nil:
-		return "join"
-	case op.Cogroup != nil:
-		return "cogroup"
-	}
-	return "aggregate"
 }
 
 // cogroupFields returns the fields of cg that aggregate input in, sorted.
@@ -773,4 +751,17 @@ func orDefault(s, d string) string {
 		return d
 	}
 	return s
+}
+
+// describeDedup writes the explain line of dedup operator name.
+func describeDedup(w io.Writer, name string, d *configs.Dedup, maxDelay time.Duration) {
+	if d.Keep == configs.KeepLast {
+		fmt.Fprintf(w, "  -> dedup %s: keep each key's latest record, written at most once per key per commit (an upsert stream); backlog replays each key's records in arrival order; no state past the commit that writes a key\n", name)
+		return
+	}
+	forget := "a key remembers its first record for ever (its state grows with the keys)"
+	if d.Within > 0 {
+		forget = fmt.Sprintf("a key forgets it once the watermark (max event time - %v) passes its time + %v, one timer per key in Pebble; records later than that -> dead letters", maxDelay, d.Within)
+	}
+	fmt.Fprintf(w, "  -> dedup %s: keep each key's first record, emitted once, drop the key's later ones; %s; backlog replays each key's records in arrival order\n", name, forget)
 }

@@ -1,0 +1,186 @@
+package task
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"sort"
+	"strconv"
+	"testing"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// The dedup operator's metamorphic test: random orders with duplicates of a few keys or many,
+// event times out of order and some records that are not JSON, deduplicated keeping the first
+// (for ever, or within a time) or the last record per key, in real-time mode, in backlog mode
+// and with random switches, with aborts and injected produce errors. Every run must commit what
+// an oracle that knows the rule computes from the input: keep first, each key's first record
+// exactly once (with within, a key forgets its first record once the watermark, the largest
+// event time so far minus max_delay, passes its time + within, and a record whose time +
+// within the watermark including it has passed is late); keep last, each key's latest record as
+// its last output; every bad and late record one dead letter.
+
+func dedupConfig(keep string, within, maxDelay int64) func(mode string, enter, exit int64, cacheKeys int, every string) string {
+	w := ""
+	if within > 0 {
+		w = fmt.Sprintf(", within: %dms", within)
+	}
+	return func(mode string, enter, exit int64, cacheKeys int, every string) string {
+		return fmt.Sprintf(`
+kafka: {brokers: [127.0.0.1:9092]}
+group: %s
+instance_id: i-0
+processing: {guarantee: exactly_once, commit_interval: 100ms, state_dir: ./data, cache_keys: %d}
+backlog: {enter_lag: %d, exit_lag: %d, sort_memory: 1MiB, mode: %s, progress_interval: 0s, checkpoint_interval: %s}
+sources:
+  orders: {topic: %s, format: json, key: customer_id, timestamp: ts, watermark: {max_delay: %dms}}
+operators:
+  - name: %s
+    dedup: {input: orders, keep: %s%s}
+    output: out
+sinks:
+  out: {topic: %s, format: json}
+`, testGroup, cacheKeys, enter, exit, mode, every, testTopic, maxDelay, testOp, keep, w, testSink)
+	}
+}
+
+type dedupRec struct {
+	key, value string
+	ts         int64
+	bad        bool
+}
+
+func genDedup(rng *rand.Rand, n int) ([]*kgo.Record, []dedupRec) {
+	keys := 1 + rng.IntN([]int{3, 30, 3000}[rng.IntN(3)])
+	jitter := int64([]int{0, 50, 2000}[rng.IntN(3)])
+	pBad := []float64{0, 0.03}[rng.IntN(2)]
+	base := int64(1_767_225_600_000)
+	var recs []*kgo.Record
+	var in []dedupRec
+	for i := range n {
+		key := "c-" + strconv.Itoa(rng.IntN(keys))
+		ts := base + int64(i)*10 + rng.Int64N(jitter+1) - jitter/2
+		value := fmt.Sprintf(`{"id":%d,"customer_id":%q,"ts":%d}`, i, key, ts)
+		r := dedupRec{key: key, value: value, ts: ts}
+		if rng.Float64() < pBad {
+			value = value[:rng.IntN(len(value)-1)]
+			r.bad = true
+		}
+		recs = append(recs, &kgo.Record{Topic: testTopic, Offset: int64(i), Key: []byte(key), Value: []byte(value)})
+		in = append(in, r)
+	}
+	return recs, in
+}
+
+// dedupOracle returns, for keep first, the outputs as sorted "key value" lines (keep last: the
+// last value per key) and the number of dead letters.
+func dedupOracle(in []dedupRec, keep string, within, maxDelay int64) (first []string, last map[string]string, dead int) {
+	last = map[string]string{}
+	seen := map[string]int64{} // keep first: key -> the time its first record is forgotten (MaxInt64: never)
+	wm := int64(math.MinInt64)
+	for _, r := range in {
+		if r.bad {
+			dead++
+			continue
+		}
+		wm = max(wm, r.ts-maxDelay)
+		if keep == "last" {
+			last[r.key] = r.value
+			continue
+		}
+		if within > 0 && wm > r.ts+within {
+			dead++ // late
+			continue
+		}
+		if _, dup := seen[r.key]; !dup {
+			first = append(first, r.key+" "+r.value)
+			seen[r.key] = math.MaxInt64
+			if within > 0 {
+				seen[r.key] = r.ts + within
+			}
+		}
+		for k, at := range seen { // timers fire after the record that moved the watermark to them
+			if at <= wm {
+				delete(seen, k)
+			}
+		}
+	}
+	sort.Strings(first)
+	return first, last, dead
+}
+
+func TestDedupOneAnswerTwoModes(t *testing.T) {
+	seeds := 20
+	if *flagLong {
+		seeds = 400
+	}
+	for seed := range uint64(seeds) {
+		if *flagSeed != 0 && seed != *flagSeed {
+			continue
+		}
+		t.Run(fmt.Sprint(seed), func(t *testing.T) { dedupOneAnswer(t, seed) })
+	}
+}
+
+func dedupOneAnswer(t *testing.T, seed uint64) {
+	rng := rand.New(rand.NewPCG(seed, 18))
+	keep := []string{"first", "last"}[rng.IntN(2)]
+	var within int64
+	if keep == "first" {
+		within = []int64{0, 100, 5000}[rng.IntN(3)]
+	}
+	maxDelay := []int64{0, 500}[rng.IntN(2)]
+	recs, in := genDedup(rng, []int{1, 50, 500, 2000}[rng.IntN(4)])
+	wantFirst, wantLast, wantDead := dedupOracle(in, keep, within, maxDelay)
+	cfg := dedupConfig(keep, within, maxDelay)
+	cacheKeys := []int{1, 4, 100000}[rng.IntN(3)]
+	huge := int64(1) << 40
+	enter := int64(2 + rng.IntN(60))
+	exit := int64(rng.IntN(int(enter)))
+	lagPoints := []int64{0, exit, exit + 1, enter, huge}
+	every := []string{"0s", "0s", "3ms"}
+	var cur int64
+	for _, ms := range []modeSpec{
+		{name: "realtime", mode: "never", enter: 50, exit: 10, cacheKeys: cacheKeys,
+			lag: func(d *driver, end int) int64 { return int64(len(d.input) - end) }},
+		{name: "backlog", mode: "always", enter: 50, exit: 10, cacheKeys: cacheKeys, every: every[rng.IntN(len(every))],
+			lag: func(*driver, int) int64 { return huge }},
+		{name: "switching", mode: "auto", enter: enter, exit: exit, cacheKeys: cacheKeys, pebble: true,
+			pFail: []float64{0, 0.01}[rng.IntN(2)], every: every[rng.IntN(len(every))],
+			lag: func(d *driver, _ int) int64 {
+				if d.rng.IntN(4) == 0 {
+					cur = lagPoints[d.rng.IntN(len(lagPoints))]
+				}
+				return cur
+			}},
+	} {
+		ms.config = cfg
+		r := runMode(t, seed, ms, genInput{recs: recs})
+		what := fmt.Sprintf("%s (keep %s, within %d, max_delay %d; %s)", ms.name, keep, within, maxDelay, r.summary)
+		if r.offset != int64(len(recs)) {
+			t.Fatalf("%s: committed offset %d, want %d", what, r.offset, len(recs))
+		}
+		if len(r.dead) != wantDead {
+			t.Fatalf("%s: %d dead letters, want %d", what, len(r.dead), wantDead)
+		}
+		if keep == "last" {
+			if !mapsEqual(r.last, wantLast) {
+				t.Fatalf("%s: last record per key differs from the oracle:\n%s", what, diffMaps(wantLast, r.last))
+			}
+			if len(r.state) != 0 {
+				t.Fatalf("%s: keep last left state after its last commit: %v", what, r.state)
+			}
+			continue
+		}
+		var got []string
+		for _, o := range r.outs {
+			got = append(got, string(o.Key)+" "+string(o.Value))
+		}
+		sort.Strings(got)
+		if !slices.Equal(got, wantFirst) {
+			t.Fatalf("%s: outputs differ from the oracle (%d got, %d want):\n%s", what, len(got), len(wantFirst), diffLines(wantFirst, got))
+		}
+	}
+}
