@@ -329,7 +329,7 @@ type Map struct {
 	Input string            `koanf:"input" default:"required" doc:"A source or an earlier operator."`
 	Set   map[string]string `koanf:"set" default:"none" doc:"field: expression, e.g. {amount_cents: amount * 100}; the other fields stay as they are. The expressions see the record's JSON fields plus key and ts. Exactly one of set and select."`
 	// Select is the raw YAML list, [auction, {price: price * 0.908}]: see Columns.
-	Select []any `koanf:"select" default:"none" doc:"The output's columns, exactly these, in this order: each item a field name (the field as written, null when the record lacks it) or a one-entry mapping name: expression, e.g. [auction, bidder, {price: price * 0.908}]. A null result is written as null. Exactly one of set and select."`
+	Select []any `koanf:"select" default:"none" doc:"The output's columns, exactly these, in this order: each item a field name (the field as written, null when the record lacks it) or a one-entry mapping name: expression, e.g. [auction, bidder, {price: price * 0.908}]. A null result is written as null. Expressions as in set, with SQL's hour, date_format, regexp_extract, split_index and count_char (README Configuration); a CASE is c1 ? a : (c2 ? b : c). Exactly one of set and select."`
 }
 
 // Column is one column of a map's select: its output name and the expression that computes it.
