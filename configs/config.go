@@ -263,7 +263,7 @@ type Sink struct {
 type Operator struct {
 	Name      string     `koanf:"name" default:"required" doc:"Unique name: lower-case letters, digits, '_', '-'. Later operators name it as their input; internal topics carry it (<group>-<name>-changelog)."`
 	Filter    *Filter    `koanf:"filter" doc:"Keeps the records for which expr is true."`
-	Map       *Map       `koanf:"map" doc:"Sets top-level fields of the record."`
+	Map       *Map       `koanf:"map" doc:"Rewrites the record: set fields (set) or keep exactly a list of columns (select)."`
 	Aggregate *Aggregate `koanf:"aggregate" doc:"A keyed aggregate over its input's key, with its state in Pebble and the changelog topic <group>-<name>-changelog."`
 	Cogroup   *Cogroup   `koanf:"cogroup" doc:"A keyed aggregate over several co-partitioned inputs: each field aggregates the records of one input (from), per key of all of them; state and changelog as an aggregate's."`
 	Join      *Join      `koanf:"join" doc:"A stream-table join: each record of stream gets its key's row of table (FLIP-326: a task's stream waits until its table partition has loaded its snapshot)."`
@@ -328,10 +328,58 @@ type Filter struct {
 	Expr  string `koanf:"expr" default:"required" doc:"A boolean expression (expr-lang.org) over the record's JSON fields plus key and ts, e.g. amount > 100."`
 }
 
-// Map sets top-level fields of the record: field -> expression.
+// Map rewrites the record's value: Set replaces or adds top-level fields and keeps the others;
+// Select builds a new object of exactly the listed columns. Exactly one of them is given.
 type Map struct {
 	Input string            `koanf:"input" default:"required" doc:"A source or an earlier operator."`
-	Set   map[string]string `koanf:"set" default:"required" doc:"field: expression, e.g. {amount_cents: amount * 100}; the expressions see the record's JSON fields plus key and ts."`
+	Set   map[string]string `koanf:"set" default:"none" doc:"field: expression, e.g. {amount_cents: amount * 100}; the other fields stay as they are. The expressions see the record's JSON fields plus key and ts. Exactly one of set and select."`
+	// Select is the raw YAML list, [auction, {price: price * 0.908}]: see Columns.
+	Select []any `koanf:"select" default:"none" doc:"The output's columns, exactly these, in this order: each item a field name (the field as written, null when the record lacks it) or a one-entry mapping name: expression, e.g. [auction, bidder, {price: price * 0.908}]. A null result is written as null. Expressions as in set, with SQL's hour, date_format, regexp_extract, split_index and count_char (README Configuration); a CASE is c1 ? a : (c2 ? b : c). Exactly one of set and select."`
+}
+
+// Column is one column of a map's select: its output name and the expression that computes it.
+// Field is true for an item written as a bare field name (Expr is then that name).
+type Column struct {
+	Name  string
+	Expr  string
+	Field bool
+}
+
+// Columns returns the columns of Select in order, skipping items that do not parse (Validate
+// reports those).
+func (m *Map) Columns() []Column {
+	cols := make([]Column, 0, len(m.Select))
+	for _, item := range m.Select {
+		if c, msg := parseColumn(item); msg == "" {
+			cols = append(cols, c)
+		}
+	}
+	return cols
+}
+
+// parseColumn parses one select item, a field name or {name: expression}; it returns a message
+// for Validate on error.
+func parseColumn(item any) (Column, string) {
+	switch x := item.(type) {
+	case string:
+		return Column{Name: x, Expr: x, Field: true}, ""
+	case map[string]any:
+		if len(x) != 1 {
+			return Column{}, fmt.Sprintf("a mapping of %d entries (%s); give one, name: expression, or a field name", len(x), strings.Join(sortedKeys(x), ", "))
+		}
+		for name, v := range x {
+			switch e := v.(type) {
+			case string:
+				return Column{Name: name, Expr: e}, ""
+			case int, int64, uint64, float64, bool:
+				return Column{Name: name, Expr: fmt.Sprint(e)}, ""
+			case nil:
+				return Column{Name: name, Expr: "nil"}, ""
+			}
+			return Column{}, fmt.Sprintf("%s: expected an expression (a string), got %s", name, describe(v))
+		}
+	}
+	return Column{}, fmt.Sprintf("expected a field name or name: expression, got %s", describe(item))
 }
 
 // Aggregate is a keyed aggregate over its input's key.

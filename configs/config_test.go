@@ -629,3 +629,48 @@ func TestYAMLShapes(t *testing.T) {
 		})
 	}
 }
+
+// TestMapSelect checks select's columns (order kept, bare names are fields) and its errors.
+func TestMapSelect(t *testing.T) {
+	doc := func(mapYAML string) []byte {
+		return []byte(strings.Replace(minimalDoc, "operators:\n", "operators:\n  - name: pick\n    map: "+mapYAML+"\n    output: out\n", 1))
+	}
+	c, err := parse(doc(`{input: orders, select: [id, {cents: "amount * 100"}, {flag: true}, {none: null}, customer_id]}`), "", nil, noHost(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	eq(t, "columns", c.Operators[0].Map.Columns(), []Column{
+		{Name: "id", Expr: "id", Field: true},
+		{Name: "cents", Expr: "amount * 100"},
+		{Name: "flag", Expr: "true"},
+		{Name: "none", Expr: "nil"},
+		{Name: "customer_id", Expr: "customer_id", Field: true},
+	})
+	out, err := c.YAML()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c2, err := parse(out, "", nil, noHost(t))
+	if err != nil {
+		t.Fatalf("effective YAML does not load: %v\n%s", err, out)
+	}
+	eq(t, "columns after a round trip", c2.Operators[0].Map.Columns(), c.Operators[0].Map.Columns())
+	for _, tt := range []struct{ name, mapYAML, key, msg string }{
+		{"both", `{input: orders, set: {a: "1"}, select: [a]}`, "operators[0].map", "both set and select"},
+		{"neither", `{input: orders}`, "operators[0].map.set", "required: set"},
+		{"two entries", `{input: orders, select: [{a: "1", b: "2"}]}`, "operators[0].map.select[0]", "a mapping of 2 entries (a, b)"},
+		{"duplicate", `{input: orders, select: [a, {a: "1"}]}`, "operators[0].map.select[1]", `duplicate column "a" (also operators[0].map.select[0])`},
+		{"nested name", `{input: orders, select: [a.b]}`, "operators[0].map.select[0]", "nested paths are not supported"},
+		{"list item", `{input: orders, select: [[a]]}`, "operators[0].map.select[0]", "expected a field name or name: expression, got a list"},
+		{"empty expression", `{input: orders, select: [{a: " "}]}`, "operators[0].map.select[0]", "required: an expression for a"},
+		{"not a list", `{input: orders, select: a}`, "operators[0].map.select", "expected a list"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := parse(doc(tt.mapYAML), "", nil, noHost(t))
+			var ce *Error
+			if !errors.As(err, &ce) || ce.Key != tt.key || !strings.Contains(ce.Msg, tt.msg) {
+				t.Fatalf("got %v, want key %q and a message containing %q", err, tt.key, tt.msg)
+			}
+		})
+	}
+}

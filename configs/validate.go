@@ -594,8 +594,13 @@ func (c *Config) sinkList() string {
 }
 
 func checkMap(kp string, m *Map) *Error {
-	if len(m.Set) == 0 {
-		return errorf(kp+".set", "required: at least one field: expression, e.g. set: {amount_cents: amount * 100}")
+	switch {
+	case len(m.Set) > 0 && len(m.Select) > 0:
+		return errorf(kp, "both set and select: give one (select lists every output column, so set's fields go into it as name: expression)")
+	case len(m.Select) > 0:
+		return checkSelect(kp+".select", m.Select)
+	case len(m.Set) == 0:
+		return errorf(kp+".set", "required: set (at least one field: expression, e.g. set: {amount_cents: amount * 100}) or select (the output columns, e.g. select: [id, {cents: amount * 100}])")
 	}
 	for _, field := range sortedKeys(m.Set) {
 		key := kp + ".set." + field
@@ -605,6 +610,28 @@ func checkMap(kp string, m *Map) *Error {
 		if strings.TrimSpace(m.Set[field]) == "" {
 			return errorf(key, "required: an expression")
 		}
+	}
+	return nil
+}
+
+func checkSelect(kp string, items []any) *Error {
+	seen := map[string]int{}
+	for i, item := range items {
+		key := fmt.Sprintf("%s[%d]", kp, i)
+		c, msg := parseColumn(item)
+		if msg != "" {
+			return errorf(key, "%s", msg)
+		}
+		if c.Name == "" || strings.TrimSpace(c.Name) != c.Name || strings.Contains(c.Name, ".") {
+			return errorf(key, "invalid column name %q (select writes top-level fields; nested paths are not supported)", c.Name)
+		}
+		if strings.TrimSpace(c.Expr) == "" {
+			return errorf(key, "required: an expression for %s", c.Name)
+		}
+		if j, dup := seen[c.Name]; dup {
+			return errorf(key, "duplicate column %q (also %s[%d])", c.Name, kp, j)
+		}
+		seen[c.Name] = i
 	}
 	return nil
 }

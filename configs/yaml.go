@@ -63,7 +63,8 @@ func toNode(v reflect.Value, flow bool) (*yaml.Node, error) {
 			if v.Type() == operatorType && key == "output" && v.Field(i).String() == "" {
 				continue // an operator without a sink
 			}
-			if (key == "group_by" && v.Field(i).String() == "") || (key == "tables" && v.Field(i).Len() == 0) {
+			if (key == "group_by" && v.Field(i).String() == "") || (key == "tables" && v.Field(i).Len() == 0) ||
+				(v.Type() == mapType && (key == "set" || key == "select") && v.Field(i).Len() == 0) {
 				continue // optional, and absent
 			}
 			val, err := toNode(v.Field(i), flow)
@@ -123,7 +124,10 @@ func toNode(v reflect.Value, flow bool) (*yaml.Node, error) {
 	return nil, fmt.Errorf("configs: marshal: unsupported type %s", v.Type())
 }
 
-var operatorType = reflect.TypeFor[Operator]()
+var (
+	operatorType = reflect.TypeFor[Operator]()
+	mapType      = reflect.TypeFor[Map]()
+)
 
 func scalar(tag, value string) *yaml.Node {
 	return &yaml.Node{Kind: yaml.ScalarNode, Tag: tag, Value: value}

@@ -15,6 +15,7 @@ targets=(
   "./operators/internal/jsonstr FuzzAppendString" # the JSON string escaper: valid JSON and UTF-8 out
   "./operators FuzzStages"          # field lookups, filter and map over any JSON
   "./operators FuzzExprDecimal"     # expression decimals: parse, format, + - * / against big.Rat
+  "./operators FuzzExprTimeFuncs"   # hour, date_format against the time package; split_index against strings.Split
   "./operators FuzzDecimal"         # the 128-bit decimal parser
   "./operators FuzzAggregateState"  # stored aggregate states
   "./operators FuzzSessionState"    # stored session-window states (decode, ValidState)

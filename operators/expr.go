@@ -1,6 +1,7 @@
 package operators
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -62,6 +63,9 @@ type Stage interface {
 //     would take more than 20 zeros after the digits or 5 after the point (1e+21, 1.5e-7).
 //     Floats are written as encoding/json writes them.
 //
+// sluice adds SQL's hour, date_format, regexp_extract, split_index and count_char (exprfunc.go:
+// UTC times, nil in gives nil out, constant patterns compiled and checked with the expression).
+//
 // Static type errors are expr-lang's own (checked on the expression as written); at run time a
 // wrong operand type is an *Error naming both types ("invalid operation: string * decimal").
 
@@ -91,7 +95,9 @@ func (v *identVisitor) Visit(n *ast.Node) {
 	case *ast.CallNode:
 		if id, ok := x.Callee.(*ast.IdentifierNode); ok {
 			v.callees[id] = true
-			if _, known := numBuiltins[id.Value]; !known && v.unknown == "" {
+			_, num := numBuiltins[id.Value]
+			_, fn := exprFuncs[id.Value]
+			if !num && !fn && v.unknown == "" {
 				v.unknown = id.Value
 			}
 		}
@@ -113,14 +119,16 @@ func compile(name, src string, opts ...expr.Option) (*vm.Program, error) {
 		expr.AllowUndefinedVariables(),
 		expr.DisableBuiltin("now"),
 		numOptions(),
+		funcOptions(),
 	}
 	if _, err := expr.Compile(src, slices.Concat(base, opts, []expr.Option{expr.Optimize(false)})...); err != nil {
 		return nil, fmt.Errorf("operators: %s: expr: %w", name, err)
 	}
 	np := &numPatcher{src: []rune(src)}
-	p, err := expr.Compile(src, slices.Concat(base, opts, []expr.Option{expr.Patch(np)})...)
+	fp := &funcPatcher{src: np.src}
+	p, err := expr.Compile(src, slices.Concat(base, opts, []expr.Option{expr.Patch(fp), expr.Patch(np)})...)
 	if err == nil {
-		err = np.err
+		err = cmp.Or(fp.err, np.err)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("operators: %s: expr: %w", name, err)
@@ -361,7 +369,16 @@ type mapStage struct {
 // quotient terminates and otherwise rounded half to even to quoScale (18) fractional digits,
 // written as the shortest JSON number that is exactly the result (price * 0.908 for 468715 is
 // 425593.22). Only float(x) brings float64 in; a NaN or infinite result is an *Error.
+//
+// With cfg.Select instead, the output value is a new object of exactly the select's columns, in
+// order (see newSelect).
 func NewMap(name string, cfg configs.Map) (Stage, error) {
+	if len(cfg.Select) > 0 {
+		if len(cfg.Set) > 0 {
+			return nil, fmt.Errorf("operators: %s: map has both set and select", name)
+		}
+		return newSelect(name, cfg.Columns())
+	}
 	if len(cfg.Set) == 0 {
 		return nil, fmt.Errorf("operators: %s: map sets no fields", name)
 	}
@@ -464,6 +481,93 @@ func (m *mapStage) isSet(raw []byte, esc bool) bool {
 	}
 	return false
 }
+
+// selectStage writes a new object of its columns.
+type selectStage struct {
+	name string
+	cols []selectCol
+	env  exprEnv
+}
+
+// selectCol is one output column: a member copied as written (field) or an expression's
+// result (prog).
+type selectCol struct {
+	name  string
+	field string
+	prog  *vm.Program
+}
+
+// newSelect compiles a map's select. A column written as a bare name, or whose expression is
+// only a member's name (price: price), copies that member's JSON text as it is (null when the
+// record lacks it); `key` and `ts` as expressions are the group key and the event time, as a
+// bare name they are members. Other columns are expression results written as a map's set
+// writes them (nil as null). Select changes neither Key nor Time.
+func newSelect(name string, cols []configs.Column) (Stage, error) {
+	if len(cols) == 0 {
+		return nil, fmt.Errorf("operators: %s: select has no columns", name)
+	}
+	s := &selectStage{name: name}
+	seen := map[string]bool{}
+	for _, c := range cols {
+		if c.Name == "" || seen[c.Name] {
+			return nil, fmt.Errorf("operators: %s: select: empty or duplicate column name %q", name, c.Name)
+		}
+		seen[c.Name] = true
+		if c.Field {
+			s.cols = append(s.cols, selectCol{name: c.Name, field: c.Expr})
+			continue
+		}
+		p, err := compile(name, c.Expr, expr.AsAny())
+		if err != nil {
+			return nil, fmt.Errorf("%w (select %s)", err, c.Name)
+		}
+		if id, ok := p.Node().(*ast.IdentifierNode); ok && id.Value != "key" && id.Value != "ts" && id.Value != "$env" {
+			s.cols = append(s.cols, selectCol{name: c.Name, field: id.Value})
+			continue
+		}
+		s.cols = append(s.cols, selectCol{name: c.Name, prog: p})
+		s.env.addProgram(p)
+	}
+	return s, nil
+}
+
+func (s *selectStage) Name() string { return s.name }
+
+func (s *selectStage) Apply(r *Record) (bool, error) {
+	if err := s.env.fill(r); err != nil {
+		return false, &Error{Operator: s.name, Reason: err.Error()}
+	}
+	out := append(r.scratchValue(), '{')
+	for k, c := range s.cols {
+		if k > 0 {
+			out = append(out, ',')
+		}
+		out = jsonstr.AppendString(out, c.name)
+		out = append(out, ':')
+		if c.prog == nil {
+			raw, ok, _ := r.top(c.field) // fill indexed Value
+			if !ok {
+				raw = nullJSON
+			}
+			out = append(out, raw...)
+			continue
+		}
+		v, err := s.env.vm.Run(c.prog, s.env.vars)
+		if err != nil {
+			return false, &Error{Operator: s.name, Reason: fmt.Sprintf("select %s: %s", c.name, s.env.reason(err))}
+		}
+		if out, err = appendAnyJSON(out, v); err != nil {
+			return false, &Error{Operator: s.name, Reason: fmt.Sprintf("select %s: %v", c.name, err)}
+		}
+	}
+	out = append(out, '}')
+	if err := r.setValue(out); err != nil {
+		return false, &Error{Operator: s.name, Reason: fmt.Sprintf("re-encoded value: %v", err)}
+	}
+	return true, nil
+}
+
+var nullJSON = []byte("null")
 
 // appendAnyJSON appends an expression result as JSON: decimals as appendDec writes them, floats
 // as encoding/json does (NaN and infinities are errors).

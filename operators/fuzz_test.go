@@ -6,6 +6,7 @@ import (
 	"errors"
 	"math"
 	"math/big"
+	"strings"
 	"testing"
 	"time"
 
@@ -37,6 +38,10 @@ func FuzzStages(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
+	sel, err := NewMap("s", configs.Map{Select: []any{"eur", map[string]any{"k": "key"}, "tag", "a", map[string]any{"hour": "hour(ts)"}}})
+	if err != nil {
+		f.Fatal(err)
+	}
 	f.Fuzz(func(t *testing.T, value []byte, field string) {
 		var r Record
 		if err := src.Decode([]byte("k"), value, 7, &r); err != nil {
@@ -51,7 +56,7 @@ func FuzzStages(f *testing.F) {
 				t.Fatalf("lookup(%q) = %q, not a JSON value", field, raw)
 			}
 		}
-		for _, st := range []Stage{filter, set} {
+		for _, st := range []Stage{filter, set, sel} {
 			keep, err := st.Apply(&r)
 			if err != nil {
 				var e *Error
@@ -66,6 +71,14 @@ func FuzzStages(f *testing.F) {
 		}
 		if _, err := indexObject(r.Value, nil); err != nil {
 			t.Fatalf("map output %q is not a JSON object: %v", r.Value, err)
+		}
+		idx, _ := r.index()
+		var names []string
+		for _, m := range idx {
+			names = append(names, string(r.Value[m.ks:m.ke]))
+		}
+		if strings.Join(names, ",") != "eur,k,tag,a,hour" {
+			t.Fatalf("select output %q has members %v, want eur, k, tag, a, hour", r.Value, names)
 		}
 		if raw, ok, _ := r.top("tag"); !ok || string(raw) != `"t-k"` {
 			t.Fatalf("map output %q lost the field it set", r.Value)

@@ -65,7 +65,7 @@ var modes = []struct {
 	{"auto-unbounded", "auto", false, 5000, 500},
 }
 
-// TestNexmark runs Nexmark q0, q1, q2 and q11 as sluice pipelines (configs/nexmark/qN.yaml,
+// TestNexmark runs the Nexmark queries of the list queries (q0, q1, q2, q11, q14, q21, q22) as sluice pipelines (configs/nexmark/qN.yaml,
 // the shipped binary) over one set of generated events on the real broker, in each backlog
 // mode, and compares each output topic, read read_committed, with the query's answer computed
 // here from the generated bids (reference_test.go): every expected row exactly once, nothing

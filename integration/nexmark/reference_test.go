@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -34,6 +35,9 @@ var queries = []query{
 	{name: "q1", reference: refQ1, read: readQ1},
 	{name: "q2", reference: refQ2, read: readQ2},
 	{name: "q11", reference: refQ11, read: readQ11},
+	{name: "q14", reference: refQ14, read: readQ14},
+	{name: "q21", reference: refQ21, read: readQ21},
+	{name: "q22", reference: refQ22, read: readQ22},
 }
 
 // bidID names a bid: its auction, bidder, time and extra (the extra alone, a random substring of
@@ -99,6 +103,9 @@ func refQ1(bids []Bid) []row {
 }
 
 func readQ1(r *kgo.Record) (row, error) {
+	if err := checkColumns(r, "auction", "bidder", "price", "dateTime", "extra"); err != nil {
+		return row{}, err
+	}
 	b, err := decodeBid(r)
 	if err != nil {
 		return row{}, err
@@ -124,8 +131,7 @@ func exactDecimal(v *big.Rat) string {
 	return v.RatString()
 }
 
-// q2, selection: SELECT auction, price FROM bid WHERE MOD(auction, 123) = 0. The rows are
-// Flink's columns; sluice's output carries the bid's other fields too (no projection yet).
+// q2, selection: SELECT auction, price FROM bid WHERE MOD(auction, 123) = 0.
 func refQ2(bids []Bid) []row {
 	var out []row
 	for _, b := range bids {
@@ -137,11 +143,222 @@ func refQ2(bids []Bid) []row {
 }
 
 func readQ2(r *kgo.Record) (row, error) {
-	b, err := decodeBid(r)
-	if err != nil {
+	if err := checkColumns(r, "auction", "price"); err != nil {
 		return row{}, err
 	}
-	return row{fmt.Sprintf("auction=%d price=%s", *b.Auction, b.Price), ""}, nil
+	var v struct {
+		Auction *int64 `json:"auction"`
+		Price   *int64 `json:"price"`
+	}
+	if err := decodeKeyed(r, &v, func() *int64 { return v.Auction }); err != nil {
+		return row{}, err
+	}
+	if v.Price == nil {
+		return row{}, fmt.Errorf("value %q: price is null", r.Value)
+	}
+	return row{fmt.Sprintf("auction=%d price=%d", *v.Auction, *v.Price), ""}, nil
+}
+
+// checkColumns checks that r's value is a JSON object of exactly the columns want, in order.
+func checkColumns(r *kgo.Record, want ...string) error {
+	d := json.NewDecoder(bytes.NewReader(r.Value))
+	var got []string
+	if tok, err := d.Token(); err != nil || tok != json.Delim('{') {
+		return fmt.Errorf("value %q is not a JSON object", r.Value)
+	}
+	for d.More() {
+		tok, err := d.Token()
+		if err != nil {
+			return fmt.Errorf("value %q: %w", r.Value, err)
+		}
+		got = append(got, tok.(string))
+		var skip json.RawMessage
+		if err := d.Decode(&skip); err != nil {
+			return fmt.Errorf("value %q: %w", r.Value, err)
+		}
+	}
+	if !slices.Equal(got, want) {
+		return fmt.Errorf("value %q has columns %v, want %v", r.Value, got, want)
+	}
+	return nil
+}
+
+// decodeKeyed decodes r's value into v (numbers as json.Number where v asks) and checks that
+// the record key is the auction that auction returns after decoding.
+func decodeKeyed(r *kgo.Record, v any, auction func() *int64) error {
+	d := json.NewDecoder(bytes.NewReader(r.Value))
+	d.UseNumber()
+	if err := d.Decode(v); err != nil {
+		return fmt.Errorf("value %q: %w", r.Value, err)
+	}
+	a := auction()
+	if a == nil {
+		return fmt.Errorf("value %q lacks auction", r.Value)
+	}
+	if want := strconv.FormatInt(*a, 10); string(r.Key) != want {
+		return fmt.Errorf("record key %q, want the auction %s", r.Key, want)
+	}
+	return nil
+}
+
+// nullable writes a string column: quoted, or null.
+func nullable(s *string) string {
+	if s == nil {
+		return "null"
+	}
+	return strconv.Quote(*s)
+}
+
+// q14, calculation: SELECT auction, bidder, 0.908 * price AS price, CASE WHEN HOUR(dateTime) >= 8
+// AND HOUR(dateTime) <= 18 THEN 'dayTime' WHEN HOUR(dateTime) <= 6 OR HOUR(dateTime) >= 20 THEN
+// 'nightTime' ELSE 'otherTime' END AS bidTimeType, dateTime, extra, count_char(extra, 'c') AS
+// c_counts FROM bid WHERE 0.908 * price > 1000000 AND 0.908 * price < 50000000. In integers:
+// 10^9 < 908 * price < 5 * 10^10; HOUR in UTC; count_char counts the bytes 'c' (Nexmark's UDF).
+func refQ14(bids []Bid) []row {
+	var out []row
+	for _, b := range bids {
+		if p := b.Price * 908; p <= 1_000_000_000 || p >= 50_000_000_000 {
+			continue
+		}
+		h := time.UnixMilli(b.DateTime).UTC().Hour()
+		kind := "otherTime"
+		switch {
+		case h >= 8 && h <= 18:
+			kind = "dayTime"
+		case h <= 6 || h >= 20:
+			kind = "nightTime"
+		}
+		euros := new(big.Rat).SetFrac64(b.Price*908, 1000)
+		out = append(out, row{bidID(b.Auction, b.Bidder, b.DateTime, b.Extra),
+			fmt.Sprintf("price=%s bidTimeType=%s c_counts=%d", exactDecimal(euros), kind, strings.Count(b.Extra, "c"))})
+	}
+	return out
+}
+
+func readQ14(r *kgo.Record) (row, error) {
+	if err := checkColumns(r, "auction", "bidder", "price", "bidTimeType", "dateTime", "extra", "c_counts"); err != nil {
+		return row{}, err
+	}
+	var v struct {
+		Auction     *int64      `json:"auction"`
+		Bidder      *int64      `json:"bidder"`
+		Price       json.Number `json:"price"`
+		BidTimeType *string     `json:"bidTimeType"`
+		DateTime    *int64      `json:"dateTime"`
+		Extra       *string     `json:"extra"`
+		CCounts     *int64      `json:"c_counts"`
+	}
+	if err := decodeKeyed(r, &v, func() *int64 { return v.Auction }); err != nil {
+		return row{}, err
+	}
+	if v.Bidder == nil || v.BidTimeType == nil || v.DateTime == nil || v.Extra == nil || v.CCounts == nil {
+		return row{}, fmt.Errorf("value %q has a null column", r.Value)
+	}
+	price, ok := new(big.Rat).SetString(string(v.Price))
+	if !ok {
+		return row{}, fmt.Errorf("price %q is not a number", v.Price)
+	}
+	return row{bidID(*v.Auction, *v.Bidder, *v.DateTime, *v.Extra),
+		fmt.Sprintf("price=%s bidTimeType=%s c_counts=%d", exactDecimal(price), *v.BidTimeType, *v.CCounts)}, nil
+}
+
+// q21, add channel id: SELECT auction, bidder, price, channel, CASE WHEN lower(channel) =
+// 'apple' THEN '0' WHEN ... 'google' THEN '1' ... 'facebook' THEN '2' ... 'baidu' THEN '3' ELSE
+// REGEXP_EXTRACT(url, '(&|^)channel_id=([^&]*)', 2) END AS channel_id FROM bid WHERE
+// REGEXP_EXTRACT(url, '(&|^)channel_id=([^&]*)', 2) IS NOT NULL OR lower(channel) IN ('apple',
+// 'google', 'facebook', 'baidu'). The generator's hot channels (Google, Facebook, Baidu, Apple)
+// have URLs without channel_id; 9 in 10 of its other 10,000 channels append &channel_id=N. A
+// row is all its columns: the output has no other identity.
+func refQ21(bids []Bid) []row {
+	hot := map[string]string{"apple": "0", "google": "1", "facebook": "2", "baidu": "3"}
+	var out []row
+	for _, b := range bids {
+		id, ok := hot[strings.ToLower(b.Channel)]
+		if !ok {
+			id, ok = urlChannelID(b.URL)
+		}
+		if ok {
+			out = append(out, row{fmt.Sprintf("auction=%d bidder=%d price=%d channel=%q channel_id=%q", b.Auction, b.Bidder, b.Price, b.Channel, id), ""})
+		}
+	}
+	return out
+}
+
+// urlChannelID is the value of the first channel_id parameter of url, at its start or after a
+// '&', up to the next '&'.
+func urlChannelID(url string) (string, bool) {
+	for i := 0; i <= len(url); i++ {
+		if (i == 0 || url[i-1] == '&') && strings.HasPrefix(url[i:], "channel_id=") {
+			v := url[i+len("channel_id="):]
+			if j := strings.IndexByte(v, '&'); j >= 0 {
+				v = v[:j]
+			}
+			return v, true
+		}
+	}
+	return "", false
+}
+
+func readQ21(r *kgo.Record) (row, error) {
+	if err := checkColumns(r, "auction", "bidder", "price", "channel", "channel_id"); err != nil {
+		return row{}, err
+	}
+	var v struct {
+		Auction   *int64  `json:"auction"`
+		Bidder    *int64  `json:"bidder"`
+		Price     *int64  `json:"price"`
+		Channel   *string `json:"channel"`
+		ChannelID *string `json:"channel_id"`
+	}
+	if err := decodeKeyed(r, &v, func() *int64 { return v.Auction }); err != nil {
+		return row{}, err
+	}
+	if v.Bidder == nil || v.Price == nil || v.Channel == nil || v.ChannelID == nil {
+		return row{}, fmt.Errorf("value %q has a null column", r.Value)
+	}
+	return row{fmt.Sprintf("auction=%d bidder=%d price=%d channel=%q channel_id=%q", *v.Auction, *v.Bidder, *v.Price, *v.Channel, *v.ChannelID), ""}, nil
+}
+
+// q22, get URL directories: SELECT auction, bidder, price, channel, SPLIT_INDEX(url, '/', 3) AS
+// dir1, SPLIT_INDEX(url, '/', 4) AS dir2, SPLIT_INDEX(url, '/', 5) AS dir3 FROM bid. SPLIT_INDEX
+// counts from 0 the parts between separators, empty ones included, and is null past the last
+// (and for an empty string). Every bid; a row is all its columns.
+func refQ22(bids []Bid) []row {
+	out := make([]row, len(bids))
+	for i, b := range bids {
+		var parts []string
+		if b.URL != "" {
+			parts = strings.Split(b.URL, "/")
+		}
+		dir := func(k int) string {
+			if k < len(parts) {
+				return nullable(&parts[k])
+			}
+			return "null"
+		}
+		out[i] = row{fmt.Sprintf("auction=%d bidder=%d price=%d channel=%q dir1=%s dir2=%s dir3=%s", b.Auction, b.Bidder, b.Price, b.Channel, dir(3), dir(4), dir(5)), ""}
+	}
+	return out
+}
+
+func readQ22(r *kgo.Record) (row, error) {
+	if err := checkColumns(r, "auction", "bidder", "price", "channel", "dir1", "dir2", "dir3"); err != nil {
+		return row{}, err
+	}
+	var v struct {
+		Auction          *int64  `json:"auction"`
+		Bidder           *int64  `json:"bidder"`
+		Price            *int64  `json:"price"`
+		Channel          *string `json:"channel"`
+		Dir1, Dir2, Dir3 *string
+	}
+	if err := decodeKeyed(r, &v, func() *int64 { return v.Auction }); err != nil {
+		return row{}, err
+	}
+	if v.Bidder == nil || v.Price == nil || v.Channel == nil {
+		return row{}, fmt.Errorf("value %q has a null column", r.Value)
+	}
+	return row{fmt.Sprintf("auction=%d bidder=%d price=%d channel=%q dir1=%s dir2=%s dir3=%s", *v.Auction, *v.Bidder, *v.Price, *v.Channel, nullable(v.Dir1), nullable(v.Dir2), nullable(v.Dir3)), ""}, nil
 }
 
 // sessionGap is q11's SESSION(dateTime, INTERVAL '10' SECOND).

@@ -1,0 +1,442 @@
+package operators
+
+import (
+	"fmt"
+	"reflect"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/expr-lang/expr"
+	"github.com/expr-lang/expr/ast"
+	"github.com/expr-lang/expr/builtin"
+	"github.com/expr-lang/expr/conf"
+	"github.com/expr-lang/expr/file"
+)
+
+// sluice's own expression functions, after SQL's (Flink's, for the Nexmark queries). Like SQL's
+// they take nil (a JSON null, a missing field) to nil, except count_char, which counts none:
+//
+//   - hour(ms): the hour, 0 to 23, in UTC of the epoch-millisecond time ms (an int), e.g.
+//     hour(ts) or hour(dateTime). The result is an int.
+//   - date_format(ms, pattern): ms (an int, epoch milliseconds) formatted in UTC by a Java
+//     (DateTimeFormatter) pattern: yyyy (year, 4 digits), yy, MM, M, dd, d, HH, H, mm, m, ss, s,
+//     SSS (milliseconds), text in single quotes ('T', '' for a quote); other characters are
+//     literal, other letters an error. date_format(dateTime, "yyyy-MM-dd HH:mm:ss").
+//   - regexp_extract(s, pattern[, group]): the text of group (default 0, the whole match) of
+//     the first match of the regular expression pattern (Go's RE2 syntax) in s; nil when
+//     nothing matches or the group takes no part in the match (Flink's REGEXP_EXTRACT), e.g.
+//     regexp_extract(url, "(&|^)channel_id=([^&]*)", 2). A constant pattern is compiled once,
+//     with the expression; a bad one, or a group it does not have, is a compile error.
+//   - split_index(s, sep, i): the i-th (from 0) of the parts of s between occurrences of sep
+//     (empty parts kept); nil when i is negative or past the last part, or s is empty (Flink's
+//     SPLIT_INDEX), e.g. split_index(url, "/", 3). sep must not be empty.
+//   - count_char(s, c): how many times the character c (a string of one character) occurs in
+//     s; 0 for nil (Nexmark's count_char UDF).
+//
+// Wrong argument types are errors naming the function ("hour: want an int (epoch ms), got
+// string"). expr-lang's own builtins cover the rest of SQL's usual functions: lower, upper,
+// trim, split, indexOf, hasPrefix, `in`, `??` (COALESCE) and `c ? a : b` (CASE WHEN).
+
+// exprFunc is one of sluice's functions: its arity, its evaluation, and optionally a
+// specialization for constant arguments (checked and prepared at compile time).
+type exprFunc struct {
+	min, max int
+	out      reflect.Type
+	fn       func(args ...any) (any, error)
+	// constant, when set, is called at compile time with the call's arguments, consts[i] the
+	// value of a string or integer literal and noConst otherwise. It returns an error to refuse
+	// the call, a function to call instead of fn, or nil to keep fn.
+	constant func(consts []any) (func(args ...any) (any, error), error)
+}
+
+// noConst marks an argument that is not a literal.
+type noConstT struct{}
+
+var noConst = noConstT{}
+
+var exprFuncs = map[string]exprFunc{
+	"hour":           {min: 1, max: 1, out: anyType, fn: fnHour},
+	"date_format":    {min: 2, max: 2, out: anyType, fn: fnDateFormat, constant: constDateFormat},
+	"regexp_extract": {min: 2, max: 3, out: anyType, fn: fnRegexpExtract, constant: constRegexpExtract},
+	"split_index":    {min: 3, max: 3, out: anyType, fn: fnSplitIndex, constant: constSplitIndex},
+	"count_char":     {min: 2, max: 2, out: intType, fn: fnCountChar, constant: constCountChar},
+}
+
+// funcOptions registers exprFuncs with expr-lang.
+func funcOptions() expr.Option {
+	return func(c *conf.Config) {
+		for name, f := range exprFuncs {
+			c.Functions[name] = &builtin.Function{
+				Name: name,
+				Func: f.fn,
+				Validate: func(args []reflect.Type) (reflect.Type, error) {
+					if len(args) < f.min || len(args) > f.max {
+						return anyType, fmt.Errorf("invalid number of arguments for %s (expected %s, got %d)", name, arity(f.min, f.max), len(args))
+					}
+					return f.out, nil
+				},
+			}
+		}
+	}
+}
+
+// funcPatcher is an expr-lang patcher: it checks the literal arguments of sluice's functions
+// and calls their specializations (a compiled regular expression, a parsed date pattern). err
+// keeps the first failure.
+type funcPatcher struct {
+	src []rune
+	err error
+}
+
+func (p *funcPatcher) Visit(node *ast.Node) {
+	call, ok := (*node).(*ast.CallNode)
+	if !ok {
+		return
+	}
+	id, ok := call.Callee.(*ast.IdentifierNode)
+	if !ok {
+		return
+	}
+	f, ok := exprFuncs[id.Value]
+	if !ok || f.constant == nil || len(call.Arguments) < f.min || len(call.Arguments) > f.max {
+		return
+	}
+	consts := make([]any, len(call.Arguments))
+	for i, a := range call.Arguments {
+		switch n := a.(type) {
+		case *ast.StringNode:
+			consts[i] = n.Value
+		case *ast.IntegerNode:
+			consts[i] = n.Value
+		default:
+			consts[i] = noConst
+		}
+	}
+	fn, err := f.constant(consts)
+	if err != nil {
+		if p.err == nil {
+			p.err = (&file.Error{Location: call.Location(), Message: id.Value + ": " + err.Error()}).Bind(file.NewSource(string(p.src)))
+		}
+		return
+	}
+	if fn != nil {
+		patchCall(node, func(args ...any) any {
+			v, err := fn(args...)
+			if err != nil {
+				panic(err)
+			}
+			return v
+		}, call.Arguments...)
+	}
+}
+
+// epochMs reads a time argument: an int of epoch milliseconds.
+func epochMs(name string, v any) (int64, error) {
+	if n := numberOf(v); n.kind == intNum {
+		return n.i, nil
+	}
+	return 0, fmt.Errorf("%s: want an int (epoch ms), got %s", name, typeName(v))
+}
+
+func str(name, what string, v any) (string, error) {
+	if s, ok := v.(string); ok {
+		return s, nil
+	}
+	return "", fmt.Errorf("%s: want a string %s, got %s", name, what, typeName(v))
+}
+
+func fnHour(args ...any) (any, error) {
+	if args[0] == nil {
+		return nil, nil
+	}
+	ms, err := epochMs("hour", args[0])
+	if err != nil {
+		return nil, err
+	}
+	return time.UnixMilli(ms).UTC().Hour(), nil
+}
+
+// datePart is one element of a parsed date pattern: a literal or a field of a width.
+type datePart struct {
+	lit   string
+	field byte // 0 for a literal
+	width int
+}
+
+// parseDatePattern parses a Java DateTimeFormatter pattern (the subset date_format takes).
+func parseDatePattern(pat string) ([]datePart, error) {
+	var parts []datePart
+	lit := func(s string) {
+		if n := len(parts); n > 0 && parts[n-1].field == 0 {
+			parts[n-1].lit += s
+			return
+		}
+		parts = append(parts, datePart{lit: s})
+	}
+	for i := 0; i < len(pat); {
+		c := pat[i]
+		switch {
+		case c == '\'':
+			if i+1 < len(pat) && pat[i+1] == '\'' {
+				lit("'")
+				i += 2
+				continue
+			}
+			end := strings.IndexByte(pat[i+1:], '\'')
+			if end < 0 {
+				return nil, fmt.Errorf("pattern %q: unterminated quote at %d", pat, i)
+			}
+			lit(pat[i+1 : i+1+end])
+			i += end + 2
+		case 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z':
+			j := i
+			for j < len(pat) && pat[j] == c {
+				j++
+			}
+			w := j - i
+			ok := false
+			switch c {
+			case 'y':
+				ok = w == 2 || w == 4
+			case 'M', 'd', 'H', 'm', 's':
+				ok = w <= 2
+			case 'S':
+				ok = w == 3
+			}
+			if !ok {
+				return nil, fmt.Errorf("pattern %q: %q is not supported (yyyy, yy, MM, M, dd, d, HH, H, mm, m, ss, s, SSS; quote text: 'T')", pat, pat[i:j])
+			}
+			parts = append(parts, datePart{field: c, width: w})
+			i = j
+		default:
+			_, size := utf8.DecodeRuneInString(pat[i:])
+			lit(pat[i : i+size])
+			i += size
+		}
+	}
+	return parts, nil
+}
+
+func formatDate(parts []datePart, ms int64) string {
+	t := time.UnixMilli(ms).UTC()
+	b := make([]byte, 0, 32)
+	for _, p := range parts {
+		var v int
+		switch p.field {
+		case 0:
+			b = append(b, p.lit...)
+			continue
+		case 'y':
+			v = t.Year()
+			if p.width == 2 {
+				v %= 100
+			}
+		case 'M':
+			v = int(t.Month())
+		case 'd':
+			v = t.Day()
+		case 'H':
+			v = t.Hour()
+		case 'm':
+			v = t.Minute()
+		case 's':
+			v = t.Second()
+		case 'S':
+			v = t.Nanosecond() / 1e6
+		}
+		s := strconv.Itoa(v)
+		for range p.width - len(s) {
+			b = append(b, '0')
+		}
+		b = append(b, s...)
+	}
+	return string(b)
+}
+
+func dateFormat(parts []datePart, v any) (any, error) {
+	if v == nil {
+		return nil, nil
+	}
+	ms, err := epochMs("date_format", v)
+	if err != nil {
+		return nil, err
+	}
+	return formatDate(parts, ms), nil
+}
+
+func fnDateFormat(args ...any) (any, error) {
+	if args[0] == nil || args[1] == nil {
+		return nil, nil
+	}
+	pat, err := str("date_format", "pattern", args[1])
+	if err != nil {
+		return nil, err
+	}
+	parts, err := parseDatePattern(pat)
+	if err != nil {
+		return nil, fmt.Errorf("date_format: %w", err)
+	}
+	return dateFormat(parts, args[0])
+}
+
+func constDateFormat(consts []any) (func(args ...any) (any, error), error) {
+	pat, ok := consts[1].(string)
+	if !ok {
+		return nil, nil
+	}
+	parts, err := parseDatePattern(pat)
+	if err != nil {
+		return nil, err
+	}
+	return func(args ...any) (any, error) { return dateFormat(parts, args[0]) }, nil
+}
+
+func regexpExtract(re *regexp.Regexp, group int, v any) (any, error) {
+	if v == nil {
+		return nil, nil
+	}
+	s, err := str("regexp_extract", "to search", v)
+	if err != nil {
+		return nil, err
+	}
+	if group < 0 || group > re.NumSubexp() {
+		return nil, nil // as Flink's: a group the pattern does not have gives null
+	}
+	m := re.FindStringSubmatchIndex(s)
+	if m == nil || m[2*group] < 0 {
+		return nil, nil
+	}
+	return s[m[2*group]:m[2*group+1]], nil
+}
+
+func extractGroup(v any) (int, error) {
+	if n := numberOf(v); n.kind == intNum {
+		return int(max(min(n.i, 1<<31), -1)), nil
+	}
+	return 0, fmt.Errorf("regexp_extract: want an int group, got %s", typeName(v))
+}
+
+func fnRegexpExtract(args ...any) (any, error) {
+	for _, a := range args {
+		if a == nil {
+			return nil, nil
+		}
+	}
+	pat, err := str("regexp_extract", "pattern", args[1])
+	if err != nil {
+		return nil, err
+	}
+	re, err := regexp.Compile(pat)
+	if err != nil {
+		return nil, fmt.Errorf("regexp_extract: %w", err)
+	}
+	group := 0
+	if len(args) == 3 {
+		if group, err = extractGroup(args[2]); err != nil {
+			return nil, err
+		}
+	}
+	return regexpExtract(re, group, args[0])
+}
+
+func constRegexpExtract(consts []any) (func(args ...any) (any, error), error) {
+	pat, ok := consts[1].(string)
+	if !ok {
+		return nil, nil
+	}
+	re, err := regexp.Compile(pat)
+	if err != nil {
+		return nil, err
+	}
+	if len(consts) == 2 {
+		return func(args ...any) (any, error) { return regexpExtract(re, 0, args[0]) }, nil
+	}
+	if g, ok := consts[2].(int); ok {
+		if g < 0 || g > re.NumSubexp() {
+			return nil, fmt.Errorf("group %d: the pattern %q has groups 0 to %d", g, pat, re.NumSubexp())
+		}
+		return func(args ...any) (any, error) { return regexpExtract(re, g, args[0]) }, nil
+	}
+	return func(args ...any) (any, error) {
+		if args[2] == nil {
+			return nil, nil
+		}
+		g, err := extractGroup(args[2])
+		if err != nil {
+			return nil, err
+		}
+		return regexpExtract(re, g, args[0])
+	}, nil
+}
+
+func fnSplitIndex(args ...any) (any, error) {
+	for _, a := range args {
+		if a == nil {
+			return nil, nil
+		}
+	}
+	s, err := str("split_index", "to split", args[0])
+	if err != nil {
+		return nil, err
+	}
+	sep, err := str("split_index", "separator", args[1])
+	if err != nil {
+		return nil, err
+	}
+	if sep == "" {
+		return nil, fmt.Errorf("split_index: empty separator")
+	}
+	n := numberOf(args[2])
+	if n.kind != intNum {
+		return nil, fmt.Errorf("split_index: want an int index, got %s", typeName(args[2]))
+	}
+	if s == "" || n.i < 0 {
+		return nil, nil
+	}
+	for i := n.i; i > 0; i-- {
+		k := strings.Index(s, sep)
+		if k < 0 {
+			return nil, nil
+		}
+		s = s[k+len(sep):]
+	}
+	if k := strings.Index(s, sep); k >= 0 {
+		s = s[:k]
+	}
+	return s, nil
+}
+
+func constSplitIndex(consts []any) (func(args ...any) (any, error), error) {
+	if sep, ok := consts[1].(string); ok && sep == "" {
+		return nil, fmt.Errorf("empty separator")
+	}
+	return nil, nil
+}
+
+func fnCountChar(args ...any) (any, error) {
+	if args[0] == nil {
+		return 0, nil
+	}
+	s, err := str("count_char", "to search", args[0])
+	if err != nil {
+		return nil, err
+	}
+	c, err := str("count_char", "character", args[1])
+	if err != nil {
+		return nil, err
+	}
+	if utf8.RuneCountInString(c) != 1 {
+		return nil, fmt.Errorf("count_char: want one character, got %q", c)
+	}
+	return strings.Count(s, c), nil
+}
+
+func constCountChar(consts []any) (func(args ...any) (any, error), error) {
+	if c, ok := consts[1].(string); ok && utf8.RuneCountInString(c) != 1 {
+		return nil, fmt.Errorf("want one character, got %q", c)
+	}
+	return nil, nil
+}
