@@ -388,7 +388,7 @@ type Aggregate struct {
 	// Fields is the raw YAML, {amount: {sum: amount}, orders: {count: {}}}: see Specs.
 	Fields  map[string]map[string]any `koanf:"fields" default:"required" doc:"Output fields: name: {sum|min|max|avg: input field path} or name: {count: {}}. Sums are exact decimals."`
 	Emit    string                    `koanf:"emit" enum:"updates,final" doc:"updates: the current value at most once per key (and window) per commit; final (windows only): exactly one output per key and window, when it closes."`
-	GroupBy string                    `koanf:"group_by" default:"none" doc:"Field path to group by instead of the input's key (e.g. customers.region): records are re-keyed through the topic <group>-<name>-repartition, written in the same transaction as the input offsets; empty: the input's key."`
+	GroupBy string                    `koanf:"group_by" default:"none" doc:"Field path to group by instead of the input's key (e.g. customers.region), or several separated by commas for a composite key (e.g. bidder, auction: the key is the JSON object {\"bidder\":7,\"auction\":1001}): records are re-keyed through the topic <group>-<name>-repartition, written in the same transaction as the input offsets; empty: the input's key."`
 
 	// Window is nil for one result per key, never closed.
 	Window *Window `koanf:"window" doc:"An event-time window: exactly one of tumbling, hopping (with advance) and session. Without one, each key has one result that never closes. Over the finals of another operator's windows (emit: final), a final's event time is its window's end - 1 and the watermark is the smallest of the output watermarks that operator's tasks announce."`
@@ -436,7 +436,7 @@ type Dedup struct {
 	Input   string        `koanf:"input" default:"required" doc:"A source or an earlier operator."`
 	Keep    string        `koanf:"keep" enum:"first,last" default:"first" doc:"first: a key's first record, emitted once; the key's later records are dropped. last: the key's latest record, written at most once per key per commit (an upsert stream: the latest value per key wins)."`
 	Within  time.Duration `koanf:"within" default:"none" doc:"keep: first only: a key forgets its first record once the watermark passes its event time + within (a later record of the key is a first again); a record whose own time + within the watermark has passed is late (dead letter). None: a key remembers for ever."`
-	GroupBy string        `koanf:"group_by" default:"none" doc:"Field path to deduplicate by instead of the input's key: records are re-keyed through the topic <group>-<name>-repartition, as an aggregate's group_by."`
+	GroupBy string        `koanf:"group_by" default:"none" doc:"Field path (or several, separated by commas: a composite key) to deduplicate by instead of the input's key: records are re-keyed through the topic <group>-<name>-repartition, as an aggregate's group_by."`
 }
 
 // Dedup's keep values.

@@ -659,7 +659,7 @@ func checkAggregate(kp string, a *Aggregate) *Error {
 		return err
 	}
 	if a.GroupBy != "" {
-		if msg := checkFieldPath(a.GroupBy); msg != "" {
+		if msg := checkGroupBy(a.GroupBy); msg != "" {
 			return errorf(kp+".group_by", "%s; or leave it out to group by the input's key", msg)
 		}
 	}
@@ -815,6 +815,26 @@ func checkTopic(key, t string) *Error {
 }
 
 // checkFieldPath checks a JSON field path "a.b"; it returns "" when valid.
+// checkGroupBy checks a group_by: one field path, or several separated by commas (a composite
+// key).
+func checkGroupBy(spec string) string {
+	seen := map[string]bool{}
+	for p := range strings.SplitSeq(spec, ",") {
+		p = strings.TrimSpace(p)
+		if p == "" {
+			return fmt.Sprintf("invalid group_by %q (want field paths separated by ',', e.g. bidder, auction)", spec)
+		}
+		if msg := checkFieldPath(p); msg != "" {
+			return msg
+		}
+		if seen[p] {
+			return fmt.Sprintf("field path %q is listed twice", p)
+		}
+		seen[p] = true
+	}
+	return ""
+}
+
 func checkFieldPath(p string) string {
 	if strings.TrimSpace(p) != p {
 		return fmt.Sprintf("invalid field path %q (leading or trailing blanks)", p)
@@ -875,8 +895,8 @@ func checkDedup(kp string, d *Dedup) *Error {
 		return errorf(kp+".within", "applies to keep: first only (keep: last keeps no state past the commit that writes a key's record)")
 	}
 	if d.GroupBy != "" {
-		if msg := checkFieldPath(d.GroupBy); msg != "" {
-			return errorf(kp+".group_by", "%s", msg)
+		if msg := checkGroupBy(d.GroupBy); msg != "" {
+			return errorf(kp+".group_by", "%s; or leave it out to deduplicate by the input's key", msg)
 		}
 	}
 	return nil

@@ -227,8 +227,8 @@ func runQuery(t testing.TB, ds *dataset, o runOpts) *runResult {
 		defer cancel()
 		go func() {
 			topics := []string{ds.topics.Bid}
-			if o.query == "q11" { // its aggregate reads the re-keyed bids
-				topics = append(topics, res.group+"-q11-repartition")
+			if q, ok := queryNamed(o.query); ok && q.repartition { // its keyed operator reads the re-keyed bids
+				topics = append(topics, res.group+"-"+o.query+"-repartition")
 			}
 			if waitCommitted(ctx, ds.brokers, res.group, topics) == nil {
 				close(ch)
@@ -398,4 +398,14 @@ func deadLetters(ctx context.Context, brokers, group string) (int, string, error
 		fmt.Fprintf(&sb, "%d× %q", why[k], k)
 	}
 	return len(recs), sb.String(), nil
+}
+
+// queryNamed returns the query called name.
+func queryNamed(name string) (query, bool) {
+	for _, q := range queries {
+		if q.name == name {
+			return q, true
+		}
+	}
+	return query{}, false
 }

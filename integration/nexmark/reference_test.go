@@ -28,16 +28,22 @@ type query struct {
 	name      string
 	reference func(bids []Bid) []row
 	read      func(r *kgo.Record) (row, error)
+	// upsert: the output is an upsert stream (the latest value per Kafka key is the row, a null
+	// value deletes it); else each record is a row.
+	upsert bool
+	// repartition: the pipeline re-keys the bids (group_by) through its repartition topic.
+	repartition bool
 }
 
 var queries = []query{
 	{name: "q0", reference: refQ0, read: readQ0},
 	{name: "q1", reference: refQ1, read: readQ1},
 	{name: "q2", reference: refQ2, read: readQ2},
-	{name: "q11", reference: refQ11, read: readQ11},
+	{name: "q11", reference: refQ11, read: readQ11, repartition: true},
 	{name: "q14", reference: refQ14, read: readQ14},
 	{name: "q21", reference: refQ21, read: readQ21},
 	{name: "q22", reference: refQ22, read: readQ22},
+	{name: "q18", reference: refQ18, read: readQ18, upsert: true, repartition: true},
 }
 
 // bidID names a bid: its auction, bidder, time and extra (the extra alone, a random substring of
@@ -549,4 +555,64 @@ func compare(q query, want []row, out []*kgo.Record) *diff {
 		}
 	}
 	return d
+}
+
+// q18, the last bid of each bidder on each auction (ROW_NUMBER() OVER (PARTITION BY bidder,
+// auction ORDER BY dateTime DESC) = 1): the bid that comes last in the bid topic for the pair.
+// The generator's bids of one pair are in time order there (one auction's bids are one
+// partition's), so this is also the latest by dateTime, ties going to the later bid.
+func refQ18(bids []Bid) []row {
+	type pair struct{ bidder, auction int64 }
+	last := map[pair]Bid{}
+	for _, b := range bids {
+		last[pair{b.Bidder, b.Auction}] = b
+	}
+	out := make([]row, 0, len(last))
+	for p, b := range last {
+		out = append(out, row{fmt.Sprintf("bidder=%d auction=%d", p.bidder, p.auction),
+			fmt.Sprintf("price=%d channel=%q url=%q dateTime=%d extra=%q", b.Price, b.Channel, b.URL, b.DateTime, b.Extra)})
+	}
+	return out
+}
+
+// readQ18 reads one row of q18's upsert stream: a bid under the key {"bidder":..,"auction":..}.
+func readQ18(r *kgo.Record) (row, error) {
+	if err := checkColumns(r, "auction", "bidder", "price", "channel", "url", "dateTime", "extra"); err != nil {
+		return row{}, err
+	}
+	var b outBid
+	d := json.NewDecoder(bytes.NewReader(r.Value))
+	d.UseNumber()
+	if err := d.Decode(&b); err != nil {
+		return row{}, fmt.Errorf("value %q: %w", r.Value, err)
+	}
+	if b.Auction == nil || b.Bidder == nil || b.DateTime == nil || b.Price == "" {
+		return row{}, fmt.Errorf("value %q lacks auction, bidder, price or dateTime", r.Value)
+	}
+	if want := fmt.Sprintf(`{"bidder":%d,"auction":%d}`, *b.Bidder, *b.Auction); string(r.Key) != want {
+		return row{}, fmt.Errorf("record key %q, want %s", r.Key, want)
+	}
+	return row{fmt.Sprintf("bidder=%d auction=%d", *b.Bidder, *b.Auction),
+		fmt.Sprintf("price=%s channel=%q url=%q dateTime=%d extra=%q", b.Price, b.Channel, b.URL, *b.DateTime, b.Extra)}, nil
+}
+
+// latestPerKey reduces an upsert stream to its rows: each Kafka key's latest value (records of
+// one key are in one partition, read in offset order), without the keys whose latest is a
+// tombstone.
+func latestPerKey(out []*kgo.Record) []*kgo.Record {
+	last := map[string]*kgo.Record{}
+	var keys []string
+	for _, r := range out {
+		if _, ok := last[string(r.Key)]; !ok {
+			keys = append(keys, string(r.Key))
+		}
+		last[string(r.Key)] = r
+	}
+	rows := make([]*kgo.Record, 0, len(keys))
+	for _, k := range keys {
+		if r := last[k]; r.Value != nil {
+			rows = append(rows, r)
+		}
+	}
+	return rows
 }
