@@ -662,6 +662,13 @@ func checkAggregate(kp string, a *Aggregate) *Error {
 		if msg := checkGroupBy(a.GroupBy); msg != "" {
 			return errorf(kp+".group_by", "%s; or leave it out to group by the input's key", msg)
 		}
+		if parts := strings.Split(a.GroupBy, ","); len(parts) > 1 {
+			for _, p := range parts {
+				if _, ok := a.Fields[strings.TrimSpace(p)]; ok {
+					return errorf(kp+".fields."+strings.TrimSpace(p), "is a column of the composite group_by key (the output carries it); rename the field")
+				}
+			}
+		}
 	}
 	if a.Window == nil {
 		if a.Emit == EmitFinal {

@@ -3,7 +3,9 @@ package operators
 import (
 	"encoding/binary"
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/sluice-dev/sluice/configs"
 	"github.com/sluice-dev/sluice/operators/internal/jsonstr"
@@ -75,6 +77,10 @@ type Aggregate struct {
 	inputs    []string
 	header    int
 	srcFields [][]path
+
+	// keyColumns: the key is a composite group_by's JSON object, whose members the output
+	// carries as columns in place of "key".
+	keyColumns bool
 }
 
 // NewAggregate compiles the aggregate's field specs. cfg must have been validated.
@@ -124,11 +130,15 @@ func newAggregate(name string, cfg configs.Aggregate, inputs []string, from map[
 	if len(specs) == 0 {
 		return nil, fmt.Errorf("operators: %s: aggregate has no fields", name)
 	}
+	reserved := []string{"", "key", "window_start", "window_end"}
+	if parts := SplitGroupBy(cfg.GroupBy); len(parts) > 1 {
+		a.keyColumns = true
+		reserved = append(reserved, parts...)
+	}
 	fieldIn := map[string]int{}
 	for _, sp := range specs {
-		switch sp.Name {
-		case "", "key", "window_start", "window_end":
-			return nil, fmt.Errorf("operators: %s: field name %q is reserved", name, sp.Name)
+		if slices.Contains(reserved, sp.Name) {
+			return nil, fmt.Errorf("operators: %s: field name %q is reserved (the output's key columns: %s)", name, sp.Name, strings.Join(reserved[1:], ", "))
 		}
 		s := aggSpec{name: sp.Name, field: sp.Field, off: a.stateSize}
 		if len(inputs) > 1 {
@@ -379,10 +389,22 @@ func keepIf(st []byte, v dec, empty bool, want int) {
 //
 // "key" first, then each field in Specs() (name) order. Decimals have no trailing zeros; avg
 // is rounded half-to-even to 9 fractional digits; min, max and avg of an empty state are null.
+//
+// With a composite group_by, the key's columns take the place of "key":
+//
+//	{"auction":1001,"day":"2015-07-15","bids":3}
 func (a *Aggregate) Render(key, state, dst []byte) []byte {
-	dst = append(dst, `{"key":`...)
-	dst = jsonstr.AppendBytes(dst, key)
+	dst = a.appendKey(dst, key)
 	return a.renderFields(state, dst)
+}
+
+// appendKey opens the output object with its key: "key", or a composite key's columns.
+func (a *Aggregate) appendKey(dst, key []byte) []byte {
+	if a.keyColumns && len(key) > 2 && key[0] == '{' && key[len(key)-1] == '}' {
+		return append(dst, key[:len(key)-1]...)
+	}
+	dst = append(dst, `{"key":`...)
+	return jsonstr.AppendBytes(dst, key)
 }
 
 // RenderWindow appends the output JSON value of a window's state to dst: Render's value with
@@ -390,8 +412,7 @@ func (a *Aggregate) Render(key, state, dst []byte) []byte {
 //
 //	{"key":"c-1","window_start":1767225600000,"window_end":1767229200000,"amount":12.5,"orders":2}
 func (a *Aggregate) RenderWindow(key []byte, start, end int64, state, dst []byte) []byte {
-	dst = append(dst, `{"key":`...)
-	dst = jsonstr.AppendBytes(dst, key)
+	dst = a.appendKey(dst, key)
 	dst = append(dst, `,"window_start":`...)
 	dst = strconv.AppendInt(dst, start, 10)
 	dst = append(dst, `,"window_end":`...)

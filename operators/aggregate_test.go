@@ -300,3 +300,33 @@ func TestMergeEqualsFold(t *testing.T) {
 		}
 	}
 }
+
+// A composite group_by's key columns take the place of "key" in the output; a field named like
+// one of them is refused.
+func TestAggregateKeyColumns(t *testing.T) {
+	cfg := configs.Aggregate{GroupBy: "auction, day", Fields: map[string]map[string]any{"bids": {"count": nil}, "top": {"max": "price"}}}
+	a, err := NewAggregate("q17", cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := make([]byte, a.StateSize())
+	a.InitState(st)
+	var r Record
+	r.Key, r.Value = []byte("k"), []byte(`{"price":12.5}`)
+	in, err := a.Project(&r, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Fold(st, in)
+	key := []byte(`{"auction":1001,"day":"2015-07-15"}`)
+	if got, want := string(a.Render(key, st, nil)), `{"auction":1001,"day":"2015-07-15","bids":1,"top":12.5}`; got != want {
+		t.Errorf("Render = %s, want %s", got, want)
+	}
+	if got, want := string(a.RenderWindow(key, 0, 60000, st, nil)), `{"auction":1001,"day":"2015-07-15","window_start":0,"window_end":60000,"bids":1,"top":12.5}`; got != want {
+		t.Errorf("RenderWindow = %s, want %s", got, want)
+	}
+	cfg.Fields["day"] = map[string]any{"count": nil}
+	if _, err := NewAggregate("q17", cfg); err == nil || !strings.Contains(err.Error(), `field name "day" is reserved`) {
+		t.Errorf("a field named like a key column: %v, want it refused", err)
+	}
+}

@@ -227,8 +227,10 @@ func runQuery(t testing.TB, ds *dataset, o runOpts) *runResult {
 		defer cancel()
 		go func() {
 			topics := []string{ds.topics.Bid}
-			if q, ok := queryNamed(o.query); ok && q.repartition { // its keyed operator reads the re-keyed bids
-				topics = append(topics, res.group+"-"+o.query+"-repartition")
+			if q, ok := queryNamed(o.query); ok { // its later chains read internal topics
+				for _, suffix := range q.internal {
+					topics = append(topics, res.group+suffix)
+				}
 			}
 			if waitCommitted(ctx, ds.brokers, res.group, topics) == nil {
 				close(ch)

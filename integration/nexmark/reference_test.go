@@ -31,19 +31,21 @@ type query struct {
 	// upsert: the output is an upsert stream (the latest value per Kafka key is the row, a null
 	// value deletes it); else each record is a row.
 	upsert bool
-	// repartition: the pipeline re-keys the bids (group_by) through its repartition topic.
-	repartition bool
+	// internal: the internal topics (suffixes after the group) the pipeline's later chains
+	// read, whose committed offsets say an unbounded run has caught up.
+	internal []string
 }
 
 var queries = []query{
 	{name: "q0", reference: refQ0, read: readQ0},
 	{name: "q1", reference: refQ1, read: readQ1},
 	{name: "q2", reference: refQ2, read: readQ2},
-	{name: "q11", reference: refQ11, read: readQ11, repartition: true},
+	{name: "q11", reference: refQ11, read: readQ11, internal: []string{"-q11-repartition"}},
 	{name: "q14", reference: refQ14, read: readQ14},
 	{name: "q21", reference: refQ21, read: readQ21},
 	{name: "q22", reference: refQ22, read: readQ22},
-	{name: "q18", reference: refQ18, read: readQ18, upsert: true, repartition: true},
+	{name: "q17", reference: refQ17, read: readQ17, upsert: true, internal: []string{"-q17-repartition", "-q17-output"}},
+	{name: "q18", reference: refQ18, read: readQ18, upsert: true, internal: []string{"-q18-repartition"}},
 }
 
 // bidID names a bid: its auction, bidder, time and extra (the extra alone, a random substring of
@@ -615,4 +617,85 @@ func latestPerKey(out []*kgo.Record) []*kgo.Record {
 		}
 	}
 	return rows
+}
+
+// q17, auction statistics per day: per (auction, UTC day of dateTime) the bids, those under
+// 10,000, from 10,000 to under 1,000,000 and from 1,000,000, the min, max, sum and average price
+// (exact, rounded half to even to 9 decimal places, as sluice's avg).
+func refQ17(bids []Bid) []row {
+	type group struct {
+		auction int64
+		day     string
+	}
+	type stats struct{ n, r1, r2, r3, lo, hi, sum int64 }
+	by := map[group]*stats{}
+	for _, b := range bids {
+		g := group{b.Auction, time.UnixMilli(b.DateTime).UTC().Format("2006-01-02")}
+		st := by[g]
+		if st == nil {
+			st = &stats{lo: b.Price, hi: b.Price}
+			by[g] = st
+		}
+		st.n++
+		switch {
+		case b.Price < 10_000:
+			st.r1++
+		case b.Price < 1_000_000:
+			st.r2++
+		default:
+			st.r3++
+		}
+		st.lo, st.hi, st.sum = min(st.lo, b.Price), max(st.hi, b.Price), st.sum+b.Price
+	}
+	out := make([]row, 0, len(by))
+	for g, st := range by {
+		out = append(out, row{fmt.Sprintf("auction=%d day=%s", g.auction, g.day),
+			fmt.Sprintf("total=%d rank1=%d rank2=%d rank3=%d min=%d max=%d avg=%s sum=%d",
+				st.n, st.r1, st.r2, st.r3, st.lo, st.hi, roundedAvg(st.sum, st.n), st.sum)})
+	}
+	return out
+}
+
+// roundedAvg is sum/n rounded half to even to 9 decimal places, without trailing zeros.
+func roundedAvg(sum, n int64) string {
+	scaled := new(big.Int).Mul(big.NewInt(sum), big.NewInt(1_000_000_000))
+	q, r := new(big.Int).QuoRem(scaled, big.NewInt(n), new(big.Int))
+	twice := new(big.Int).Mul(r.Abs(r), big.NewInt(2))
+	if c := twice.Cmp(big.NewInt(n)); c > 0 || c == 0 && q.Bit(0) == 1 {
+		q.Add(q, big.NewInt(int64(scaled.Sign())))
+	}
+	return exactDecimal(new(big.Rat).SetFrac(q, big.NewInt(1_000_000_000)))
+}
+
+// readQ17 reads one row of q17's upsert stream, keyed by {"auction":..,"day":..}.
+func readQ17(r *kgo.Record) (row, error) {
+	if err := checkColumns(r, "auction", "day", "total_bids", "rank1_bids", "rank2_bids", "rank3_bids", "min_price", "max_price", "avg_price", "sum_price"); err != nil {
+		return row{}, err
+	}
+	var v struct {
+		Auction            *int64
+		Day                string
+		Total, R1, R2, R3  json.Number
+		Min, Max, Avg, Sum json.Number
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(r.Value, &m); err != nil {
+		return row{}, fmt.Errorf("value %q: %w", r.Value, err)
+	}
+	for name, dst := range map[string]any{"auction": &v.Auction, "day": &v.Day, "total_bids": &v.Total, "rank1_bids": &v.R1,
+		"rank2_bids": &v.R2, "rank3_bids": &v.R3, "min_price": &v.Min, "max_price": &v.Max, "avg_price": &v.Avg, "sum_price": &v.Sum} {
+		d := json.NewDecoder(bytes.NewReader(m[name]))
+		d.UseNumber()
+		if err := d.Decode(dst); err != nil {
+			return row{}, fmt.Errorf("value %q: %s: %w", r.Value, name, err)
+		}
+	}
+	if v.Auction == nil {
+		return row{}, fmt.Errorf("value %q lacks auction", r.Value)
+	}
+	if want := fmt.Sprintf(`{"auction":%d,"day":%q}`, *v.Auction, v.Day); string(r.Key) != want {
+		return row{}, fmt.Errorf("record key %q, want %s", r.Key, want)
+	}
+	return row{fmt.Sprintf("auction=%d day=%s", *v.Auction, v.Day),
+		fmt.Sprintf("total=%s rank1=%s rank2=%s rank3=%s min=%s max=%s avg=%s sum=%s", v.Total, v.R1, v.R2, v.R3, v.Min, v.Max, v.Avg, v.Sum)}, nil
 }
