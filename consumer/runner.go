@@ -253,7 +253,7 @@ func (e *Engine) run(ctx context.Context, cl *kgo.Client, r *runner) {
 				}
 				continue
 			}
-			// The mode this batch runs in (the policy is the task's: Task.BeforeBatch).
+			// The mode this batch runs in (the policy is package backlog's; Task.BeforeBatch asks it).
 			lag := task.Lag{Before: b.lag, After: b.lagAfter, TimeBefore: b.timeLag, TimeAfter: b.timeLagAfter}
 			r.t.ReadAttributes(b.topic, b.recs) // a writer's mode, in-band (attributes.go)
 			if r.t.BeforeBatch(b.topic, lag) {
