@@ -161,7 +161,7 @@ func (e *Engine) run(ctx context.Context, cl *kgo.Client, r *runner) {
 	t, err := task.NewGroup(e.o.Plan, r.topics, r.key.p, task.Deps{
 		Store: e.o.Store, Budget: e.o.Budget, SortDir: e.o.SortDir, Producer: e.out,
 		Clock: e.o.Clock, Logger: e.log.With("topics", r.topics), Metrics: e.tm, Values: e.o.Values,
-		InternalPartitions: e.internalParts,
+		InternalPartitions: e.internalParts, Bounded: e.o.Bounded,
 	})
 	if err != nil {
 		e.fail(fmt.Errorf("consumer: task %s[%d]: %w", r.key.topic, r.key.p, err))

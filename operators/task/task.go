@@ -48,6 +48,9 @@ type Deps struct {
 	// a chain writing one announces its backlog mode to every partition (attributes.go). A
 	// topic missing here gets no announcements.
 	InternalPartitions map[string]int32
+	// Bounded: the run is a batch job (sluice run --bounded); the mode policy starts every
+	// keyed operator in backlog, as backlog.mode always does (backlog.Options.Bounded).
+	Bounded bool
 }
 
 // Task runs one partition number of a Plan. It is not safe for concurrent use: one goroutine
@@ -270,7 +273,7 @@ func NewGroup(plan *Plan, topics []string, partition int32, d Deps) (*Task, erro
 			done: progress{off: -1, wm: math.MinInt64, iwm: math.MinInt64, wmSaid: math.MinInt64}}
 		detOpts := backlog.Options{
 			Mode: mode, EnterLag: cfg.Backlog.EnterLag, ExitLag: cfg.Backlog.ExitLag,
-			EnterTimeLag: cfg.Backlog.EnterTimeLag, ExitTimeLag: cfg.Backlog.ExitTimeLag,
+			EnterTimeLag: cfg.Backlog.EnterTimeLag, ExitTimeLag: cfg.Backlog.ExitTimeLag, Bounded: d.Bounded,
 		}
 		if ops.agg != nil {
 			c.det = backlog.NewDetector(detOpts)
