@@ -1,19 +1,3 @@
-// Package backlog decides, per task, whether the input is a backlog.
-//
-// A task's input is a backlog while its consumer lag (end offset, or last stable offset under
-// read_committed, minus the next offset to process) is high: after downtime, a deployment, a
-// replay or a bootstrap. Keyed operators then sort and fold silently (batch-like); once the lag
-// is low they stream with low latency. The decision has hysteresis: enter at lag >= EnterLag
-// (or time lag >= EnterTimeLag when set), leave at lag <= ExitLag (and time lag <= ExitTimeLag
-// when set), so a task near the threshold does not flap.
-//
-// Each keyed chain of a task (operators/task) owns a Detector for its input partition; the task
-// decides which lag of a fetch it observes (Task.BeforeBatch, Task.AfterBatch) and applies a
-// change of mode at a checkpoint. RecordAttributes is the mode a Detector reports (Flink's
-// RecordAttributes{isBacklog}, FLIP-309/325/327); between the stages of a pipeline it travels
-// in-band through the internal topics as attribute records (operators/task/attributes.go).
-// Combine is the rule for an operator with several inputs, which is in backlog while any of
-// them is (the task applies it over its chains and their writers: opState.anyBacklog).
 package backlog
 
 import (
@@ -64,6 +48,17 @@ type Options struct {
 	ExitLag      int64
 	EnterTimeLag time.Duration
 	ExitTimeLag  time.Duration
+	// Bounded: the run is a batch job (sluice run --bounded); the detector behaves as mode
+	// Always whatever Mode is.
+	Bounded bool
+}
+
+// mode is the mode the detector follows: Mode, or Always in a bounded run.
+func (o Options) mode() Mode {
+	if o.Bounded {
+		return Always
+	}
+	return o.Mode
 }
 
 // RecordAttributes is the mode of an input (Flink's RecordAttributes{isBacklog}), as a
@@ -72,8 +67,9 @@ type RecordAttributes struct {
 	Backlog bool
 }
 
-// Combine returns the attributes of an operator with several inputs: it is in backlog while
-// any input is.
+// Combine returns the attributes of an operator with several inputs (or of one input and the
+// writers of the internal topic it reads): it is in backlog while any input is (the combiner
+// rule).
 func Combine(in ...RecordAttributes) RecordAttributes {
 	for _, a := range in {
 		if a.Backlog {
@@ -83,7 +79,8 @@ func Combine(in ...RecordAttributes) RecordAttributes {
 	return RecordAttributes{}
 }
 
-// Detector holds one task's mode. It is not safe for concurrent use: the task goroutine owns it.
+// Detector holds the mode of one input of a task. It is not safe for concurrent use: the task
+// goroutine owns it.
 type Detector struct {
 	o       Options
 	started bool
@@ -98,6 +95,9 @@ func NewDetector(o Options) *Detector { return &Detector{o: o} }
 // Backlog reports the current mode.
 func (d *Detector) Backlog() bool { return d.backlog }
 
+// Attributes reports the current mode as the RecordAttributes of the detector's input.
+func (d *Detector) Attributes() RecordAttributes { return RecordAttributes{Backlog: d.backlog} }
+
 // Started reports whether Observe has been called.
 func (d *Detector) Started() bool { return d.started }
 
@@ -109,7 +109,7 @@ func (d *Detector) Observe(lag int64, timeLag time.Duration) (attr RecordAttribu
 	first = !d.started
 	d.started = true
 	was := d.backlog
-	switch d.o.Mode {
+	switch d.o.mode() {
 	case Never:
 		d.backlog = false
 	case Always:

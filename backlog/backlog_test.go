@@ -10,7 +10,7 @@ import (
 	"github.com/cockroachdb/datadriven"
 )
 
-// TestDetector runs testdata/detector: "new mode=auto enter=100 exit=10 [enter_time=1s exit_time=100ms]"
+// TestDetector runs testdata/detector: "new mode=auto enter=100 exit=10 [enter_time=1s exit_time=100ms] [bounded=true]"
 // then "observe lag=N [time=D]" lines, printing the mode after each observation.
 func TestDetector(t *testing.T) {
 	datadriven.RunTest(t, "testdata/detector", func(t *testing.T, td *datadriven.TestData) string {
@@ -35,6 +35,8 @@ func TestDetector(t *testing.T) {
 					o.EnterTimeLag, _ = time.ParseDuration(v)
 				case "exit_time":
 					o.ExitTimeLag, _ = time.ParseDuration(v)
+				case "bounded":
+					o.Bounded = v == "true"
 				}
 			}
 			d = NewDetector(o)

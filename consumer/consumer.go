@@ -72,7 +72,8 @@ type Options struct {
 	// Bounded makes a run a batch job (sluice run --bounded): each input partition is processed
 	// up to the end offset (last stable offset) it had when Run started, its end is the end of
 	// its event time (every window closes), and Run returns nil once every assigned task has
-	// committed its end.
+	// committed its end. Every task starts in backlog mode, as with backlog.mode always
+	// (task.Deps.Bounded), whatever Config says.
 	Bounded bool
 }
 

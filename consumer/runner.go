@@ -161,7 +161,7 @@ func (e *Engine) run(ctx context.Context, cl *kgo.Client, r *runner) {
 	t, err := task.NewGroup(e.o.Plan, r.topics, r.key.p, task.Deps{
 		Store: e.o.Store, Budget: e.o.Budget, SortDir: e.o.SortDir, Producer: e.out,
 		Clock: e.o.Clock, Logger: e.log.With("topics", r.topics), Metrics: e.tm, Values: e.o.Values,
-		InternalPartitions: e.internalParts,
+		InternalPartitions: e.internalParts, Bounded: e.o.Bounded,
 	})
 	if err != nil {
 		e.fail(fmt.Errorf("consumer: task %s[%d]: %w", r.key.topic, r.key.p, err))
@@ -253,7 +253,7 @@ func (e *Engine) run(ctx context.Context, cl *kgo.Client, r *runner) {
 				}
 				continue
 			}
-			// The mode this batch runs in (the policy is the task's: Task.BeforeBatch).
+			// The mode this batch runs in (the policy is package backlog's; Task.BeforeBatch asks it).
 			lag := task.Lag{Before: b.lag, After: b.lagAfter, TimeBefore: b.timeLag, TimeAfter: b.timeLagAfter}
 			r.t.ReadAttributes(b.topic, b.recs) // a writer's mode, in-band (attributes.go)
 			if r.t.BeforeBatch(b.topic, lag) {

@@ -63,9 +63,10 @@ type runOpts struct {
 // server, each a Run(ctx) in one errgroup.
 func runPipeline(ctx context.Context, cfg *configs.Config, log *slog.Logger, ro runOpts) error {
 	if ro.bounded && cfg.Backlog.Mode != configs.ModeAlways {
-		// A bounded run is a batch job: every task starts in backlog mode.
-		log.Info("bounded run: backlog.mode=always", "was", cfg.Backlog.Mode)
-		cfg.Backlog.Mode = configs.ModeAlways
+		// A bounded run is a batch job: every task starts in backlog mode, as with
+		// backlog.mode=always (the mode policy's input, backlog.Options.Bounded); the
+		// configuration keeps the mode it was given.
+		log.Info("bounded run: backlog.mode=always", "configured", cfg.Backlog.Mode)
 	}
 	plan, err := task.NewPlan(cfg)
 	if err != nil {

@@ -26,7 +26,8 @@ import (
 //
 // A reader is a chain whose input is an internal topic. It takes attribute records out of the
 // stream (they are not data: no tap, sink or dead letter sees them) and keeps the set of writers
-// that said backlog; while the set is not empty, the reader's operator is in backlog (observeShared).
+// that said backlog; while the set is not empty, the reader's operator is in backlog (the combiner
+// rule, backlog.State.Upstream).
 // A reader that restarts knows no writer's mode until the writer announces one again: the first
 // observation of every writer after its start, and every change after, does.
 //

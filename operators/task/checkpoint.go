@@ -247,27 +247,6 @@ func newPending() *Pending {
 	}
 }
 
-// streaming reports whether the operator of the primary chain c streams: in real-time mode,
-// with no backlog left to fold in any of its chains and no outputs owed by backlog checkpoints
-// (a chain that left backlog with those folds them first: leaving).
-func (c *chain) streaming() bool {
-	if c.inBack || c.hasPending {
-		return false
-	}
-	for _, o := range c.chains {
-		if o.buffered() > 0 {
-			return false
-		}
-	}
-	return true
-}
-
-// leaving reports whether a chain is due to fold its backlog and stream: its detector left
-// backlog and it holds backlog records or outputs owed by backlog checkpoints.
-func (c *chain) leaving() bool {
-	return c.ops.keyed() && c.primary && len(c.dirty) == 0 && (!c.anyBacklog() || c.ended) && (c.buffered() > 0 || c.hasPending || c.ended && c.inBack)
-}
-
 // WantsFold reports whether a chain of the task is due to fold its backlog (the expensive part
 // of a switch), which Prepare can do ahead of the checkpoint.
 func (t *Task) WantsFold() bool {

@@ -2,7 +2,8 @@ package task
 
 import (
 	"fmt"
-	"time"
+
+	"github.com/sluice-dev/sluice/backlog"
 )
 
 // A Task's calls follow one order, which the task enforces (a call out of order is a bug in the
@@ -52,28 +53,17 @@ func (t *Task) must(call string, allowed ...phase) {
 	panic(fmt.Sprintf("task %d: %s called while the task is %s (see the call order in operators/task/order.go)", t.partition, call, t.phase))
 }
 
-// Lag is what a fetch reported about one batch of a partition: the records left to process
-// before the batch (the batch included) and after it, and the time lags (wall clock minus the
-// event time of the batch's first and last record).
-type Lag struct {
-	Before, After         int64
-	TimeBefore, TimeAfter time.Duration
-}
+// Lag is what a fetch reported about one batch of a partition (backlog.Lag).
+type Lag = backlog.Lag
 
 // BeforeBatch decides the mode a batch of topic runs in and reports whether a switch needs a
-// checkpoint before the batch is processed. This is the mode policy (with backlog.Detector's
-// thresholds): a chain that has not seen a batch yet, or is in backlog, judges by what is left
-// including the batch (a backlog may arrive in one fetch, and the last batch of a backlog is
-// still sorted); a streaming chain enters backlog only if what lies beyond the batch is a
-// backlog too (a batch that grew while the task waited in a checkpoint does not make it flap).
-// Leaving backlog is decided after the batch (AfterBatch).
+// checkpoint before the batch is processed. Each chain judges the batch by the lag the mode
+// policy chooses (backlog.Lag.BeforeBatch) and observes it; leaving backlog is decided after
+// the batch (AfterBatch).
 func (t *Task) BeforeBatch(topic string, l Lag) (needCheckpoint bool) {
 	t.must("BeforeBatch", phaseIdle)
 	for _, c := range t.byTopic[topic] {
-		lag, timeLag := l.After, l.TimeAfter
-		if !c.observed || c.inBack {
-			lag, timeLag = l.Before, l.TimeBefore
-		}
+		lag, timeLag := l.BeforeBatch(c.observed, c.inBack)
 		c.observed = true
 		if t.observe(c, lag, timeLag) {
 			needCheckpoint = true
@@ -88,7 +78,8 @@ func (t *Task) BeforeBatch(topic string, l Lag) (needCheckpoint bool) {
 func (t *Task) AfterBatch(topic string, l Lag) {
 	t.must("AfterBatch", phaseIdle)
 	for _, c := range t.byTopic[topic] {
-		if t.observe(c, l.After, l.TimeAfter) {
+		lag, timeLag := l.AfterBatch()
+		if t.observe(c, lag, timeLag) {
 			t.needCkpt = true
 		}
 	}

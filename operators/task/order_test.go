@@ -3,7 +3,9 @@ package task
 import (
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/sluice-dev/sluice/sorter"
 	"github.com/sluice-dev/sluice/state"
 )
 
@@ -77,5 +79,37 @@ func TestBeforeBatchPolicy(t *testing.T) {
 	tk.Aborted(pd)
 	if tk.BeforeBatch(testTopic, Lag{Before: 500, After: 0}); !tk.InBacklog(testTopic) {
 		t.Fatal("after an abort, a rewound backlog in one batch is not sorted again")
+	}
+}
+
+// TestBoundedStartsInBacklog: a bounded run (Deps.Bounded) starts every keyed operator in
+// backlog whatever backlog.mode says, and streams once caught up; the plan keeps the configured
+// mode.
+func TestBoundedStartsInBacklog(t *testing.T) {
+	for _, mode := range []string{"never", "auto"} {
+		plan := mustPlan(t, testConfig(mode, 1000, 10, 100))
+		tk, err := New(plan, testTopic, 0, Deps{Store: state.NewMem(), Budget: sorter.NewBudget(1 << 20), SortDir: t.TempDir(),
+			Clock: (&stepClock{now: time.Unix(1_700_000_000, 0)}).Now, Logger: discardLogger(), Bounded: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tk.BeforeBatch(testTopic, Lag{Before: 50, After: 0}); !tk.InBacklog(testTopic) {
+			t.Fatalf("mode %s, bounded: 50 records left (below enter_lag 1000) did not start the task in backlog", mode)
+		}
+		tk.AfterBatch(testTopic, Lag{After: 0})
+		pd, err := tk.Checkpoint(newFakeProducer())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := tk.Committed(pd); err != nil {
+			t.Fatal(err)
+		}
+		if tk.InBacklog(testTopic) {
+			t.Fatalf("mode %s, bounded: still in backlog after catching up", mode)
+		}
+		if got := plan.Config.Backlog.Mode; got != mode {
+			t.Fatalf("the plan's backlog.mode is %q, want the configured %q", got, mode)
+		}
+		tk.Close()
 	}
 }

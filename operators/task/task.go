@@ -48,6 +48,9 @@ type Deps struct {
 	// a chain writing one announces its backlog mode to every partition (attributes.go). A
 	// topic missing here gets no announcements.
 	InternalPartitions map[string]int32
+	// Bounded: the run is a batch job (sluice run --bounded); the mode policy starts every
+	// keyed operator in backlog, as backlog.mode always does (backlog.Options.Bounded).
+	Bounded bool
 }
 
 // Task runs one partition number of a Plan. It is not safe for concurrent use: one goroutine
@@ -170,23 +173,6 @@ type opState struct {
 	lastLog     time.Time
 }
 
-// anyBacklog reports whether a detector of the operator's chains, or a writer of an internal
-// topic one of them reads, says backlog (the combiner rule: an operator of several inputs is in
-// backlog while any of them is).
-func (o *opState) anyBacklog() bool {
-	for _, c := range o.chains {
-		if c.det != nil && c.det.Backlog() || c.upstreamSays() {
-			return true
-		}
-	}
-	return false
-}
-
-// upstreamBacklog reports whether a writer of the operator's internal inputs says backlog.
-func (o *opState) upstreamBacklog() bool {
-	return slices.ContainsFunc(o.chains, (*chain).upstreamSays)
-}
-
 type entry struct {
 	key     []byte
 	state   []byte
@@ -287,7 +273,7 @@ func NewGroup(plan *Plan, topics []string, partition int32, d Deps) (*Task, erro
 			done: progress{off: -1, wm: math.MinInt64, iwm: math.MinInt64, wmSaid: math.MinInt64}}
 		detOpts := backlog.Options{
 			Mode: mode, EnterLag: cfg.Backlog.EnterLag, ExitLag: cfg.Backlog.ExitLag,
-			EnterTimeLag: cfg.Backlog.EnterTimeLag, ExitTimeLag: cfg.Backlog.ExitTimeLag,
+			EnterTimeLag: cfg.Backlog.EnterTimeLag, ExitTimeLag: cfg.Backlog.ExitTimeLag, Bounded: d.Bounded,
 		}
 		if ops.keyed() {
 			c.det = backlog.NewDetector(detOpts)
@@ -407,115 +393,6 @@ func (t *Task) Next(topic string) int64 {
 
 // Partition returns the task's partition number.
 func (t *Task) Partition() int32 { return t.partition }
-
-// Observe feeds one lag of topic's partition (records still to process) and time lag (wall
-// clock minus an event time) to its chains' detectors, as they are: BeforeBatch and AfterBatch
-// choose which lag of a fetch counts (the engine calls those). It returns true when a chain
-// changes mode and needs a checkpoint before the batch may be processed: entering backlog
-// flushes the cache; leaving it merges and folds.
-func (t *Task) Observe(topic string, lag int64, timeLag time.Duration) (needCheckpoint bool) {
-	t.must("Observe", phaseIdle)
-	for _, c := range t.byTopic[topic] {
-		if t.observe(c, lag, timeLag) {
-			needCheckpoint = true
-		}
-	}
-	t.needCkpt = t.needCkpt || needCheckpoint
-	return needCheckpoint
-}
-
-// observe feeds a lag to one chain's detector and applies a change of mode; it reports whether
-// the change needs a checkpoint first.
-func (t *Task) observe(c *chain, lag int64, timeLag time.Duration) (needCheckpoint bool) {
-	c.lag, c.timeLag = lag, timeLag
-	defer t.announce(c, t.out.promise)
-	if c.det == nil {
-		if c.wdet != nil {
-			c.wdet.Observe(lag, timeLag)
-		}
-		return false
-	}
-	if len(c.chains) > 1 || c.upstream != nil {
-		return t.observeShared(c, lag, timeLag)
-	}
-	attr, changed, first := c.det.Observe(lag, timeLag)
-	switch {
-	case first && attr.Backlog:
-		t.log.Info("task starts in backlog mode", "operator", c.plan.Keyed.Name, "lag", lag, "time_lag", timeLag)
-		t.enterBacklog(c)
-	case first && c.hasPending:
-		// Starting in real-time with outputs still due from backlog checkpoints (of an
-		// earlier owner, or before an abort): emit them before streaming.
-		needCheckpoint = true
-	case changed && attr.Backlog:
-		t.d.Metrics.switched("to_backlog")
-		t.log.Info("switch to backlog mode", "operator", c.plan.Keyed.Name, "lag", lag, "time_lag", timeLag)
-		if len(c.dirty) > 0 {
-			needCheckpoint = true // flush the cache first; the checkpoint then enters backlog
-		}
-		t.enterBacklog(c)
-	case changed && !attr.Backlog:
-		if c.buffered() == 0 && !c.hasPending {
-			t.leaveBacklog(c, 0)
-			needCheckpoint = c.timed() // it fires the timers its watermark reached (Checkpoint)
-		} else {
-			needCheckpoint = true // the checkpoint folds the sorted backlog, then streams
-		}
-	}
-	return needCheckpoint
-}
-
-// observeShared is observe for a chain of an operator with several inputs (a cogroup), or
-// reading an internal topic: the operator is in backlog while any of its inputs' detectors, or
-// any writer of an internal topic it reads, says backlog (the combiner rule), and it changes
-// mode when that answer changes.
-func (t *Task) observeShared(c *chain, lag int64, timeLag time.Duration) (needCheckpoint bool) {
-	_, _, first := c.det.Observe(lag, timeLag)
-	want := c.anyBacklog()
-	switch {
-	case want && !c.inBack:
-		t.d.Metrics.switched("to_backlog")
-		t.log.Info("switch to backlog mode", "operator", c.plan.Keyed.Name, "input", c.plan.SourceName, "lag", lag, "time_lag", timeLag,
-			"upstream_backlog", c.upstreamBacklog())
-		if len(c.dirty) > 0 {
-			needCheckpoint = true // flush the cache first; the checkpoint then enters backlog
-		}
-		t.enterBacklog(c)
-	case !want && c.inBack:
-		if c.buffered() == 0 && !c.hasPending {
-			t.leaveBacklog(c, 0)
-			needCheckpoint = c.timed() // it fires the timers its watermark reached (Checkpoint)
-		} else {
-			needCheckpoint = true // the checkpoint folds the sorted backlog, then streams
-		}
-	case first && !want && c.hasPending:
-		needCheckpoint = true // outputs still due from backlog checkpoints
-	}
-	return needCheckpoint
-}
-
-func (t *Task) enterBacklog(c *chain) {
-	c.inBack = true
-	c.backStart = t.d.Clock()
-	c.lastLog = c.backStart
-	c.lastBackCkpt = c.backStart
-	c.backRecords = 0
-	t.d.Metrics.setBacklog(c, true)
-}
-
-func (t *Task) leaveBacklog(c *chain, folded int64) {
-	c.inBack = false
-	d := t.d.Clock().Sub(c.backStart)
-	rate := 0.0
-	if d > 0 {
-		rate = float64(c.backRecords) / d.Seconds()
-	}
-	t.d.Metrics.switched("to_realtime")
-	t.d.Metrics.setBacklog(c, false)
-	t.log.Info("switch to real-time mode", "operator", c.plan.Keyed.Name, "records", c.backRecords, "keys", folded,
-		"backlog_duration", d.Round(time.Millisecond), "rate_per_s", int64(rate), "lag", c.lag)
-	c.backRecords = 0
-}
 
 // Process runs a batch of records of topic (all from this task's partition, in offset order)
 // through the topic's chains in their current modes. Bad records become dead letters.
@@ -767,13 +644,6 @@ func (t *Task) makeRoom(c *chain) {
 	if len(c.dirty) >= t.cacheCap {
 		t.needCkpt = true
 	}
-}
-
-// backlogCheckpointDue reports whether a chain in backlog should fold its sorted records into
-// state now (backlog.checkpoint_interval) to bound the re-work after a crash.
-func (t *Task) backlogCheckpointDue(c *chain) bool {
-	every := t.plan.Config.Backlog.CheckpointInterval
-	return every > 0 && c.inBack && c.anyBacklog() && c.buffered() > 0 && t.d.Clock().Sub(c.lastBackCkpt) >= every
 }
 
 // Sorted entries' payloads start with a tag: a record's projected input, or a key's partial
