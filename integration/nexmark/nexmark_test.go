@@ -113,7 +113,7 @@ func TestNexmark(t *testing.T) {
 				line := fmt.Sprintf("%-4s %-16s %7.1fs", q.name, m.name, res.duration.Seconds())
 				defer func() { summary = append(summary, line) }()
 				if m.bounded && m.mode != "always" && len(res.logLines("bounded run: backlog.mode=always")) > 0 {
-					t.Logf("bounded run: sluice replaced backlog.mode=%s with always", m.mode)
+					t.Logf("bounded run: sluice runs backlog.mode=%s as always (a bounded input is a backlog)", m.mode)
 				}
 				if res.err != nil {
 					line += "  run failed: " + res.err.Error()
