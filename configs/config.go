@@ -268,7 +268,8 @@ type Operator struct {
 	Cogroup   *Cogroup   `koanf:"cogroup" doc:"A keyed aggregate over several co-partitioned inputs: each field aggregates the records of one input (from), per key of all of them; state and changelog as an aggregate's."`
 	Join      *Join      `koanf:"join" doc:"A stream-table join: each record of stream gets its key's row of table (FLIP-326: a task's stream waits until its table partition has loaded its snapshot)."`
 	Dedup     *Dedup     `koanf:"dedup" doc:"Keeps one record per key, in arrival order: the first (emitted once) or the latest (an upsert stream); state and changelog as an aggregate's."`
-	Output    string     `koanf:"output" default:"none" doc:"The sink the operator's records go to; required for an aggregate, cogroup, dedup or stream-stream join that no later operator reads (later operators read a keyed operator's results through <group>-<name>-output)."`
+	Top       *Top       `koanf:"top" doc:"Keeps each key's n records with the largest (or smallest) value of a field, ranked 1 to n (ties in arrival order): an upsert stream of one row per key and rank; state and changelog as an aggregate's."`
+	Output    string     `koanf:"output" default:"none" doc:"The sink the operator's records go to; required for an aggregate, cogroup, dedup, top or stream-stream join that no later operator reads (later operators read a keyed operator's results through <group>-<name>-output)."`
 }
 
 // Kind returns "filter", "map" or "aggregate" ("" when none is set).
@@ -286,6 +287,8 @@ func (o *Operator) Kind() string {
 		return "cogroup"
 	case o.Dedup != nil:
 		return "dedup"
+	case o.Top != nil:
+		return "top"
 	}
 	return ""
 }
@@ -307,6 +310,8 @@ func (o *Operator) Input() string {
 		return o.Cogroup.Inputs[0]
 	case o.Dedup != nil:
 		return o.Dedup.Input
+	case o.Top != nil:
+		return o.Top.Input
 	}
 	return ""
 }
@@ -439,6 +444,22 @@ type Dedup struct {
 	GroupBy string        `koanf:"group_by" default:"none" doc:"Field path (or several, separated by commas: a composite key) to deduplicate by instead of the input's key: records are re-keyed through the topic <group>-<name>-repartition, as an aggregate's group_by."`
 }
 
+// Top keeps each key's n records with the largest (or smallest) value of a field.
+type Top struct {
+	Input   string `koanf:"input" default:"required" doc:"A source or an earlier operator."`
+	N       int    `koanf:"n" default:"required" doc:"How many records each key keeps (1 to 32768): its rows, ranked 1 to n."`
+	By      string `koanf:"by" default:"required" doc:"The numeric field path the records are ranked by (exact decimals); a record without it is a dead letter."`
+	Order   string `koanf:"order" enum:"desc,asc" default:"desc" doc:"desc: the largest values rank first; asc: the smallest. Records of equal value rank in arrival order (the earlier first)."`
+	Rank    string `koanf:"rank" default:"rank" doc:"The name of the rank column added to each row (and to its Kafka key, {\"key\":\"<key>\",\"rank\":1})."`
+	GroupBy string `koanf:"group_by" default:"none" doc:"Field path (or several, separated by commas) to rank within instead of the input's key: records are re-keyed through the topic <group>-<name>-repartition, as an aggregate's group_by."`
+}
+
+// Top's order values.
+const (
+	OrderDesc = "desc"
+	OrderAsc  = "asc"
+)
+
 // Dedup's keep values.
 const (
 	KeepFirst = "first"
@@ -452,6 +473,8 @@ func (o *Operator) GroupBy() string {
 		return o.Aggregate.GroupBy
 	case o.Dedup != nil:
 		return o.Dedup.GroupBy
+	case o.Top != nil:
+		return o.Top.GroupBy
 	}
 	return ""
 }
@@ -604,7 +627,7 @@ func (c *Config) ReadByLater(op string) bool {
 // stream-stream join or a join as of event time): later operators read its results through
 // its output topic.
 func (o *Operator) Keyed() bool {
-	return o.Aggregate != nil || o.Cogroup != nil || o.Dedup != nil || o.Join != nil && (o.Join.StreamStream() || o.Join.AsOf == "event_time")
+	return o.Aggregate != nil || o.Cogroup != nil || o.Dedup != nil || o.Top != nil || o.Join != nil && (o.Join.StreamStream() || o.Join.AsOf == "event_time")
 }
 
 // DLQTopic returns the dead-letter topic: "<group>-dlq".
@@ -728,6 +751,10 @@ func (c *Config) fillDefaults(hostname func() (string, error)) *Error {
 		}
 		if d := c.Operators[i].Dedup; d != nil {
 			setIfEmpty(&d.Keep, KeepFirst)
+		}
+		if t := c.Operators[i].Top; t != nil {
+			setIfEmpty(&t.Order, OrderDesc)
+			setIfEmpty(&t.Rank, "rank")
 		}
 		if j := c.Operators[i].Join; j != nil {
 			setIfEmpty(&j.Type, JoinInner)

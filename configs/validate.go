@@ -368,17 +368,17 @@ func (c *Config) validateOperators() *Error {
 		for _, k := range []struct {
 			name string
 			set  bool
-		}{{"filter", op.Filter != nil}, {"map", op.Map != nil}, {"join", op.Join != nil}, {"aggregate", op.Aggregate != nil}, {"cogroup", op.Cogroup != nil}, {"dedup", op.Dedup != nil}} {
+		}{{"filter", op.Filter != nil}, {"map", op.Map != nil}, {"join", op.Join != nil}, {"aggregate", op.Aggregate != nil}, {"cogroup", op.Cogroup != nil}, {"dedup", op.Dedup != nil}, {"top", op.Top != nil}} {
 			if k.set {
 				kinds = append(kinds, k.name)
 			}
 		}
 		switch len(kinds) {
 		case 0:
-			return errorf(p, "needs one of filter, map, join, aggregate, cogroup or dedup")
+			return errorf(p, "needs one of filter, map, join, aggregate, cogroup, dedup or top")
 		case 1:
 		default:
-			return errorf(p, "has %s; an operator is exactly one of filter, map, join, aggregate, cogroup or dedup", strings.Join(kinds, " and "))
+			return errorf(p, "has %s; an operator is exactly one of filter, map, join, aggregate, cogroup, dedup or top", strings.Join(kinds, " and "))
 		}
 		kp := p + "." + kinds[0]
 		inKey := kp + ".input"
@@ -435,6 +435,13 @@ func (c *Config) validateOperators() *Error {
 					err = errorf(kp+".input", "does not lead to a source")
 				}
 			}
+		case op.Top != nil:
+			err = checkTop(kp, op.Top)
+			if err == nil {
+				if _, ok := c.SourceOf(op.Name); !ok {
+					err = errorf(kp+".input", "does not lead to a source")
+				}
+			}
 		case op.Dedup != nil:
 			err = checkDedup(kp, op.Dedup)
 			if err == nil {
@@ -461,6 +468,9 @@ func (c *Config) validateOperators() *Error {
 			}
 			if op.Dedup != nil {
 				return errorf(p+".output", "required for a dedup that no later operator reads: the sink its records go to (%s)", c.sinkList())
+			}
+			if op.Top != nil {
+				return errorf(p+".output", "required for a top that no later operator reads: the sink its rows go to (%s)", c.sinkList())
 			}
 		} else if _, ok := c.Sinks[op.Output]; !ok {
 			return errorf(p+".output", "unknown sink %q (%s)", op.Output, c.sinkList())
@@ -904,6 +914,31 @@ func checkDedup(kp string, d *Dedup) *Error {
 	if d.GroupBy != "" {
 		if msg := checkGroupBy(d.GroupBy); msg != "" {
 			return errorf(kp+".group_by", "%s; or leave it out to deduplicate by the input's key", msg)
+		}
+	}
+	return nil
+}
+
+// checkTop checks a top operator at key kp.
+func checkTop(kp string, t *Top) *Error {
+	switch {
+	case t.N < 1 || t.N > 1<<15:
+		return errorf(kp+".n", "must be 1 to %d (the rows each key keeps), not %d", 1<<15, t.N)
+	case strings.TrimSpace(t.By) == "":
+		return errorf(kp+".by", "required: the numeric field the records are ranked by, e.g. price")
+	}
+	if msg := checkFieldPath(t.By); msg != "" {
+		return errorf(kp+".by", "%s", msg)
+	}
+	if err := checkEnum(kp+".order", t.Order, OrderDesc, OrderAsc); err != nil {
+		return err
+	}
+	if t.Rank != "" && !validName(t.Rank, true, "") {
+		return errorf(kp+".rank", "invalid column name %q (letters, digits, '_', '-')", t.Rank)
+	}
+	if t.GroupBy != "" {
+		if msg := checkGroupBy(t.GroupBy); msg != "" {
+			return errorf(kp+".group_by", "%s; or leave it out to rank within the input's key", msg)
 		}
 	}
 	return nil

@@ -151,6 +151,8 @@ func (c *sessCtx) Emit(value []byte) { c.outs = append(c.outs, bytes.Clone(value
 
 func (c *sessCtx) EmitAt(value []byte, _ int64) { c.Emit(value) }
 
+func (c *sessCtx) EmitKey(_, value []byte) { c.Emit(value) }
+
 // at sets the watermark of the next call.
 func (c *sessCtx) at(wm int64) Context { c.wm = wm; return c }
 

@@ -62,6 +62,9 @@ type Context interface {
 	// EmitAt is Emit of a result with an event time, ts (epoch ms): the record timestamp of a
 	// result that later operators read by event time (a window's final: its end - 1).
 	EmitAt(value []byte, ts int64)
+	// EmitKey is Emit under another Kafka key (both copied): a row of an upsert stream whose key
+	// is more than the operator's (a top-N's rank within its key).
+	EmitKey(key, value []byte)
 }
 
 // TimedResults is a Keyed operator whose finals carry an event time (EmitAt) that later

@@ -46,6 +46,7 @@ var queries = []query{
 	{name: "q22", reference: refQ22, read: readQ22},
 	{name: "q17", reference: refQ17, read: readQ17, upsert: true, internal: []string{"-q17-repartition", "-q17-output"}},
 	{name: "q18", reference: refQ18, read: readQ18, upsert: true, internal: []string{"-q18-repartition"}},
+	{name: "q19", reference: refQ19, read: readQ19, upsert: true},
 }
 
 // bidID names a bid: its auction, bidder, time and extra (the extra alone, a random substring of
@@ -698,4 +699,55 @@ func readQ17(r *kgo.Record) (row, error) {
 	}
 	return row{fmt.Sprintf("auction=%d day=%s", *v.Auction, v.Day),
 		fmt.Sprintf("total=%s rank1=%s rank2=%s rank3=%s min=%s max=%s avg=%s sum=%s", v.Total, v.R1, v.R2, v.R3, v.Min, v.Max, v.Avg, v.Sum)}, nil
+}
+
+// q19, the 10 highest bids of each auction (ROW_NUMBER() OVER (PARTITION BY auction ORDER BY
+// price DESC) <= 10), ties in the bid topic's order (the earlier first).
+func refQ19(bids []Bid) []row {
+	top := map[int64][]Bid{}
+	for _, b := range bids {
+		rows := top[b.Auction]
+		at := len(rows)
+		for i, x := range rows {
+			if b.Price > x.Price {
+				at = i
+				break
+			}
+		}
+		rows = append(rows[:at], append([]Bid{b}, rows[at:]...)...)
+		top[b.Auction] = rows[:min(len(rows), 10)]
+	}
+	var out []row
+	for a, rows := range top {
+		for i, b := range rows {
+			out = append(out, row{fmt.Sprintf("auction=%d rank=%d", a, i+1),
+				fmt.Sprintf("bidder=%d price=%d channel=%q url=%q dateTime=%d extra=%q", b.Bidder, b.Price, b.Channel, b.URL, b.DateTime, b.Extra)})
+		}
+	}
+	return out
+}
+
+// readQ19 reads one row of q19's upsert stream: a bid and its rank_number under the key
+// {"key":"<auction>","rank_number":r}.
+func readQ19(r *kgo.Record) (row, error) {
+	if err := checkColumns(r, "auction", "bidder", "price", "channel", "url", "dateTime", "extra", "rank_number"); err != nil {
+		return row{}, err
+	}
+	var b struct {
+		outBid
+		Rank *int64 `json:"rank_number"`
+	}
+	d := json.NewDecoder(bytes.NewReader(r.Value))
+	d.UseNumber()
+	if err := d.Decode(&b); err != nil {
+		return row{}, fmt.Errorf("value %q: %w", r.Value, err)
+	}
+	if b.Auction == nil || b.Bidder == nil || b.DateTime == nil || b.Price == "" || b.Rank == nil {
+		return row{}, fmt.Errorf("value %q lacks auction, bidder, price, dateTime or rank_number", r.Value)
+	}
+	if want := fmt.Sprintf(`{"key":"%d","rank_number":%d}`, *b.Auction, *b.Rank); string(r.Key) != want {
+		return row{}, fmt.Errorf("record key %q, want %s", r.Key, want)
+	}
+	return row{fmt.Sprintf("auction=%d rank=%d", *b.Auction, *b.Rank),
+		fmt.Sprintf("bidder=%d price=%s channel=%q url=%q dateTime=%d extra=%q", *b.Bidder, b.Price, b.Channel, b.URL, *b.DateTime, b.Extra)}, nil
 }

@@ -112,6 +112,8 @@ func (k *keyedCtx) Emit(value []byte) { k.emit(k.e.key, value, math.MinInt64) }
 
 func (k *keyedCtx) EmitAt(value []byte, ts int64) { k.emit(k.e.key, value, ts) }
 
+func (k *keyedCtx) EmitKey(key, value []byte) { k.emit(key, value, math.MinInt64) }
+
 func (k *keyedCtx) mark() {
 	if !k.fold && !k.e.dirty {
 		k.e.dirty = true

@@ -153,7 +153,7 @@ func checkReadsResults(i int, op configs.Operator, up *configs.Operator) error {
 		emit = up.Aggregate.Emit
 	case up.Cogroup != nil:
 		emit = up.Cogroup.Emit
-	case up.Dedup != nil && up.Dedup.Keep == configs.KeepLast:
+	case up.Dedup != nil && up.Dedup.Keep == configs.KeepLast, up.Top != nil:
 		emit = configs.EmitUpdates
 	default:
 		return nil // join pairs and a dedup's first records are emitted once each
@@ -547,6 +547,9 @@ func (p *Plan) Describe(w io.Writer) {
 				c.Keyed.Name, side, orDefault(j.Type, "inner"), j.Left, j.Right, j.Within, j.Left, j.Right)
 		} else if c.Keyed != nil && c.Keyed.Dedup != nil {
 			describeDedup(w, c.Keyed.Name, c.Keyed.Dedup, c.Source.Watermark.MaxDelay)
+		} else if t := c.Keyed; t != nil && t.Top != nil {
+			fmt.Fprintf(w, "  -> top %s: each key's %d records with the %s %s (ties in arrival order), an upsert stream of rows keyed by key and %s, written at most once per row per commit; backlog replays each key's records in arrival order\n",
+				t.Name, t.Top.N, map[bool]string{true: "largest", false: "smallest"}[t.Top.Order != configs.OrderAsc], t.Top.By, t.Top.Rank)
 		} else if c.Keyed != nil {
 			ops, _ := c.build(nil, nil)
 			a := ops.agg.Attributes()
@@ -708,6 +711,10 @@ func (c ChainPlan) build(rows func(table string) operators.Rows, values operator
 	}
 	if c.Keyed != nil && c.Keyed.Dedup != nil {
 		ops.kop, err = operators.NewDedup(c.Keyed.Name, *c.Keyed.Dedup)
+		return ops, err
+	}
+	if c.Keyed != nil && c.Keyed.Top != nil {
+		ops.kop, err = operators.NewTop(c.Keyed.Name, *c.Keyed.Top)
 		return ops, err
 	}
 	if c.Keyed != nil {
