@@ -486,8 +486,9 @@ type Join struct {
 	Table  string        `koanf:"table" default:"none" doc:"Stream-table join: a table; each record gets its key's row under the table's name (null when a left join finds none)."`
 	Left   string        `koanf:"left" default:"none" doc:"Stream-stream join: the left input (a source or an earlier operator), keyed like right and co-partitioned with it."`
 	Right  string        `koanf:"right" default:"none" doc:"Stream-stream join: the right input."`
-	Within time.Duration `koanf:"within" default:"none" doc:"Stream-stream join: a left and a right record of one key whose event times are at most this apart are a pair, emitted once as {<left>: ..., <right>: ...}."`
+	Within time.Duration `koanf:"within" default:"none" doc:"Stream-stream join: a left and a right record of one key whose event times are at most this apart are a pair, emitted once as {<left>: ..., <right>: ...}. Without within, a regular inner join: every pair of a left and a right record of one key, whenever each arrived (see unique)."`
 	Type   string        `koanf:"type" enum:"inner,left,outer" default:"inner" doc:"inner: only matches; left: also each record of the stream (or left) side without a match, with null (for a stream-stream join, once its window has closed, never earlier); outer (stream-stream only): unmatched records of both sides."`
+	Unique string        `koanf:"unique" enum:"left,right" default:"none" doc:"Stream-stream join without within (a regular join): the side that has at most one record per key (an entity: an auction, a person). Its first record of a key joins every record of the other side, before or after it, and the key's state is that one record once it came (later records of the unique side for the key are ignored). Without it, a regular join keeps every record of both sides for ever."`
 	AsOf   string        `koanf:"as_of" enum:"processing,event_time" doc:"Stream-table join: processing, the latest row when the record is processed, after the table's snapshot has loaded; event_time, the row version valid at the record's event time, once the table's watermark has passed it (the table is then read as a stream of versions, with the task's other inputs)."`
 }
 
@@ -499,6 +500,12 @@ const (
 	JoinInner = "inner"
 	JoinLeft  = "left"
 	JoinOuter = "outer"
+)
+
+// Join sides (unique).
+const (
+	SideLeft  = "left"
+	SideRight = "right"
 )
 
 // Window is an aggregate's event-time window: exactly one of Tumbling, Hopping (with Advance) and

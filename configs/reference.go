@@ -27,6 +27,7 @@ operators:
   - {name: a, aggregate: {input: j, fields: {n: {count: {}}}, window: {tumbling: 1m}, group_by: t.region}, output: o}
   - {name: c, cogroup: {inputs: [s2, s3], fields: {n: {count: {}, from: s2}}, window: {tumbling: 1m}}, output: o}
   - {name: p, join: {left: s4, right: s5, within: 1m, type: inner}, output: o}
+  - {name: rj, join: {left: s4, right: s5, unique: right}, output: o}
   - {name: d, dedup: {input: s, group_by: x}, output: o}
   - {name: tn, top: {input: s, n: 3, by: x}, output: o}
 sinks: {o: {topic: out, schema: '{"type":"record","name":"R","fields":[]}'}}

@@ -533,10 +533,17 @@ func checkStreamJoin(kp string, j *Join) *Error {
 		return errorf(kp+".left", "required for a stream-stream join (with right and within)")
 	case j.Right == "":
 		return errorf(kp+".right", "required for a stream-stream join (with left and within)")
-	case j.Within <= 0:
-		return errorf(kp+".within", "required for a stream-stream join: how far apart in event time a left and a right record may be, e.g. 10m")
+	case j.Within < 0:
+		return errorf(kp+".within", "must not be negative: how far apart in event time a left and a right record may be, e.g. 10m (or leave it out for a regular join)")
+	case j.Within == 0 && j.Type != "" && j.Type != JoinInner:
+		return errorf(kp+".type", "a regular join (no within) is inner: a %s join emits a record without a partner only once its window has closed, so it needs within", j.Type)
+	case j.Within > 0 && j.Unique != "":
+		return errorf(kp+".unique", "applies to regular joins (no within); a windowed join keeps its records until their window closes")
 	case j.AsOf != "":
 		return errorf(kp+".as_of", "applies to stream-table joins only")
+	}
+	if err := checkEnum(kp+".unique", j.Unique, SideLeft, SideRight); err != nil {
+		return err
 	}
 	return checkEnum(kp+".type", j.Type, JoinInner, JoinLeft, JoinOuter)
 }
@@ -548,6 +555,9 @@ func (c *Config) checkJoin(kp string, j *Join) *Error {
 	}
 	if j.Type == JoinOuter {
 		return errorf(kp+".type", "outer applies to stream-stream joins; a stream-table join is inner or left")
+	}
+	if j.Unique != "" {
+		return errorf(kp+".unique", "applies to regular stream-stream joins (left and right, no within); a table has one row per key already")
 	}
 	if j.Table == "" {
 		return errorf(kp+".table", "required: a table (%s)", c.tableList())

@@ -537,6 +537,17 @@ func (p *Plan) Describe(w io.Writer) {
 			}
 			fmt.Fprintf(w, "  -> join %s (%s side): %s join with table %s as of event time: a stream record waits until the watermark of both inputs has passed its time, then joins the row version valid then; table versions kept %v behind the watermark; late table versions -> dead letters; state in Pebble, one timer per key\n",
 				c.Keyed.Name, side, orDefault(c.AsOf.Type, "inner"), c.AsOf.Table, c.Versions)
+		} else if j := c.StreamJoin; j != nil && j.Within == 0 {
+			side := "left"
+			if c.Input == 1 {
+				side = "right"
+			}
+			state := "every record of both sides, for ever"
+			if j.Unique != "" {
+				state = fmt.Sprintf("per key the %s side's one record (once it came; the other side's records wait until then)", j.Unique)
+			}
+			fmt.Fprintf(w, "  -> regular join %s (%s side): inner join of %s and %s, every pair of one key once as {%q: ..., %q: ...}, whenever each arrived; state in Pebble: %s\n",
+				c.Keyed.Name, side, j.Left, j.Right, j.Left, j.Right, state)
 		} else if c.StreamJoin != nil {
 			j := c.StreamJoin
 			side := "left"
@@ -706,7 +717,11 @@ func (c ChainPlan) build(rows func(table string) operators.Rows, values operator
 		return ops, err
 	}
 	if c.StreamJoin != nil {
-		ops.kop, err = operators.NewStreamJoin(c.Keyed.Name, *c.StreamJoin)
+		if c.StreamJoin.Within == 0 {
+			ops.kop, err = operators.NewRegularJoin(c.Keyed.Name, *c.StreamJoin)
+		} else {
+			ops.kop, err = operators.NewStreamJoin(c.Keyed.Name, *c.StreamJoin)
+		}
 		return ops, err
 	}
 	if c.Keyed != nil && c.Keyed.Dedup != nil {
