@@ -3,7 +3,9 @@
 // Every keyed operator writes, in the same transaction as its outputs and input offsets, one
 // changelog record per key it changed: key = the group key, value = the full state (so replaying
 // any suffix of the log is idempotent), and a header with the fingerprint of the state's layout
-// (LayoutHeader: a restore refuses a state written under another layout). The topic
+// (codec.HeaderLayout: a restore refuses a state written under another layout). The records'
+// layouts (keys, values, headers) and the names of the namespaces a restore writes are
+// package codec's. The topic
 // <group>-<operator>-changelog is compacted and has exactly the input's partition count:
 // partition p holds the state of task p.
 //
@@ -15,12 +17,10 @@
 package changelog
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -29,54 +29,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/sluice-dev/sluice/changelog/codec"
 	"github.com/sluice-dev/sluice/producer"
 	"github.com/sluice-dev/sluice/state"
 )
-
-// PendingHeader marks a changelog record written by a backlog checkpoint: the key's state was
-// folded, but its output is still due (at the switch to real-time). A later record of the key
-// without the header clears it; compaction keeps only the latest record per key, so the mark
-// survives exactly as long as it is true.
-const PendingHeader = "sluice.pending"
-
-// WatermarkHeader marks the changelog record that carries a windowed operator's watermark
-// (8 bytes, big-endian, the event time in ms; a writer's mark may add a ninth byte, its
-// idleness) as of the input offset committed with it; its key is
-// WatermarkKey, shorter than any window key, so compaction keeps it apart from the states. A
-// restore stores it under WatermarkNamespace, so that a task restored anywhere decides lateness
-// exactly as the task before it would have.
-const WatermarkHeader = "sluice.watermark"
-
-// WatermarkKey is the changelog key of the watermark record, and its key in WatermarkNamespace.
-var WatermarkKey = []byte("wm")
-
-// IsWatermarkKey reports whether k is the key of a watermark record: WatermarkKey (the
-// operator's), WatermarkKey + "/" + an input's index (an operator of several inputs), or that
-// + "/" + a writer's partition (what a writer of the input's internal topic announced).
-func IsWatermarkKey(k []byte) bool {
-	if bytes.Equal(k, WatermarkKey) {
-		return true
-	}
-	rest, ok := bytes.CutPrefix(k, append(slices.Clip(WatermarkKey), '/'))
-	if !ok {
-		return false
-	}
-	parts := bytes.Split(rest, []byte{'/'})
-	if len(parts) > 2 {
-		return false
-	}
-	for _, p := range parts {
-		if len(p) == 0 || len(p) > 4 {
-			return false
-		}
-		for _, c := range p {
-			if c < '0' || c > '9' {
-				return false
-			}
-		}
-	}
-	return true
-}
 
 // HasAny reports whether ns holds at least one key.
 func HasAny(st state.Store, ns state.Namespace) (bool, error) {
@@ -221,7 +177,7 @@ type Restorer struct {
 	// fails is an error (never silently dropped). Nil accepts everything.
 	Valid func(op string, val []byte) bool
 	// Layout returns the fingerprint and text of operator op's state layout in the running
-	// config; a record whose LayoutHeader differs is an error. Nil, or "", checks nothing.
+	// config; a record whose codec.HeaderLayout differs is an error. Nil, or "", checks nothing.
 	Layout func(op string) (fingerprint, text string)
 	// Opts are the options each restore client starts from, after kgo.SeedBrokers(Brokers):
 	// the connection's (dial.Opts: TLS, SASL) and test hooks.
@@ -264,10 +220,10 @@ func (r *Restorer) Restore(ctx context.Context, topic string, ns state.Namespace
 		if err := r.Store.Drop(ns); err != nil {
 			return st, err
 		}
-		if err := r.Store.Drop(PendingNamespace(ns)); err != nil {
+		if err := r.Store.Drop(codec.PendingNamespace(ns)); err != nil {
 			return st, err
 		}
-		if err := r.Store.Drop(WatermarkNamespace(ns)); err != nil {
+		if err := r.Store.Drop(codec.WatermarkNamespace(ns)); err != nil {
 			return st, err
 		}
 		from, st.Full = lo.Offset, true
@@ -301,7 +257,7 @@ func (r *Restorer) Restore(ctx context.Context, topic string, ns state.Namespace
 	}
 	defer cl.Close()
 	next := from
-	pendNS := PendingNamespace(ns)
+	pendNS := codec.PendingNamespace(ns)
 	// Unmarked records clear a pending mark; skip those deletes when no mark can exist.
 	marks, err := HasAny(r.Store, pendNS)
 	if err != nil {
@@ -358,16 +314,18 @@ func (r *Restorer) Restore(ctx context.Context, topic string, ns state.Namespace
 }
 
 // apply decodes one changelog record of ns (not a transaction marker) into b: a watermark
-// record (WatermarkHeader, 8 bytes, or 9 for a writer's mark), or a key's state (checked against the layout fingerprint fp
-// and the Valid hook; nil value: deleted), its pending mark set or cleared (PendingHeader;
-// *marks: the pending namespace may hold keys). A record that does not decode is an error
-// wrapping ErrLayout; nothing of it is applied.
+// record (codec.IsWatermarkRecord, stored under codec.WatermarkNamespace, so that a task
+// restored anywhere decides lateness exactly as the task before it would have), or a key's
+// state (checked against the layout fingerprint fp and the Valid hook; nil value: deleted),
+// its pending mark set or cleared (codec.IsPendingRecord; *marks: the pending namespace may
+// hold keys). A record that does not decode is an error wrapping ErrLayout; nothing of it is
+// applied.
 func (r *Restorer) apply(b state.Batch, rec *kgo.Record, ns state.Namespace, fp, layout string, marks *bool) error {
-	if hasHeader(rec, WatermarkHeader) {
-		if !IsWatermarkKey(rec.Key) || len(rec.Value) != 8 && !(len(rec.Value) == 9 && bytes.Count(rec.Key, []byte{'/'}) == 2) {
+	if codec.IsWatermarkRecord(rec) {
+		if !codec.ValidWatermarkRecord(rec.Key, rec.Value) {
 			return invalidWatermark(rec, ns)
 		}
-		return b.Set(WatermarkNamespace(ns), rec.Key, rec.Value) // WatermarkKey, or an input's (wm/<i>)
+		return b.Set(codec.WatermarkNamespace(ns), rec.Key, rec.Value)
 	}
 	if err := checkLayout(rec, ns, fp, layout); err != nil {
 		return err
@@ -375,8 +333,8 @@ func (r *Restorer) apply(b state.Batch, rec *kgo.Record, ns state.Namespace, fp,
 	if rec.Value != nil && r.Valid != nil && !r.Valid(ns.Operator, rec.Value) {
 		return invalidState(rec, ns, layout)
 	}
-	pendNS := PendingNamespace(ns)
-	if hasHeader(rec, PendingHeader) {
+	pendNS := codec.PendingNamespace(ns)
+	if codec.IsPendingRecord(rec) {
 		*marks = true
 		if err := b.Set(pendNS, rec.Key, []byte{}); err != nil {
 			return err
@@ -400,15 +358,6 @@ func (r *Restorer) log() *slog.Logger {
 }
 
 func ptr[T any](v T) *T { return &v }
-
-func hasHeader(r *kgo.Record, key string) bool {
-	for _, h := range r.Headers {
-		if h.Key == key {
-			return true
-		}
-	}
-	return false
-}
 
 // stableEnd returns the partition's last stable offset once no transaction is open on it
 // (last stable offset = high watermark). Only a task's owner writes its changelog partition, so

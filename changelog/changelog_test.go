@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/sluice-dev/sluice/changelog"
+	"github.com/sluice-dev/sluice/changelog/codec"
 	"github.com/sluice-dev/sluice/state"
 )
 
@@ -132,11 +133,11 @@ func TestRestoreUnusableOffset(t *testing.T) {
 					}
 				}
 				seed(t, st, ns0, map[string]string{"stale": "x"}, tc.stored)
-				seed(t, st, changelog.PendingNamespace(ns0), map[string]string{"stale": ""}, -1)
+				seed(t, st, codec.PendingNamespace(ns0), map[string]string{"stale": ""}, -1)
 
 				checkStats(t, restore(t, restorer(t, c, st), ns0), tc.from, tc.to, tc.wantRecord, true)
 				checkContents(t, st, ns0, tc.want)
-				checkContents(t, st, changelog.PendingNamespace(ns0), map[string]string{})
+				checkContents(t, st, codec.PendingNamespace(ns0), map[string]string{})
 				if off := offset(t, st, ns0); off != tc.to {
 					t.Errorf("stored offset %d, want the log end %d", off, tc.to)
 				}
@@ -145,14 +146,14 @@ func TestRestoreUnusableOffset(t *testing.T) {
 	}
 }
 
-// TestRestorePendingMarks: a record with changelog.PendingHeader marks its key in
-// changelog.PendingNamespace; a later record of the key without it clears the mark, in the
+// TestRestorePendingMarks: a record with codec.HeaderPending marks its key in
+// codec.PendingNamespace; a later record of the key without it clears the mark, in the
 // same restore or a later one.
 func TestRestorePendingMarks(t *testing.T) {
 	stores(t, func(t *testing.T, st state.Store) {
 		c := newCluster(t)
 		r := restorer(t, c, st)
-		pend := changelog.PendingNamespace(ns0)
+		pend := codec.PendingNamespace(ns0)
 		if pend.Partition != ns0.Partition || pend.Operator == ns0.Operator {
 			t.Fatalf("PendingNamespace(%v) = %v: want the same partition, another operator", ns0, pend)
 		}
@@ -215,7 +216,7 @@ func TestRestoreRejectsInvalidState(t *testing.T) {
 	})
 }
 
-// TestRestoreRejectsBadWatermark: a watermark record (changelog.WatermarkHeader) whose value is
+// TestRestoreRejectsBadWatermark: a watermark record (codec.HeaderWatermark) whose value is
 // not 8 bytes stops the restore with ErrLayout naming the topic and offset; nothing of it is
 // stored (a task would otherwise fail to start on it, or read a wrong watermark).
 func TestRestoreRejectsBadWatermark(t *testing.T) {
@@ -227,8 +228,8 @@ func TestRestoreRejectsBadWatermark(t *testing.T) {
 			w.put(0, rec{key: "a", val: "good"})
 			ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 			defer cancel()
-			kr := &kgo.Record{Topic: topic, Partition: 0, Key: changelog.WatermarkKey, Value: []byte(val),
-				Headers: []kgo.RecordHeader{{Key: changelog.WatermarkHeader}}}
+			kr := &kgo.Record{Topic: topic, Partition: 0, Key: codec.WatermarkKey, Value: []byte(val),
+				Headers: []kgo.RecordHeader{{Key: codec.HeaderWatermark}}}
 			if err := w.cl.ProduceSync(ctx, kr).FirstErr(); err != nil {
 				t.Fatal(err)
 			}
@@ -241,24 +242,10 @@ func TestRestoreRejectsBadWatermark(t *testing.T) {
 					t.Errorf("error %q does not say %q", err, want)
 				}
 			}
-			if _, ok, _ := st.Get(changelog.WatermarkNamespace(ns0), changelog.WatermarkKey, nil); ok {
+			if _, ok, _ := st.Get(codec.WatermarkNamespace(ns0), codec.WatermarkKey, nil); ok {
 				t.Error("the bad watermark was stored")
 			}
 		})
-	}
-}
-
-// TestIsWatermarkKey: the operator's watermark, an input's (an operator of several inputs), and
-// a writer's as a reader of an internal topic committed it; nothing else.
-func TestIsWatermarkKey(t *testing.T) {
-	for k, want := range map[string]bool{
-		"wm": true, "wm/0": true, "wm/12": true, "wm/0/3": true, "wm/1/9999": true,
-		"": false, "w": false, "wm/": false, "wm/a": false, "wm/0/": false, "wm//1": false,
-		"wm/0/1/2": false, "wm/12345": false, "wm/0/12345": false, "wmx": false, "xwm/0": false,
-	} {
-		if got := changelog.IsWatermarkKey([]byte(k)); got != want {
-			t.Errorf("IsWatermarkKey(%q) = %v, want %v", k, got, want)
-		}
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluice-dev/sluice/changelog"
+	"github.com/sluice-dev/sluice/changelog/codec"
 	"github.com/sluice-dev/sluice/state"
 )
 
@@ -65,7 +66,7 @@ func restorer(t *testing.T, c *kfake.Cluster, st state.Store) *changelog.Restore
 }
 
 // rec is a changelog record: a key's full state, a tombstone (del), or a state whose output is
-// still due (pending: it carries changelog.PendingHeader).
+// still due (pending: it carries codec.HeaderPending).
 type rec struct {
 	key, val string
 	del      bool
@@ -78,7 +79,7 @@ func (r rec) record(p int32) *kgo.Record {
 		kr.Value = []byte(r.val)
 	}
 	if r.pending {
-		kr.Headers = []kgo.RecordHeader{{Key: changelog.PendingHeader}}
+		kr.Headers = []kgo.RecordHeader{{Key: codec.HeaderPending}}
 	}
 	return kr
 }

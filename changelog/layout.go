@@ -6,14 +6,9 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/sluice-dev/sluice/changelog/codec"
 	"github.com/sluice-dev/sluice/state"
 )
-
-// LayoutHeader carries, on every changelog record, the fingerprint of the state layout the
-// record's value was written under (operators.Layout.Fingerprint). A restore refuses a record
-// whose fingerprint differs from the running config's: its bytes mean something else. Records
-// of sluice versions before the header have none; the Restorer's Valid hook is their only check.
-const LayoutHeader = "sluice.layout"
 
 // ErrLayout is wrapped by the errors of a restore that met a changelog record of another state
 // layout (test with errors.Is).
@@ -27,14 +22,15 @@ func ResetHint(op, topic string) string {
 		"operator's local state and the changelog topic %s, which the next start recreates)", op, topic)
 }
 
-// checkLayout returns an error if rec carries a layout fingerprint other than want ("" checks
-// nothing). It does not allocate.
+// checkLayout returns an error if rec carries a layout fingerprint (codec.HeaderLayout) other
+// than want ("" checks nothing). Records of sluice versions before the header have none; the
+// Restorer's Valid hook is their only check. It does not allocate.
 func checkLayout(rec *kgo.Record, ns state.Namespace, want, wantText string) error {
 	if want == "" {
 		return nil
 	}
 	for _, h := range rec.Headers {
-		if h.Key == LayoutHeader && string(h.Value) != want {
+		if h.Key == codec.HeaderLayout && string(h.Value) != want {
 			return fmt.Errorf("%w: %s[%d] offset %d holds a state of operator %s written under another layout (fingerprint %s; this config's is %s: %s); %s",
 				ErrLayout, rec.Topic, rec.Partition, rec.Offset, ns.Operator, h.Value, want, wantText, ResetHint(ns.Operator, rec.Topic))
 		}

@@ -10,6 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/sluice-dev/sluice/changelog/codec"
 	"github.com/sluice-dev/sluice/integration/kafkatest"
 	"github.com/sluice-dev/sluice/state"
 )
@@ -21,8 +22,8 @@ import (
 // naming the operator and sluice reset, and nothing of the log is applied.
 func TestRestoreChecksLayout(t *testing.T) {
 	const op, fp, text = "totals", "00000000000000aa", "aggregate/v1 n=count()"
-	layout := []kgo.RecordHeader{{Key: LayoutHeader, Value: []byte(fp)}}
-	other := []kgo.RecordHeader{{Key: PendingHeader, Value: []byte("1")}, {Key: LayoutHeader, Value: []byte("00000000000000bb")}}
+	layout := []kgo.RecordHeader{{Key: codec.HeaderLayout, Value: []byte(fp)}}
+	other := []kgo.RecordHeader{{Key: codec.HeaderPending, Value: []byte("1")}, {Key: codec.HeaderLayout, Value: []byte("00000000000000bb")}}
 	valid := func(_ string, v []byte) bool { return len(v) == 3 }
 	for _, c := range []struct {
 		name    string

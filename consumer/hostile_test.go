@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/sluice-dev/sluice/changelog"
+	"github.com/sluice-dev/sluice/changelog/codec"
 	"github.com/sluice-dev/sluice/operators/task"
 )
 
@@ -184,17 +185,17 @@ func TestOversizedDeadLetter(t *testing.T) {
 				t.Errorf("dead letter: key %q, value of %d bytes; want c-001 and the first %d bytes of the record", dl.Key, len(dl.Value), task.DeadLetterMaxBytes)
 			}
 			for k, want := range map[string]string{
-				task.HeaderOriginalValueSize: strconv.Itoa(len(huge)),
-				task.HeaderOriginalKeySize:   "5",
-				task.HeaderSourceTopic:       inputTopic,
-				task.HeaderSourcePartition:   strconv.Itoa(int(recs[2].Partition)),
-				task.HeaderSourceOffset:      strconv.FormatInt(recs[2].Offset, 10),
+				codec.HeaderOriginalValueSize: strconv.Itoa(len(huge)),
+				codec.HeaderOriginalKeySize:   "5",
+				codec.HeaderSourceTopic:       inputTopic,
+				codec.HeaderSourcePartition:   strconv.Itoa(int(recs[2].Partition)),
+				codec.HeaderSourceOffset:      strconv.FormatInt(recs[2].Offset, 10),
 			} {
 				if got := header(dl, k); got != want {
 					t.Errorf("dead letter header %s = %q, want %q", k, got, want)
 				}
 			}
-			if r := header(dl, task.HeaderError); !strings.Contains(r, "unexpected end of input") {
+			if r := header(dl, codec.HeaderError); !strings.Contains(r, "unexpected end of input") {
 				t.Errorf("dead letter reason %q", r)
 			}
 			if n := e.metric(t, "sluice_dead_letters_total"); n != 1 {
@@ -411,14 +412,14 @@ func TestHostileInputEndToEnd(t *testing.T) {
 			checkTotals(t, want, readTotals(t, brokers))
 			dead := readCommitted(t, brokers, e.cfg.DLQTopic())
 			for _, dl := range dead {
-				at := header(dl, task.HeaderSourcePartition) + "/" + header(dl, task.HeaderSourceOffset)
+				at := header(dl, codec.HeaderSourcePartition) + "/" + header(dl, codec.HeaderSourceOffset)
 				reason, ok := reasons[at]
 				if !ok {
-					t.Errorf("unexpected (or repeated) dead letter of %s: %.200s", at, header(dl, task.HeaderError))
+					t.Errorf("unexpected (or repeated) dead letter of %s: %.200s", at, header(dl, codec.HeaderError))
 					continue
 				}
 				delete(reasons, at)
-				if got := header(dl, task.HeaderError); !strings.Contains(got, reason) {
+				if got := header(dl, codec.HeaderError); !strings.Contains(got, reason) {
 					t.Errorf("dead letter of %s: reason %.300q, want it to contain %q", at, got, reason)
 				}
 			}

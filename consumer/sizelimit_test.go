@@ -13,9 +13,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/sluice-dev/sluice/changelog/codec"
 	"github.com/sluice-dev/sluice/configs"
 	"github.com/sluice-dev/sluice/integration/kafkatest"
-	"github.com/sluice-dev/sluice/operators/task"
 )
 
 // This file holds the tests of topics that accept small records: a pass-through pipeline whose
@@ -162,20 +162,20 @@ func testSmallSinkTopic(t *testing.T, brokers string) {
 		k := string(dl.Key)
 		src, ok := byKey[k]
 		if seq, _ := strconv.Atoi(strings.TrimPrefix(k, "k-")); !ok || deadSeen[k] || tooLarge[seq] == 0 {
-			t.Errorf("unexpected dead letter %q (repeated: %v): %s", k, deadSeen[k], header(dl, task.HeaderError))
+			t.Errorf("unexpected dead letter %q (repeated: %v): %s", k, deadSeen[k], header(dl, codec.HeaderError))
 			continue
 		}
 		deadSeen[k] = true
-		reason := header(dl, task.HeaderError)
+		reason := header(dl, codec.HeaderError)
 		for _, want := range []string{"too large", "topic " + sink, "limit of " + strconv.Itoa(sinkLimit) + " bytes"} {
 			if !strings.Contains(reason, want) {
 				t.Errorf("dead letter %s: reason %q does not say %q", k, reason, want)
 			}
 		}
-		if got := header(dl, task.HeaderDestinationTopic); got != sink {
-			t.Errorf("dead letter %s: %s = %q, want %s", k, task.HeaderDestinationTopic, got, sink)
+		if got := header(dl, codec.HeaderDestinationTopic); got != sink {
+			t.Errorf("dead letter %s: %s = %q, want %s", k, codec.HeaderDestinationTopic, got, sink)
 		}
-		if cut := header(dl, task.HeaderOriginalValueSize); cut != "" {
+		if cut := header(dl, codec.HeaderOriginalValueSize); cut != "" {
 			if cut != strconv.Itoa(len(src.Value)) || !strings.HasPrefix(string(src.Value), string(dl.Value)) {
 				t.Errorf("dead letter %s: value of %d bytes, original size %s; want a prefix of the %d bytes", k, len(dl.Value), cut, len(src.Value))
 			}

@@ -240,36 +240,3 @@ func FuzzSessionState(f *testing.F) {
 		}
 	})
 }
-
-// FuzzWindowKey: a window key splits back into its group key and start; any bytes of at least
-// WindowKeySize split, shorter ones do not; order of keys is (group key, start) order for keys
-// of equal group-key length.
-func FuzzWindowKey(f *testing.F) {
-	f.Add([]byte("c-1"), int64(0), []byte{})
-	f.Add([]byte{}, int64(math.MinInt64), []byte{1, 2, 3, 4, 5, 6, 7, 8})
-	f.Add([]byte("\xff"), int64(math.MaxInt64), []byte{0})
-	f.Fuzz(func(t *testing.T, key []byte, start int64, raw []byte) {
-		wk := AppendWindowKey(nil, key, start)
-		k, s, ok := SplitWindowKey(wk)
-		if !ok || !bytes.Equal(k, key) || s != start {
-			t.Fatalf("SplitWindowKey(AppendWindowKey(%q, %d)) = %q, %d, %v", key, start, k, s, ok)
-		}
-		if _, _, ok := SplitWindowKey(raw); ok != (len(raw) >= WindowKeySize) {
-			t.Fatalf("SplitWindowKey(%d bytes) ok = %v", len(raw), ok)
-		}
-		other := AppendWindowKey(nil, key, start/2)
-		if got, want := bytes.Compare(wk, other), cmpInt(start, start/2); got != want {
-			t.Fatalf("key order %d, start order %d", got, want)
-		}
-	})
-}
-
-func cmpInt(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
-}

@@ -1,7 +1,6 @@
 package operators
 
 import (
-	"encoding/binary"
 	"fmt"
 	"math"
 	"time"
@@ -14,7 +13,7 @@ import (
 // reaches its end plus Grace; a record whose every window is closed when it arrives is late.
 //
 // A windowed operator keeps one state per (key, window). Its state key is the group key
-// followed by the window start (WindowKey): the runtime caches, sorts, pre-aggregates, stores
+// followed by the window start (changelog/codec.AppendWindowKey): the runtime caches, sorts, pre-aggregates, stores
 // and changelogs that composite key like any other, so a windowed aggregate folds exactly as
 // an unwindowed one does. Windows is a plain immutable value, safe for concurrent use.
 type Windows struct {
@@ -82,24 +81,4 @@ func (w *Windows) Assign(ts, wm int64, fn func(start int64)) (windows int) {
 		}
 	}
 	return windows
-}
-
-// WindowKeySize is the number of bytes a window start adds to a key.
-const WindowKeySize = 8
-
-// AppendWindowKey appends key followed by the window start (big-endian with the sign bit
-// flipped, so byte order is time order) to dst.
-func AppendWindowKey(dst, key []byte, start int64) []byte {
-	dst = append(dst, key...)
-	return binary.BigEndian.AppendUint64(dst, uint64(start)^(1<<63))
-}
-
-// SplitWindowKey returns the group key and window start of a composite key made by
-// AppendWindowKey; ok is false when wk is too short.
-func SplitWindowKey(wk []byte) (key []byte, start int64, ok bool) {
-	if len(wk) < WindowKeySize {
-		return nil, 0, false
-	}
-	n := len(wk) - WindowKeySize
-	return wk[:n:n], int64(binary.BigEndian.Uint64(wk[n:]) ^ (1 << 63)), true
 }

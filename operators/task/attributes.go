@@ -2,10 +2,11 @@ package task
 
 import (
 	"math"
-	"strconv"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sluice-dev/sluice/changelog/codec"
 )
 
 // In-band RecordAttributes (FLIP-309/327): the backlog mode travels with the records through the
@@ -19,7 +20,7 @@ import (
 // keyed operator whose results later operators read (its mode). When a writer's mode changes,
 // and at its first observation, it writes an attribute record to every partition of the topic:
 // no key, no value, the headers sluice.backlog ("true" or "false") and sluice.writer (the
-// writer's partition number). The record goes into the open transaction, in order with the
+// writer's partition number): codec.ModeHeaders. The record goes into the open transaction, in order with the
 // writer's records: those written after "true" and before "false" are the backlog's. A keyed
 // operator leaving backlog writes "false" in the transaction of its switch, after the switch's
 // outputs. An abort forgets what the writer announced since the last commit, so it announces again.
@@ -50,13 +51,6 @@ import (
 // aggregate after group_by) takes the smallest of its writers' announcements as its watermark,
 // so upstream tasks that run at different speeds cannot make a record late that was on time at
 // its source: the answer is the one a reader of a topic already keyed right would give.
-
-// Headers of an attribute record.
-const (
-	HeaderBacklog   = "sluice.backlog"
-	HeaderWatermark = "sluice.watermark"
-	HeaderWriter    = "sluice.writer"
-)
 
 // Announcements of a writer (chain.said; at the last commit, chain.done.said).
 const (
@@ -98,12 +92,8 @@ func (t *Task) announceMode(c *chain, backlog bool, promise func(*kgo.Record, er
 		return 0
 	}
 	c.said = want
-	v := []byte(strconv.FormatBool(backlog))
-	w := []byte(strconv.Itoa(int(t.partition)))
 	for p := range c.internalParts {
-		t.d.Producer.Produce(&kgo.Record{Topic: c.plan.SinkTopic, Partition: p, Headers: []kgo.RecordHeader{
-			{Key: HeaderBacklog, Value: v}, {Key: HeaderWriter, Value: w},
-		}}, promise)
+		t.d.Producer.Produce(&kgo.Record{Topic: c.plan.SinkTopic, Partition: p, Headers: codec.ModeHeaders(backlog, t.partition)}, promise)
 	}
 	t.d.Metrics.attributes(c.plan.SinkTopic, int(c.internalParts))
 	return int(c.internalParts)
@@ -135,7 +125,7 @@ func (t *Task) announceWatermark(c *chain, pd *Pending) int {
 				return 0
 			}
 			c.idleSaid = true
-			return t.announceMark(c, []byte(idleMark), pd)
+			return t.announceMark(c, []byte(codec.IdleMark), pd)
 		}
 	}
 	wm := c.wm
@@ -152,7 +142,7 @@ func (t *Task) announceWatermark(c *chain, pd *Pending) int {
 		return 0
 	}
 	c.wmSaid, c.idleSaid = max(c.wmSaid, out), false
-	return t.announceMark(c, strconv.AppendInt(nil, out, 10), pd)
+	return t.announceMark(c, codec.AppendMark(nil, out), pd)
 }
 
 // announceInputWatermark is announceWatermark for a re-keying writer c: its records go to the
@@ -168,26 +158,20 @@ func (t *Task) announceInputWatermark(c *chain, pd *Pending) int {
 			return 0
 		}
 		c.idleSaid = true
-		return t.announceMark(c, []byte(idleMark), pd)
+		return t.announceMark(c, []byte(codec.IdleMark), pd)
 	}
 	if c.iwm == math.MinInt64 || c.iwm <= c.wmSaid && !c.idleSaid {
 		return 0
 	}
 	c.wmSaid, c.idleSaid = max(c.wmSaid, c.iwm), false
-	return t.announceMark(c, strconv.AppendInt(nil, c.wmSaid, 10), pd)
+	return t.announceMark(c, codec.AppendMark(nil, c.wmSaid), pd)
 }
 
-// idleMark is the value of HeaderWatermark of a writer whose inputs are idle.
-const idleMark = "idle"
-
-// announceMark writes the HeaderWatermark value v of the writer c to every partition of its
-// output topic, in pd's transaction.
+// announceMark writes the codec.HeaderWatermark value v (codec.AppendMark, or codec.IdleMark)
+// of the writer c to every partition of its output topic, in pd's transaction.
 func (t *Task) announceMark(c *chain, v []byte, pd *Pending) int {
-	w := []byte(strconv.Itoa(int(t.partition)))
 	for p := range c.internalParts {
-		t.d.Producer.Produce(&kgo.Record{Topic: c.plan.SinkTopic, Partition: p, Headers: []kgo.RecordHeader{
-			{Key: HeaderWatermark, Value: v}, {Key: HeaderWriter, Value: w},
-		}}, pd.promise)
+		t.d.Producer.Produce(&kgo.Record{Topic: c.plan.SinkTopic, Partition: p, Headers: codec.MarkHeaders(v, t.partition)}, pd.promise)
 	}
 	t.d.Metrics.attributes(c.plan.SinkTopic, int(c.internalParts))
 	return int(c.internalParts)
@@ -208,7 +192,10 @@ func (t *Task) ReadAttributes(topic string, recs []*kgo.Record) {
 		}
 		c.batchUp = false
 		for _, kr := range recs {
-			if kr.Offset >= c.next && isAttribute(kr) && string(recordHeader(kr, HeaderBacklog)) == "true" {
+			if kr.Offset < c.next {
+				continue
+			}
+			if a, ok := codec.ParseAttribute(kr); ok && a.Backlog {
 				c.batchUp = true
 				break
 			}
@@ -216,53 +203,39 @@ func (t *Task) ReadAttributes(topic string, recs []*kgo.Record) {
 	}
 }
 
-// isAttribute reports whether kr is an attribute record: a mode, a watermark, or both.
-func isAttribute(kr *kgo.Record) bool {
-	return kr.Key == nil && kr.Value == nil && recordHeader(kr, HeaderWriter) != nil &&
-		(recordHeader(kr, HeaderBacklog) != nil || recordHeader(kr, HeaderWatermark) != nil)
-}
-
-// recordHeader returns the value of kr's header key, or nil.
-func recordHeader(kr *kgo.Record, key string) []byte {
-	for _, h := range kr.Headers {
-		if h.Key == key {
-			return h.Value
-		}
-	}
-	return nil
-}
-
 // attribute reports whether kr is an attribute record and, if it is, applies it to the reader
 // c: its set of writers in backlog, or its writers' watermarks (at now: the operator's inputs'
 // idleness).
 func (c *chain) attribute(kr *kgo.Record, now time.Time) bool {
-	if c.upstream == nil || !isAttribute(kr) {
+	if c.upstream == nil {
 		return false
 	}
-	w := string(recordHeader(kr, HeaderWriter))
-	if b := recordHeader(kr, HeaderBacklog); string(b) == "true" {
-		c.upstream[w] = struct{}{}
-	} else if b != nil {
-		delete(c.upstream, w)
+	a, ok := codec.ParseAttribute(kr)
+	if !ok {
+		return false
 	}
-	v := recordHeader(kr, HeaderWatermark)
-	if v == nil || c.writers == nil {
+	if a.Backlog {
+		c.upstream[a.Writer] = struct{}{}
+	} else if a.HasMode {
+		delete(c.upstream, a.Writer)
+	}
+	if !a.Idle && !a.HasWatermark || c.writers == nil {
 		return true
 	}
-	i, err := strconv.Atoi(w)
-	if err != nil || i < 0 || i >= len(c.writers) {
+	i, ok := a.WriterIndex()
+	if !ok || i < 0 || i >= len(c.writers) {
 		return true
 	}
 	m := &c.writers[i]
-	if string(v) == idleMark {
+	if a.Idle {
 		if !m.idle {
 			m.idle = true
 			c.syncWriters(now)
 		}
 		return true
 	}
-	if wm, err := strconv.ParseInt(string(v), 10, 64); err == nil && (m.idle || wm > m.wm) {
-		m.wm, m.idle = max(m.wm, wm), false
+	if m.idle || a.Watermark > m.wm {
+		m.wm, m.idle = max(m.wm, a.Watermark), false
 		c.syncWriters(now)
 	}
 	return true

@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sr"
 
+	"github.com/sluice-dev/sluice/changelog/codec"
 	"github.com/sluice-dev/sluice/operators/avro"
 	"github.com/sluice-dev/sluice/sorter"
 	"github.com/sluice-dev/sluice/state"
@@ -118,7 +119,7 @@ func TestAvroTableAndStream(t *testing.T) {
 		case testSink:
 			outs = append(outs, string(r.Value))
 		case testGroup + "-dlq":
-			dead = append(dead, hdr(r, HeaderSourceTopic)+"@"+hdr(r, HeaderSourceOffset)+": "+hdr(r, HeaderError))
+			dead = append(dead, hdr(r, codec.HeaderSourceTopic)+"@"+hdr(r, codec.HeaderSourceOffset)+": "+hdr(r, codec.HeaderError))
 		}
 	}
 	if want := `{"customer_id":"c1","amount":12.50,"ts":100,"customers":{"customer_id":"c1","region":"EU"}}`; len(outs) != 1 || outs[0] != want {

@@ -14,7 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluice-dev/sluice/changelog"
-	"github.com/sluice-dev/sluice/operators"
+	"github.com/sluice-dev/sluice/changelog/codec"
 	"github.com/sluice-dev/sluice/state"
 )
 
@@ -328,7 +328,7 @@ func (t *Task) flush(c *chain, p Producer, pd *Pending) error {
 // fold merges a chain's sorted backlog and folds it into state: per key, read the state once,
 // fold the key's records in (event time, offset) order, write the state once, in key order, and
 // emit one changelog record and one output. A silent fold (a backlog checkpoint) emits no output:
-// its changelog records carry changelog.PendingHeader and the keys are marked pending, so that
+// its changelog records carry codec.HeaderPending and the keys are marked pending, so that
 // the final fold at the switch emits their outputs too (merge-joined with the sorted backlog).
 // The fold checks ctx every 1024 keys and returns ctx.Err() once it is cancelled. (Checkpoint
 // passes context.Background(): the consumer checkpoints while franz-go holds rebalances back.)
@@ -429,7 +429,7 @@ func (t *Task) fold(ctx context.Context, c *chain, p Producer, pd *Pending, sile
 	// value and is deleted (if it was stored), an open one is written with its timer (if new)
 	// and emits its value only with emit: updates.
 	emitWindow := func(wk, st []byte, write, stored bool) error {
-		gk, start, _ := operators.SplitWindowKey(wk)
+		gk, start, _ := codec.SplitWindowKey(wk)
 		closing := !silent && c.win.Close(start) <= wm
 		render := !silent && c.plan.SinkTopic != "" && (closing || !final)
 		n := len(wk) + len(st)
@@ -463,7 +463,7 @@ func (t *Task) fold(ctx context.Context, c *chain, p Producer, pd *Pending, sile
 			return err
 		}
 		if !stored {
-			tk = appendTimerKey(tk[:0], c.win.Close(start), k)
+			tk = codec.AppendTimerKey(tk[:0], c.win.Close(start), k)
 			if pd.batch == nil {
 				pd.batch = t.d.Store.NewBatch()
 			}
@@ -683,7 +683,7 @@ func (t *Task) Committed(pd *Pending) (err error) {
 	// carries the marks) from the older offset; the reverse order could lose marks.
 	for _, pass := range []bool{true, false} {
 		for ns, ld := range pd.loaders {
-			if changelog.IsPendingNamespace(ns) != pass {
+			if codec.IsPendingNamespace(ns) != pass {
 				continue
 			}
 			if err := ld.Commit(); err != nil {

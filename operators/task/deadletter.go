@@ -6,10 +6,12 @@ import (
 	"unicode/utf8"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sluice-dev/sluice/changelog/codec"
 )
 
 // Dead letters carry the bad record's key and value as they came, with headers saying why and
-// where from. A bad record may be larger than the dead-letter topic accepts: the input topic may
+// where from (codec.AppendDeadLetterHeaders). A bad record may be larger than the dead-letter topic accepts: the input topic may
 // allow records of many MiB, while the dead-letter topic usually has the broker's default limit
 // (message.max.bytes, 1 MiB) and the producer refuses any record above its topic's batch bound
 // (producer.Limits). A dead letter that cannot be produced aborts every checkpoint that carries
@@ -34,40 +36,14 @@ const DeadLetterMaxBytes = 256 << 10
 // maxReasonBytes bounds the sluice.error header.
 const maxReasonBytes = 1 << 10
 
-// Dead-letter headers.
-const (
-	HeaderError             = "sluice.error"
-	HeaderOperator          = "sluice.operator"
-	HeaderSourceTopic       = "sluice.source.topic"
-	HeaderSourcePartition   = "sluice.source.partition"
-	HeaderSourceOffset      = "sluice.source.offset"
-	HeaderSourceTimestamp   = "sluice.source.timestamp"
-	HeaderOriginalKeySize   = "sluice.original.key.size"
-	HeaderOriginalValueSize = "sluice.original.value.size"
-	// HeaderDestinationTopic is on the dead letter of a record too large for its topic
-	// (sizelimit.go): the topic it was for.
-	HeaderDestinationTopic = "sluice.destination.topic"
-)
-
 // newDeadLetter returns the dead letter of kr for topic: its key and value (copied, truncated to
 // DeadLetterMaxBytes), the reason, the operator, the source coordinates, and the extra headers.
 func newDeadLetter(topic string, kr *kgo.Record, op, reason string, extra []kgo.RecordHeader) *kgo.Record {
 	key, cutKey := clip(kr.Key, DeadLetterMaxBytes)
 	value, cutValue := clip(kr.Value, DeadLetterMaxBytes)
-	hs := make([]kgo.RecordHeader, 0, 8+len(extra))
-	hs = append(hs,
-		kgo.RecordHeader{Key: HeaderError, Value: []byte(clipReason(reason))},
-		kgo.RecordHeader{Key: HeaderOperator, Value: []byte(op)},
-		kgo.RecordHeader{Key: HeaderSourceTopic, Value: []byte(kr.Topic)},
-		kgo.RecordHeader{Key: HeaderSourcePartition, Value: []byte(strconv.Itoa(int(kr.Partition)))},
-		kgo.RecordHeader{Key: HeaderSourceOffset, Value: []byte(strconv.FormatInt(kr.Offset, 10))},
-		kgo.RecordHeader{Key: HeaderSourceTimestamp, Value: []byte(strconv.FormatInt(kr.Timestamp.UnixMilli(), 10))},
-	)
+	hs := codec.AppendDeadLetterHeaders(make([]kgo.RecordHeader, 0, 8+len(extra)), clipReason(reason), op, kr)
 	if cutKey || cutValue {
-		hs = append(hs,
-			kgo.RecordHeader{Key: HeaderOriginalKeySize, Value: []byte(strconv.Itoa(len(kr.Key)))},
-			kgo.RecordHeader{Key: HeaderOriginalValueSize, Value: []byte(strconv.Itoa(len(kr.Value)))},
-		)
+		hs = codec.AppendOriginalSizes(hs, len(kr.Key), len(kr.Value))
 	}
 	return &kgo.Record{Topic: topic, Key: key, Value: value, Partition: -1, Headers: append(hs, extra...)}
 }

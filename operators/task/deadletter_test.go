@@ -8,6 +8,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/sluice-dev/sluice/changelog/codec"
 	"github.com/sluice-dev/sluice/state"
 )
 
@@ -138,18 +139,18 @@ func TestDeadLetterTruncated(t *testing.T) {
 		if (src.Key == nil) != (dl.Key == nil) || (src.Value == nil) != (dl.Value == nil) {
 			t.Errorf("dead letter %d: null key %v / value %v, the record's %v / %v", i, dl.Key == nil, dl.Value == nil, src.Key == nil, src.Value == nil)
 		}
-		reason, _ := header(dl, HeaderError)
+		reason, _ := header(dl, codec.HeaderError)
 		if !strings.Contains(reason, want.reason) || len(reason) > maxReasonBytes+100 {
 			t.Errorf("dead letter %d: reason (%d bytes) %.200q, want at most ~%d bytes containing %q", i, len(reason), reason, maxReasonBytes, want.reason)
 		}
-		if off, _ := header(dl, HeaderSourceOffset); off != strconv.Itoa(i) {
-			t.Errorf("dead letter %d: %s = %q", i, HeaderSourceOffset, off)
+		if off, _ := header(dl, codec.HeaderSourceOffset); off != strconv.Itoa(i) {
+			t.Errorf("dead letter %d: %s = %q", i, codec.HeaderSourceOffset, off)
 		}
-		if tp, _ := header(dl, HeaderSourceTopic); tp != testTopic {
-			t.Errorf("dead letter %d: %s = %q", i, HeaderSourceTopic, tp)
+		if tp, _ := header(dl, codec.HeaderSourceTopic); tp != testTopic {
+			t.Errorf("dead letter %d: %s = %q", i, codec.HeaderSourceTopic, tp)
 		}
-		ks, hasK := header(dl, HeaderOriginalKeySize)
-		vs, hasV := header(dl, HeaderOriginalValueSize)
+		ks, hasK := header(dl, codec.HeaderOriginalKeySize)
+		vs, hasV := header(dl, codec.HeaderOriginalValueSize)
 		if want.cut {
 			if ks != strconv.Itoa(len(src.Key)) || vs != strconv.Itoa(len(src.Value)) {
 				t.Errorf("dead letter %d: original sizes key %q value %q, want %d and %d", i, ks, vs, len(src.Key), len(src.Value))

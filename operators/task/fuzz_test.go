@@ -8,8 +8,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/sluice-dev/sluice/changelog"
-	"github.com/sluice-dev/sluice/operators"
+	"github.com/sluice-dev/sluice/changelog/codec"
 	"github.com/sluice-dev/sluice/sorter"
 	"github.com/sluice-dev/sluice/state"
 )
@@ -38,7 +37,7 @@ func FuzzRestoredState(f *testing.F) {
 		if err := commitCheckpoint(tk, newFakeProducer()); err != nil {
 			f.Fatal(err)
 		}
-		wm, _, _ := st.Get(changelog.WatermarkNamespace(state.Namespace{Operator: testOp}), changelog.WatermarkKey, nil)
+		wm, _, _ := st.Get(codec.WatermarkNamespace(state.Namespace{Operator: testOp}), codec.WatermarkKey, nil)
 		_ = st.Scan(state.Namespace{Operator: testOp}, func(k, v []byte) error {
 			f.Add(uint8(kind), append([]byte(nil), k...), append([]byte(nil), v...), wm)
 			return nil
@@ -62,7 +61,7 @@ func FuzzRestoredState(f *testing.F) {
 			t.Fatal(err)
 		}
 		if len(wm) == 8 {
-			if err := b.Set(changelog.WatermarkNamespace(ns), changelog.WatermarkKey, wm); err != nil {
+			if err := b.Set(codec.WatermarkNamespace(ns), codec.WatermarkKey, wm); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -78,7 +77,7 @@ func FuzzRestoredState(f *testing.F) {
 		defer tk.Close()
 		group := key
 		if kind%3 == 1 {
-			group, _, _ = operators.SplitWindowKey(key)
+			group, _, _ = codec.SplitWindowKey(key)
 		}
 		rec := &kgo.Record{Topic: testTopic, Offset: 0, Key: group, Timestamp: time.UnixMilli(t0),
 			Value: fmt.Appendf(nil, `{"customer_id":%q,"amount":1,"ts":%d}`, group, t0)}

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/sluice-dev/sluice/changelog/codec"
 	"github.com/sluice-dev/sluice/state"
 )
 
@@ -104,7 +105,7 @@ func TestHostileInputTask(t *testing.T) {
 				if len(dead) != 1 || n != 1 {
 					t.Fatalf("%d dead letters (counted %v), want 1", len(dead), n)
 				}
-				if reason, _ := header(dead[0], HeaderError); !strings.Contains(reason, tc.reason) {
+				if reason, _ := header(dead[0], codec.HeaderError); !strings.Contains(reason, tc.reason) {
 					t.Errorf("reason %.300q, want it to contain %q", reason, tc.reason)
 				}
 			})
@@ -161,8 +162,8 @@ func TestFarFutureWatermark(t *testing.T) {
 			}
 			var late []string
 			for _, dl := range d.prod.committed(testGroup + "-dlq") {
-				reason, _ := header(dl, HeaderError)
-				off, _ := header(dl, HeaderSourceOffset)
+				reason, _ := header(dl, codec.HeaderError)
+				off, _ := header(dl, codec.HeaderSourceOffset)
 				late = append(late, off+":"+reason)
 			}
 			if fmt.Sprint(late) != "[3:late 4:late]" {
@@ -214,7 +215,7 @@ func TestWindowedExtremeTimestamps(t *testing.T) {
 					t.Fatalf("%d dead letters, want the 4 out-of-range records", len(dead))
 				}
 				for _, dl := range dead {
-					if reason, _ := header(dl, HeaderError); !strings.Contains(reason, "out of range (years 0000 to 9999)") {
+					if reason, _ := header(dl, codec.HeaderError); !strings.Contains(reason, "out of range (years 0000 to 9999)") {
 						t.Errorf("reason %q", reason)
 					}
 				}

@@ -13,6 +13,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/sluice-dev/sluice/changelog/codec"
 	"github.com/sluice-dev/sluice/sorter"
 	"github.com/sluice-dev/sluice/state"
 )
@@ -153,17 +154,17 @@ func TestJoinDataDriven(t *testing.T) {
 					lines = append(lines, fmt.Sprintf("out %s %s", r.Key, r.Value))
 				case joinRepart:
 					if r.Key == nil && r.Value == nil {
-						if wm := hdr(r, HeaderWatermark); wm != "" {
-							lines = append(lines, fmt.Sprintf("repartition attribute watermark=%s writer=%s", wm, hdr(r, HeaderWriter)))
+						if wm := hdr(r, codec.HeaderWatermark); wm != "" {
+							lines = append(lines, fmt.Sprintf("repartition attribute watermark=%s writer=%s", wm, hdr(r, codec.HeaderWriter)))
 							continue
 						}
-						lines = append(lines, fmt.Sprintf("repartition attribute backlog=%s writer=%s", hdr(r, HeaderBacklog), hdr(r, HeaderWriter)))
+						lines = append(lines, fmt.Sprintf("repartition attribute backlog=%s writer=%s", hdr(r, codec.HeaderBacklog), hdr(r, codec.HeaderWriter)))
 						continue
 					}
 					lines = append(lines, fmt.Sprintf("repartition key=%s ts=%d %s", r.Key, r.Timestamp.UnixMilli(), r.Value))
 				case testGroup + "-dlq":
-					lines = append(lines, fmt.Sprintf("dlq %s@%s %s: %s", hdr(r, HeaderSourceTopic), hdr(r, HeaderSourceOffset),
-						hdr(r, HeaderOperator), hdr(r, HeaderError)))
+					lines = append(lines, fmt.Sprintf("dlq %s@%s %s: %s", hdr(r, codec.HeaderSourceTopic), hdr(r, codec.HeaderSourceOffset),
+						hdr(r, codec.HeaderOperator), hdr(r, codec.HeaderError)))
 				}
 			}
 			seen = len(prod.log)
@@ -376,7 +377,7 @@ func TestJoinDataDriven(t *testing.T) {
 				return b.String()
 			case "rows":
 				var b strings.Builder
-				ns := TableNamespace(joinTable, 0)
+				ns := codec.TableNamespace(joinTable, 0)
 				if err := store.Scan(ns, func(k, v []byte) error {
 					fmt.Fprintf(&b, "%s %s\n", k, v)
 					return nil

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/sluice-dev/sluice/changelog/codec"
 	"github.com/sluice-dev/sluice/sorter"
 	"github.com/sluice-dev/sluice/state"
 )
@@ -321,13 +322,13 @@ func runJoinMode(t *testing.T, seed uint64, ms modeSpec, typ string, in genInput
 	r := joinResult{runResult: runResult{name: ms.name, state: scanState(t, store), last: prod.lastByKey(testSink), offset: d.offset,
 		clLast: map[string]string{}, outs: prod.committed(testSink), reasons: map[string]string{}}}
 	for _, dl := range prod.committed(testGroup + "-dlq") {
-		off := hdr(dl, HeaderSourceOffset)
-		if hdr(dl, HeaderSourceTopic) == joinTable {
+		off := hdr(dl, codec.HeaderSourceOffset)
+		if hdr(dl, codec.HeaderSourceTopic) == joinTable {
 			r.tableDead = append(r.tableDead, off)
 			continue
 		}
-		r.dead = append(r.dead, off+" "+hdr(dl, HeaderOperator))
-		r.reasons[off] = hdr(dl, HeaderError)
+		r.dead = append(r.dead, off+" "+hdr(dl, codec.HeaderOperator))
+		r.reasons[off] = hdr(dl, codec.HeaderError)
 	}
 	for _, cl := range prod.committed(testGroup + "-" + testOp + "-changelog") {
 		if cl.Value == nil {

@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/sluice-dev/sluice/changelog/codec"
 	"github.com/sluice-dev/sluice/sorter"
 	"github.com/sluice-dev/sluice/state"
 )
@@ -108,7 +109,7 @@ func TestTableRowWithoutKey(t *testing.T) {
 		case testSink:
 			outs = append(outs, string(r.Value))
 		case testGroup + "-dlq":
-			dead = append(dead, hdr(r, HeaderSourceTopic)+"@"+hdr(r, HeaderSourceOffset)+": "+hdr(r, HeaderError))
+			dead = append(dead, hdr(r, codec.HeaderSourceTopic)+"@"+hdr(r, codec.HeaderSourceOffset)+": "+hdr(r, codec.HeaderError))
 		}
 	}
 	if len(outs) != 1 || !strings.Contains(outs[0], `"customers":null`) {

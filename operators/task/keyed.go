@@ -11,8 +11,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluice-dev/sluice/changelog"
+	"github.com/sluice-dev/sluice/changelog/codec"
 	"github.com/sluice-dev/sluice/operators"
-	"github.com/sluice-dev/sluice/state"
 )
 
 // The runtime of operators.Keyed operators (session windows): the operators whose results depend
@@ -28,33 +28,20 @@ import (
 // sweep then fires the stored timers up to that watermark of keys the backlog did not touch.
 // For one key that is the order of the real-time run, so the state and every output are the same.
 //
-// A key has one state value and at most one timer. The stored value is the key's timer
-// (keyedPrefix bytes: a flag and the time) followed by the operator's state, so a restore from the
+// A key has one state value and at most one timer. The stored value is the key's timer (a flag
+// and the time) followed by the operator's state (codec.AppendKeyed), so a restore from the
 // changelog rebuilds the timer namespace from the states (restoreTimers). Backlog checkpoints
 // (backlog.checkpoint_interval) do not apply: such a chain folds at the switch only.
 
-// keyedPrefix is the size of the timer prefix of a stored keyed state.
-const keyedPrefix = 9
-
-// keyedValue appends the stored value of e (timer prefix, then state) to dst.
-func keyedValue(dst []byte, e *entry) []byte {
-	flag := byte(0)
-	if e.hasTimer {
-		flag = 1
-	}
-	dst = append(dst, flag)
-	dst = binary.BigEndian.AppendUint64(dst, uint64(e.timer))
-	return append(dst, e.state...)
-}
-
-// parseKeyed loads a stored value into e (copying the state).
+// parseKeyed loads a stored value (codec.AppendKeyed) into e (copying the state).
 func parseKeyed(e *entry, v []byte) error {
-	if len(v) < keyedPrefix || v[0] > 1 {
-		return fmt.Errorf("%w: keyed state of %d bytes without its timer prefix", state.ErrCorrupt, len(v))
+	hasTimer, timer, st, err := codec.ParseKeyed(v)
+	if err != nil {
+		return err
 	}
-	e.hasTimer, e.timer = v[0] == 1, int64(binary.BigEndian.Uint64(v[1:]))
+	e.hasTimer, e.timer = hasTimer, timer
 	e.hasStoredTimer, e.storedTimer = e.hasTimer, e.timer
-	e.state = append(e.state[:0], v[keyedPrefix:]...)
+	e.state = append(e.state[:0], st...)
 	e.stored = true
 	return nil
 }
@@ -262,7 +249,7 @@ func (t *Task) writeKeyed(c *chain, e *entry, p Producer, pd *Pending, cl func(*
 	}
 	var tk []byte
 	if e.hasStoredTimer && (!e.hasTimer || e.deleted || e.storedTimer != e.timer) {
-		if err := pd.batch.Delete(c.timerNS, appendTimerKey(tk[:0], e.storedTimer, e.key)); err != nil {
+		if err := pd.batch.Delete(c.timerNS, codec.AppendTimerKey(tk[:0], e.storedTimer, e.key)); err != nil {
 			return err
 		}
 	}
@@ -274,7 +261,7 @@ func (t *Task) writeKeyed(c *chain, e *entry, p Producer, pd *Pending, cl func(*
 		}
 		return nil
 	}
-	v := keyedValue(nil, e)
+	v := codec.AppendKeyed(nil, e.hasTimer, e.timer, e.state)
 	k := bytes.Clone(e.key)
 	if err := put(k, v); err != nil {
 		return err
@@ -282,7 +269,7 @@ func (t *Task) writeKeyed(c *chain, e *entry, p Producer, pd *Pending, cl func(*
 	p.Produce(&kgo.Record{Topic: c.plan.Changelog, Partition: t.partition, Key: k, Value: v, Headers: c.changelogHeaders(false)}, cl)
 	pd.records++
 	if e.hasTimer && (!e.hasStoredTimer || e.storedTimer != e.timer) {
-		return pd.batch.Set(c.timerNS, appendTimerKey(tk[:0], e.timer, e.key), nil)
+		return pd.batch.Set(c.timerNS, codec.AppendTimerKey(tk[:0], e.timer, e.key), nil)
 	}
 	return nil
 }
@@ -414,7 +401,10 @@ func (t *Task) sweepKeyed(c *chain, wm int64, touched map[string]struct{}, p Pro
 	kc := keyedCtx{t: t, c: c, e: &e, fold: true, emit: emit, wm: wm}
 	put := func(k, v []byte) error { return pd.batch.Set(c.ns, k, v) }
 	err := t.d.Store.Scan(c.timerNS, func(k, _ []byte) error {
-		at, key := splitTimerKey(k)
+		at, key, err := splitTimerKey(k)
+		if err != nil {
+			return err
+		}
 		if at > wm {
 			return errStopScan
 		}
@@ -473,5 +463,6 @@ type keyedState struct {
 func (k keyedState) Layout() operators.Layout { return k.layout }
 
 func (k keyedState) ValidState(v []byte) bool {
-	return len(v) >= keyedPrefix && v[0] <= 1 && k.valid(v[keyedPrefix:])
+	st, ok := codec.KeyedState(v)
+	return ok && k.valid(st)
 }

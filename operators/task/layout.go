@@ -9,6 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluice-dev/sluice/changelog"
+	"github.com/sluice-dev/sluice/changelog/codec"
 	"github.com/sluice-dev/sluice/operators"
 	"github.com/sluice-dev/sluice/state"
 )
@@ -17,7 +18,7 @@ import (
 // the fields) says. Beside each operator's state for a partition, the namespace
 // "<operator>#layout" holds the layout the state was written under: its fingerprint and its text.
 // New checks it before the task touches the state, and every changelog record carries the
-// fingerprint (changelog.LayoutHeader) so that a restore checks it too. A config whose layout
+// fingerprint (codec.HeaderLayout) so that a restore checks it too. A config whose layout
 // differs from the stored one refuses to start (*LayoutError) instead of reading the old bytes
 // as new ones, or treating them as missing: changing an aggregate's fields must never restart
 // its totals silently. `sluice reset` deletes the operator's state to start over.
@@ -91,12 +92,6 @@ func layoutDiff(a, b string) string {
 	return strings.Join(out, ", ")
 }
 
-// Keys of a layout namespace.
-var (
-	layoutFingerprintKey = []byte("fingerprint")
-	layoutTextKey        = []byte("text")
-)
-
 // OperatorNamespaces returns the namespaces of st that hold operator op's state: op's own (one per
 // partition) and its reserved ones ("<op>#pending", "<op>#layout"), sorted. A reset drops them.
 func OperatorNamespaces(st state.Store, op string) ([]state.Namespace, error) {
@@ -106,7 +101,7 @@ func OperatorNamespaces(st state.Store, op string) ([]state.Namespace, error) {
 	}
 	var out []state.Namespace
 	for _, ns := range all {
-		if changelog.OwnedBy(ns, op) {
+		if codec.OwnedBy(ns, op) {
 			out = append(out, ns)
 		}
 	}
@@ -117,19 +112,14 @@ func OperatorNamespaces(st state.Store, op string) ([]state.Namespace, error) {
 // The header slices are shared by every changelog record of the chain and never modified.
 type layout struct {
 	fingerprint, text string
-	headers           []kgo.RecordHeader // LayoutHeader
-	pendingHeaders    []kgo.RecordHeader // PendingHeader and LayoutHeader
+	headers           []kgo.RecordHeader // codec.HeaderLayout
+	pendingHeaders    []kgo.RecordHeader // codec.HeaderPending and codec.HeaderLayout
 }
 
 func newLayout(l operators.Layout) *layout {
 	fp := l.Fingerprint()
-	h := kgo.RecordHeader{Key: changelog.LayoutHeader, Value: []byte(fp)}
-	return &layout{
-		fingerprint:    fp,
-		text:           l.String(),
-		headers:        []kgo.RecordHeader{h},
-		pendingHeaders: []kgo.RecordHeader{{Key: changelog.PendingHeader, Value: []byte("1")}, h},
-	}
+	headers, pending := codec.ChangelogHeaders(fp)
+	return &layout{fingerprint: fp, text: l.String(), headers: headers, pendingHeaders: pending}
 }
 
 // changelogHeaders returns the headers of the chain's changelog records: the layout fingerprint,
@@ -163,9 +153,9 @@ func (t *Task) checkLayouts() error {
 //     and the config's layout replaces it.
 func (t *Task) checkLayout(c *chain) error {
 	c.layout = newLayout(c.ops.spec().Layout())
-	lns := changelog.LayoutNamespace(c.ns)
+	lns := codec.LayoutNamespace(c.ns)
 	st := t.d.Store
-	fp, stored, err := st.Get(lns, layoutFingerprintKey, nil)
+	fp, stored, err := st.Get(lns, codec.LayoutFingerprintKey, nil)
 	if err != nil {
 		return fmt.Errorf("task %d: layout: %w", t.partition, err)
 	}
@@ -178,7 +168,7 @@ func (t *Task) checkLayout(c *chain) error {
 	}
 	switch {
 	case has && stored:
-		text, _, err := st.Get(lns, layoutTextKey, nil)
+		text, _, err := st.Get(lns, codec.LayoutTextKey, nil)
 		if err != nil {
 			return fmt.Errorf("task %d: layout: %w", t.partition, err)
 		}
@@ -198,10 +188,10 @@ func (t *Task) checkLayout(c *chain) error {
 	}
 	b := st.NewBatch()
 	defer b.Close()
-	if err := b.Set(lns, layoutFingerprintKey, []byte(c.layout.fingerprint)); err != nil {
+	if err := b.Set(lns, codec.LayoutFingerprintKey, []byte(c.layout.fingerprint)); err != nil {
 		return err
 	}
-	if err := b.Set(lns, layoutTextKey, []byte(c.layout.text)); err != nil {
+	if err := b.Set(lns, codec.LayoutTextKey, []byte(c.layout.text)); err != nil {
 		return err
 	}
 	if err := b.Commit(); err != nil {

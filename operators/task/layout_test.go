@@ -11,7 +11,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/sluice-dev/sluice/changelog"
+	"github.com/sluice-dev/sluice/changelog/codec"
 	"github.com/sluice-dev/sluice/sorter"
 	"github.com/sluice-dev/sluice/state"
 )
@@ -128,10 +128,10 @@ func TestLayoutLegacyState(t *testing.T) {
 	tk.Close()
 	dropLayout := func() {
 		t.Helper()
-		if err := store.Drop(changelog.LayoutNamespace(testNS)); err != nil {
+		if err := store.Drop(codec.LayoutNamespace(testNS)); err != nil {
 			t.Fatal(err)
 		}
-		if _, ok, _ := store.Get(changelog.LayoutNamespace(testNS), layoutFingerprintKey, nil); ok {
+		if _, ok, _ := store.Get(codec.LayoutNamespace(testNS), codec.LayoutFingerprintKey, nil); ok {
 			t.Fatal("layout still stored")
 		}
 	}
@@ -148,11 +148,11 @@ func TestLayoutLegacyState(t *testing.T) {
 	if err != nil {
 		t.Fatalf("legacy state of the right size: %v", err)
 	}
-	fp, ok, err := store.Get(changelog.LayoutNamespace(testNS), layoutFingerprintKey, nil)
+	fp, ok, err := store.Get(codec.LayoutNamespace(testNS), codec.LayoutFingerprintKey, nil)
 	if err != nil || !ok || string(fp) != tk.chains[0].ops.agg.Fingerprint() {
 		t.Fatalf("stored fingerprint %q, %v, %v; want %s", fp, ok, err, tk.chains[0].ops.agg.Fingerprint())
 	}
-	text, _, _ := store.Get(changelog.LayoutNamespace(testNS), layoutTextKey, nil)
+	text, _, _ := store.Get(codec.LayoutNamespace(testNS), codec.LayoutTextKey, nil)
 	if string(text) != tk.chains[0].ops.agg.Layout().String() {
 		t.Fatalf("stored layout text %q", text)
 	}
@@ -177,7 +177,7 @@ func TestLayoutNoStateYet(t *testing.T) {
 	if err != nil {
 		t.Fatalf("changed fields, no state: %v", err)
 	}
-	if fp, _, _ := store.Get(changelog.LayoutNamespace(testNS), layoutFingerprintKey, nil); string(fp) != tk.chains[0].layout.fingerprint {
+	if fp, _, _ := store.Get(codec.LayoutNamespace(testNS), codec.LayoutFingerprintKey, nil); string(fp) != tk.chains[0].layout.fingerprint {
 		t.Fatalf("stored fingerprint %q, want the new config's %s", fp, tk.chains[0].layout.fingerprint)
 	}
 }
@@ -201,9 +201,9 @@ func TestChangelogCarriesLayout(t *testing.T) {
 		mark := false
 		for _, h := range r.Headers {
 			switch h.Key {
-			case changelog.LayoutHeader:
+			case codec.HeaderLayout:
 				fp = string(h.Value)
-			case changelog.PendingHeader:
+			case codec.HeaderPending:
 				mark = true
 			}
 		}

@@ -4,6 +4,8 @@ import (
 	"strconv"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sluice-dev/sluice/changelog/codec"
 )
 
 // ProduceError is the error of a record the producer could not write: a checkpoint holding one
@@ -36,18 +38,7 @@ func produceError(r *kgo.Record, err error) error {
 		return err
 	}
 	pe := &ProduceError{Topic: r.Topic, Partition: r.Partition, Err: err}
-	var topic, part, off string
-	for _, h := range r.Headers {
-		switch h.Key {
-		case HeaderSourceTopic:
-			topic = string(h.Value)
-		case HeaderSourcePartition:
-			part = string(h.Value)
-		case HeaderSourceOffset:
-			off = string(h.Value)
-		}
-	}
-	if topic != "" {
+	if topic, part, off := codec.DeadLetterSource(r.Headers); topic != "" {
 		pe.Source = topic + "[" + part + "] offset " + off
 	}
 	return pe

@@ -1,6 +1,8 @@
 package task
 
 import (
+	"github.com/sluice-dev/sluice/changelog/codec"
+
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -243,7 +245,7 @@ func sessionCogroupOneAnswer(t *testing.T, seed uint64) {
 			if strings.Contains(l, `sluice.error="late"`) {
 				kind = "late"
 			}
-			dead = append(dead, fmt.Sprintf("%s@%s %s", hdrIn(l, HeaderSourceTopic), hdrIn(l, HeaderSourceOffset), kind))
+			dead = append(dead, fmt.Sprintf("%s@%s %s", hdrIn(l, codec.HeaderSourceTopic), hdrIn(l, codec.HeaderSourceOffset), kind))
 		}
 		sort.Strings(dead)
 		if !slices.Equal(dead, wantDead) {

@@ -7,6 +7,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kbin"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sluice-dev/sluice/changelog/codec"
 )
 
 // Records too large for their topic. A broker refuses a record batch larger than its topic's
@@ -111,17 +113,9 @@ func newTooLargeDeadLetter(dlq string, r *kgo.Record, op string, size, limit int
 	value, cutValue := clip(r.Value, DeadLetterMaxBytes)
 	reason := "too large: a record of " + strconv.Itoa(size) + " bytes for topic " + r.Topic +
 		", over its limit of " + strconv.Itoa(limit) + " bytes (max.message.bytes; the size counts key, value, headers and the overhead of a record batch)"
-	hs := make([]kgo.RecordHeader, 0, 5)
-	hs = append(hs,
-		kgo.RecordHeader{Key: HeaderError, Value: []byte(clipReason(reason))},
-		kgo.RecordHeader{Key: HeaderOperator, Value: []byte(op)},
-		kgo.RecordHeader{Key: HeaderDestinationTopic, Value: []byte(r.Topic)},
-	)
+	hs := codec.AppendTooLargeHeaders(make([]kgo.RecordHeader, 0, 5), clipReason(reason), op, r.Topic)
 	if cutKey || cutValue {
-		hs = append(hs,
-			kgo.RecordHeader{Key: HeaderOriginalKeySize, Value: []byte(strconv.Itoa(len(r.Key)))},
-			kgo.RecordHeader{Key: HeaderOriginalValueSize, Value: []byte(strconv.Itoa(len(r.Value)))},
-		)
+		hs = codec.AppendOriginalSizes(hs, len(r.Key), len(r.Value))
 	}
 	return &kgo.Record{Topic: dlq, Key: key, Value: value, Partition: -1, Headers: hs}
 }
@@ -133,11 +127,8 @@ func fitDeadLetter(r *kgo.Record, limit int) {
 	if batchBytes(r) <= limit {
 		return
 	}
-	if recordHeader(r, HeaderOriginalValueSize) == nil {
-		r.Headers = append(r.Headers,
-			kgo.RecordHeader{Key: HeaderOriginalKeySize, Value: []byte(strconv.Itoa(len(r.Key)))},
-			kgo.RecordHeader{Key: HeaderOriginalValueSize, Value: []byte(strconv.Itoa(len(r.Value)))},
-		)
+	if codec.Header(r, codec.HeaderOriginalValueSize) == nil {
+		r.Headers = codec.AppendOriginalSizes(r.Headers, len(r.Key), len(r.Value))
 	}
 	// Cutting n bytes shrinks the record by n or more (a length's varint may shrink too).
 	over := batchBytes(r) - limit

@@ -1,6 +1,8 @@
 package task
 
 import (
+	"github.com/sluice-dev/sluice/changelog/codec"
+
 	"bytes"
 	"context"
 	"errors"
@@ -129,20 +131,20 @@ func TestLimitSizes(t *testing.T) {
 	if res.err != nil || len(fp.txn) != 2 || dl.Topic != dlq {
 		t.Fatalf("a record too large: err %v, last record to %s; want a dead letter to %s", res.err, dl.Topic, dlq)
 	}
-	reason := string(recordHeader(dl, HeaderError))
+	reason := string(codec.Header(dl, codec.HeaderError))
 	for _, want := range []string{"too large", strconv.Itoa(size) + " bytes", "topic " + testSink, strconv.Itoa(sinkLimit) + " bytes", "max.message.bytes"} {
 		if !strings.Contains(reason, want) {
 			t.Errorf("reason %q does not say %q", reason, want)
 		}
 	}
-	if got := string(recordHeader(dl, HeaderDestinationTopic)); got != testSink {
-		t.Errorf("%s = %q, want %s", HeaderDestinationTopic, got, testSink)
+	if got := string(codec.Header(dl, codec.HeaderDestinationTopic)); got != testSink {
+		t.Errorf("%s = %q, want %s", codec.HeaderDestinationTopic, got, testSink)
 	}
-	if got := string(recordHeader(dl, HeaderOperator)); got != "produce "+testSink {
-		t.Errorf("%s = %q, want %q", HeaderOperator, got, "produce "+testSink)
+	if got := string(codec.Header(dl, codec.HeaderOperator)); got != "produce "+testSink {
+		t.Errorf("%s = %q, want %q", codec.HeaderOperator, got, "produce "+testSink)
 	}
-	if !bytes.Equal(dl.Key, big.Key) || !bytes.Equal(dl.Value, big.Value) || recordHeader(dl, HeaderOriginalValueSize) != nil {
-		t.Errorf("dead letter: key %q, value %d bytes, original size %q; want the record's key and value uncut", dl.Key, len(dl.Value), recordHeader(dl, HeaderOriginalValueSize))
+	if !bytes.Equal(dl.Key, big.Key) || !bytes.Equal(dl.Value, big.Value) || codec.Header(dl, codec.HeaderOriginalValueSize) != nil {
+		t.Errorf("dead letter: key %q, value %d bytes, original size %q; want the record's key and value uncut", dl.Key, len(dl.Value), codec.Header(dl, codec.HeaderOriginalValueSize))
 	}
 	if res.r.Topic != dlq {
 		t.Errorf("the promise heard of a record to %s, want the dead letter's produce", res.r.Topic)
@@ -158,13 +160,13 @@ func TestLimitSizes(t *testing.T) {
 	if dl.Topic != dlq || batchBytes(dl) > dlqLimit || batchBytes(dl) < dlqLimit-8 || !bytes.HasPrefix(huge.Value, dl.Value) {
 		t.Errorf("dead letter of a 64 KiB record: to %s, %d bytes in a batch, value %d bytes; want its first bytes, cut to fit %d", dl.Topic, batchBytes(dl), len(dl.Value), dlqLimit)
 	}
-	if got := string(recordHeader(dl, HeaderOriginalValueSize)); got != strconv.Itoa(64<<10) {
-		t.Errorf("%s = %q, want %d", HeaderOriginalValueSize, got, 64<<10)
+	if got := string(codec.Header(dl, codec.HeaderOriginalValueSize)); got != strconv.Itoa(64<<10) {
+		t.Errorf("%s = %q, want %d", codec.HeaderOriginalValueSize, got, 64<<10)
 	}
 
 	// A dead letter of the tasks' own that the dead-letter topic cannot take: cut the same way.
 	own := newDeadLetter(dlq, &kgo.Record{Topic: testTopic, Key: []byte("k"), Value: bytes.Repeat([]byte("d"), 100<<10)}, "source orders", "invalid JSON", nil)
-	if res := produce(own); res.err != nil || batchBytes(last()) > dlqLimit || string(recordHeader(last(), HeaderSourceTopic)) != testTopic {
+	if res := produce(own); res.err != nil || batchBytes(last()) > dlqLimit || string(codec.Header(last(), codec.HeaderSourceTopic)) != testTopic {
 		t.Errorf("a dead letter of 100 KiB for a dead-letter topic of 20 KiB: err %v, %d bytes; want it cut to fit, its headers kept", res.err, batchBytes(last()))
 	}
 

@@ -9,7 +9,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/sluice-dev/sluice/changelog"
+	"github.com/sluice-dev/sluice/changelog/codec"
 	"github.com/sluice-dev/sluice/configs"
 	"github.com/sluice-dev/sluice/operators"
 	"github.com/sluice-dev/sluice/state"
@@ -49,17 +49,12 @@ type table struct {
 	err error // a failure of the store outside a call that returns errors (SetTableEnd); the next ProcessTable returns it
 }
 
-// TableNamespace is the store namespace of table name's partition (changelog.TableNamespace).
-func TableNamespace(name string, partition int32) state.Namespace {
-	return changelog.TableNamespace(name, partition)
-}
-
 func newTable(name string, cfg configs.Table, partition int32, st state.Store, now time.Time, values operators.ValueDecoder) (*table, error) {
 	src, err := operators.NewSourceDecoding(name, configs.Source{Topic: cfg.Topic, Format: cfg.Format, KeyFormat: cfg.KeyFormat, Key: cfg.Key}, values)
 	if err != nil {
 		return nil, err
 	}
-	tb := &table{name: name, topic: cfg.Topic, src: src, ns: TableNamespace(name, partition), next: -1, committed: -1, end: -1, stored: -1, waitStart: now}
+	tb := &table{name: name, topic: cfg.Topic, src: src, ns: codec.TableNamespace(name, partition), next: -1, committed: -1, end: -1, stored: -1, waitStart: now}
 	off, ok, err := st.Offset(tb.ns)
 	if err != nil {
 		return nil, fmt.Errorf("table %s[%d]: %w", cfg.Topic, partition, err)

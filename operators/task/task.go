@@ -16,6 +16,7 @@ import (
 
 	"github.com/sluice-dev/sluice/backlog"
 	"github.com/sluice-dev/sluice/changelog"
+	"github.com/sluice-dev/sluice/changelog/codec"
 	"github.com/sluice-dev/sluice/operators"
 	"github.com/sluice-dev/sluice/sorter"
 	"github.com/sluice-dev/sluice/state"
@@ -255,7 +256,7 @@ func NewGroup(plan *Plan, topics []string, partition int32, d Deps) (*Task, erro
 			}
 		}
 		ops, err := cp.build(func(name string) operators.Rows {
-			return rows{st: d.Store, ns: TableNamespace(name, partition)}
+			return rows{st: d.Store, ns: codec.TableNamespace(name, partition)}
 		}, d.Values)
 		if err != nil {
 			t.Close()
@@ -305,7 +306,7 @@ func NewGroup(plan *Plan, topics []string, partition int32, d Deps) (*Task, erro
 		if ops.keyed() && c.primary {
 			shared[cp.Keyed.Name] = c.opState
 			c.ns = state.Namespace{Operator: cp.Keyed.Name, Partition: partition}
-			c.pendNS = changelog.PendingNamespace(c.ns)
+			c.pendNS = codec.PendingNamespace(c.ns)
 			c.cache = make(map[string]*entry)
 			c.kop = ops.kop
 			if c.kop == nil {
@@ -315,7 +316,7 @@ func NewGroup(plan *Plan, topics []string, partition int32, d Deps) (*Task, erro
 				t.Close()
 				return nil, err
 			}
-			c.timerNS = changelog.TimerNamespace(c.ns)
+			c.timerNS = codec.TimerNamespace(c.ns)
 			if d.Budget != nil {
 				dir := filepath.Join(d.SortDir, fmt.Sprintf("%s-%d", cp.Keyed.Name, partition))
 				c.sorter, err = sorter.New(sorter.Options{Dir: dir, Budget: d.Budget})

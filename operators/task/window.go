@@ -2,7 +2,6 @@ package task
 
 import (
 	"container/heap"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
@@ -11,8 +10,9 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/sluice-dev/sluice/changelog"
+	"github.com/sluice-dev/sluice/changelog/codec"
 	"github.com/sluice-dev/sluice/operators"
+	"github.com/sluice-dev/sluice/state"
 )
 
 // Event time, windows and timers of a windowed aggregate.
@@ -24,15 +24,15 @@ import (
 // Lateness is decided when a record is processed (real-time) or taken into the backlog (before
 // it is sorted), so both modes drop the same records, and a (key, window) receives the same
 // records in both. The watermark is committed with the input offsets: in the store
-// (changelog.WatermarkNamespace) and as a changelog record, so a restore anywhere resumes it.
+// (codec.WatermarkNamespace) and as a changelog record, so a restore anywhere resumes it.
 //
 // Windows. A record's windows are folded as composite keys, the group key followed by the
-// window start (operators.AppendWindowKey): the cache, pre-aggregation, the sorter, the store
+// window start (codec.AppendWindowKey): the cache, pre-aggregation, the sorter, the store
 // and the changelog handle them like plain keys.
 //
 // Timers. A window's timer is its close time, end + grace. Timers of committed windows live in
-// the store (namespace <operator>#timers, key = close time then window key, so a scan visits
-// them in time order), written and deleted in the checkpoint batch that writes and deletes the
+// the store (codec.TimerNamespace, key = close time then window key: codec.AppendTimerKey, so a
+// scan visits them in time order), written and deleted in the checkpoint batch that writes and deletes the
 // window's state; timers of windows created since the last commit wait in a heap. In real-time
 // mode, the timers up to the watermark fire after each record: the window is marked closing,
 // and the next checkpoint emits its final result (emit: final), tombstones its changelog
@@ -42,15 +42,14 @@ import (
 // The store's timers are rebuilt from the state when a task starts (Restored), so a restore
 // from the changelog (which carries states, not timers) has them too.
 
-// appendTimerKey appends the timer key of window key wk closing at: the close time (big-endian,
-// sign bit flipped, so byte order is time order), then wk.
-func appendTimerKey(dst []byte, at int64, wk []byte) []byte {
-	dst = binary.BigEndian.AppendUint64(dst, uint64(at)^(1<<63))
-	return append(dst, wk...)
-}
-
-func splitTimerKey(tk []byte) (at int64, wk []byte) {
-	return int64(binary.BigEndian.Uint64(tk) ^ (1 << 63)), tk[8:]
+// splitTimerKey is codec.SplitTimerKey for a key read from a timer namespace: one too short to
+// be a timer key is a corrupt store.
+func splitTimerKey(tk []byte) (at int64, wk []byte, err error) {
+	at, wk, ok := codec.SplitTimerKey(tk)
+	if !ok {
+		return 0, nil, fmt.Errorf("%w: timer key %x of %d bytes", state.ErrCorrupt, tk, len(tk))
+	}
+	return at, wk, nil
 }
 
 // timer is a window's close time and key.
@@ -111,9 +110,7 @@ func pushTimer(c *chain, at int64, key []byte) {
 func (t *Task) lateRecord(c *chain, kr *kgo.Record) {
 	c.late++
 	t.d.Metrics.lateRecord(c.plan.Keyed.Name)
-	t.deadLetterReason(c, kr, c.plan.Keyed.Name, "late", []kgo.RecordHeader{
-		{Key: "sluice.watermark", Value: fmt.Appendf(nil, "%d", c.ownWatermark())},
-	})
+	t.deadLetterReason(c, kr, c.plan.Keyed.Name, "late", []kgo.RecordHeader{codec.LateHeader(c.ownWatermark())})
 }
 
 // observeTime advances the watermark of a windowed chain, or of a re-keying one (which
@@ -178,7 +175,7 @@ func (t *Task) applyWindows(c *chain, kr *kgo.Record, in []byte) error {
 			return
 		}
 		open++
-		c.wk = operators.AppendWindowKey(c.wk[:0], c.rec.Key, start)
+		c.wk = codec.AppendWindowKey(c.wk[:0], c.rec.Key, start)
 		err = t.apply(c, c.wk, kr.Offset, in, start)
 	})
 	if err != nil {
@@ -209,7 +206,10 @@ func (t *Task) fireTimers(c *chain) error {
 	}
 	next := int64(math.MaxInt64)
 	err := t.d.Store.Scan(c.timerNS, func(k, _ []byte) error {
-		at, wk := splitTimerKey(k)
+		at, wk, err := splitTimerKey(k)
+		if err != nil {
+			return err
+		}
 		if at > c.wm {
 			next = at
 			return errStopScan
@@ -291,7 +291,7 @@ func (t *Task) flushWindows(c *chain, p Producer, pd *Pending) error {
 	var tk []byte
 	out := 0
 	for _, e := range c.dirty {
-		gk, start, _ := operators.SplitWindowKey(e.key)
+		gk, start, _ := codec.SplitWindowKey(e.key)
 		at := c.win.Close(start)
 		if c.plan.SinkTopic != "" && (e.closing && final || !final && e.updated) {
 			v := agg.RenderWindow(gk, start, start+c.win.Size, e.state, nil)
@@ -300,7 +300,7 @@ func (t *Task) flushWindows(c *chain, p Producer, pd *Pending) error {
 			pd.records++
 			out++
 		}
-		tk = appendTimerKey(tk[:0], at, e.key)
+		tk = codec.AppendTimerKey(tk[:0], at, e.key)
 		if e.closing {
 			c.closedAt(at)
 			if !e.stored {
@@ -361,11 +361,8 @@ func (t *Task) checkpointWatermark(c *chain, p Producer, pd *Pending) error {
 	for i, m := range c.writers {
 		// A reader of timed results commits what it knows of each writer with its offset.
 		if m != c.done.writers[i] {
-			v := binary.BigEndian.AppendUint64(nil, uint64(m.wm))
-			if m.idle {
-				v = append(v, 1)
-			}
-			if err := t.writeWatermarkValue(c, changelog.WriterWatermarkKey(c.input, i), v, p, pd); err != nil {
+			v := codec.AppendWriterMark(nil, m.wm, m.idle)
+			if err := t.writeWatermarkValue(c, codec.WriterWatermarkKey(c.input, i), v, p, pd); err != nil {
 				return err
 			}
 			n.writers[i] = m
@@ -373,7 +370,7 @@ func (t *Task) checkpointWatermark(c *chain, p Producer, pd *Pending) error {
 	}
 	if len(c.chains) > 1 && c.iwm != c.done.iwm {
 		// An operator of several inputs commits each input's watermark with its offset.
-		if err := t.writeWatermark(c, changelog.InputWatermarkKey(c.input), c.iwm, p, pd); err != nil {
+		if err := t.writeWatermark(c, codec.InputWatermarkKey(c.input), c.iwm, p, pd); err != nil {
 			return err
 		}
 		n.iwm = c.iwm
@@ -392,7 +389,7 @@ func (t *Task) checkpointWatermark(c *chain, p Producer, pd *Pending) error {
 			return nil
 		}
 	}
-	if err := t.writeWatermark(c, changelog.WatermarkKey, wm, p, pd); err != nil {
+	if err := t.writeWatermark(c, codec.WatermarkKey, wm, p, pd); err != nil {
 		return err
 	}
 	op.wm = wm
@@ -401,21 +398,21 @@ func (t *Task) checkpointWatermark(c *chain, p Producer, pd *Pending) error {
 
 // writeWatermark writes a watermark under key into the changelog and the checkpoint's batch.
 func (t *Task) writeWatermark(c *chain, key []byte, wm int64, p Producer, pd *Pending) error {
-	return t.writeWatermarkValue(c, key, binary.BigEndian.AppendUint64(nil, uint64(wm)), p, pd)
+	return t.writeWatermarkValue(c, key, codec.AppendWatermark(nil, wm), p, pd)
 }
 
-// writeWatermarkValue is writeWatermark with the value encoded: 8 bytes, big-endian, and for a
-// writer's mark a ninth byte 1 when the writer is idle.
+// writeWatermarkValue is writeWatermark with the value encoded: codec.AppendWatermark, or for
+// a writer's mark codec.AppendWriterMark.
 func (t *Task) writeWatermarkValue(c *chain, key, v []byte, p Producer, pd *Pending) error {
 	p.Produce(&kgo.Record{
 		Topic: c.plan.Changelog, Partition: t.partition, Key: key, Value: v,
-		Headers: []kgo.RecordHeader{{Key: changelog.WatermarkHeader, Value: []byte{}}},
+		Headers: codec.WatermarkRecordHeaders(),
 	}, pd.changelogPromise(c.ns))
 	pd.records++
 	if pd.batch == nil {
 		pd.batch = t.d.Store.NewBatch()
 	}
-	return pd.batch.Set(changelog.WatermarkNamespace(c.ns), key, v)
+	return pd.batch.Set(codec.WatermarkNamespace(c.ns), key, v)
 }
 
 // restoreWindows loads a windowed chain's committed watermark and rebuilds its timers from its
@@ -423,7 +420,7 @@ func (t *Task) writeWatermarkValue(c *chain, key, v []byte, p Producer, pd *Pend
 func (t *Task) restoreWindows(c *chain) error {
 	op := &c.chains[0].done
 	c.wm, op.wm = math.MinInt64, math.MinInt64
-	wm, err := t.storedWatermark(c, changelog.WatermarkKey)
+	wm, err := t.storedWatermark(c, codec.WatermarkKey)
 	if err != nil {
 		return err
 	}
@@ -431,23 +428,25 @@ func (t *Task) restoreWindows(c *chain) error {
 	c.iwm, c.done.iwm = wm, wm
 	if len(c.chains) > 1 {
 		// Each input's own watermark (an operator of several inputs commits them too).
-		if c.iwm, err = t.storedWatermark(c, changelog.InputWatermarkKey(c.input)); err != nil {
+		if c.iwm, err = t.storedWatermark(c, codec.InputWatermarkKey(c.input)); err != nil {
 			return err
 		}
 		c.done.iwm = c.iwm
 	}
 	for i := range c.writers {
-		v, ok, err := t.d.Store.Get(changelog.WatermarkNamespace(c.ns), changelog.WriterWatermarkKey(c.input, i), nil)
-		switch {
-		case err != nil:
+		v, ok, err := t.d.Store.Get(codec.WatermarkNamespace(c.ns), codec.WriterWatermarkKey(c.input, i), nil)
+		if err != nil {
 			return err
-		case !ok:
-			c.writers[i] = writerMark{wm: math.MinInt64}
-		case len(v) != 8 && !(len(v) == 9 && v[8] == 1):
-			return fmt.Errorf("task %d: %s: stored mark of writer %d is %d bytes, want 8 or 9", t.partition, c.plan.Keyed.Name, i, len(v))
-		default:
-			c.writers[i] = writerMark{wm: int64(binary.BigEndian.Uint64(v)), idle: len(v) == 9}
 		}
+		if !ok {
+			c.writers[i] = writerMark{wm: math.MinInt64}
+			continue
+		}
+		wm, idle, ok := codec.ParseWriterMark(v)
+		if !ok {
+			return fmt.Errorf("task %d: %s: stored mark of writer %d is %d bytes, want 8 or 9", t.partition, c.plan.Keyed.Name, i, len(v))
+		}
+		c.writers[i] = writerMark{wm: wm, idle: idle}
 	}
 	if c.writers != nil {
 		copy(c.done.writers, c.writers)
@@ -461,7 +460,7 @@ func (t *Task) restoreWindows(c *chain) error {
 		return t.restoreKeyedTimers(c)
 	}
 	return t.rebuildTimers(c, func(k, _ []byte) (int64, bool, error) {
-		_, start, ok := operators.SplitWindowKey(k)
+		_, start, ok := codec.SplitWindowKey(k)
 		if !ok {
 			return 0, false, fmt.Errorf("%s: stored key %q is not a window key", c.plan.Keyed.Name, k)
 		}
@@ -471,14 +470,15 @@ func (t *Task) restoreWindows(c *chain) error {
 
 // storedWatermark returns the watermark stored under key for c's operator, or MinInt64.
 func (t *Task) storedWatermark(c *chain, key []byte) (int64, error) {
-	v, ok, err := t.d.Store.Get(changelog.WatermarkNamespace(c.ns), key, nil)
+	v, ok, err := t.d.Store.Get(codec.WatermarkNamespace(c.ns), key, nil)
 	if err != nil || !ok {
 		return math.MinInt64, err
 	}
-	if len(v) != 8 {
+	wm, ok := codec.ParseWatermark(v)
+	if !ok {
 		return 0, fmt.Errorf("task %d: %s: stored watermark %q is %d bytes, want 8", t.partition, c.plan.Keyed.Name, key, len(v))
 	}
-	return int64(binary.BigEndian.Uint64(v)), nil
+	return wm, nil
 }
 
 // rebuildTimers replaces a chain's timer namespace with the timers of its stored states (timerOf
@@ -495,7 +495,7 @@ func (t *Task) rebuildTimers(c *chain, timerOf func(k, v []byte) (int64, bool, e
 		if err != nil || !ok {
 			return err
 		}
-		tk = appendTimerKey(tk[:0], at, k)
+		tk = codec.AppendTimerKey(tk[:0], at, k)
 		if err := b.Set(c.timerNS, tk, nil); err != nil {
 			return err
 		}
@@ -529,7 +529,10 @@ func (t *Task) sweepTimers(c *chain, wm int64, closed map[string]struct{}, p Pro
 	out := 0
 	var st []byte
 	err := t.d.Store.Scan(c.timerNS, func(k, _ []byte) error {
-		at, wk := splitTimerKey(k)
+		at, wk, err := splitTimerKey(k)
+		if err != nil {
+			return err
+		}
 		if at > wm {
 			return errStopScan
 		}
@@ -545,7 +548,7 @@ func (t *Task) sweepTimers(c *chain, wm int64, closed map[string]struct{}, p Pro
 			return err
 		}
 		st = v
-		gk, start, _ := operators.SplitWindowKey(wk)
+		gk, start, _ := codec.SplitWindowKey(wk)
 		if final && c.plan.SinkTopic != "" {
 			r := agg.RenderWindow(gk, start, start+c.win.Size, v, nil)
 			p.Produce(c.windowResult(&kgo.Record{Topic: c.plan.SinkTopic, Key: append([]byte(nil), gk...), Value: r, Partition: -1}, start), pd.promise)

@@ -14,7 +14,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/sluice-dev/sluice/changelog"
+	"github.com/sluice-dev/sluice/changelog/codec"
 	"github.com/sluice-dev/sluice/operators"
 	"github.com/sluice-dev/sluice/state"
 )
@@ -426,12 +426,12 @@ func replayChangelogOf(t *testing.T, prod *fakeProducer, op string) state.Store 
 		next = r.Offset + 1
 		wm := false
 		for _, h := range r.Headers {
-			wm = wm || h.Key == changelog.WatermarkHeader
+			wm = wm || h.Key == codec.HeaderWatermark
 		}
 		var err error
 		switch {
 		case wm:
-			err = b.Set(changelog.WatermarkNamespace(ns), r.Key, r.Value)
+			err = b.Set(codec.WatermarkNamespace(ns), r.Key, r.Value)
 		case r.Value == nil:
 			err = b.Delete(ns, r.Key)
 		default:

@@ -14,7 +14,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/sluice-dev/sluice/operators"
+	"github.com/sluice-dev/sluice/changelog/codec"
 	"github.com/sluice-dev/sluice/sorter"
 	"github.com/sluice-dev/sluice/state"
 )
@@ -281,7 +281,7 @@ sinks:
 					}
 				}
 				err := store.Scan(tk.chains[0].ns, func(k, v []byte) error {
-					if gk, start, ok := operators.SplitWindowKey(k); ok && tk.chains[0].win != nil {
+					if gk, start, ok := codec.SplitWindowKey(k); ok && tk.chains[0].win != nil {
 						fmt.Fprintf(&b, "window %s@%d: %d bytes\n", gk, start, len(v))
 					} else {
 						fmt.Fprintf(&b, "key %s: %d bytes\n", k, len(v))

@@ -1,7 +1,6 @@
-package changelog
+package codec
 
 import (
-	"fmt"
 	"strings"
 
 	"github.com/sluice-dev/sluice/state"
@@ -9,12 +8,11 @@ import (
 
 // The store's namespaces. An operator's state lives in the namespace named after it (one per
 // partition); everything sluice keeps beside it lives in a reserved namespace named
-// "<operator>#<suffix>" ('#' cannot occur in operator or table names, configs validates them),
-// all named here:
+// "<operator>#<suffix>" ('#' cannot occur in operator or table names, configs validates them):
 //
 //	<op>#pending    keys whose output a backlog checkpoint left owed (PendingNamespace)
 //	<op>#watermark  the committed watermarks: the operator's, its inputs', its writers' (WatermarkNamespace)
-//	<op>#timers     a windowed operator's timers, by close time (TimerNamespace)
+//	<op>#timers     a windowed or Keyed operator's timers, by time (TimerNamespace)
 //	<op>#layout     the layout of the operator's state bytes (LayoutNamespace)
 //	<table>#table   a table's rows (TableNamespace; the table's topic is its changelog)
 const (
@@ -25,8 +23,9 @@ const (
 	suffixTable     = "#table"
 )
 
-// PendingNamespace is where a restore records the keys whose latest changelog record carries
-// PendingHeader.
+// PendingNamespace is where the keys whose output a backlog checkpoint left owed are marked
+// (value: empty); a restore marks there the keys whose latest changelog record carries
+// HeaderPending.
 func PendingNamespace(ns state.Namespace) state.Namespace { return reserved(ns, suffixPending) }
 
 // IsPendingNamespace reports whether ns is an operator's PendingNamespace.
@@ -38,10 +37,12 @@ func IsPendingNamespace(ns state.Namespace) bool {
 // InputWatermarkKey, WriterWatermarkKey).
 func WatermarkNamespace(ns state.Namespace) state.Namespace { return reserved(ns, suffixWatermark) }
 
-// TimerNamespace is where a windowed operator's timers live.
+// TimerNamespace is where a windowed or Keyed operator's timers live (keys: AppendTimerKey,
+// values empty).
 func TimerNamespace(ns state.Namespace) state.Namespace { return reserved(ns, suffixTimers) }
 
-// LayoutNamespace is where the layout of ns's state is stored.
+// LayoutNamespace is where the layout of ns's state is stored (keys: LayoutFingerprintKey,
+// LayoutTextKey).
 func LayoutNamespace(ns state.Namespace) state.Namespace { return reserved(ns, suffixLayout) }
 
 // TableNamespace is the namespace of table name's partition.
@@ -59,11 +60,9 @@ func reserved(ns state.Namespace, suffix string) state.Namespace {
 	return state.Namespace{Operator: ns.Operator + suffix, Partition: ns.Partition}
 }
 
-// InputWatermarkKey is the key of input i's watermark beside the operator's (WatermarkKey), in
-// WatermarkNamespace and the changelog of an operator of several inputs.
-func InputWatermarkKey(i int) []byte { return fmt.Appendf(nil, "%s/%d", WatermarkKey, i) }
-
-// WriterWatermarkKey is the key of the watermark writer w announced to input i (a reader of an
-// internal topic that carries event time), beside the operator's, in WatermarkNamespace and
-// the changelog.
-func WriterWatermarkKey(i, w int) []byte { return fmt.Appendf(nil, "%s/%d/%d", WatermarkKey, i, w) }
+// Keys of a LayoutNamespace: the layout's fingerprint and its text (operators.Layout). The
+// slices are shared: never modify them.
+var (
+	LayoutFingerprintKey = []byte("fingerprint")
+	LayoutTextKey        = []byte("text")
+)
