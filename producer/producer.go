@@ -156,18 +156,37 @@ func balancer(groups [][]string) kgo.GroupBalancer {
 	return kgo.CooperativeStickyBalancer()
 }
 
+// FetchOpts are the fetch options of a Session whose Options.FetchMaxBytes is fetchMaxBytes (0:
+// 32 MiB): read_committed, the response and per-partition bounds, and the wait of a fetch
+// without data. A reader that must fetch as sluice does (sluice bench's consume-only ceiling)
+// uses them too.
+func FetchOpts(fetchMaxBytes int64) []kgo.Opt {
+	if fetchMaxBytes <= 0 {
+		fetchMaxBytes = 32 << 20
+	}
+	return []kgo.Opt{
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		// Large fetches keep a backlog flowing (smaller ones cost round trips), but records stay
+		// in their response's buffer until processed: see kafka.fetch_max_bytes and the fetch
+		// sizing figures in BENCHMARKS.md. Per partition a fetch brings at most 2 MiB (~20k
+		// records): a task has at most two batches in hand (one queued), so that bounds the
+		// decoded records alive per task, and one fetch serves many partitions at once (with
+		// 8 MiB per partition, four partitions filled a fetch and starved the others).
+		kgo.FetchMaxBytes(int32(fetchMaxBytes)),
+		kgo.FetchMaxPartitionBytes(int32(min(fetchMaxBytes, 2<<20))),
+		// A partition resumed after its restore joins the next fetch only, after the one in
+		// flight returns; a fetch without data waits this long (kgo's default is 5s).
+		kgo.FetchMaxWait(DefaultFetchMaxWait),
+	}
+}
+
 // Open creates the client. It does not block on the network.
 func Open(o Options) (*Session, error) {
-	fetchMax := o.FetchMaxBytes
-	if fetchMax <= 0 {
-		fetchMax = 32 << 20
-	}
 	opts := []kgo.Opt{
 		kgo.SeedBrokers(o.Brokers...),
 		kgo.ConsumerGroup(o.Group),
 		kgo.ConsumeTopics(o.Topics...),
 		kgo.Balancers(balancer(o.CoPartitioned)),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.RequireStableFetchOffsets(),
 		kgo.BlockRebalanceOnPoll(),
 		kgo.DisableAutoCommit(),
@@ -179,23 +198,13 @@ func Open(o Options) (*Session, error) {
 		kgo.ProducerBatchMaxBytesFn(o.Limits.BatchMaxBytes),
 		kgo.MaxBufferedRecords(50000),
 		kgo.ProducerLinger(5 * time.Millisecond),
-		// Large fetches keep a backlog flowing (smaller ones cost round trips), but records stay
-		// in their response's buffer until processed: see kafka.fetch_max_bytes and the fetch
-		// sizing figures in BENCHMARKS.md. Per partition a fetch brings at most 2 MiB (~20k
-		// records): a task has at most two batches in hand (one queued), so that bounds the
-		// decoded records alive per task, and one fetch serves many partitions at once (with
-		// 8 MiB per partition, four partitions filled a fetch and starved the others).
-		kgo.FetchMaxBytes(int32(fetchMax)),
-		kgo.FetchMaxPartitionBytes(int32(min(fetchMax, 2<<20))),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		// A partition resumed after its restore joins the next fetch only, after the one in
-		// flight returns; a fetch without data waits this long (kgo's default is 5s).
-		kgo.FetchMaxWait(DefaultFetchMaxWait),
 		// A produce to a topic created a moment ago (a sink, an internal topic) may find no
 		// leader yet; franz-go retries after a metadata refresh, which it spaces by this much
 		// (its default, 5s, stalled about one run in ten of a Nexmark query by 5 s).
 		kgo.MetadataMinAge(metadataMinAge),
 	}
+	opts = append(opts, FetchOpts(o.FetchMaxBytes)...)
 	if o.InstanceID != "" {
 		opts = append(opts, kgo.InstanceID(o.InstanceID))
 	}

@@ -269,9 +269,11 @@ func benchTopics(w benchWorkload, prefix string, embedded bool) map[string]strin
 	return t
 }
 
-// cmdBench prefills a backlog, runs the same pipeline as a child `sluice run` with
-// backlog.mode=never and then auto, verifies both runs' results against each other and against
-// the workload's expected results, and prints one line per run and the speedup.
+// cmdBench prefills a backlog, reads its input topics once without processing (the ceiling:
+// readCeiling), runs the same pipeline as a child `sluice run` with backlog.mode=never and then
+// auto, verifies both runs' results against each other and against the workload's expected
+// results, and prints a line for the ceiling, one per run, and a last line with the speedup and
+// auto's rate over the ceiling's (ceiling_ratio).
 func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
 	o := benchOpts{sortMemory: 256 * configs.MiB}
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
@@ -289,7 +291,7 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 	fs.Int64Var(&o.enterLag, "enter-lag", 0, "backlog.enter_lag (0: 50000, or less for a small backlog so that auto enters backlog mode)")
 	fs.StringVar(&o.brokers, "brokers", "", "comma-separated brokers of a real cluster (default: an embedded broker)")
 	fs.BoolVar(&o.keep, "keep", false, "keep the temp dir (configs, state, child logs)")
-	fs.StringVar(&o.only, "only", "", "run one mode only (never or auto), checked against the produced totals; no speedup")
+	fs.StringVar(&o.only, "only", "", "run one mode only (never or auto), checked against the produced totals; no speedup, and ceiling_ratio is that mode's")
 	fs.DurationVar(&o.commitInterval, "commit-interval", 100*time.Millisecond, "processing.commit_interval of each run")
 	fs.DurationVar(&o.timeout, "timeout", 30*time.Minute, "give up on a run after this long")
 	fs.DurationVar(&o.stall, "stall", 10*time.Minute, "give up on a run whose /status shows no progress for this long (status moves per fetched batch, which can take minutes with a small cache)")
@@ -422,7 +424,10 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 		return fmt.Errorf("bench: prefill: %w", err)
 	}
 	// ends holds the end offsets of the streams: a run is done when its group committed them.
+	// inputEnds those of every input topic, tables too: the ceiling reads them all.
 	ends := map[string]map[int32]int64{}
+	inputEnds := map[string]map[int32]int64{}
+	var inputRecords int64
 	for _, role := range wl.roles() {
 		topic := topics[role]
 		listed, err := adm.ListEndOffsets(ctx, topic)
@@ -442,10 +447,25 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 		if endErr != nil || total != produced[role] {
 			return fmt.Errorf("bench: %s holds %d records after the prefill, want %d: %v", topic, total, produced[role], endErr)
 		}
+		inputEnds[topic], inputRecords = end, inputRecords+total
 		if slices.Contains(wl.streams, role) {
 			ends[topic] = end
 		}
 	}
+
+	// The ceiling: the same topics read on the same broker with the same fetch options, and no
+	// processing. Its rate has the runs' numerator (the stream records), so that ceiling_ratio
+	// is the ceiling's time over auto's.
+	runtime.GC()
+	ceiling, err := readCeiling(ctx, brokers, inputEnds)
+	if err != nil {
+		return err
+	}
+	if ceiling.records != inputRecords {
+		return fmt.Errorf("bench: ceiling: read %d records of the inputs, want %d", ceiling.records, inputRecords)
+	}
+	fmt.Fprintf(stdout, "ceiling records=%d seconds=%.2f rate=%.0f/s read=%d bytes=%d cpu=%.1fs\n",
+		wl.records, ceiling.seconds, float64(wl.records)/ceiling.seconds, ceiling.records, ceiling.bytes, ceiling.cpu)
 
 	// Each run is verified as soon as it ends, and (unless --keep) its output, changelog and
 	// dead-letter topics are deleted, so that the next run meets the same broker: with the
@@ -509,15 +529,17 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 			cancel()
 		}
 	}
+	// ceiling_ratio: the last run's rate (auto's, or the --only mode's) over the ceiling's.
+	ratio := ceiling.seconds / runs[len(runs)-1].seconds
 	if len(runs) == 1 {
 		// One mode (--only): no speedup, but its totals were checked against the workload.
-		fmt.Fprintf(stdout, "equivalent=%t\n", equivalent)
+		fmt.Fprintf(stdout, "equivalent=%t ceiling_ratio=%.2f\n", equivalent, ratio)
 	} else {
 		if d := workload.Diff(got[0], got[1], 5); len(d) > 0 {
 			equivalent = false
 			fmt.Fprintf(stderr, "bench: mode=auto differs from mode=never:\n  %s\n", strings.Join(d, "\n  "))
 		}
-		fmt.Fprintf(stdout, "speedup=%.2f equivalent=%t\n", runs[0].seconds/runs[1].seconds, equivalent)
+		fmt.Fprintf(stdout, "speedup=%.2f equivalent=%t ceiling_ratio=%.2f\n", runs[0].seconds/runs[1].seconds, equivalent, ratio)
 	}
 	if !equivalent {
 		return errors.New("bench: the runs are not equivalent")

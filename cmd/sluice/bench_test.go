@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -25,11 +26,12 @@ func TestBench(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("bench exit %d\nstdout:\n%s\nstderr:\n%s", code, out.String(), errb.String())
 	}
-	for _, want := range []string{"mode=never records=20000 ", "mode=auto records=20000 ", "equivalent=true"} {
+	for _, want := range []string{"mode=never records=20000 ", "mode=auto records=20000 ", "\nspeedup=", " equivalent=true ceiling_ratio="} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
 		}
 	}
+	checkCeiling(t, out.String(), 20000, 20000)
 	if strings.Contains(out.String(), "window") {
 		t.Errorf("the orders workload mentions windows:\n%s", out.String())
 	}
@@ -66,11 +68,12 @@ func TestBenchWindows(t *testing.T) {
 			if n, _ := strconv.Atoi(windows[0][2]); n < 3900 || n > 4000 {
 				t.Errorf("%d windows, want about 4000", n)
 			}
-			for _, want := range []string{tc.header, "\nspeedup=", " equivalent=true\n"} {
+			for _, want := range []string{tc.header, "\nspeedup=", " equivalent=true ceiling_ratio="} {
 				if !strings.Contains(out.String(), want) {
 					t.Errorf("output lacks %q:\n%s", want, out.String())
 				}
 			}
+			checkCeiling(t, out.String(), 20000, 20000+8) // and a closer per partition
 		})
 	}
 }
@@ -88,11 +91,12 @@ func TestBenchJoin(t *testing.T) {
 		t.Fatalf("bench exit %d\nstdout:\n%s\nstderr:\n%s", code, out.String(), errb.String())
 	}
 	for _, want := range []string{"records=20000 keys=500 ", " workload=join table_rows=500\n",
-		"mode=never records=20000 ", "mode=auto records=20000 ", " joined=20000\n", "\nspeedup=", " equivalent=true\n"} {
+		"mode=never records=20000 ", "mode=auto records=20000 ", " joined=20000\n", "\nspeedup=", " equivalent=true ceiling_ratio="} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
 		}
 	}
+	checkCeiling(t, out.String(), 20000, 20000+500) // the orders and the table
 	if n := strings.Count(out.String(), " joined=20000\n"); n != 2 {
 		t.Errorf("%d runs joined every order, want 2:\n%s", n, out.String())
 	}
@@ -127,10 +131,37 @@ func TestBenchCogroup(t *testing.T) {
 	if n, _ := strconv.Atoi(lines[0][2]); n < 1990 || n > 2000 {
 		t.Errorf("%d customers, want about 2000", n)
 	}
-	for _, want := range []string{" workload=cogroup refunds=20000\n", "\nspeedup=", " equivalent=true\n"} {
+	for _, want := range []string{" workload=cogroup refunds=20000\n", "\nspeedup=", " equivalent=true ceiling_ratio="} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
 		}
+	}
+	checkCeiling(t, out.String(), 40000, 40000) // the orders and the refunds
+}
+
+// checkCeiling checks bench's ceiling line and ceiling_ratio in out: the ceiling read every
+// record of the inputs (read, the records the test produced into every input topic) and rated
+// the runs' records; the last line's ratio is positive and equals auto's rate over the
+// ceiling's, recomputed here from the two lines (within their rounding).
+func checkCeiling(t *testing.T, out string, records, read int) {
+	t.Helper()
+	c := regexp.MustCompile(`(?m)^ceiling records=(\d+) seconds=[0-9.]+ rate=(\d+)/s read=(\d+) bytes=(\d+) cpu=[0-9.]+s$`).FindStringSubmatch(out)
+	auto := regexp.MustCompile(`(?m)^mode=auto records=\d+ seconds=[0-9.]+ rate=(\d+)/s `).FindStringSubmatch(out)
+	last := regexp.MustCompile(`(?m)^speedup=[0-9.]+ equivalent=(?:true|false) ceiling_ratio=([0-9.]+)\n\z`).FindStringSubmatch(out)
+	if c == nil || auto == nil || last == nil {
+		t.Fatalf("want a ceiling line, a mode=auto line and a last line ending in ceiling_ratio=:\n%s", out)
+	}
+	if c[1] != strconv.Itoa(records) || c[3] != strconv.Itoa(read) {
+		t.Errorf("ceiling records=%s read=%s, want %d and %d:\n%s", c[1], c[3], records, read, out)
+	}
+	if n, _ := strconv.Atoi(c[4]); n < 80*read { // a record is a key and a value of ~90 bytes
+		t.Errorf("ceiling read %d bytes for %d records:\n%s", n, read, out)
+	}
+	ratio, _ := strconv.ParseFloat(last[1], 64)
+	autoRate, _ := strconv.ParseFloat(auto[1], 64)
+	ceilRate, _ := strconv.ParseFloat(c[2], 64)
+	if want := autoRate / ceilRate; ratio <= 0 || math.Abs(ratio-want) > 0.006 {
+		t.Errorf("ceiling_ratio=%s, want auto's rate over the ceiling's, %.4f, and > 0:\n%s", last[1], want, out)
 	}
 }
 

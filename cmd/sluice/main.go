@@ -1,8 +1,9 @@
 // Command sluice is the sluice stream processor: `sluice run -c FILE` runs a pipeline as a
 // member of its consumer group; `sluice demo` runs the embedded example end to end; `sluice
 // validate -c FILE` checks a config and prints the operator plan; `sluice bench` compares
-// backlog mode with pure streaming; `sluice reset -c FILE --operator NAME` deletes a keyed
-// operator's state so it starts over; `sluice version` prints the version.
+// backlog mode with pure streaming and with a consume-only read; `sluice reset -c FILE
+// --operator NAME` deletes a keyed operator's state so it starts over; `sluice version` prints
+// the version.
 //
 // Exit codes: 0 success, 2 bad config or usage, 1 runtime failure.
 package main
@@ -39,6 +40,9 @@ commands:
                      also prints every key's effective value and where it came from (file,
                      env var, default), secrets masked
   bench              measure backlog mode against pure streaming (--workload orders, windows, join, cogroup)
+                     and both against the ceiling, a consume-only read of the same input topics
+                     on the same broker; prints a line for the ceiling and each run, then
+                     speedup=<never s / auto s> equivalent=<bool> ceiling_ratio=<auto rate / ceiling rate>
   reset -c FILE --operator NAME [--yes]
                      start a keyed operator's state over from empty: delete its local state
                      (processing.state_dir) and its changelog topic <group>-NAME-changelog;
