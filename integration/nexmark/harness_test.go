@@ -81,6 +81,8 @@ type dataset struct {
 	cfg     Config
 	counts  Counts
 	bids    []Bid
+	// auctions are the generated auctions.
+	auctions []Auction
 }
 
 // newDataset generates cfg's events (cfg.MaxEvents of them), creates the three topics (8
@@ -106,8 +108,11 @@ func newDataset(t testing.TB, brokers string, cfg Config) *dataset {
 	events := make([]Event, 0, cfg.MaxEvents)
 	for ev, ok := g.Next(); ok; ev, ok = g.Next() {
 		events = append(events, ev)
-		if ev.Kind == KindBid {
+		switch ev.Kind {
+		case KindBid:
 			ds.bids = append(ds.bids, ev.Bid)
+		case KindAuction:
+			ds.auctions = append(ds.auctions, ev.Auction)
 		}
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
@@ -205,6 +210,18 @@ func runQuery(t testing.TB, ds *dataset, o runOpts) *runResult {
 		"SLUICE_SINKS__OUT__TOPIC="+res.output,
 		"SLUICE_BACKLOG__MODE="+o.mode,
 	)
+	// The auction and person sources only where the pipeline has them (an unused source is
+	// still a source of the run).
+	cfgText, err := os.ReadFile(args[2])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Contains(cfgText, []byte("topic: nexmark-auction")) {
+		cmd.Env = append(cmd.Env, "SLUICE_SOURCES__AUCTION__TOPIC="+ds.topics.Auction)
+	}
+	if bytes.Contains(cfgText, []byte("topic: nexmark-person")) {
+		cmd.Env = append(cmd.Env, "SLUICE_SOURCES__PERSON__TOPIC="+ds.topics.Person)
+	}
 	if o.enterLag > 0 {
 		cmd.Env = append(cmd.Env, "SLUICE_BACKLOG__ENTER_LAG="+strconv.FormatInt(o.enterLag, 10),
 			"SLUICE_BACKLOG__EXIT_LAG="+strconv.FormatInt(o.exitLag, 10))
@@ -227,6 +244,9 @@ func runQuery(t testing.TB, ds *dataset, o runOpts) *runResult {
 		defer cancel()
 		go func() {
 			topics := []string{ds.topics.Bid}
+			if bytes.Contains(cfgText, []byte("topic: nexmark-auction")) {
+				topics = append(topics, ds.topics.Auction)
+			}
 			if q, ok := queryNamed(o.query); ok { // its later chains read internal topics
 				for _, suffix := range q.internal {
 					topics = append(topics, res.group+suffix)

@@ -26,7 +26,7 @@ type row struct{ id, val string }
 // output record of sluice's pipeline as a row.
 type query struct {
 	name      string
-	reference func(bids []Bid) []row
+	reference func(ev events) []row
 	read      func(r *kgo.Record) (row, error)
 	// upsert: the output is an upsert stream (the latest value per Kafka key is the row, a null
 	// value deletes it); else each record is a row.
@@ -37,16 +37,28 @@ type query struct {
 }
 
 var queries = []query{
-	{name: "q0", reference: refQ0, read: readQ0},
-	{name: "q1", reference: refQ1, read: readQ1},
-	{name: "q2", reference: refQ2, read: readQ2},
-	{name: "q11", reference: refQ11, read: readQ11, internal: []string{"-q11-repartition"}},
-	{name: "q14", reference: refQ14, read: readQ14},
-	{name: "q21", reference: refQ21, read: readQ21},
-	{name: "q22", reference: refQ22, read: readQ22},
-	{name: "q17", reference: refQ17, read: readQ17, upsert: true, internal: []string{"-q17-repartition", "-q17-output"}},
-	{name: "q18", reference: refQ18, read: readQ18, upsert: true, internal: []string{"-q18-repartition"}},
-	{name: "q19", reference: refQ19, read: readQ19, upsert: true},
+	{name: "q0", reference: bidsOnly(refQ0), read: readQ0},
+	{name: "q1", reference: bidsOnly(refQ1), read: readQ1},
+	{name: "q2", reference: bidsOnly(refQ2), read: readQ2},
+	{name: "q11", reference: bidsOnly(refQ11), read: readQ11, internal: []string{"-q11-repartition"}},
+	{name: "q14", reference: bidsOnly(refQ14), read: readQ14},
+	{name: "q20", reference: refQ20, read: readQ20, internal: []string{"-q20-join-output"}},
+	{name: "q21", reference: bidsOnly(refQ21), read: readQ21},
+	{name: "q22", reference: bidsOnly(refQ22), read: readQ22},
+	{name: "q17", reference: bidsOnly(refQ17), read: readQ17, upsert: true, internal: []string{"-q17-repartition", "-q17-output"}},
+	{name: "q18", reference: bidsOnly(refQ18), read: readQ18, upsert: true, internal: []string{"-q18-repartition"}},
+	{name: "q19", reference: bidsOnly(refQ19), read: readQ19, upsert: true},
+}
+
+// events are the generated events a reference computes from.
+type events struct {
+	bids     []Bid
+	auctions []Auction
+}
+
+// bidsOnly is a reference that reads the bids alone.
+func bidsOnly(ref func([]Bid) []row) func(events) []row {
+	return func(ev events) []row { return ref(ev.bids) }
 }
 
 // bidID names a bid: its auction, bidder, time and extra (the extra alone, a random substring of
@@ -750,4 +762,56 @@ func readQ19(r *kgo.Record) (row, error) {
 	}
 	return row{fmt.Sprintf("auction=%d rank=%d", *b.Auction, *b.Rank),
 		fmt.Sprintf("bidder=%d price=%s channel=%q url=%q dateTime=%d extra=%q", *b.Bidder, b.Price, b.Channel, b.URL, *b.DateTime, b.Extra)}, nil
+}
+
+// q20, bids expanded with their auction (bid INNER JOIN auction ON bid.auction = auction.id
+// WHERE auction.category = 10): every bid of an auction of category 10, with the auction.
+func refQ20(ev events) []row {
+	byID := map[int64]Auction{}
+	for _, a := range ev.auctions {
+		if a.Category == 10 {
+			byID[a.ID] = a
+		}
+	}
+	var out []row
+	for _, b := range ev.bids {
+		a, ok := byID[b.Auction]
+		if !ok {
+			continue
+		}
+		out = append(out, row{bidID(b.Auction, b.Bidder, b.DateTime, b.Extra), fmt.Sprintf(
+			"price=%d channel=%q url=%q itemName=%q description=%q initialBid=%d reserve=%d auction_dateTime=%d expires=%d seller=%d category=%d auction_extra=%q",
+			b.Price, b.Channel, b.URL, a.ItemName, a.Description, a.InitialBid, a.Reserve, a.DateTime, a.Expires, a.Seller, a.Category, a.Extra)})
+	}
+	return out
+}
+
+// readQ20 reads one row of q20: Flink's nexmark_q20 columns, keyed by the auction.
+func readQ20(r *kgo.Record) (row, error) {
+	if err := checkColumns(r, "auction", "bidder", "price", "channel", "url", "bid_dateTime", "bid_extra",
+		"itemName", "description", "initialBid", "reserve", "auction_dateTime", "expires", "seller", "category", "auction_extra"); err != nil {
+		return row{}, err
+	}
+	var v struct {
+		Auction, Bidder, Price                         *int64
+		Channel, URL                                   string
+		BidDateTime                                    *int64 `json:"bid_dateTime"`
+		BidExtra                                       string `json:"bid_extra"`
+		ItemName, Description                          string
+		InitialBid, Reserve, Expires, Seller, Category *int64
+		AuctionDateTime                                *int64 `json:"auction_dateTime"`
+		AuctionExtra                                   string `json:"auction_extra"`
+	}
+	v2 := &v
+	if err := decodeKeyed(r, v2, func() *int64 { return v.Auction }); err != nil {
+		return row{}, err
+	}
+	for _, p := range []*int64{v.Bidder, v.Price, v.BidDateTime, v.InitialBid, v.Reserve, v.AuctionDateTime, v.Expires, v.Seller, v.Category} {
+		if p == nil {
+			return row{}, fmt.Errorf("value %q has a null number column", r.Value)
+		}
+	}
+	return row{bidID(*v.Auction, *v.Bidder, *v.BidDateTime, v.BidExtra), fmt.Sprintf(
+		"price=%d channel=%q url=%q itemName=%q description=%q initialBid=%d reserve=%d auction_dateTime=%d expires=%d seller=%d category=%d auction_extra=%q",
+		*v.Price, v.Channel, v.URL, v.ItemName, v.Description, *v.InitialBid, *v.Reserve, *v.AuctionDateTime, *v.Expires, *v.Seller, *v.Category, v.AuctionExtra)}, nil
 }
