@@ -268,6 +268,7 @@ type Operator struct {
 	Cogroup   *Cogroup   `koanf:"cogroup" doc:"A keyed aggregate over several co-partitioned inputs: each field aggregates the records of one input (from), per key of all of them; state and changelog as an aggregate's."`
 	Join      *Join      `koanf:"join" doc:"A stream-table join: each record of stream gets its key's row of table (FLIP-326: a task's stream waits until its table partition has loaded its snapshot)."`
 	Dedup     *Dedup     `koanf:"dedup" doc:"Keeps one record per key, in arrival order: the first (emitted once) or the latest (an upsert stream); state and changelog as an aggregate's."`
+	Rekey     *Rekey     `koanf:"rekey" doc:"Re-keys its input by a field (or several): the records go through the topic <group>-<name>-repartition, written in the same transaction as the input offsets, keyed by the new key, and later operators (a join on another field, a windowed join) read them from there."`
 	Top       *Top       `koanf:"top" doc:"Keeps each key's n records with the largest (or smallest) value of a field, ranked 1 to n (ties in arrival order): an upsert stream of one row per key and rank; state and changelog as an aggregate's."`
 	Output    string     `koanf:"output" default:"none" doc:"The sink the operator's records go to; required for an aggregate, cogroup, dedup, top or stream-stream join that no later operator reads (later operators read a keyed operator's results through <group>-<name>-output)."`
 }
@@ -289,6 +290,8 @@ func (o *Operator) Kind() string {
 		return "dedup"
 	case o.Top != nil:
 		return "top"
+	case o.Rekey != nil:
+		return "rekey"
 	}
 	return ""
 }
@@ -312,6 +315,8 @@ func (o *Operator) Input() string {
 		return o.Dedup.Input
 	case o.Top != nil:
 		return o.Top.Input
+	case o.Rekey != nil:
+		return o.Rekey.Input
 	}
 	return ""
 }
@@ -454,6 +459,12 @@ type Top struct {
 	GroupBy string `koanf:"group_by" default:"none" doc:"Field path (or several, separated by commas) to rank within instead of the input's key: records are re-keyed through the topic <group>-<name>-repartition, as an aggregate's group_by."`
 }
 
+// Rekey re-keys a stream through a repartition topic.
+type Rekey struct {
+	Input string `koanf:"input" default:"required" doc:"A source or an earlier operator."`
+	By    string `koanf:"by" default:"required" doc:"The field path of the new key (e.g. seller), or several separated by commas for a composite key (the JSON object {\"a\":1,\"b\":2}); a record without it is a dead letter."`
+}
+
 // Top's order values.
 const (
 	OrderDesc = "desc"
@@ -466,7 +477,8 @@ const (
 	KeepLast  = "last"
 )
 
-// GroupBy returns the field path a keyed operator re-keys its input by ("" = its input's key).
+// GroupBy returns the field path a keyed operator (or a rekey) re-keys its input by ("" = its
+// input's key).
 func (o *Operator) GroupBy() string {
 	switch {
 	case o.Aggregate != nil:
@@ -475,6 +487,8 @@ func (o *Operator) GroupBy() string {
 		return o.Dedup.GroupBy
 	case o.Top != nil:
 		return o.Top.GroupBy
+	case o.Rekey != nil:
+		return o.Rekey.By
 	}
 	return ""
 }

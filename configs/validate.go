@@ -368,17 +368,17 @@ func (c *Config) validateOperators() *Error {
 		for _, k := range []struct {
 			name string
 			set  bool
-		}{{"filter", op.Filter != nil}, {"map", op.Map != nil}, {"join", op.Join != nil}, {"aggregate", op.Aggregate != nil}, {"cogroup", op.Cogroup != nil}, {"dedup", op.Dedup != nil}, {"top", op.Top != nil}} {
+		}{{"filter", op.Filter != nil}, {"map", op.Map != nil}, {"join", op.Join != nil}, {"aggregate", op.Aggregate != nil}, {"cogroup", op.Cogroup != nil}, {"dedup", op.Dedup != nil}, {"top", op.Top != nil}, {"rekey", op.Rekey != nil}} {
 			if k.set {
 				kinds = append(kinds, k.name)
 			}
 		}
 		switch len(kinds) {
 		case 0:
-			return errorf(p, "needs one of filter, map, join, aggregate, cogroup, dedup or top")
+			return errorf(p, "needs one of filter, map, join, aggregate, cogroup, dedup, top or rekey")
 		case 1:
 		default:
-			return errorf(p, "has %s; an operator is exactly one of filter, map, join, aggregate, cogroup, dedup or top", strings.Join(kinds, " and "))
+			return errorf(p, "has %s; an operator is exactly one of filter, map, join, aggregate, cogroup, dedup, top or rekey", strings.Join(kinds, " and "))
 		}
 		kp := p + "." + kinds[0]
 		inKey := kp + ".input"
@@ -434,6 +434,12 @@ func (c *Config) validateOperators() *Error {
 				if _, ok := c.SourceOf(op.Name); !ok {
 					err = errorf(kp+".input", "does not lead to a source")
 				}
+			}
+		case op.Rekey != nil:
+			if strings.TrimSpace(op.Rekey.By) == "" {
+				err = errorf(kp+".by", "required: the field path of the new key, e.g. seller")
+			} else if msg := checkGroupBy(op.Rekey.By); msg != "" {
+				err = errorf(kp+".by", "%s", msg)
 			}
 		case op.Top != nil:
 			err = checkTop(kp, op.Top)

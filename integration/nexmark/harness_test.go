@@ -81,8 +81,9 @@ type dataset struct {
 	cfg     Config
 	counts  Counts
 	bids    []Bid
-	// auctions are the generated auctions.
+	// auctions and persons are the generated auctions and persons.
 	auctions []Auction
+	persons  []Person
 }
 
 // newDataset generates cfg's events (cfg.MaxEvents of them), creates the three topics (8
@@ -113,6 +114,8 @@ func newDataset(t testing.TB, brokers string, cfg Config) *dataset {
 			ds.bids = append(ds.bids, ev.Bid)
 		case KindAuction:
 			ds.auctions = append(ds.auctions, ev.Auction)
+		case KindPerson:
+			ds.persons = append(ds.persons, ev.Person)
 		}
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
@@ -243,9 +246,15 @@ func runQuery(t testing.TB, ds *dataset, o runOpts) *runResult {
 		ctx, cancel := context.WithCancel(t.Context())
 		defer cancel()
 		go func() {
-			topics := []string{ds.topics.Bid}
+			var topics []string
+			if bytes.Contains(cfgText, []byte("topic: nexmark-bid")) {
+				topics = append(topics, ds.topics.Bid)
+			}
 			if bytes.Contains(cfgText, []byte("topic: nexmark-auction")) {
 				topics = append(topics, ds.topics.Auction)
+			}
+			if bytes.Contains(cfgText, []byte("topic: nexmark-person")) {
+				topics = append(topics, ds.topics.Person)
 			}
 			if q, ok := queryNamed(o.query); ok { // its later chains read internal topics
 				for _, suffix := range q.internal {

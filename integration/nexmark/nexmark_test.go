@@ -102,7 +102,7 @@ func TestNexmark(t *testing.T) {
 		if len(only) > 0 && !only[q.name] {
 			continue
 		}
-		want := q.reference(events{bids: ds.bids, auctions: ds.auctions})
+		want := q.reference(events{bids: ds.bids, auctions: ds.auctions, persons: ds.persons})
 		if q.name == "q11" {
 			noteFlinkSessions(t, ds.bids)
 		}
@@ -304,7 +304,7 @@ func BenchmarkNexmark(b *testing.B) {
 			if q.upsert {
 				out = latestPerKey(out)
 			}
-			if d := compare(q, q.reference(events{bids: ds.bids, auctions: ds.auctions}), out); !d.ok() {
+			if d := compare(q, q.reference(events{bids: ds.bids, auctions: ds.auctions, persons: ds.persons}), out); !d.ok() {
 				b.Errorf("%s: output differs from the reference: %s", q.name, d)
 			}
 		})

@@ -37,6 +37,7 @@ type query struct {
 }
 
 var queries = []query{
+	{name: "q3", reference: refQ3, read: readQ3, internal: []string{"-by_seller-repartition", "-q3-join-output"}},
 	{name: "q0", reference: bidsOnly(refQ0), read: readQ0},
 	{name: "q1", reference: bidsOnly(refQ1), read: readQ1},
 	{name: "q2", reference: bidsOnly(refQ2), read: readQ2},
@@ -54,6 +55,7 @@ var queries = []query{
 type events struct {
 	bids     []Bid
 	auctions []Auction
+	persons  []Person
 }
 
 // bidsOnly is a reference that reads the bids alone.
@@ -814,4 +816,43 @@ func readQ20(r *kgo.Record) (row, error) {
 	return row{bidID(*v.Auction, *v.Bidder, *v.BidDateTime, v.BidExtra), fmt.Sprintf(
 		"price=%d channel=%q url=%q itemName=%q description=%q initialBid=%d reserve=%d auction_dateTime=%d expires=%d seller=%d category=%d auction_extra=%q",
 		*v.Price, v.Channel, v.URL, v.ItemName, v.Description, *v.InitialBid, *v.Reserve, *v.AuctionDateTime, *v.Expires, *v.Seller, *v.Category, v.AuctionExtra)}, nil
+}
+
+// q3, local item suggestion (auction JOIN person ON auction.seller = person.id WHERE
+// auction.category = 10 AND person.state IN ('OR', 'ID', 'CA')): per auction, its seller's
+// name, city and state, keyed by the seller.
+func refQ3(ev events) []row {
+	byID := map[int64]Person{}
+	for _, p := range ev.persons {
+		if p.State == "OR" || p.State == "ID" || p.State == "CA" {
+			byID[p.ID] = p
+		}
+	}
+	var out []row
+	for _, a := range ev.auctions {
+		p, ok := byID[a.Seller]
+		if a.Category != 10 || !ok {
+			continue
+		}
+		out = append(out, row{fmt.Sprintf("id=%d", a.ID), fmt.Sprintf("seller=%d name=%q city=%q state=%q", a.Seller, p.Name, p.City, p.State)})
+	}
+	return out
+}
+
+// readQ3 reads one row of q3: name, city, state, id, keyed by the seller.
+func readQ3(r *kgo.Record) (row, error) {
+	if err := checkColumns(r, "name", "city", "state", "id"); err != nil {
+		return row{}, err
+	}
+	var v struct {
+		Name, City, State string
+		ID                *int64
+	}
+	if err := json.Unmarshal(r.Value, &v); err != nil {
+		return row{}, fmt.Errorf("value %q: %w", r.Value, err)
+	}
+	if v.ID == nil {
+		return row{}, fmt.Errorf("value %q lacks id", r.Value)
+	}
+	return row{fmt.Sprintf("id=%d", *v.ID), fmt.Sprintf("seller=%s name=%q city=%q state=%q", r.Key, v.Name, v.City, v.State)}, nil
 }

@@ -251,8 +251,8 @@ func NewPlan(cfg *configs.Config) (*Plan, error) {
 					}
 				}
 				if op.GroupBy() != "" {
-					// Re-keying: this chain ends at the repartition topic; the aggregate's chain
-					// reads it.
+					// Re-keying: this chain ends at the repartition topic; the keyed operator's
+					// chain (or, for a rekey, the chain of the operators after it) reads it.
 					// Event time crosses it as the writers' announcements (TimedOutput,
 					// TimedInput): the reader's watermark is the smallest of its writers'.
 					c.Rekey, c.RekeyFor = op.GroupBy(), op.Name
@@ -281,6 +281,8 @@ func NewPlan(cfg *configs.Config) (*Plan, error) {
 				} else if op.Keyed() {
 					c.Keyed = &cfg.Operators[i]
 					c.Changelog = cfg.ChangelogTopic(op.Name)
+				} else if op.Rekey != nil {
+					// Nothing more: the chain now reads the re-keyed records (above).
 				} else {
 					c.Stages = append(c.Stages, op)
 					if op.Join != nil {
@@ -288,7 +290,7 @@ func NewPlan(cfg *configs.Config) (*Plan, error) {
 					}
 				}
 				more := len(consumers[op.Name]) > 0
-				stage := op.Filter != nil || op.Map != nil || op.Join != nil && !streamJoin && !asOf
+				stage := op.Filter != nil || op.Map != nil || op.Rekey != nil || op.Join != nil && !streamJoin && !asOf
 				if more && op.Output != "" && stage {
 					// A stage with an output that also feeds later operators: its records go to
 					// the sink as they leave it (a tap), and on down the chain.
@@ -329,7 +331,7 @@ func NewPlan(cfg *configs.Config) (*Plan, error) {
 				c, cur, i = bs[0].c, op.Name, bs[0].op
 				todo = append(bs[1:], todo...)
 			}
-			if c.Keyed == nil && len(c.Stages) == 0 && len(c.Taps) == 0 {
+			if c.Keyed == nil && len(c.Stages) == 0 && len(c.Taps) == 0 && c.SinkTopic == "" {
 				continue // a declared source nobody reads
 			}
 			if c.SinkTopic == "" && c.Keyed == nil && len(c.Stages) > 0 {
