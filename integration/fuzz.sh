@@ -19,7 +19,8 @@ targets=(
   "./operators FuzzDecimal"         # the 128-bit decimal parser
   "./operators FuzzAggregateState"  # stored aggregate states
   "./operators FuzzSessionState"    # stored session-window states (decode, ValidState)
-  "./operators FuzzWindowKey"       # window keys
+  "./changelog/codec FuzzWindowKey" # window keys
+  "./changelog/codec FuzzDecoders"  # every decoder of the codec: no panic, what decodes re-encodes to the same bytes
   "./operators/task FuzzRestoredState" # a task over any state the restore accepts
   "./sorter FuzzRunReader"          # sorter run files
   "./state FuzzKeyLayout"           # state key layout

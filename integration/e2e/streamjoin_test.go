@@ -66,6 +66,11 @@ sinks:
 			t.Fatal(err)
 		}
 		b = []byte(strings.Replace(string(b), "mode: auto}", "mode: auto, checkpoint_interval: "+every+"}", 1))
+		// Small fetches: the backlog takes many batches, so backlog checkpoints come before the
+		// kill whatever order the two inputs' first fetches arrive in (with 32 MiB fetches on a
+		// loaded machine, one input's backlog could go in two batches, the operator leaving
+		// backlog between its inputs' first batches before any checkpoint was due).
+		b = []byte(strings.Replace(string(b), "kafka:\n", "kafka:\n  fetch_max_bytes: 1MiB\n", 1))
 		if err := os.WriteFile(p.cfgPath, b, 0o644); err != nil {
 			t.Fatal(err)
 		}

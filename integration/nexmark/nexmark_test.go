@@ -136,6 +136,9 @@ func TestNexmark(t *testing.T) {
 				if q.name == "q11" && !m.bounded {
 					rows, out = closedSessions(want, out, lastBid)
 				}
+				if q.settled != nil && !m.bounded {
+					rows, out = q.settled(events{bids: ds.bids, auctions: ds.auctions, persons: ds.persons}, rows, out)
+				}
 				d := compare(q, rows, out)
 				dead, why, err := deadLetters(ctx, brokers, res.group)
 				if err != nil {

@@ -31,6 +31,10 @@ type query struct {
 	// upsert: the output is an upsert stream (the latest value per Kafka key is the row, a null
 	// value deletes it); else each record is a row.
 	upsert bool
+	// settled, for an unbounded run, keeps the rows the run must have written by the time it
+	// has caught up (windows its watermarks closed), of both the reference and the output; nil:
+	// all of them.
+	settled func(ev events, want []row, out []*kgo.Record) ([]row, []*kgo.Record)
 	// internal: the internal topics (suffixes after the group) the pipeline's later chains
 	// read, whose committed offsets say an unbounded run has caught up.
 	internal []string
@@ -41,6 +45,8 @@ var queries = []query{
 	{name: "q0", reference: bidsOnly(refQ0), read: readQ0},
 	{name: "q1", reference: bidsOnly(refQ1), read: readQ1},
 	{name: "q2", reference: bidsOnly(refQ2), read: readQ2},
+	{name: "q8", reference: refQ8, read: readQ8, settled: settledQ8, internal: []string{"-person_windows-repartition", "-person_windows-output",
+		"-p-repartition", "-seller_windows-repartition", "-seller_windows-output", "-a-repartition", "-q8-join-output"}},
 	{name: "q11", reference: bidsOnly(refQ11), read: readQ11, internal: []string{"-q11-repartition"}},
 	{name: "q14", reference: bidsOnly(refQ14), read: readQ14},
 	{name: "q20", reference: refQ20, read: readQ20, internal: []string{"-q20-join-output"}},
@@ -855,4 +861,72 @@ func readQ3(r *kgo.Record) (row, error) {
 		return row{}, fmt.Errorf("value %q lacks id", r.Value)
 	}
 	return row{fmt.Sprintf("id=%d", *v.ID), fmt.Sprintf("seller=%s name=%q city=%q state=%q", r.Key, v.Name, v.City, v.State)}, nil
+}
+
+// q8's window: 10 s, tumbling, aligned to the epoch.
+const q8Window = 10_000
+
+// q8, monitor new users: the persons who created an auction in the 10 s window they entered
+// in, with the window's start.
+func refQ8(ev events) []row {
+	type sw struct{ seller, start int64 }
+	sold := map[sw]bool{}
+	for _, a := range ev.auctions {
+		sold[sw{a.Seller, a.DateTime - a.DateTime%q8Window}] = true
+	}
+	var out []row
+	for _, p := range ev.persons {
+		start := p.DateTime - p.DateTime%q8Window
+		if sold[sw{p.ID, start}] {
+			out = append(out, row{fmt.Sprintf("id=%d starttime=%d", p.ID, start), fmt.Sprintf("name=%q", p.Name)})
+		}
+	}
+	return out
+}
+
+// readQ8 reads one row of q8: id, name, starttime, keyed by {"id":..,"window_start":..}.
+func readQ8(r *kgo.Record) (row, error) {
+	if err := checkColumns(r, "id", "name", "starttime"); err != nil {
+		return row{}, err
+	}
+	var v struct {
+		ID, Starttime *int64
+		Name          string
+	}
+	if err := json.Unmarshal(r.Value, &v); err != nil {
+		return row{}, fmt.Errorf("value %q: %w", r.Value, err)
+	}
+	if v.ID == nil || v.Starttime == nil {
+		return row{}, fmt.Errorf("value %q lacks id or starttime", r.Value)
+	}
+	if want := fmt.Sprintf(`{"id":%d,"window_start":%d}`, *v.ID, *v.Starttime); string(r.Key) != want {
+		return row{}, fmt.Errorf("record key %q, want %s", r.Key, want)
+	}
+	return row{fmt.Sprintf("id=%d starttime=%d", *v.ID, *v.Starttime), fmt.Sprintf("name=%q", v.Name)}, nil
+}
+
+// settledQ8 keeps, of an unbounded run, the windows that end 30 s or more before the last
+// person and auction: every partition's watermark has passed them (a window closes when the
+// watermarks of all the tasks that write its side have), so their rows are out.
+func settledQ8(ev events, want []row, out []*kgo.Record) ([]row, []*kgo.Record) {
+	last := min(ev.persons[len(ev.persons)-1].DateTime, ev.auctions[len(ev.auctions)-1].DateTime)
+	cut := last - 30_000 - q8Window
+	keep := func(id string) bool {
+		var pid, start int64
+		_, err := fmt.Sscanf(id, "id=%d starttime=%d", &pid, &start)
+		return err == nil && start < cut
+	}
+	var w []row
+	for _, r := range want {
+		if keep(r.id) {
+			w = append(w, r)
+		}
+	}
+	var o []*kgo.Record
+	for _, rec := range out {
+		if r, err := readQ8(rec); err != nil || keep(r.id) {
+			o = append(o, rec) // an unreadable record stays, to be reported
+		}
+	}
+	return w, o
 }

@@ -135,8 +135,8 @@ func timedResults(op *configs.Operator) bool {
 // (timedResults).
 func checkReadsResults(i int, op configs.Operator, up *configs.Operator) error {
 	key := fmt.Sprintf("operators[%d].%s", i, op.Kind())
-	if op.Join != nil {
-		return &configs.Error{Key: key, Msg: fmt.Sprintf("a join by event time (stream-stream, or as_of: event_time) over the results of keyed operator %q is not supported yet; a join with a table as_of: processing, an aggregate or a cogroup can read them", up.Name)}
+	if op.Join != nil && !(op.Join.StreamStream() && op.Join.Within == 0) {
+		return &configs.Error{Key: key, Msg: fmt.Sprintf("a join by event time (stream-stream with within, or as_of: event_time) over the results of keyed operator %q is not supported yet; a regular join (no within), a join with a table as_of: processing, an aggregate or a cogroup can read them", up.Name)}
 	}
 	var w *configs.Window
 	if op.Aggregate != nil {
