@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -148,6 +149,10 @@ type runOpts struct {
 	// enterLag and exitLag set backlog.enter_lag and exit_lag when > 0.
 	enterLag, exitLag int64
 	timeout           time.Duration // the run is killed after this
+	// kills: an unbounded run is killed (SIGKILL) this many times, each 0.1–0.6 s after its
+	// process started (mid-run: the test's events take about a second), and started again on
+	// the same state directory and group; the last one runs until it has caught up.
+	kills int
 }
 
 // runResult is what one run of sluice left: its output topic, group, exit and duration.
@@ -157,6 +162,7 @@ type runResult struct {
 	err           error         // the process's exit error, or a timeout
 	timedOut      bool
 	logs          []byte // stderr: JSON log lines
+	kills         int    // how many times the process was killed and started again
 }
 
 // logLines returns the run's log lines whose msg is msg, decoded.
@@ -232,19 +238,31 @@ func runQuery(t testing.TB, ds *dataset, o runOpts) *runResult {
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	start := time.Now()
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("starting sluice: %v", err)
-	}
 	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
+	launch := func() {
+		if err := cmd.Start(); err != nil {
+			t.Fatalf("starting sluice: %v", err)
+		}
+		go func(c *exec.Cmd) { done <- c.Wait() }(cmd)
+	}
+	launch()
+	var kill <-chan time.Time
+	rng := rand.New(rand.NewPCG(uint64(start.UnixNano()), 9))
+	killAfter := func() <-chan time.Time {
+		return time.After(100*time.Millisecond + time.Duration(rng.Int64N(int64(500*time.Millisecond))))
+	}
+	kills := 0
+	if o.kills > 0 && !o.bounded {
+		kill = killAfter()
+	}
 	timeout := time.NewTimer(o.timeout)
 	defer timeout.Stop()
 	var caughtUp <-chan struct{}
-	if !o.bounded {
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	// watch closes the channel it returns once the group has committed every input to its end.
+	watch := func() <-chan struct{} {
 		ch := make(chan struct{})
-		caughtUp = ch
-		ctx, cancel := context.WithCancel(t.Context())
-		defer cancel()
 		go func() {
 			var topics []string
 			if bytes.Contains(cfgText, []byte("topic: nexmark-bid")) {
@@ -265,9 +283,31 @@ func runQuery(t testing.TB, ds *dataset, o runOpts) *runResult {
 				close(ch)
 			}
 		}()
+		return ch
+	}
+	if !o.bounded && o.kills == 0 {
+		caughtUp = watch()
 	}
 	for res.duration == 0 {
 		select {
+		case <-kill:
+			// kill -9 mid-run, then the same instance again: what it committed stays, what it
+			// had not is done again, exactly once.
+			_ = cmd.Process.Kill()
+			<-done
+			kills++
+			res.kills = kills
+			fmt.Fprintf(&stderr, "--- kill -9 number %d after %v; restarting\n", kills, time.Since(start).Round(time.Millisecond))
+			next := exec.Command(cmd.Path, cmd.Args[1:]...)
+			next.Env, next.Stderr = cmd.Env, cmd.Stderr
+			cmd = next
+			launch()
+			kill = nil
+			if kills < o.kills {
+				kill = killAfter()
+			} else {
+				caughtUp = watch() // the last one runs to the end
+			}
 		case res.err = <-done:
 			res.duration = time.Since(start)
 		case <-caughtUp:

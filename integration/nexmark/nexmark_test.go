@@ -46,7 +46,9 @@ func envDuration(t testing.TB, name string, def time.Duration) time.Duration {
 	return def
 }
 
-// modes are the backlog modes every query runs in. A bounded run starts every task in backlog
+// modes are the backlog modes every query runs in, and auto-kill9 for the queries with kills:
+// auto unbounded, the process killed (SIGKILL) three times 0.1–0.6 s after it started and started
+// again on its state directory, the output still exact. A bounded run starts every task in backlog
 // mode whatever backlog.mode says (cmd/sluice/run.go logs "bounded run: backlog.mode=always"),
 // so TestNexmark also runs never and auto unbounded: stopped once the group has committed
 // every bid. For auto, enter_lag 5000 is far below a partition's bids (about 11,500 of 100,000
@@ -57,12 +59,14 @@ var modes = []struct {
 	mode              string
 	bounded           bool
 	enterLag, exitLag int64
+	kills             int // kill -9 and restart this many times (the queries with kills only)
 }{
-	{"never", "never", true, 0, 0},
-	{"always", "always", true, 0, 0},
-	{"auto", "auto", true, 5000, 500},
-	{"never-unbounded", "never", false, 0, 0},
-	{"auto-unbounded", "auto", false, 5000, 500},
+	{"never", "never", true, 0, 0, 0},
+	{"always", "always", true, 0, 0, 0},
+	{"auto", "auto", true, 5000, 500, 0},
+	{"never-unbounded", "never", false, 0, 0, 0},
+	{"auto-unbounded", "auto", false, 5000, 500, 0},
+	{"auto-kill9", "auto", false, 5000, 500, 3},
 }
 
 // TestNexmark runs the Nexmark queries of the list queries (q0, q1, q2, q11, q14, q21, q22) as sluice pipelines (configs/nexmark/qN.yaml,
@@ -107,10 +111,16 @@ func TestNexmark(t *testing.T) {
 			noteFlinkSessions(t, ds.bids)
 		}
 		for _, m := range modes {
+			if m.kills > 0 && !q.kills {
+				continue
+			}
 			t.Run(q.name+"/"+m.name, func(t *testing.T) {
 				res := runQuery(t, ds, runOpts{query: q.name, mode: m.mode, bounded: m.bounded,
-					enterLag: m.enterLag, exitLag: m.exitLag, timeout: timeout})
+					enterLag: m.enterLag, exitLag: m.exitLag, timeout: timeout, kills: m.kills})
 				line := fmt.Sprintf("%-4s %-16s %7.1fs", q.name, m.name, res.duration.Seconds())
+				if res.kills > 0 {
+					line += fmt.Sprintf(" (%d kills)", res.kills)
+				}
 				defer func() { summary = append(summary, line) }()
 				if m.bounded && m.mode != "always" && len(res.logLines("bounded run: backlog.mode=always")) > 0 {
 					t.Logf("bounded run: sluice runs backlog.mode=%s as always (a bounded input is a backlog)", m.mode)

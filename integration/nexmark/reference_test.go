@@ -35,6 +35,8 @@ type query struct {
 	// has caught up (windows its watermarks closed), of both the reference and the output; nil:
 	// all of them.
 	settled func(ev events, want []row, out []*kgo.Record) ([]row, []*kgo.Record)
+	// kills: the query also runs unbounded with kill -9 and restarts (modes: auto-kill9).
+	kills bool
 	// internal: the internal topics (suffixes after the group) the pipeline's later chains
 	// read, whose committed offsets say an unbounded run has caught up.
 	internal []string
@@ -47,14 +49,14 @@ var queries = []query{
 	{name: "q2", reference: bidsOnly(refQ2), read: readQ2},
 	{name: "q8", reference: refQ8, read: readQ8, settled: settledQ8, internal: []string{"-person_windows-repartition", "-person_windows-output",
 		"-p-repartition", "-seller_windows-repartition", "-seller_windows-output", "-a-repartition", "-q8-join-output"}},
-	{name: "q11", reference: bidsOnly(refQ11), read: readQ11, internal: []string{"-q11-repartition"}},
+	{name: "q11", reference: bidsOnly(refQ11), read: readQ11, kills: true, internal: []string{"-q11-repartition"}},
 	{name: "q14", reference: bidsOnly(refQ14), read: readQ14},
-	{name: "q20", reference: refQ20, read: readQ20, internal: []string{"-q20-join-output"}},
+	{name: "q20", reference: refQ20, read: readQ20, kills: true, internal: []string{"-q20-join-output"}},
 	{name: "q21", reference: bidsOnly(refQ21), read: readQ21},
 	{name: "q22", reference: bidsOnly(refQ22), read: readQ22},
 	{name: "q17", reference: bidsOnly(refQ17), read: readQ17, upsert: true, internal: []string{"-q17-repartition", "-q17-output"}},
 	{name: "q18", reference: bidsOnly(refQ18), read: readQ18, upsert: true, internal: []string{"-q18-repartition"}},
-	{name: "q19", reference: bidsOnly(refQ19), read: readQ19, upsert: true},
+	{name: "q19", reference: bidsOnly(refQ19), read: readQ19, upsert: true, kills: true},
 }
 
 // events are the generated events a reference computes from.
