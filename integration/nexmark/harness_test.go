@@ -239,7 +239,9 @@ func runQuery(t testing.TB, ds *dataset, o runOpts) *runResult {
 	cmd.Stderr = &stderr
 	start := time.Now()
 	done := make(chan error, 1)
+	var launched time.Time
 	launch := func() {
+		launched = time.Now()
 		if err := cmd.Start(); err != nil {
 			t.Fatalf("starting sluice: %v", err)
 		}
@@ -312,6 +314,11 @@ func runQuery(t testing.TB, ds *dataset, o runOpts) *runResult {
 			res.duration = time.Since(start)
 		case <-caughtUp:
 			caughtUp = nil
+			if d := time.Since(launched); kills > 0 && d < 2*time.Second {
+				// A process started again after a kill may find everything committed already;
+				// let it install its signal handler (it does before joining) first.
+				time.Sleep(2*time.Second - d)
+			}
 			_ = cmd.Process.Signal(os.Interrupt) // checkpoint and leave; exits 0
 		case <-timeout.C:
 			_ = cmd.Process.Kill()
