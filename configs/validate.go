@@ -430,11 +430,6 @@ func (c *Config) validateOperators() *Error {
 			err = checkCogroup(kp, op.Cogroup)
 		case op.Aggregate != nil:
 			err = checkAggregate(kp, op.Aggregate)
-			if err == nil {
-				if _, ok := c.SourceOf(op.Name); !ok {
-					err = errorf(kp+".input", "does not lead to a source")
-				}
-			}
 		case op.Rekey != nil:
 			if strings.TrimSpace(op.Rekey.By) == "" {
 				err = errorf(kp+".by", "required: the field path of the new key, e.g. seller")
@@ -443,17 +438,13 @@ func (c *Config) validateOperators() *Error {
 			}
 		case op.Top != nil:
 			err = checkTop(kp, op.Top)
-			if err == nil {
-				if _, ok := c.SourceOf(op.Name); !ok {
-					err = errorf(kp+".input", "does not lead to a source")
-				}
-			}
 		case op.Dedup != nil:
 			err = checkDedup(kp, op.Dedup)
-			if err == nil {
-				if _, ok := c.SourceOf(op.Name); !ok {
-					err = errorf(kp+".input", "does not lead to a source")
-				}
+		}
+		if err == nil && (op.Aggregate != nil || op.Top != nil || op.Dedup != nil) {
+			// A keyed operator of one input reads, through it, a source.
+			if _, ok := c.SourceOf(op.Name); !ok {
+				err = errorf(kp+".input", "does not lead to a source")
 			}
 		}
 		if err != nil {

@@ -119,27 +119,7 @@ func topOneAnswer(t *testing.T, seed uint64) {
 	order := []string{"desc", "asc"}[rng.IntN(2)]
 	recs, in := genTop(rng, []int{1, 50, 500, 2000}[rng.IntN(4)])
 	want, wantDead := topOracle(in, n, order == "desc")
-	cacheKeys := []int{1, 4, 100000}[rng.IntN(3)]
-	huge := int64(1) << 40
-	enter := int64(2 + rng.IntN(60))
-	exit := int64(rng.IntN(int(enter)))
-	lagPoints := []int64{0, exit, exit + 1, enter, huge}
-	every := []string{"0s", "0s", "3ms"}
-	var cur int64
-	for _, ms := range []modeSpec{
-		{name: "realtime", mode: "never", enter: 50, exit: 10, cacheKeys: cacheKeys,
-			lag: func(d *driver, end int) int64 { return int64(len(d.input) - end) }},
-		{name: "backlog", mode: "always", enter: 50, exit: 10, cacheKeys: cacheKeys, every: every[rng.IntN(len(every))],
-			lag: func(*driver, int) int64 { return huge }},
-		{name: "switching", mode: "auto", enter: enter, exit: exit, cacheKeys: cacheKeys, pebble: true,
-			pFail: []float64{0, 0.01}[rng.IntN(2)], every: every[rng.IntN(len(every))],
-			lag: func(d *driver, _ int) int64 {
-				if d.rng.IntN(4) == 0 {
-					cur = lagPoints[d.rng.IntN(len(lagPoints))]
-				}
-				return cur
-			}},
-	} {
+	for _, ms := range keyedModes(rng) {
 		ms.config = topConfig(n, order)
 		r := runMode(t, seed, ms, genInput{recs: recs})
 		what := fmt.Sprintf("%s (top %d %s; %s)", ms.name, n, order, r.summary)
