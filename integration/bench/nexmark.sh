@@ -2,7 +2,7 @@
 # Nexmark queries as bounded runs: the time sluice takes to process a backlog of Nexmark events
 # with each shipped pipeline (configs/nexmark/qN.yaml), on a broker you name.
 #
-#   bash integration/bench/nexmark.sh --brokers 127.0.0.1:19092 [--events 1000000] [--runs 3] [--queries "q0 q1 q2 q11 q14 q17 q18 q19 q20 q21 q22"]
+#   bash integration/bench/nexmark.sh --brokers 127.0.0.1:19092 [--events 1000000] [--runs 3] [--queries "q0 q1 q2 q3 q8 q11 q13 q14 q17 q18 q19 q20 q21 q22"]
 #
 # It builds bin/sluice, produces the events once (integration/nexmark/cmd/nexmark-gen, topics
 # bench-<events>-<time>-{person,auction,bid}), then runs each
@@ -16,7 +16,7 @@ cd "$(dirname "$0")/../.."
 brokers=127.0.0.1:19092
 events=1000000
 runs=3
-queries="q0 q1 q2 q11 q14 q17 q18 q19 q20 q21 q22"
+queries="q0 q1 q2 q3 q8 q11 q13 q14 q17 q18 q19 q20 q21 q22"
 while (($#)); do
   case "$1" in
   --brokers) brokers=$2; shift 2 ;;
@@ -42,6 +42,7 @@ for q in $queries; do
     extra=()
     grep -q "topic: nexmark-auction" "configs/nexmark/$q.yaml" && extra+=(SLUICE_SOURCES__AUCTION__TOPIC="${prefix}auction")
     grep -q "topic: nexmark-person" "configs/nexmark/$q.yaml" && extra+=(SLUICE_SOURCES__PERSON__TOPIC="${prefix}person")
+    grep -q "topic: nexmark-side-input" "configs/nexmark/$q.yaml" && extra+=(SLUICE_TABLES__SIDE_INPUT__TOPIC="${prefix}side-input")
     env "${extra[@]}" SLUICE_KAFKA__BROKERS=$brokers SLUICE_GROUP=$id SLUICE_INSTANCE_ID=bench \
       SLUICE_PROCESSING__STATE_DIR="$work/$id" SLUICE_HTTP__LISTEN=off SLUICE_LOG__LEVEL=warn \
       SLUICE_SOURCES__BID__TOPIC="${prefix}bid" SLUICE_SINKS__OUT__TOPIC="$id-out" \

@@ -94,9 +94,10 @@ func newDataset(t testing.TB, brokers string, cfg Config) *dataset {
 	ds := &dataset{
 		brokers: brokers,
 		topics: Topics{
-			Person:  kafkatest.UniqueName(t, "nexmark-person"),
-			Auction: kafkatest.UniqueName(t, "nexmark-auction"),
-			Bid:     kafkatest.UniqueName(t, "nexmark-bid"),
+			Person:    kafkatest.UniqueName(t, "nexmark-person"),
+			Auction:   kafkatest.UniqueName(t, "nexmark-auction"),
+			Bid:       kafkatest.UniqueName(t, "nexmark-bid"),
+			SideInput: kafkatest.UniqueName(t, "nexmark-side-input"),
 		},
 		cfg: cfg,
 	}
@@ -122,6 +123,9 @@ func newDataset(t testing.TB, brokers string, cfg Config) *dataset {
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	cl := kafkatest.Client(t, brokers, ProducerOpts()...)
+	if err := ProduceSideInput(ctx, cl, ds.topics, cfg.BaseTime); err != nil {
+		t.Fatal(err)
+	}
 	start := time.Now()
 	ds.counts, err = ProduceEach(ctx, cl, ds.topics, func(yield func(*Event) error) error {
 		for i := range events {
@@ -230,6 +234,9 @@ func runQuery(t testing.TB, ds *dataset, o runOpts) *runResult {
 	}
 	if bytes.Contains(cfgText, []byte("topic: nexmark-person")) {
 		cmd.Env = append(cmd.Env, "SLUICE_SOURCES__PERSON__TOPIC="+ds.topics.Person)
+	}
+	if bytes.Contains(cfgText, []byte("topic: nexmark-side-input")) {
+		cmd.Env = append(cmd.Env, "SLUICE_TABLES__SIDE_INPUT__TOPIC="+ds.topics.SideInput)
 	}
 	if o.enterLag > 0 {
 		cmd.Env = append(cmd.Env, "SLUICE_BACKLOG__ENTER_LAG="+strconv.FormatInt(o.enterLag, 10),

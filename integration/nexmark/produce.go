@@ -18,12 +18,33 @@ import (
 // Topics names the three topics events are produced to (DESIGN.md, "Nexmark topics").
 type Topics struct {
 	Person, Auction, Bid string
+	// SideInput is q13's side input: SideInputRows rows {key, value}, keyed by key.
+	SideInput string
 }
 
-// DefaultTopics returns the topics prefix+"person", prefix+"auction" and prefix+"bid"; with
-// the prefix "nexmark-", the design's topic names.
+// DefaultTopics returns the topics prefix+"person", prefix+"auction", prefix+"bid" and
+// prefix+"side-input"; with the prefix "nexmark-", the design's topic names.
 func DefaultTopics(prefix string) Topics {
-	return Topics{Person: prefix + "person", Auction: prefix + "auction", Bid: prefix + "bid"}
+	return Topics{Person: prefix + "person", Auction: prefix + "auction", Bid: prefix + "bid", SideInput: prefix + "side-input"}
+}
+
+// SideInputRows is the number of rows of the side input (Flink's nexmark: side_input_gen.sh
+// --num 10000).
+const SideInputRows = 10_000
+
+// ProduceSideInput writes the side input to t.SideInput and waits for it: the rows key 0 to
+// SideInputRows-1, each {"key":i,"value":"i"} under the Kafka key i (Flink's nexmark
+// SideInputGenerator writes the lines "i,i"), at event time base.
+func ProduceSideInput(ctx context.Context, cl *kgo.Client, t Topics, base int64) error {
+	for i := range SideInputRows {
+		k := strconv.Itoa(i)
+		cl.Produce(ctx, &kgo.Record{Topic: t.SideInput, Key: []byte(k), Value: fmt.Appendf(nil, `{"key":%d,"value":%q}`, i, k),
+			Timestamp: time.UnixMilli(base)}, nil)
+	}
+	if err := cl.Flush(ctx); err != nil {
+		return fmt.Errorf("nexmark: side input: %w", err)
+	}
+	return nil
 }
 
 // Of returns the topic of events of kind k.
@@ -38,7 +59,7 @@ func (t Topics) Of(k Kind) string {
 }
 
 // All returns the three topic names.
-func (t Topics) All() []string { return []string{t.Person, t.Auction, t.Bid} }
+func (t Topics) All() []string { return []string{t.Person, t.Auction, t.Bid, t.SideInput} }
 
 // TopicConfigs are the configs of the topics CreateTopics creates: events carry their event
 // time (2015 by default) as the record timestamp, so nothing may be deleted or refused by time.
@@ -54,7 +75,7 @@ func TopicConfigs() map[string]*string {
 	}
 }
 
-// CreateTopics creates the three topics with partitions partitions and TopicConfigs (the
+// CreateTopics creates the four topics with partitions partitions and TopicConfigs (the
 // broker's default replication factor). A topic that exists already with that partition count
 // is kept; with another count it is an error.
 func CreateTopics(ctx context.Context, adm *kadm.Client, t Topics, partitions int32) error {

@@ -50,6 +50,7 @@ var queries = []query{
 	{name: "q8", reference: refQ8, read: readQ8, settled: settledQ8, internal: []string{"-person_windows-repartition", "-person_windows-output",
 		"-p-repartition", "-seller_windows-repartition", "-seller_windows-output", "-a-repartition", "-q8-join-output"}},
 	{name: "q11", reference: bidsOnly(refQ11), read: readQ11, kills: true, internal: []string{"-q11-repartition"}},
+	{name: "q13", reference: bidsOnly(refQ13), read: readQ13, internal: []string{"-by_side_key-repartition"}},
 	{name: "q14", reference: bidsOnly(refQ14), read: readQ14},
 	{name: "q20", reference: refQ20, read: readQ20, kills: true, internal: []string{"-q20-join-output"}},
 	{name: "q21", reference: bidsOnly(refQ21), read: readQ21},
@@ -931,4 +932,33 @@ func settledQ8(ev events, want []row, out []*kgo.Record) ([]row, []*kgo.Record) 
 		}
 	}
 	return w, o
+}
+
+// q13, bids joined with the side input (mod(auction, 10000) = key; the side input's value is the
+// key's text): every bid with the value of its auction modulo 10,000.
+func refQ13(bids []Bid) []row {
+	out := make([]row, len(bids))
+	for i, b := range bids {
+		out[i] = row{bidID(b.Auction, b.Bidder, b.DateTime, ""), fmt.Sprintf("price=%d value=%q key=%d", b.Price, strconv.FormatInt(b.Auction%SideInputRows, 10), b.Auction%SideInputRows)}
+	}
+	return out
+}
+
+// readQ13 reads one row of q13: auction, bidder, price, dateTime, value, keyed by the side
+// input's key.
+func readQ13(r *kgo.Record) (row, error) {
+	if err := checkColumns(r, "auction", "bidder", "price", "dateTime", "value"); err != nil {
+		return row{}, err
+	}
+	var v struct {
+		Auction, Bidder, Price, DateTime *int64
+		Value                            *string
+	}
+	if err := json.Unmarshal(r.Value, &v); err != nil {
+		return row{}, fmt.Errorf("value %q: %w", r.Value, err)
+	}
+	if v.Auction == nil || v.Bidder == nil || v.Price == nil || v.DateTime == nil || v.Value == nil {
+		return row{}, fmt.Errorf("value %q has a null column", r.Value)
+	}
+	return row{bidID(*v.Auction, *v.Bidder, *v.DateTime, ""), fmt.Sprintf("price=%d value=%q key=%s", *v.Price, *v.Value, r.Key)}, nil
 }

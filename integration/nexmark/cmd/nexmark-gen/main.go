@@ -77,14 +77,18 @@ func produce(ctx context.Context, cfg nexmark.Config, brokers []string, topics n
 	if err := nexmark.CreateTopics(ctx, kadm.NewClient(cl), topics, partitions); err != nil {
 		return err
 	}
+	// The side input first: q13 joins the bids with it as a table, loaded before them.
+	if err := nexmark.ProduceSideInput(ctx, cl, topics, cfg.BaseTime); err != nil {
+		return err
+	}
 	start := time.Now()
 	counts, err := nexmark.Produce(ctx, cl, topics, g, cfg.MaxEvents)
 	if err != nil {
 		return err
 	}
 	d := time.Since(start)
-	fmt.Fprintf(stdout, "produced %d events (%d persons to %s, %d auctions to %s, %d bids to %s) in %v, %.0f events/s\n",
-		counts.Total(), counts.Persons, topics.Person, counts.Auctions, topics.Auction, counts.Bids, topics.Bid,
+	fmt.Fprintf(stdout, "produced %d events (%d persons to %s, %d auctions to %s, %d bids to %s; %d side input rows to %s) in %v, %.0f events/s\n",
+		counts.Total(), counts.Persons, topics.Person, counts.Auctions, topics.Auction, counts.Bids, topics.Bid, nexmark.SideInputRows, topics.SideInput,
 		d.Round(time.Millisecond), float64(counts.Total())/d.Seconds())
 	last := cfg.TimestampForEvent(cfg.FirstEventNumber + counts.Total() - 1)
 	fmt.Fprintf(stdout, "event time %s to %s (seed %d)\n",
