@@ -195,12 +195,14 @@ type Log struct {
 
 // Source is one input topic.
 type Source struct {
-	Topic     string    `koanf:"topic" default:"required" doc:"Kafka topic; it must exist."`
-	Format    string    `koanf:"format" enum:"json,avro" doc:"Format of the record values: json (one JSON object), or avro (the Confluent wire format: magic byte 0, 4-byte schema id, Avro binary; the writer schema is fetched from schema_registry by id and the value decoded to a JSON object, see README Formats). A value that does not decode is a dead letter."`
-	KeyFormat string    `koanf:"key_format" enum:"string,bytes,json" doc:"How the Kafka record key is read: bytes (any bytes, as they are; where the key is written as JSON text, such as an aggregate's key field, invalid UTF-8 shows as U+FFFD, while the output record's Kafka key keeps the exact bytes), string (UTF-8 text, as is; a key that is not valid UTF-8 is a dead letter), json (a JSON string's text or a JSON number's text, so the key \"c-1\" groups with c-1; any other key is a dead letter). With key set, the field must equal the key so read."`
-	Key       string    `koanf:"key" doc:"Field path (a.b) of the key that keyed operators group by, which must equal the Kafka record key (read by key_format); empty: the Kafka record key."`
-	Timestamp string    `koanf:"timestamp" doc:"Field path of the event time (epoch ms or RFC 3339); empty: the record timestamp."`
-	Watermark Watermark `koanf:"watermark" doc:"How event time advances, for the windows of the operators reading this source."`
+	Topic     string `koanf:"topic" default:"required" doc:"Kafka topic; it must exist."`
+	Format    string `koanf:"format" enum:"json,avro" doc:"Format of the record values: json (one JSON object), or avro (the Confluent wire format: magic byte 0, 4-byte schema id, Avro binary; the writer schema is fetched from schema_registry by id and the value decoded to a JSON object, see README Formats). A value that does not decode is a dead letter."`
+	KeyFormat string `koanf:"key_format" enum:"string,bytes,json" doc:"How the Kafka record key is read: bytes (any bytes, as they are; where the key is written as JSON text, such as an aggregate's key field, invalid UTF-8 shows as U+FFFD, while the output record's Kafka key keeps the exact bytes), string (UTF-8 text, as is; a key that is not valid UTF-8 is a dead letter), json (a JSON string's text or a JSON number's text, so the key \"c-1\" groups with c-1; any other key is a dead letter). With key set, the field must equal the key so read."`
+	Key       string `koanf:"key" doc:"Field path (a.b) of the key that keyed operators group by, which must equal the Kafka record key (read by key_format); empty: the Kafka record key."`
+	Timestamp string `koanf:"timestamp" doc:"Field path of the event time (epoch ms or RFC 3339); empty: the record timestamp."`
+	// ProcessingTime makes the wall clock the records' time.
+	ProcessingTime bool      `koanf:"processing_time" doc:"The records' time is the wall clock when sluice reads them (processing time, fixed at the source: later stages, across repartition topics too, keep it), instead of an event time; windows then count what arrived in each interval, and a rerun gives other windows. Exclusive with timestamp."`
+	Watermark      Watermark `koanf:"watermark" doc:"How event time advances, for the windows of the operators reading this source."`
 }
 
 // Watermark is a source's event-time progress: the watermark of an input partition is the

@@ -263,6 +263,9 @@ func (c *Config) validateSources() *Error {
 			if msg := checkFieldPath(s.Timestamp); msg != "" {
 				return errorf(key+".timestamp", "%s; or leave it out to use the record timestamp", msg)
 			}
+			if s.ProcessingTime {
+				return errorf(key+".processing_time", "a source's time is its timestamp field or the processing time, not both")
+			}
 		}
 		if s.Watermark.MaxDelay < 0 {
 			return errorf(key+".watermark.max_delay", "must not be negative, got %s", fmtDuration(s.Watermark.MaxDelay))

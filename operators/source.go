@@ -26,6 +26,8 @@ type Source struct {
 	cfgTS     string
 	keyFormat string       // configs.KeyString, KeyBytes, KeyJSON; "": bytes
 	values    ValueDecoder // nil: JSON values
+	// now, when set, is the record's time (processing_time: the wall clock when it is decoded).
+	now func() int64
 }
 
 // ValueDecoder turns a record value of another format into a JSON object, the one
@@ -76,6 +78,12 @@ func NewSourceDecoding(name string, cfg configs.Source, values ValueDecoder) (*S
 			return nil, fmt.Errorf("operators: source %s: key: %w", name, err)
 		}
 		s.key = &p
+	}
+	if cfg.ProcessingTime {
+		if cfg.Timestamp != "" {
+			return nil, fmt.Errorf("operators: source %s: processing_time and timestamp are exclusive", name)
+		}
+		s.now = func() int64 { return time.Now().UnixMilli() }
 	}
 	if cfg.Timestamp != "" {
 		p, err := checkedPath(cfg.Timestamp)
@@ -168,6 +176,8 @@ func (s *Source) Decode(kafkaKey, value []byte, kafkaTimeMs int64, r *Record) er
 			return s.fail("timestamp field %q: %v", s.ts.text, err)
 		}
 		r.Time = t
+	} else if s.now != nil {
+		r.Time = s.now()
 	} else if kafkaTimeMs < MinTime || kafkaTimeMs > MaxTime {
 		return s.fail("record timestamp %d ms out of range (years 0000 to 9999)", kafkaTimeMs)
 	}

@@ -7,6 +7,7 @@ import (
 	"math"
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
 
 	"github.com/sluice-dev/sluice/configs"
@@ -374,4 +375,24 @@ func errString(err error) string {
 		return ""
 	}
 	return err.Error()
+}
+
+// processing_time: the record's time is the wall clock when it is decoded, whatever its Kafka
+// timestamp; with a timestamp field too, the source is refused.
+func TestSourceProcessingTime(t *testing.T) {
+	s, err := NewSource("bids", configs.Source{Topic: "bids", ProcessingTime: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r Record
+	before := time.Now().UnixMilli()
+	if err := s.Decode([]byte("k"), []byte(`{"a":1}`), 5, &r); err != nil {
+		t.Fatal(err)
+	}
+	if after := time.Now().UnixMilli(); r.Time < before || r.Time > after {
+		t.Errorf("time %d, want the wall clock (%d to %d), not the record timestamp", r.Time, before, after)
+	}
+	if _, err := NewSource("bids", configs.Source{Topic: "bids", ProcessingTime: true, Timestamp: "ts"}); err == nil {
+		t.Error("processing_time with a timestamp field accepted")
+	}
 }

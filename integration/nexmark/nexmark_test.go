@@ -106,7 +106,10 @@ func TestNexmark(t *testing.T) {
 		if len(only) > 0 && !only[q.name] {
 			continue
 		}
-		want := q.reference(events{bids: ds.bids, auctions: ds.auctions, persons: ds.persons})
+		var want []row
+		if q.reference != nil {
+			want = q.reference(events{bids: ds.bids, auctions: ds.auctions, persons: ds.persons})
+		}
 		if q.name == "q11" {
 			noteFlinkSessions(t, ds.bids)
 		}
@@ -141,6 +144,16 @@ func TestNexmark(t *testing.T) {
 				}
 				if q.upsert {
 					out = latestPerKey(out)
+				}
+				if q.check != nil {
+					// No reference can know the answer (processing time): the output's invariants.
+					if err := q.check(ds.bids, out, m.bounded); err != nil {
+						line += "  MISMATCH: " + err.Error()
+						t.Errorf("%s %s: output %s: %v", q.name, m.name, res.output, err)
+						return
+					}
+					line += fmt.Sprintf("  pass: %d rows, invariants hold", len(out))
+					return
 				}
 				rows := want
 				if q.name == "q11" && !m.bounded {

@@ -35,6 +35,9 @@ type query struct {
 	// has caught up (windows its watermarks closed), of both the reference and the output; nil:
 	// all of them.
 	settled func(ev events, want []row, out []*kgo.Record) ([]row, []*kgo.Record)
+	// check, for a query no reference can compute (processing time), checks the invariants of
+	// its output instead (reference is nil); bounded says whether every window has closed.
+	check func(bids []Bid, out []*kgo.Record, bounded bool) error
 	// kills: the query also runs unbounded with kill -9 and restarts (modes: auto-kill9).
 	kills bool
 	// internal: the internal topics (suffixes after the group) the pipeline's later chains
@@ -50,6 +53,7 @@ var queries = []query{
 	{name: "q8", reference: refQ8, read: readQ8, settled: settledQ8, internal: []string{"-person_windows-repartition", "-person_windows-output",
 		"-p-repartition", "-seller_windows-repartition", "-seller_windows-output", "-a-repartition", "-q8-join-output"}},
 	{name: "q11", reference: bidsOnly(refQ11), read: readQ11, kills: true, internal: []string{"-q11-repartition"}},
+	{name: "q12", read: readQ12, check: checkQ12, internal: []string{"-q12-repartition", "-q12-output"}},
 	{name: "q13", reference: bidsOnly(refQ13), read: readQ13, internal: []string{"-by_side_key-repartition"}},
 	{name: "q14", reference: bidsOnly(refQ14), read: readQ14},
 	{name: "q20", reference: refQ20, read: readQ20, kills: true, internal: []string{"-q20-join-output"}},
@@ -961,4 +965,72 @@ func readQ13(r *kgo.Record) (row, error) {
 		return row{}, fmt.Errorf("value %q has a null column", r.Value)
 	}
 	return row{bidID(*v.Auction, *v.Bidder, *v.DateTime, ""), fmt.Sprintf("price=%d value=%q key=%s", *v.Price, *v.Value, r.Key)}, nil
+}
+
+// readQ12 reads one row of q12: bidder, bid_count, window_start, window_end.
+func readQ12(r *kgo.Record) (row, error) {
+	if err := checkColumns(r, "bidder", "bid_count", "window_start", "window_end"); err != nil {
+		return row{}, err
+	}
+	var v struct {
+		Bidder, BidCount, WindowStart, WindowEnd *int64
+	}
+	var m map[string]*int64
+	if err := json.Unmarshal(r.Value, &m); err != nil {
+		return row{}, fmt.Errorf("value %q: %w", r.Value, err)
+	}
+	v.Bidder, v.BidCount, v.WindowStart, v.WindowEnd = m["bidder"], m["bid_count"], m["window_start"], m["window_end"]
+	if v.Bidder == nil || v.BidCount == nil || v.WindowStart == nil || v.WindowEnd == nil {
+		return row{}, fmt.Errorf("value %q has a null column", r.Value)
+	}
+	if string(r.Key) != strconv.FormatInt(*v.Bidder, 10) {
+		return row{}, fmt.Errorf("record key %q, want the bidder %d", r.Key, *v.Bidder)
+	}
+	return row{fmt.Sprintf("bidder=%d window_start=%d", *v.Bidder, *v.WindowStart), fmt.Sprintf("bid_count=%d window_end=%d", *v.BidCount, *v.WindowEnd)}, nil
+}
+
+// q12's window: 10 s of processing time.
+const q12Window = 10_000
+
+// checkQ12 checks q12's windows of processing time (the bids counted per bidder in each 10 s of
+// the wall clock at which sluice read them, which no reference knows): each row a 10 s window
+// aligned to the epoch, each (bidder, window) once, and per bidder the counts adding up to the
+// bidder's bids once every window closed (a bounded run), to at most them before.
+func checkQ12(bids []Bid, out []*kgo.Record, bounded bool) error {
+	want := map[int64]int64{}
+	for _, b := range bids {
+		want[b.Bidder]++
+	}
+	got := map[int64]int64{}
+	seen := map[string]bool{}
+	for _, rec := range out {
+		r, err := readQ12(rec)
+		if err != nil {
+			return err
+		}
+		var bidder, start, count, end int64
+		fmt.Sscanf(r.id, "bidder=%d window_start=%d", &bidder, &start)
+		fmt.Sscanf(r.val, "bid_count=%d window_end=%d", &count, &end)
+		switch {
+		case start%q12Window != 0 || end != start+q12Window:
+			return fmt.Errorf("row %s %s is not a 10 s window aligned to the epoch", r.id, r.val)
+		case seen[r.id]:
+			return fmt.Errorf("bidder %d window %d written twice", bidder, start)
+		case count < 1:
+			return fmt.Errorf("row %s %s counts no bid", r.id, r.val)
+		}
+		seen[r.id] = true
+		got[bidder] += count
+	}
+	for bidder, n := range want {
+		if bounded && got[bidder] != n || got[bidder] > n {
+			return fmt.Errorf("bidder %d: windows count %d bids, the bidder made %d", bidder, got[bidder], n)
+		}
+	}
+	for bidder := range got {
+		if want[bidder] == 0 {
+			return fmt.Errorf("bidder %d made no bid but has windows", bidder)
+		}
+	}
+	return nil
 }
