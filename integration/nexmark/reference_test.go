@@ -50,6 +50,8 @@ var queries = []query{
 	{name: "q0", reference: bidsOnly(refQ0), read: readQ0},
 	{name: "q1", reference: bidsOnly(refQ1), read: readQ1},
 	{name: "q2", reference: bidsOnly(refQ2), read: readQ2},
+	{name: "q7", reference: bidsOnly(refQ7), read: readQ7, settled: settledQ7, internal: []string{"-bids-repartition", "-highest-repartition", "-highest-output",
+		"-maxima-repartition", "-q7-join-output"}},
 	{name: "q8", reference: refQ8, read: readQ8, settled: settledQ8, internal: []string{"-person_windows-repartition", "-person_windows-output",
 		"-p-repartition", "-seller_windows-repartition", "-seller_windows-output", "-a-repartition", "-q8-join-output"}},
 	{name: "q11", reference: bidsOnly(refQ11), read: readQ11, kills: true, internal: []string{"-q11-repartition"}},
@@ -1033,4 +1035,69 @@ func checkQ12(bids []Bid, out []*kgo.Record, bounded bool) error {
 		}
 	}
 	return nil
+}
+
+// q7's window: 10 s, tumbling, aligned to the epoch.
+const q7Window = 10_000
+
+// q7, highest bid: the bids whose price is the highest of their own 10 s window.
+func refQ7(bids []Bid) []row {
+	highest := map[int64]int64{}
+	for _, b := range bids {
+		w := b.DateTime - b.DateTime%q7Window
+		highest[w] = max(highest[w], b.Price)
+	}
+	var out []row
+	for _, b := range bids {
+		if b.Price == highest[b.DateTime-b.DateTime%q7Window] {
+			out = append(out, row{bidID(b.Auction, b.Bidder, b.DateTime, b.Extra), fmt.Sprintf("price=%d", b.Price)})
+		}
+	}
+	return out
+}
+
+// readQ7 reads one row of q7: auction, bidder, price, dateTime, extra, keyed by its window and
+// price.
+func readQ7(r *kgo.Record) (row, error) {
+	if err := checkColumns(r, "auction", "bidder", "price", "dateTime", "extra"); err != nil {
+		return row{}, err
+	}
+	var v struct {
+		Auction, Bidder, Price, DateTime *int64
+		Extra                            string
+	}
+	if err := json.Unmarshal(r.Value, &v); err != nil {
+		return row{}, fmt.Errorf("value %q: %w", r.Value, err)
+	}
+	if v.Auction == nil || v.Bidder == nil || v.Price == nil || v.DateTime == nil {
+		return row{}, fmt.Errorf("value %q has a null column", r.Value)
+	}
+	if want := fmt.Sprintf(`{"window_start":%d,"price":%d}`, *v.DateTime-*v.DateTime%q7Window, *v.Price); string(r.Key) != want {
+		return row{}, fmt.Errorf("record key %q, want %s", r.Key, want)
+	}
+	return row{bidID(*v.Auction, *v.Bidder, *v.DateTime, v.Extra), fmt.Sprintf("price=%d", *v.Price)}, nil
+}
+
+// settledQ7 keeps, of an unbounded run, the bids of the windows that end 30 s or more before the
+// last bid: every partition's watermark has passed them, so their maxima are out.
+func settledQ7(ev events, want []row, out []*kgo.Record) ([]row, []*kgo.Record) {
+	cut := ev.bids[len(ev.bids)-1].DateTime - 30_000 - q7Window
+	keep := func(id string) bool {
+		var auction, bidder, t int64
+		_, err := fmt.Sscanf(id, "auction=%d bidder=%d dateTime=%d", &auction, &bidder, &t)
+		return err == nil && t-t%q7Window < cut
+	}
+	var w []row
+	for _, r := range want {
+		if keep(r.id) {
+			w = append(w, r)
+		}
+	}
+	var o []*kgo.Record
+	for _, rec := range out {
+		if r, err := readQ7(rec); err != nil || keep(r.id) {
+			o = append(o, rec) // an unreadable record stays, to be reported
+		}
+	}
+	return w, o
 }
