@@ -50,6 +50,8 @@ var queries = []query{
 	{name: "q0", reference: bidsOnly(refQ0), read: readQ0},
 	{name: "q1", reference: bidsOnly(refQ1), read: readQ1},
 	{name: "q2", reference: bidsOnly(refQ2), read: readQ2},
+	{name: "q5", reference: bidsOnly(refQ5), read: readQ5, settled: settledQ5, kills: true, internal: []string{"-counted-repartition", "-counts-output",
+		"-highest-repartition", "-highest-output", "-maxima-repartition", "-q5-join-output"}},
 	{name: "q7", reference: bidsOnly(refQ7), read: readQ7, settled: settledQ7, internal: []string{"-bids-repartition", "-highest-repartition", "-highest-output",
 		"-maxima-repartition", "-q7-join-output"}},
 	{name: "q8", reference: refQ8, read: readQ8, settled: settledQ8, internal: []string{"-person_windows-repartition", "-person_windows-output",
@@ -1097,6 +1099,77 @@ func settledQ7(ev events, want []row, out []*kgo.Record) ([]row, []*kgo.Record) 
 	for _, rec := range out {
 		if r, err := readQ7(rec); err != nil || keep(r.id) {
 			o = append(o, rec) // an unreadable record stays, to be reported
+		}
+	}
+	return w, o
+}
+
+// q5's windows: 10 s, sliding by 2 s, aligned to the epoch.
+const (
+	q5Size    = 10_000
+	q5Advance = 2_000
+)
+
+// q5, hot items: per 10 s window sliding by 2 s, every auction whose bid count is the window's
+// highest.
+func refQ5(bids []Bid) []row {
+	type aw struct{ auction, start int64 }
+	counts := map[aw]int64{}
+	highest := map[int64]int64{}
+	for _, b := range bids {
+		last := b.DateTime - b.DateTime%q5Advance
+		for s := last; s > b.DateTime-q5Size; s -= q5Advance {
+			counts[aw{b.Auction, s}]++
+			highest[s] = max(highest[s], counts[aw{b.Auction, s}])
+		}
+	}
+	var out []row
+	for k, n := range counts {
+		if n == highest[k.start] {
+			out = append(out, row{fmt.Sprintf("auction=%d window_start=%d", k.auction, k.start), fmt.Sprintf("num=%d window_end=%d", n, k.start+q5Size)})
+		}
+	}
+	return out
+}
+
+// readQ5 reads one row of q5: auction, num, window_start, window_end, keyed by its window and
+// count.
+func readQ5(r *kgo.Record) (row, error) {
+	if err := checkColumns(r, "auction", "num", "window_start", "window_end"); err != nil {
+		return row{}, err
+	}
+	var m map[string]*int64
+	if err := json.Unmarshal(r.Value, &m); err != nil {
+		return row{}, fmt.Errorf("value %q: %w", r.Value, err)
+	}
+	a, n, s, e := m["auction"], m["num"], m["window_start"], m["window_end"]
+	if a == nil || n == nil || s == nil || e == nil {
+		return row{}, fmt.Errorf("value %q has a null column", r.Value)
+	}
+	if want := fmt.Sprintf(`{"window_start":%d,"num":%d}`, *s, *n); string(r.Key) != want {
+		return row{}, fmt.Errorf("record key %q, want %s", r.Key, want)
+	}
+	return row{fmt.Sprintf("auction=%d window_start=%d", *a, *s), fmt.Sprintf("num=%d window_end=%d", *n, *e)}, nil
+}
+
+// settledQ5 keeps, of an unbounded run, the windows that end 30 s or more before the last bid.
+func settledQ5(ev events, want []row, out []*kgo.Record) ([]row, []*kgo.Record) {
+	cut := ev.bids[len(ev.bids)-1].DateTime - 30_000 - q5Size
+	keep := func(id string) bool {
+		var auction, start int64
+		_, err := fmt.Sscanf(id, "auction=%d window_start=%d", &auction, &start)
+		return err == nil && start < cut
+	}
+	var w []row
+	for _, r := range want {
+		if keep(r.id) {
+			w = append(w, r)
+		}
+	}
+	var o []*kgo.Record
+	for _, rec := range out {
+		if r, err := readQ5(rec); err != nil || keep(r.id) {
+			o = append(o, rec)
 		}
 	}
 	return w, o
