@@ -56,6 +56,7 @@ var queries = []query{
 		"-maxima-repartition", "-q7-join-output"}},
 	{name: "q8", reference: refQ8, read: readQ8, settled: settledQ8, internal: []string{"-person_windows-repartition", "-person_windows-output",
 		"-p-repartition", "-seller_windows-repartition", "-seller_windows-output", "-a-repartition", "-q8-join-output"}},
+	{name: "q9", reference: refQ9, read: readQ9, upsert: true, internal: []string{"-q9-join-output", "-winning-output"}},
 	{name: "q11", reference: bidsOnly(refQ11), read: readQ11, kills: true, internal: []string{"-q11-repartition"}},
 	{name: "q12", read: readQ12, check: checkQ12, internal: []string{"-q12-repartition", "-q12-output"}},
 	{name: "q13", reference: bidsOnly(refQ13), read: readQ13, internal: []string{"-by_side_key-repartition"}},
@@ -1173,4 +1174,62 @@ func settledQ5(ev events, want []row, out []*kgo.Record) ([]row, []*kgo.Record) 
 		}
 	}
 	return w, o
+}
+
+// q9, winning bids: per auction, of its bids made while it was open (dateTime from the
+// auction's to its expires, both included), the highest, of equal prices the earliest (then the
+// first in the bid topic).
+func refQ9(ev events) []row {
+	auctions := map[int64]Auction{}
+	for _, a := range ev.auctions {
+		auctions[a.ID] = a
+	}
+	best := map[int64]Bid{}
+	for _, b := range ev.bids {
+		a, ok := auctions[b.Auction]
+		if !ok || b.DateTime < a.DateTime || b.DateTime > a.Expires {
+			continue
+		}
+		if w, ok := best[a.ID]; !ok || b.Price > w.Price || b.Price == w.Price && b.DateTime < w.DateTime {
+			best[a.ID] = b
+		}
+	}
+	var out []row
+	for id, b := range best {
+		a := auctions[id]
+		out = append(out, row{fmt.Sprintf("id=%d", id), fmt.Sprintf(
+			"itemName=%q description=%q initialBid=%d reserve=%d dateTime=%d expires=%d seller=%d category=%d extra=%q auction=%d bidder=%d price=%d bid_dateTime=%d bid_extra=%q",
+			a.ItemName, a.Description, a.InitialBid, a.Reserve, a.DateTime, a.Expires, a.Seller, a.Category, a.Extra,
+			b.Auction, b.Bidder, b.Price, b.DateTime, b.Extra)})
+	}
+	return out
+}
+
+// readQ9 reads one row of q9's upsert stream, keyed by {"key":"<auction>","rank":1}.
+func readQ9(r *kgo.Record) (row, error) {
+	cols := []string{"id", "itemName", "description", "initialBid", "reserve", "dateTime", "expires", "seller", "category", "extra",
+		"auction", "bidder", "price", "bid_dateTime", "bid_extra"}
+	if err := checkColumns(r, cols...); err != nil {
+		return row{}, err
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(r.Value, &m); err != nil {
+		return row{}, fmt.Errorf("value %q: %w", r.Value, err)
+	}
+	num := func(c string) int64 {
+		n, _ := strconv.ParseInt(string(m[c]), 10, 64)
+		return n
+	}
+	str := func(c string) string {
+		var s string
+		_ = json.Unmarshal(m[c], &s)
+		return s
+	}
+	if want := fmt.Sprintf(`{"key":"%d","rank":1}`, num("id")); string(r.Key) != want {
+		return row{}, fmt.Errorf("record key %q, want %s", r.Key, want)
+	}
+	return row{fmt.Sprintf("id=%d", num("id")), fmt.Sprintf(
+		"itemName=%q description=%q initialBid=%d reserve=%d dateTime=%d expires=%d seller=%d category=%d extra=%q auction=%d bidder=%d price=%d bid_dateTime=%d bid_extra=%q",
+		str("itemName"), str("description"), num("initialBid"), num("reserve"), num("dateTime"), num("expires"), num("seller"), num("category"), str("extra"),
+		num("auction"), num("bidder"), num("price"), num("bid_dateTime"), str("bid_extra"))}, nil
 }
