@@ -56,7 +56,7 @@ var queries = []query{
 		"-maxima-repartition", "-q7-join-output"}},
 	{name: "q8", reference: refQ8, read: readQ8, settled: settledQ8, internal: []string{"-person_windows-repartition", "-person_windows-output",
 		"-p-repartition", "-seller_windows-repartition", "-seller_windows-output", "-a-repartition", "-q8-join-output"}},
-	{name: "q9", reference: refQ9, read: readQ9, upsert: true, internal: []string{"-q9-join-output", "-winning-output"}},
+	{name: "q9", reference: refQ9, read: readQ9, upsert: true, kills: true, internal: []string{"-q9-join-output", "-winning-output"}},
 	{name: "q11", reference: bidsOnly(refQ11), read: readQ11, kills: true, internal: []string{"-q11-repartition"}},
 	{name: "q12", read: readQ12, check: checkQ12, internal: []string{"-q12-repartition", "-q12-output"}},
 	{name: "q13", reference: bidsOnly(refQ13), read: readQ13, internal: []string{"-by_side_key-repartition"}},
@@ -65,7 +65,7 @@ var queries = []query{
 	{name: "q21", reference: bidsOnly(refQ21), read: readQ21},
 	{name: "q22", reference: bidsOnly(refQ22), read: readQ22},
 	{name: "q17", reference: bidsOnly(refQ17), read: readQ17, upsert: true, internal: []string{"-q17-repartition", "-q17-output"}},
-	{name: "q18", reference: bidsOnly(refQ18), read: readQ18, upsert: true, internal: []string{"-q18-repartition"}},
+	{name: "q18", reference: bidsOnly(refQ18), read: readQ18, upsert: true, kills: true, internal: []string{"-q18-repartition"}},
 	{name: "q19", reference: bidsOnly(refQ19), read: readQ19, upsert: true, kills: true},
 }
 
