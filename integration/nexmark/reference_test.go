@@ -928,19 +928,7 @@ func settledQ8(ev events, want []row, out []*kgo.Record) ([]row, []*kgo.Record) 
 		_, err := fmt.Sscanf(id, "id=%d starttime=%d", &pid, &start)
 		return err == nil && start < cut
 	}
-	var w []row
-	for _, r := range want {
-		if keep(r.id) {
-			w = append(w, r)
-		}
-	}
-	var o []*kgo.Record
-	for _, rec := range out {
-		if r, err := readQ8(rec); err != nil || keep(r.id) {
-			o = append(o, rec) // an unreadable record stays, to be reported
-		}
-	}
-	return w, o
+	return keepRows(want, out, readQ8, keep)
 }
 
 // q13, bids joined with the side input (mod(auction, 10000) = key; the side input's value is the
@@ -1090,19 +1078,7 @@ func settledQ7(ev events, want []row, out []*kgo.Record) ([]row, []*kgo.Record) 
 		_, err := fmt.Sscanf(id, "auction=%d bidder=%d dateTime=%d", &auction, &bidder, &t)
 		return err == nil && t-t%q7Window < cut
 	}
-	var w []row
-	for _, r := range want {
-		if keep(r.id) {
-			w = append(w, r)
-		}
-	}
-	var o []*kgo.Record
-	for _, rec := range out {
-		if r, err := readQ7(rec); err != nil || keep(r.id) {
-			o = append(o, rec) // an unreadable record stays, to be reported
-		}
-	}
-	return w, o
+	return keepRows(want, out, readQ7, keep)
 }
 
 // q5's windows: 10 s, sliding by 2 s, aligned to the epoch.
@@ -1161,19 +1137,7 @@ func settledQ5(ev events, want []row, out []*kgo.Record) ([]row, []*kgo.Record) 
 		_, err := fmt.Sscanf(id, "auction=%d window_start=%d", &auction, &start)
 		return err == nil && start < cut
 	}
-	var w []row
-	for _, r := range want {
-		if keep(r.id) {
-			w = append(w, r)
-		}
-	}
-	var o []*kgo.Record
-	for _, rec := range out {
-		if r, err := readQ5(rec); err != nil || keep(r.id) {
-			o = append(o, rec)
-		}
-	}
-	return w, o
+	return keepRows(want, out, readQ5, keep)
 }
 
 // q9, winning bids: per auction, of its bids made while it was open (dateTime from the
@@ -1232,4 +1196,22 @@ func readQ9(r *kgo.Record) (row, error) {
 		"itemName=%q description=%q initialBid=%d reserve=%d dateTime=%d expires=%d seller=%d category=%d extra=%q auction=%d bidder=%d price=%d bid_dateTime=%d bid_extra=%q",
 		str("itemName"), str("description"), num("initialBid"), num("reserve"), num("dateTime"), num("expires"), num("seller"), num("category"), str("extra"),
 		num("auction"), num("bidder"), num("price"), num("bid_dateTime"), str("bid_extra"))}, nil
+}
+
+// keepRows keeps the rows of want and the records of out whose row id keep accepts (a record
+// read cannot read stays, to be reported).
+func keepRows(want []row, out []*kgo.Record, read func(*kgo.Record) (row, error), keep func(id string) bool) ([]row, []*kgo.Record) {
+	var w []row
+	for _, r := range want {
+		if keep(r.id) {
+			w = append(w, r)
+		}
+	}
+	var o []*kgo.Record
+	for _, rec := range out {
+		if r, err := read(rec); err != nil || keep(r.id) {
+			o = append(o, rec)
+		}
+	}
+	return w, o
 }
