@@ -94,6 +94,7 @@ type Engine struct {
 	folding atomic.Int32  // tasks folding a backlog ahead of a checkpoint (Task.Prepare)
 	blocked chan struct{} // franz-go wants to rebalance
 	failed  chan error    // a task goroutine failed
+	broken  atomic.Bool   // fail was called: no transaction may commit any more (see checkpoint)
 
 	mu     sync.Mutex // guards runners, epoch
 	runs   map[tp]*runner
@@ -619,6 +620,12 @@ func (e *Engine) checkpoint(ctx context.Context) error {
 			}
 		}
 	}
+	if e.broken.Load() {
+		// A task failed: records it produced into this transaction (a fold's, a stateless
+		// chain's) have no offsets here to go with them, and committing them would write them
+		// twice once a restart processes their inputs again. The engine is stopping: abort.
+		commit = false
+	}
 	committed, err := e.sess.EndWithMetadata(ctx, offsets, meta, commit)
 	if err != nil {
 		return e.checkpointErr("end transaction", err)
@@ -817,7 +824,10 @@ func (e *Engine) Readiness() (ready bool, why string) {
 	return true, ""
 }
 
+// fail stops the engine with a task's error: the poll loop returns it, and from now on no
+// checkpoint commits (the failed task's records may be in the open transaction).
 func (e *Engine) fail(err error) {
+	e.broken.Store(true)
 	select {
 	case e.failed <- err:
 	default:
