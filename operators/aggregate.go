@@ -69,6 +69,9 @@ type Aggregate struct {
 	fields    []path // distinct input fields, in input order
 	stateSize int
 	window    string // layout part of the window ("" when unwindowed)
+	// windows assigns records to tumbling or hopping windows (nil: unwindowed, or session
+	// windows, which are Sessions' own): see Mergeable.
+	windows *Windows
 
 	// A cogroup (NewCogroup) has several inputs: its state has a record count per input after
 	// the version byte (header = 1 + 8·inputs), each spec counts or checks emptiness by its
@@ -109,6 +112,7 @@ func newAggregate(name string, cfg configs.Aggregate, inputs []string, from map[
 	} else if w, err := NewWindows(cfg.Window); err != nil {
 		return nil, fmt.Errorf("operators: %s: %w", name, err)
 	} else if w != nil {
+		a.windows = w
 		// Window keys mean their windows: another size or advance reads them wrongly. (Grace
 		// changes when windows close, not what a state means.)
 		a.window = fmt.Sprintf("window=tumbling:%dms", w.Size)

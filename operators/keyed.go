@@ -12,8 +12,8 @@ package operators
 // backlog for every timer its final watermark has reached.
 //
 // An operator whose state depends only on the multiset of its inputs (Aggregate, windowed or
-// not) offers the faster capability instead: the runtime pre-aggregates its inputs in memory
-// (Fold, Merge) and needs no replay. Keyed is for the others (session windows, stream-stream
+// not) offers the faster capability instead, Mergeable: the runtime pre-aggregates its inputs
+// in memory (Fold, Merge) and needs no replay. Keyed is for the others (session windows, stream-stream
 // joins). An operator of several inputs gets each input's records (Project's input), a watermark
 // that is the smallest of its inputs', and IsLate asked with the record's own input's watermark.
 //

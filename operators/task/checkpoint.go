@@ -133,13 +133,8 @@ func (t *Task) Checkpoint(p Producer) (pd *Pending, err error) {
 					t.abortPending(pd)
 					return nil, err
 				}
-			case len(c.dirty) > 0 && c.win != nil:
-				if err := t.flushWindows(c, p, pd); err != nil {
-					t.abortPending(pd)
-					return nil, err
-				}
 			case len(c.dirty) > 0:
-				if err := t.flush(c, p, pd); err != nil {
+				if err := t.flushMergeable(c, p, pd); err != nil {
 					t.abortPending(pd)
 					return nil, err
 				}
@@ -298,33 +293,6 @@ func foldedIn(pd *Pending, c *chain) bool {
 	return false
 }
 
-// flush writes a real-time chain's dirty entries: output, changelog record, state.
-func (t *Task) flush(c *chain, p Producer, pd *Pending) error {
-	if pd.batch == nil {
-		pd.batch = t.d.Store.NewBatch()
-	}
-	agg := c.ops.agg
-	cl := pd.changelogPromise(c.ns)
-	for _, e := range c.dirty {
-		// The state is not touched again before the transaction ends (the task waits for the
-		// outcome), so the changelog record may alias it.
-		p.Produce(&kgo.Record{Topic: c.plan.Changelog, Partition: t.partition, Key: e.key, Value: e.state, Headers: c.changelogHeaders(false)}, cl)
-		if c.plan.SinkTopic != "" {
-			out := agg.Render(e.key, e.state, nil)
-			p.Produce(&kgo.Record{Topic: c.plan.SinkTopic, Key: e.key, Value: out, Partition: -1}, pd.promise)
-			c.recordsOut++
-			pd.records++
-		}
-		pd.records++
-		if err := pd.batch.Set(c.ns, e.key, e.state); err != nil {
-			return err
-		}
-	}
-	t.d.Metrics.recordsOut(c.plan.SinkTopic, len(c.dirty))
-	pd.flushed = append(pd.flushed, c)
-	return nil
-}
-
 // fold merges a chain's sorted backlog and folds it into state: per key, read the state once,
 // fold the key's records in (event time, offset) order, write the state once, in key order, and
 // emit one changelog record and one output. A silent fold (a backlog checkpoint) emits no output:
@@ -378,7 +346,7 @@ func (t *Task) fold(ctx context.Context, c *chain, p Producer, pd *Pending, sile
 	wm := c.wm
 	final := agg.Emit() == "final"
 	var closed map[string]struct{}
-	if c.win != nil {
+	if agg.Closes() {
 		closed = map[string]struct{}{}
 	}
 	del := func(ns state.Namespace, k []byte) error {
@@ -425,31 +393,41 @@ func (t *Task) fold(ctx context.Context, c *chain, p Producer, pd *Pending, sile
 		}
 		return nil
 	}
-	// emitWindow is emit for a window key: a window the watermark has closed emits its final
-	// value and is deleted (if it was stored), an open one is written with its timer (if new)
-	// and emits its value only with emit: updates.
-	emitWindow := func(wk, st []byte, write, stored bool) error {
-		gk, start, _ := codec.SplitWindowKey(wk)
-		closing := !silent && c.win.Close(start) <= wm
+	// emit writes one state key's state, changelog record and (new) timer, and unless silent its
+	// result (emit: updates); a window the watermark has closed writes its final result instead
+	// and is deleted (if it was stored).
+	emit := func(sk, st []byte, write, stored bool) error {
+		if keys%1024 == 0 {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			now = t.d.Clock()
+		}
+		at, closes := agg.CloseAt(sk)
+		closing := closes && !silent && at <= wm
 		render := !silent && c.plan.SinkTopic != "" && (closing || !final)
-		n := len(wk) + len(st)
+		n := len(sk) + len(st)
+		var (
+			kl int
+			ts int64
+		)
 		if render {
-			scratch = agg.RenderWindow(gk, start, start+c.win.Size, st, scratch[:0])
+			scratch, kl, ts = agg.Result(sk, st, scratch[:0])
 			n += len(scratch)
 		}
 		buf := make([]byte, 0, n)
-		buf = append(buf, wk...)
-		k := buf[:len(wk):len(wk)]
+		buf = append(buf, sk...)
+		k := buf[:len(sk):len(sk)]
 		if render {
 			out := append(buf[len(buf):], scratch...)
 			buf = buf[:len(buf)+len(out)]
-			p.Produce(c.windowResult(record(c.plan.SinkTopic, -1, k[:len(gk):len(gk)], out), start), pd.promise)
+			p.Produce(c.timedResult(record(c.plan.SinkTopic, -1, k[:kl:kl], out), ts), pd.promise)
 			pd.records++
 			c.recordsOut++
 		}
 		keys++
 		if closing {
-			c.closedAt(c.win.Close(start))
+			c.closedAt(at)
 			if !stored {
 				return nil
 			}
@@ -462,45 +440,13 @@ func (t *Task) fold(ctx context.Context, c *chain, p Producer, pd *Pending, sile
 		if err := writeState(k, buf[len(buf)-len(st):len(buf):len(buf)], write); err != nil {
 			return err
 		}
-		if !stored {
-			tk = codec.AppendTimerKey(tk[:0], c.win.Close(start), k)
+		if !stored && closes {
+			tk = codec.AppendTimerKey(tk[:0], at, k)
 			if pd.batch == nil {
 				pd.batch = t.d.Store.NewBatch()
 			}
 			return pd.batch.Set(c.timerNS, tk, nil)
 		}
-		return nil
-	}
-	emit := func(key, st []byte, write, stored bool) error {
-		if keys%1024 == 0 {
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			now = t.d.Clock()
-		}
-		if c.win != nil {
-			return emitWindow(key, st, write, stored)
-		}
-		n := len(key) + len(st)
-		render := !silent && c.plan.SinkTopic != ""
-		if render {
-			scratch = agg.Render(key, st, scratch[:0])
-			n += len(scratch)
-		}
-		buf := make([]byte, 0, n)
-		buf = append(buf, key...)
-		k := buf[:len(key):len(key)]
-		buf = append(buf, st...)
-		if err := writeState(k, buf[len(key):len(buf):len(buf)], write); err != nil {
-			return err
-		}
-		if !silent && render {
-			out := append(buf[len(buf):], scratch...)
-			p.Produce(record(c.plan.SinkTopic, -1, k, out), pd.promise)
-			pd.records++
-			c.recordsOut++
-		}
-		keys++
 		return nil
 	}
 	// flushPending emits the keys folded by earlier backlog checkpoints that sort before key (all
@@ -612,7 +558,7 @@ func (t *Task) fold(ctx context.Context, c *chain, p Producer, pd *Pending, sile
 	if err := flushPending(nil); err != nil {
 		return err
 	}
-	if c.win != nil && !silent && (hasState || hadPending) {
+	if agg.Closes() && !silent && (hasState || hadPending) {
 		if err := t.sweepTimers(c, wm, closed, p, pd); err != nil {
 			return err
 		}
@@ -692,11 +638,10 @@ func (t *Task) Committed(pd *Pending) (err error) {
 		}
 	}
 	for _, c := range pd.flushed {
-		if c.win != nil {
-			c.committedWindows()
-		}
 		if c.kop != nil {
 			c.committedKeyed()
+		} else {
+			c.committedMergeable()
 		}
 		for _, e := range c.dirty {
 			e.dirty = false

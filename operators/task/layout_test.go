@@ -149,8 +149,8 @@ func TestLayoutLegacyState(t *testing.T) {
 		t.Fatalf("legacy state of the right size: %v", err)
 	}
 	fp, ok, err := store.Get(codec.LayoutNamespace(testNS), codec.LayoutFingerprintKey, nil)
-	if err != nil || !ok || string(fp) != tk.chains[0].ops.agg.Fingerprint() {
-		t.Fatalf("stored fingerprint %q, %v, %v; want %s", fp, ok, err, tk.chains[0].ops.agg.Fingerprint())
+	if err != nil || !ok || string(fp) != tk.chains[0].ops.agg.Layout().Fingerprint() {
+		t.Fatalf("stored fingerprint %q, %v, %v; want %s", fp, ok, err, tk.chains[0].ops.agg.Layout().Fingerprint())
 	}
 	text, _, _ := store.Get(codec.LayoutNamespace(testNS), codec.LayoutTextKey, nil)
 	if string(text) != tk.chains[0].ops.agg.Layout().String() {
@@ -194,7 +194,7 @@ func TestChangelogCarriesLayout(t *testing.T) {
 		maxBatch: 7, pCkpt: 0.1, lag: func(d *driver, end int) int64 { return 1 << 40 }}
 	d.run()
 	stream(t, tk, d.prod, order(600, "c-1", "1"), order(601, "c-new", "2"))
-	want := tk.chains[0].ops.agg.Fingerprint()
+	want := tk.chains[0].ops.agg.Layout().Fingerprint()
 	var pending, plain int
 	for _, r := range d.prod.committed(plan.Chains[0].Changelog) {
 		var fp string
@@ -264,7 +264,7 @@ func TestStateChecks(t *testing.T) {
 		t.Fatal(err)
 	}
 	fp, text := sc.Layout(testOp)
-	if fp != ops.agg.Fingerprint() || text != ops.agg.Layout().String() {
+	if fp != ops.agg.Layout().Fingerprint() || text != ops.agg.Layout().String() {
 		t.Errorf("Layout(%s) = %s, %s", testOp, fp, text)
 	}
 	good := make([]byte, ops.agg.StateSize())

@@ -567,7 +567,7 @@ func (p *Plan) Describe(w io.Writer) {
 				t.Name, t.Top.N, map[bool]string{true: "largest", false: "smallest"}[t.Top.Order != configs.OrderAsc], t.Top.By, t.Top.Rank)
 		} else if c.Keyed != nil {
 			ops, _ := c.build(nil, nil)
-			a := ops.agg.Attributes()
+			a := ops.attributes()
 			var specs []string
 			for _, s := range c.Keyed.Aggregate.Specs() {
 				if s.Field == "" {
@@ -648,21 +648,20 @@ func (p *Plan) Describe(w io.Writer) {
 type chainOps struct {
 	src    *operators.Source
 	stages []operators.Stage
-	// The keyed operator the chain ends in, if any: agg for a mergeable aggregate (pre-aggregated
-	// in backlog), kop for one whose records are replayed per key in arrival order (session
-	// windows, whose aggregate per session is agg, joins, dedup).
-	agg   *operators.Aggregate
+	// The keyed operator the chain ends in, if any, by its capability: agg for a mergeable one
+	// (an aggregate, windowed or not: pre-aggregated in backlog), kop for one whose records are
+	// replayed per key in arrival order (session windows, joins, dedup, top).
+	agg   operators.Mergeable
 	kop   operators.Keyed
 	rekey *operators.Rekey // group_by: the key of the repartition topic's records
 }
 
-// windows returns the windows a mergeable aggregate assigns its records to (nil: none, or the
-// operator is Keyed: its windows, if any, are its own).
-func (ops *chainOps) windows(c ChainPlan) (*operators.Windows, error) {
-	if ops.kop != nil || c.Keyed.Aggregate == nil {
-		return nil, nil
+// attributes are the keyed operator's attributes.
+func (ops *chainOps) attributes() operators.Attributes {
+	if ops.kop != nil {
+		return ops.kop.Attributes()
 	}
-	return operators.NewWindows(c.Keyed.Aggregate.Window)
+	return ops.agg.Attributes()
 }
 
 // keyed reports whether the chain ends in a keyed operator (state, a mode, checkpoints).
@@ -709,7 +708,7 @@ func (c ChainPlan) build(rows func(table string) operators.Rows, values operator
 		if err != nil {
 			return nil, err
 		}
-		ops.kop, ops.agg = s, s.Aggregate()
+		ops.kop = s
 		return ops, nil
 	}
 	if c.Cogroup != nil {
@@ -742,11 +741,10 @@ func (c ChainPlan) build(rows func(table string) operators.Rows, values operator
 			if err != nil {
 				return nil, err
 			}
-			ops.kop, ops.agg = s, s.Aggregate()
+			ops.kop = s
 			return ops, nil
 		}
-		ops.agg, err = operators.NewAggregate(c.Keyed.Name, *c.Keyed.Aggregate)
-		if err != nil {
+		if ops.agg, err = operators.NewAggregate(c.Keyed.Name, *c.Keyed.Aggregate); err != nil {
 			return nil, err
 		}
 	}

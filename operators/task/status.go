@@ -136,8 +136,8 @@ func (t *Task) publish() {
 		}
 		if c.timed() {
 			cs.LateRecords = c.late
-			if c.win != nil {
-				cs.Window = c.win.String()
+			if c.kop == nil && c.ops.agg.Window() != "" {
+				cs.Window = c.ops.agg.Window()
 			} else if a := c.plan.Keyed.Aggregate; a != nil && a.Window != nil {
 				w := a.Window
 				cs.Window = fmt.Sprintf("session gap %v grace %v", w.Session, w.Grace)

@@ -87,8 +87,9 @@ type chain struct {
 	// The keyed operator the chain ends in, shared by the chains of a cogroup (one per input;
 	// the first one, primary, does the operator's part of checkpoints). Its fields are promoted.
 	*opState
-	input   int  // the chain's input index in a cogroup (ProjectInput); 0 otherwise
-	primary bool // the chain does the operator's part of a checkpoint (fold, flush, windows)
+	input   int                   // the chain's input index in a cogroup (ProjectInput); 0 otherwise
+	primary bool                  // the chain does the operator's part of a checkpoint (fold, flush, windows)
+	assign  func(sk []byte) error // a mergeable operator's: folds the current record (scratch) into state key sk
 
 	next    int64         // next offset to process; -1 before the first record
 	done    progress      // where the last commit left the chain (done.off: or where consumption started)
@@ -149,14 +150,13 @@ type opState struct {
 	cache map[string]*entry // real-time write-back cache
 	dirty []*entry
 
-	// event time (windowed aggregates only; see window.go)
-	win     *operators.Windows // nil: unwindowed
-	kop     operators.Keyed    // a Keyed operator (session windows; keyed.go); nil: a mergeable aggregate
-	outbox  []*kgo.Record      // Keyed: outputs of real-time calls, produced by the next checkpoint
-	wm      int64              // watermark at next (math.MinInt64 before any record): the smallest of its inputs' (chain.iwm); committed: committedWM
+	// event time (windowed aggregates and Keyed operators; see window.go)
+	kop     operators.Keyed // a Keyed operator (keyed.go); nil: a mergeable one (ops.agg)
+	outbox  []*kgo.Record   // Keyed: outputs of real-time calls, produced by the next checkpoint
+	wm      int64           // watermark at next (math.MinInt64 before any record): the smallest of its inputs' (chain.iwm); committed: committedWM
 	timerNS state.Namespace
 	tm      timers
-	wk      []byte // scratch window key
+	wk      []byte // scratch: a state key (applyMergeable), a Keyed input (applyKeyed)
 	ended   bool   // every input ended (bounded run): the watermark is +infinity
 	endWM   int64  // while ended: the watermark to commit (the data's, or the latest close of a window the end closed)
 	late    int64
@@ -312,10 +312,6 @@ func NewGroup(plan *Plan, topics []string, partition int32, d Deps) (*Task, erro
 			if c.kop == nil {
 				c.part = newPartials(ops.agg.StateSize(), t.cacheCap)
 			}
-			if c.win, err = ops.windows(cp); err != nil {
-				t.Close()
-				return nil, err
-			}
 			c.timerNS = codec.TimerNamespace(c.ns)
 			if d.Budget != nil {
 				dir := filepath.Join(d.SortDir, fmt.Sprintf("%s-%d", cp.Keyed.Name, partition))
@@ -325,6 +321,9 @@ func NewGroup(plan *Plan, topics []string, partition int32, d Deps) (*Task, erro
 					return nil, fmt.Errorf("task %d: %w", partition, err)
 				}
 			}
+		}
+		if ops.agg != nil {
+			c.assign = func(sk []byte) error { return t.apply(c, sk, c.next-1, c.scratch) }
 		}
 		t.chains = append(t.chains, c)
 		t.byTopic[cp.Source.Topic] = append(t.byTopic[cp.Source.Topic], c)
@@ -523,13 +522,10 @@ func (t *Task) processChain(c *chain, recs []*kgo.Record, now time.Time) error {
 			continue
 		}
 		c.scratch = in
-		switch {
-		case c.kop != nil:
+		if c.kop != nil {
 			err = t.applyKeyed(c, kr, in, wmPrev)
-		case c.win != nil:
-			err = t.applyWindows(c, kr, in)
-		default:
-			err = t.apply(c, c.rec.Key, kr.Offset, in, 0)
+		} else {
+			err = t.applyMergeable(c, kr)
 		}
 		if err != nil {
 			return err
@@ -555,8 +551,8 @@ func (t *Task) fireDue(c *chain) error {
 
 // apply folds one projected input (after its tag byte) into key's state: in backlog, into the
 // key's pre-aggregated partial while the table has room for it, else into the sorter; in
-// real-time, into the key's cache entry. start is the window's start (windowed chains).
-func (t *Task) apply(c *chain, key []byte, offset int64, in []byte, start int64) error {
+// real-time, into the key's cache entry.
+func (t *Task) apply(c *chain, key []byte, offset int64, in []byte) error {
 	agg := c.ops.agg
 	if c.inBack {
 		// Keys that fit the table are aggregated in memory; the rest are sorted.
@@ -584,12 +580,11 @@ func (t *Task) apply(c *chain, key []byte, offset int64, in []byte, start int64)
 		e.dirty = true
 		c.dirty = append(c.dirty, e)
 	}
-	if c.win != nil {
-		if !e.stored && !e.updated {
-			heap.Push(&c.tm.added, timer{at: c.win.Close(start), key: string(e.key)})
-		}
-		e.updated = true
+	if !e.stored && !e.updated && agg.Closes() {
+		at, _ := agg.CloseAt(e.key)
+		heap.Push(&c.tm.added, timer{at: at, key: string(e.key)})
 	}
+	e.updated = true
 	return nil
 }
 

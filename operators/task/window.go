@@ -94,7 +94,7 @@ func (tm *timers) reset() {
 var errStopScan = errors.New("task: stop scan")
 
 // timed reports whether a chain runs on event time (windows, or a Keyed operator).
-func (c *chain) timed() bool { return c.win != nil || c.kop != nil }
+func (c *chain) timed() bool { return c.kop != nil || c.ops.agg != nil && c.ops.agg.Closes() }
 
 // tracksTime reports whether a chain keeps a watermark of its input: it runs on event time, or
 // it re-keys into a repartition topic and announces its input's watermark there.
@@ -165,26 +165,17 @@ func (c *chain) ownWatermark() int64 {
 	return c.wm
 }
 
-// applyWindows folds input in into every window of the record's event time that is still open
-// at the watermark; a record with no open window is late and becomes a dead letter.
-func (t *Task) applyWindows(c *chain, kr *kgo.Record, in []byte) error {
+// applyMergeable folds the current record's projected input (c.scratch) into each state key
+// the operator assigns it (the key; a window key per window still open at the watermark); a
+// record whose windows are all closed is late and becomes a dead letter.
+func (t *Task) applyMergeable(c *chain, kr *kgo.Record) error {
+	var late bool
 	var err error
-	open := 0
-	c.win.Assign(c.rec.Time, c.ownWatermark(), func(start int64) {
-		if err != nil {
-			return
-		}
-		open++
-		c.wk = codec.AppendWindowKey(c.wk[:0], c.rec.Key, start)
-		err = t.apply(c, c.wk, kr.Offset, in, start)
-	})
-	if err != nil {
-		return err
-	}
-	if open == 0 {
+	c.wk, late, err = c.ops.agg.Assign(c.wk, c.rec.Key, c.rec.Time, c.ownWatermark(), c.assign)
+	if late {
 		t.lateRecord(c, kr)
 	}
-	return nil
+	return err
 }
 
 // fireTimers closes, in real-time mode, every window whose close time the watermark has
@@ -223,13 +214,6 @@ func (t *Task) fireTimers(c *chain) error {
 	return nil
 }
 
-// windowResult gives r, the result of the window starting at start, its event time when later
-// operators read it by event time (ChainPlan.TimedOutput): the window's end - 1, its last
-// instant, which no final of a window still open at the announced output watermark precedes.
-func (c *chain) windowResult(r *kgo.Record, start int64) *kgo.Record {
-	return c.timedResult(r, start+c.win.Size-1)
-}
-
 // timedResult gives r the event time ts (MinInt64: none) when later operators read the
 // chain's results by event time.
 func (c *chain) timedResult(r *kgo.Record, ts int64) *kgo.Record {
@@ -245,8 +229,8 @@ func (c *chain) outputLag() int64 {
 	if tr, ok := c.kop.(operators.TimedResults); ok {
 		return tr.OutputLag()
 	}
-	if c.win != nil {
-		return c.win.Grace
+	if c.kop == nil && c.ops.agg != nil {
+		return c.ops.agg.OutputLag()
 	}
 	return 0
 }
@@ -277,11 +261,13 @@ func (t *Task) closeWindow(c *chain, wk []byte) error {
 	return nil
 }
 
-// flushWindows writes a real-time windowed chain's dirty windows: an open window's state,
-// changelog record and (new) timer, and its current value (emit: updates); a closing window's
-// final value (emit: final, or emit: updates when it changed since the last checkpoint), its
-// changelog tombstone and the deletion of its state and timer.
-func (t *Task) flushWindows(c *chain, p Producer, pd *Pending) error {
+// flushMergeable writes a real-time mergeable chain's dirty states: an open state's state,
+// changelog record and (new) timer, and its current result (emit: updates); a closing
+// window's final result (emit: final, or emit: updates when it changed since the last
+// checkpoint), its changelog tombstone and the deletion of its state and timer. The states are
+// not touched again before the transaction ends (the task waits for the outcome), so the
+// records may alias them.
+func (t *Task) flushMergeable(c *chain, p Producer, pd *Pending) error {
 	if pd.batch == nil {
 		pd.batch = t.d.Store.NewBatch()
 	}
@@ -291,11 +277,10 @@ func (t *Task) flushWindows(c *chain, p Producer, pd *Pending) error {
 	var tk []byte
 	out := 0
 	for _, e := range c.dirty {
-		gk, start, _ := codec.SplitWindowKey(e.key)
-		at := c.win.Close(start)
+		at, closes := agg.CloseAt(e.key)
 		if c.plan.SinkTopic != "" && (e.closing && final || !final && e.updated) {
-			v := agg.RenderWindow(gk, start, start+c.win.Size, e.state, nil)
-			p.Produce(c.windowResult(&kgo.Record{Topic: c.plan.SinkTopic, Key: gk, Value: v, Partition: -1}, start), pd.promise)
+			v, kl, ts := agg.Result(e.key, e.state, nil)
+			p.Produce(c.timedResult(&kgo.Record{Topic: c.plan.SinkTopic, Key: e.key[:kl:kl], Value: v, Partition: -1}, ts), pd.promise)
 			c.recordsOut++
 			pd.records++
 			out++
@@ -321,7 +306,7 @@ func (t *Task) flushWindows(c *chain, p Producer, pd *Pending) error {
 		if err := pd.batch.Set(c.ns, e.key, e.state); err != nil {
 			return err
 		}
-		if !e.stored {
+		if !e.stored && closes {
 			if err := pd.batch.Set(c.timerNS, tk, nil); err != nil {
 				return err
 			}
@@ -332,9 +317,9 @@ func (t *Task) flushWindows(c *chain, p Producer, pd *Pending) error {
 	return nil
 }
 
-// committedWindows applies a committed flush to the cache: closed windows leave it, the others
-// are stored and clean.
-func (c *chain) committedWindows() {
+// committedMergeable applies a committed flush to the cache: closed windows leave it, the
+// others are stored and clean.
+func (c *chain) committedMergeable() {
 	for _, e := range c.dirty {
 		if e.closing {
 			delete(c.cache, string(e.key))
@@ -460,11 +445,11 @@ func (t *Task) restoreWindows(c *chain) error {
 		return t.restoreKeyedTimers(c)
 	}
 	return t.rebuildTimers(c, func(k, _ []byte) (int64, bool, error) {
-		_, start, ok := codec.SplitWindowKey(k)
+		at, ok := c.ops.agg.CloseAt(k)
 		if !ok {
 			return 0, false, fmt.Errorf("%s: stored key %q is not a window key", c.plan.Keyed.Name, k)
 		}
-		return c.win.Close(start), true, nil
+		return at, true, nil
 	})
 }
 
@@ -548,10 +533,9 @@ func (t *Task) sweepTimers(c *chain, wm int64, closed map[string]struct{}, p Pro
 			return err
 		}
 		st = v
-		gk, start, _ := codec.SplitWindowKey(wk)
 		if final && c.plan.SinkTopic != "" {
-			r := agg.RenderWindow(gk, start, start+c.win.Size, v, nil)
-			p.Produce(c.windowResult(&kgo.Record{Topic: c.plan.SinkTopic, Key: append([]byte(nil), gk...), Value: r, Partition: -1}, start), pd.promise)
+			r, kl, ts := agg.Result(wk, v, nil)
+			p.Produce(c.timedResult(&kgo.Record{Topic: c.plan.SinkTopic, Key: append([]byte(nil), wk[:kl]...), Value: r, Partition: -1}, ts), pd.promise)
 			c.recordsOut++
 			pd.records++
 			out++

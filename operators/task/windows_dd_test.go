@@ -281,7 +281,7 @@ sinks:
 					}
 				}
 				err := store.Scan(tk.chains[0].ns, func(k, v []byte) error {
-					if gk, start, ok := codec.SplitWindowKey(k); ok && tk.chains[0].win != nil {
+					if gk, start, ok := codec.SplitWindowKey(k); ok && tk.chains[0].ops.agg != nil && tk.chains[0].ops.agg.Closes() {
 						fmt.Fprintf(&b, "window %s@%d: %d bytes\n", gk, start, len(v))
 					} else {
 						fmt.Fprintf(&b, "key %s: %d bytes\n", k, len(v))
