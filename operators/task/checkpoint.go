@@ -110,64 +110,90 @@ func (t *Task) Checkpoint(p Producer) (pd *Pending, err error) {
 	}
 	pd.inline = t.out
 	t.out = &errTracker{}
+	if err := t.checkpointAll(p, pd); err != nil {
+		t.abortPending(pd)
+		return nil, err
+	}
+	pd.sealProgress()
+	return pd, nil
+}
+
+// checkpointAll writes each chain's part of a checkpoint, then the topics' offsets, the tables'
+// and the watermarks.
+func (t *Task) checkpointAll(p Producer, pd *Pending) error {
 	for _, c := range t.chains {
-		if c.ops.keyed() && c.primary && !foldedIn(pd, c) && c.streaming() {
-			// A watermark can move with no record after it to fire its timers: a writer's,
-			// read in backlog by a chain that left it with nothing to fold.
-			if err := t.fireDue(c); err != nil {
-				t.abortPending(pd)
-				return nil, err
-			}
+		if err := t.checkpointChain(c, p, pd); err != nil {
+			return err
 		}
-		for _, r := range c.outbox {
+	}
+	t.topicOffsets(pd)
+	t.tableOffsets(p, pd)
+	for _, c := range t.chains {
+		if err := t.checkpointWatermark(c, p, pd); err != nil {
+			return err
+		}
+		pd.records += t.announceWatermark(c, pd)
+		if c.plan.Rekey != "" && !c.timed() {
+			pd.next[c].wm, pd.next[c].iwm = c.wm, c.iwm // a re-keying writer's, committed with its offset (rewind)
+		}
+	}
+	return nil
+}
+
+// checkpointChain writes a chain's outputs: a keyed operator's (a real-time flush, or the fold
+// of a switch or a backlog checkpoint), its outbox and dead letters, and its next progress.
+func (t *Task) checkpointChain(c *chain, p Producer, pd *Pending) error {
+	if c.ops.keyed() && c.primary && !foldedIn(pd, c) && c.streaming() {
+		// A watermark can move with no record after it to fire its timers: a writer's,
+		// read in backlog by a chain that left it with nothing to fold.
+		if err := t.fireDue(c); err != nil {
+			return err
+		}
+	}
+	for _, r := range c.outbox {
+		p.Produce(r, pd.promise)
+		pd.records++
+	}
+	c.outbox = nil
+	if c.ops.keyed() && c.primary && !foldedIn(pd, c) {
+		var err error
+		switch {
+		case len(c.dirty) > 0 && c.kop != nil:
+			err = t.flushKeyed(c, p, pd)
+		case len(c.dirty) > 0:
+			err = t.flushMergeable(c, p, pd)
+		case c.leaving():
+			err = t.fold(context.Background(), c, p, pd, false)
+		case t.backlogCheckpointDue(c):
+			err = t.fold(context.Background(), c, p, pd, true)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	// A keyed operator that leaves backlog in this checkpoint says so after its switch's
+	// outputs (attributes.go).
+	if c.internalParts > 0 && c.ops.keyed() && foldedIn(pd, c) && !pd.silent[c] {
+		pd.records += t.announceMode(c, false, pd.promise)
+	}
+	// A chain's progress moves only when nothing before it is still waiting in a sorter; its
+	// dead letters go out with it (while it stays put, a rewind produces them again).
+	n := pd.nextProgress(c, c.done.off)
+	if c.buffered() == 0 || foldedIn(pd, c) {
+		n.off = max(c.next, c.done.off)
+		for _, r := range c.dlq {
 			p.Produce(r, pd.promise)
 			pd.records++
 		}
-		c.outbox = nil
-		if c.ops.keyed() && c.primary && !foldedIn(pd, c) {
-			switch {
-			case len(c.dirty) > 0 && c.kop != nil:
-				if err := t.flushKeyed(c, p, pd); err != nil {
-					t.abortPending(pd)
-					return nil, err
-				}
-			case len(c.dirty) > 0:
-				if err := t.flushMergeable(c, p, pd); err != nil {
-					t.abortPending(pd)
-					return nil, err
-				}
-			case c.leaving():
-				if err := t.fold(context.Background(), c, p, pd, false); err != nil {
-					t.abortPending(pd)
-					return nil, err
-				}
-			case t.backlogCheckpointDue(c):
-				if err := t.fold(context.Background(), c, p, pd, true); err != nil {
-					t.abortPending(pd)
-					return nil, err
-				}
-			}
-		}
-		// A keyed operator that leaves backlog in this checkpoint says so after its switch's
-		// outputs (attributes.go).
-		if c.internalParts > 0 && c.ops.keyed() && foldedIn(pd, c) && !pd.silent[c] {
-			pd.records += t.announceMode(c, false, pd.promise)
-		}
-		// A chain's progress moves only when nothing before it is still waiting in a sorter; its
-		// dead letters go out with it (while it stays put, a rewind produces them again).
-		n := pd.nextProgress(c, c.done.off)
-		if c.buffered() == 0 || foldedIn(pd, c) {
-			n.off = max(c.next, c.done.off)
-			for _, r := range c.dlq {
-				p.Produce(r, pd.promise)
-				pd.records++
-			}
-			c.dlq = nil
-		}
+		c.dlq = nil
 	}
-	// A topic's offset is the smallest progress of its chains (several operators reading one
-	// input: each chain skips what it has done already, Progress). It is committed when any
-	// of them moved.
+	return nil
+}
+
+// topicOffsets sets each topic's offset: the smallest progress of its chains (several
+// operators reading one input: each chain skips what it has done already, Progress). It is
+// committed when any of them moved.
+func (t *Task) topicOffsets(pd *Pending) {
 	for topic, cs := range t.byTopic {
 		off, moved := int64(math.MaxInt64), false
 		for _, c := range cs {
@@ -187,45 +213,33 @@ func (t *Task) Checkpoint(p Producer) (pd *Pending, err error) {
 			}
 		}
 	}
-	// Tables' dead letters go out once no chain holds a backlog (a table's offset moves with
-	// them).
-	held := false
+}
+
+// tableOffsets writes the tables' dead letters and offsets once no chain holds a backlog (a
+// table's offset moves with them).
+func (t *Task) tableOffsets(p Producer, pd *Pending) {
 	for _, c := range t.chains {
 		if c.buffered() > 0 && !foldedIn(pd, c) {
-			held = true
+			return
 		}
 	}
-	if !held {
-		for _, r := range t.dlq {
-			p.Produce(r, pd.promise)
-			pd.records++
-		}
-		t.dlq = nil
-		// A table's offset is committed too (its rows are in the store already): the group's
-		// lag shows how far a table is, and a rewind after an abort goes back to it. It moves
-		// only with its dead letters.
-		for _, tb := range t.tables {
-			if tb.next > tb.committed {
-				pd.Offsets[tb.topic] = tb.next
-				if pd.tables == nil {
-					pd.tables = map[*table]int64{}
-				}
-				pd.tables[tb] = tb.next
+	for _, r := range t.dlq {
+		p.Produce(r, pd.promise)
+		pd.records++
+	}
+	t.dlq = nil
+	// A table's offset is committed too (its rows are in the store already): the group's lag
+	// shows how far a table is, and a rewind after an abort goes back to it. It moves only
+	// with its dead letters.
+	for _, tb := range t.tables {
+		if tb.next > tb.committed {
+			pd.Offsets[tb.topic] = tb.next
+			if pd.tables == nil {
+				pd.tables = map[*table]int64{}
 			}
+			pd.tables[tb] = tb.next
 		}
 	}
-	for _, c := range t.chains {
-		if err := t.checkpointWatermark(c, p, pd); err != nil {
-			t.abortPending(pd)
-			return nil, err
-		}
-		pd.records += t.announceWatermark(c, pd)
-		if c.plan.Rekey != "" && !c.timed() {
-			pd.next[c].wm, pd.next[c].iwm = c.wm, c.iwm // a re-keying writer's, committed with its offset (rewind)
-		}
-	}
-	pd.sealProgress()
-	return pd, nil
 }
 
 func newPending() *Pending {
