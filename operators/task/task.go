@@ -422,8 +422,7 @@ func (t *Task) Process(topic string, recs []*kgo.Record) error {
 
 func (t *Task) processChain(c *chain, recs []*kgo.Record, now time.Time) error {
 	defer c.rec.Release() // do not pin the batch's fetch response (operators.Record.Release)
-	ops := c.ops
-	c.batchUp = false // the batch runs now: AfterBatch judges by what the writers said last
+	c.batchUp = false     // the batch runs now: AfterBatch judges by what the writers said last
 	for _, kr := range recs {
 		// The timers the watermark of the previous record reached fire after it, whatever
 		// became of it: a record dropped by a filter, dead-lettered or late moves the
@@ -444,100 +443,134 @@ func (t *Task) processChain(c *chain, recs []*kgo.Record, now time.Time) error {
 			continue // a writer's mode (attributes.go), not data
 		}
 		c.recordsIn++
-		if kr.Value == nil && kr.Key != nil && c.plan.AsOf != nil && c.input == 1 {
-			// A tombstone of a table read as versions: the row is deleted from its record
-			// timestamp on.
-			key, err := ops.src.Key(kr.Key, &c.rec)
+		if ok, err := t.decode(c, kr); err != nil || !ok {
 			if err != nil {
-				t.deadLetter(c, kr, "source "+c.plan.SourceName, err)
-				continue
-			}
-			c.rec.Key, c.rec.Value, c.rec.Time = key, nil, kr.Timestamp.UnixMilli()
-		} else if err := ops.src.Decode(kr.Key, kr.Value, kr.Timestamp.UnixMilli(), &c.rec); err != nil {
-			var rerr *operators.Error
-			if !errors.As(err, &rerr) {
-				// Not the record's fault (its schema registry is unreachable): fail rather
-				// than lose it; its offset is not committed, so it is read again.
-				return fmt.Errorf("task %d: %w", t.partition, err)
-			}
-			if !c.plan.Fork { // a branch leaves the source's dead letters to the first chain
-				t.deadLetter(c, kr, "source "+c.plan.SourceName, err)
+				return err
 			}
 			continue
 		}
 		wmPrev := c.wm
 		c.observeTime(c.rec.Time, now)
-		t.tap(c, -1)
-		keep := true
-		for si, st := range ops.stages {
-			var err error
-			if keep, err = st.Apply(&c.rec); err != nil {
-				var rerr *operators.Error
-				if !errors.As(err, &rerr) {
-					return fmt.Errorf("task %d: %w", t.partition, err) // the store failed (a join's table)
-				}
-				if si >= c.plan.SharedStages { // a shared stage's are the first chain's
-					t.deadLetter(c, kr, st.Name(), err)
-				}
-				break
-			}
-			if !keep {
-				break
-			}
-			t.tap(c, si)
-		}
-		if !keep { // dropped, or a dead letter (Apply returns keep=false with an error)
-			continue
-		}
-		if ops.rekey != nil {
-			// Re-keyed into the repartition topic, with the event time as its timestamp.
-			key, err := ops.rekey.Key(&c.rec)
+		if keep, err := t.applyStages(c, kr); err != nil || !keep {
 			if err != nil {
-				t.deadLetter(c, kr, ops.rekey.Name(), err)
-				continue
-			}
-			out := &kgo.Record{Topic: c.plan.SinkTopic, Key: bytes.Clone(key), Value: bytes.Clone(c.rec.Value), Partition: -1, Timestamp: time.UnixMilli(c.rec.Time)}
-			t.d.Producer.Produce(out, t.out.promise)
-			c.recordsOut++
-			continue
-		}
-		if !ops.keyed() {
-			if c.plan.SinkTopic != "" {
-				out := &kgo.Record{Topic: c.plan.SinkTopic, Key: bytes.Clone(c.rec.Key), Value: bytes.Clone(c.rec.Value), Partition: -1}
-				t.d.Producer.Produce(out, t.out.promise)
-				c.recordsOut++
+				return err
 			}
 			continue
 		}
-		// The projected input follows a tag byte: sorted entries are inputs or partial states.
-		var in []byte
-		var err error
-		if ops.kop != nil {
-			in, err = ops.kop.Project(c.input, &c.rec, append(c.scratch[:0], tagInput))
-		} else {
-			in, err = ops.agg.ProjectInput(c.input, &c.rec, append(c.scratch[:0], tagInput))
-		}
-		if err != nil {
-			t.deadLetter(c, kr, c.plan.Keyed.Name, err)
-			continue
-		}
-		c.scratch = in
-		if c.kop != nil {
-			err = t.applyKeyed(c, kr, in, wmPrev)
-		} else {
-			err = t.applyMergeable(c, kr)
-		}
-		if err != nil {
+		if err := t.applyRecord(c, kr, wmPrev); err != nil {
 			return err
-		}
-		if c.inBack {
-			c.backRecords++
-			if t.backlogCheckpointDue(c) {
-				t.needCkpt = true
-			}
 		}
 	}
 	return t.fireDue(c)
+}
+
+// decode decodes kr into c.rec (a table's tombstone read as versions: its key and time); a
+// record that cannot be decoded is a dead letter (false), unless it is not the record's fault
+// (the error).
+func (t *Task) decode(c *chain, kr *kgo.Record) (bool, error) {
+	ops := c.ops
+	if kr.Value == nil && kr.Key != nil && c.plan.AsOf != nil && c.input == 1 {
+		// A tombstone of a table read as versions: the row is deleted from its record
+		// timestamp on.
+		key, err := ops.src.Key(kr.Key, &c.rec)
+		if err != nil {
+			t.deadLetter(c, kr, "source "+c.plan.SourceName, err)
+			return false, nil
+		}
+		c.rec.Key, c.rec.Value, c.rec.Time = key, nil, kr.Timestamp.UnixMilli()
+		return true, nil
+	}
+	if err := ops.src.Decode(kr.Key, kr.Value, kr.Timestamp.UnixMilli(), &c.rec); err != nil {
+		var rerr *operators.Error
+		if !errors.As(err, &rerr) {
+			// Not the record's fault (its schema registry is unreachable): fail rather than
+			// lose it; its offset is not committed, so it is read again.
+			return false, fmt.Errorf("task %d: %w", t.partition, err)
+		}
+		if !c.plan.Fork { // a branch leaves the source's dead letters to the first chain
+			t.deadLetter(c, kr, "source "+c.plan.SourceName, err)
+		}
+		return false, nil
+	}
+	return true, nil
+}
+
+// applyStages runs the chain's stateless stages on c.rec: false when one dropped it or made it
+// a dead letter.
+func (t *Task) applyStages(c *chain, kr *kgo.Record) (bool, error) {
+	t.tap(c, -1)
+	for si, st := range c.ops.stages {
+		keep, err := st.Apply(&c.rec)
+		if err != nil {
+			var rerr *operators.Error
+			if !errors.As(err, &rerr) {
+				return false, fmt.Errorf("task %d: %w", t.partition, err) // the store failed (a join's table)
+			}
+			if si >= c.plan.SharedStages { // a shared stage's are the first chain's
+				t.deadLetter(c, kr, st.Name(), err)
+			}
+			return false, nil
+		}
+		if !keep {
+			return false, nil
+		}
+		t.tap(c, si)
+	}
+	return true, nil
+}
+
+// applyRecord sends c.rec, through the stages, where the chain ends: re-keyed into its
+// repartition topic, out to its sink, or into its keyed operator (projected, after a tag byte:
+// sorted entries are inputs or partial states). wmPrev is the watermark before the record.
+func (t *Task) applyRecord(c *chain, kr *kgo.Record, wmPrev int64) error {
+	ops := c.ops
+	if ops.rekey != nil {
+		// Re-keyed into the repartition topic, with the event time as its timestamp.
+		key, err := ops.rekey.Key(&c.rec)
+		if err != nil {
+			t.deadLetter(c, kr, ops.rekey.Name(), err)
+			return nil
+		}
+		out := &kgo.Record{Topic: c.plan.SinkTopic, Key: bytes.Clone(key), Value: bytes.Clone(c.rec.Value), Partition: -1, Timestamp: time.UnixMilli(c.rec.Time)}
+		t.d.Producer.Produce(out, t.out.promise)
+		c.recordsOut++
+		return nil
+	}
+	if !ops.keyed() {
+		if c.plan.SinkTopic != "" {
+			out := &kgo.Record{Topic: c.plan.SinkTopic, Key: bytes.Clone(c.rec.Key), Value: bytes.Clone(c.rec.Value), Partition: -1}
+			t.d.Producer.Produce(out, t.out.promise)
+			c.recordsOut++
+		}
+		return nil
+	}
+	var in []byte
+	var err error
+	if ops.kop != nil {
+		in, err = ops.kop.Project(c.input, &c.rec, append(c.scratch[:0], tagInput))
+	} else {
+		in, err = ops.agg.ProjectInput(c.input, &c.rec, append(c.scratch[:0], tagInput))
+	}
+	if err != nil {
+		t.deadLetter(c, kr, c.plan.Keyed.Name, err)
+		return nil
+	}
+	c.scratch = in
+	if c.kop != nil {
+		err = t.applyKeyed(c, kr, in, wmPrev)
+	} else {
+		err = t.applyMergeable(c, kr)
+	}
+	if err != nil {
+		return err
+	}
+	if c.inBack {
+		c.backRecords++
+		if t.backlogCheckpointDue(c) {
+			t.needCkpt = true
+		}
+	}
+	return nil
 }
 
 // fireDue fires, in real-time mode, the timers of an event-time chain that its watermark has
