@@ -243,90 +243,15 @@ func NewGroup(plan *Plan, topics []string, partition int32, d Deps) (*Task, erro
 	if len(t.tables) > 0 {
 		t.d.Metrics.joinWaiting(1) // until SetTableEnd and the loads say otherwise
 	}
-	shared := map[string]*opState{} // keyed operators by name: a cogroup's chains share one
-	internal := plan.Repartitions()
+	g := groupBuild{topics: topics, mode: mode, shared: map[string]*opState{}, internal: plan.Repartitions()}
 	for _, cp := range plan.Chains {
 		if !in(cp.Source.Topic) {
 			continue
 		}
-		for _, name := range cp.Tables {
-			if !in(cfg.Tables[name].Topic) {
-				t.Close()
-				return nil, fmt.Errorf("task %d: chain of %s joins table %s, whose topic %s is not among the task's topics %v", partition, cp.SourceName, name, cfg.Tables[name].Topic, topics)
-			}
-		}
-		ops, err := cp.build(func(name string) operators.Rows {
-			return rows{st: d.Store, ns: codec.TableNamespace(name, partition)}
-		}, d.Values)
-		if err != nil {
+		if err := t.addChain(cp, g); err != nil {
 			t.Close()
 			return nil, err
 		}
-		if cp.Rekey != "" {
-			if ops.rekey, err = operators.NewRekey(cp.RekeyFor, cp.Rekey); err != nil {
-				t.Close()
-				return nil, err
-			}
-		}
-		c := &chain{plan: cp, ops: ops, next: -1, input: cp.Input,
-			maxDelay: cp.Source.Watermark.MaxDelay.Milliseconds(), iwm: math.MinInt64, wmSaid: math.MinInt64,
-			idleAfter: cp.Source.Watermark.IdleAfter, lastSeen: d.Clock(),
-			done: progress{off: -1, wm: math.MinInt64, iwm: math.MinInt64, wmSaid: math.MinInt64}}
-		detOpts := backlog.Options{
-			Mode: mode, EnterLag: cfg.Backlog.EnterLag, ExitLag: cfg.Backlog.ExitLag,
-			EnterTimeLag: cfg.Backlog.EnterTimeLag, ExitTimeLag: cfg.Backlog.ExitTimeLag, Bounded: d.Bounded,
-		}
-		if ops.keyed() {
-			c.det = backlog.NewDetector(detOpts)
-		}
-		if _, ok := internal[cp.Source.Topic]; ok {
-			c.upstream = map[string]struct{}{}
-			if cp.TimedInput {
-				c.writers = make([]writerMark, d.InternalPartitions[cp.Source.Topic])
-				for i := range c.writers {
-					c.writers[i].wm = math.MinInt64
-				}
-				c.done.writers = slices.Clone(c.writers)
-			}
-		}
-		if _, ok := internal[cp.SinkTopic]; ok && cp.Rekey != "" {
-			c.internalParts = d.InternalPartitions[cp.SinkTopic]
-			c.wdet = backlog.NewDetector(detOpts)
-		}
-		if ops.keyed() && shared[cp.Keyed.Name] != nil {
-			c.opState = shared[cp.Keyed.Name] // another input of a cogroup
-		} else {
-			c.opState = &opState{wm: math.MinInt64}
-			c.primary = true
-		}
-		c.opState.chains = append(c.opState.chains, c)
-		if _, ok := internal[cp.SinkTopic]; ok && cp.Output && c.primary {
-			c.internalParts = d.InternalPartitions[cp.SinkTopic]
-		}
-		if ops.keyed() && c.primary {
-			shared[cp.Keyed.Name] = c.opState
-			c.ns = state.Namespace{Operator: cp.Keyed.Name, Partition: partition}
-			c.pendNS = codec.PendingNamespace(c.ns)
-			c.cache = make(map[string]*entry)
-			c.kop = ops.kop
-			if c.kop == nil {
-				c.part = newPartials(ops.agg.StateSize(), t.cacheCap)
-			}
-			c.timerNS = codec.TimerNamespace(c.ns)
-			if d.Budget != nil {
-				dir := filepath.Join(d.SortDir, fmt.Sprintf("%s-%d", cp.Keyed.Name, partition))
-				c.sorter, err = sorter.New(sorter.Options{Dir: dir, Budget: d.Budget})
-				if err != nil {
-					t.Close()
-					return nil, fmt.Errorf("task %d: %w", partition, err)
-				}
-			}
-		}
-		if ops.agg != nil {
-			c.assign = func(sk []byte) error { return t.apply(c, sk, c.next-1, c.scratch) }
-		}
-		t.chains = append(t.chains, c)
-		t.byTopic[cp.Source.Topic] = append(t.byTopic[cp.Source.Topic], c)
 	}
 	t.topic = topics[0]
 	if err := t.checkLayouts(); err != nil {
@@ -339,6 +264,95 @@ func NewGroup(plan *Plan, topics []string, partition int32, d Deps) (*Task, erro
 	}
 	t.publish()
 	return t, nil
+}
+
+// groupBuild is what NewGroup's chains are built with.
+type groupBuild struct {
+	topics   []string
+	mode     backlog.Mode
+	shared   map[string]*opState // keyed operators by name: a cogroup's chains share one
+	internal map[string]string   // the plan's repartition topics (Plan.Repartitions)
+}
+
+// addChain builds the chain of cp, its operators and, for the first chain of a keyed operator,
+// the operator's state (namespaces, cache, partials, sorter).
+func (t *Task) addChain(cp ChainPlan, g groupBuild) error {
+	d, cfg := t.d, t.plan.Config
+	for _, name := range cp.Tables {
+		if !slices.Contains(g.topics, cfg.Tables[name].Topic) {
+			return fmt.Errorf("task %d: chain of %s joins table %s, whose topic %s is not among the task's topics %v", t.partition, cp.SourceName, name, cfg.Tables[name].Topic, g.topics)
+		}
+	}
+	ops, err := cp.build(func(name string) operators.Rows {
+		return rows{st: d.Store, ns: codec.TableNamespace(name, t.partition)}
+	}, d.Values)
+	if err != nil {
+		return err
+	}
+	if cp.Rekey != "" {
+		if ops.rekey, err = operators.NewRekey(cp.RekeyFor, cp.Rekey); err != nil {
+			return err
+		}
+	}
+	c := &chain{plan: cp, ops: ops, next: -1, input: cp.Input,
+		maxDelay: cp.Source.Watermark.MaxDelay.Milliseconds(), iwm: math.MinInt64, wmSaid: math.MinInt64,
+		idleAfter: cp.Source.Watermark.IdleAfter, lastSeen: d.Clock(),
+		done: progress{off: -1, wm: math.MinInt64, iwm: math.MinInt64, wmSaid: math.MinInt64}}
+	detOpts := backlog.Options{
+		Mode: g.mode, EnterLag: cfg.Backlog.EnterLag, ExitLag: cfg.Backlog.ExitLag,
+		EnterTimeLag: cfg.Backlog.EnterTimeLag, ExitTimeLag: cfg.Backlog.ExitTimeLag, Bounded: d.Bounded,
+	}
+	if ops.keyed() {
+		c.det = backlog.NewDetector(detOpts)
+	}
+	if _, ok := g.internal[cp.Source.Topic]; ok {
+		c.upstream = map[string]struct{}{}
+		if cp.TimedInput {
+			c.writers = make([]writerMark, d.InternalPartitions[cp.Source.Topic])
+			for i := range c.writers {
+				c.writers[i].wm = math.MinInt64
+			}
+			c.done.writers = slices.Clone(c.writers)
+		}
+	}
+	if _, ok := g.internal[cp.SinkTopic]; ok && cp.Rekey != "" {
+		c.internalParts = d.InternalPartitions[cp.SinkTopic]
+		c.wdet = backlog.NewDetector(detOpts)
+	}
+	if ops.keyed() && g.shared[cp.Keyed.Name] != nil {
+		c.opState = g.shared[cp.Keyed.Name] // another input of a cogroup
+	} else {
+		c.opState = &opState{wm: math.MinInt64}
+		c.primary = true
+	}
+	c.opState.chains = append(c.opState.chains, c)
+	if _, ok := g.internal[cp.SinkTopic]; ok && cp.Output && c.primary {
+		c.internalParts = d.InternalPartitions[cp.SinkTopic]
+	}
+	if ops.keyed() && c.primary {
+		g.shared[cp.Keyed.Name] = c.opState
+		c.ns = state.Namespace{Operator: cp.Keyed.Name, Partition: t.partition}
+		c.pendNS = codec.PendingNamespace(c.ns)
+		c.cache = make(map[string]*entry)
+		c.kop = ops.kop
+		if c.kop == nil {
+			c.part = newPartials(ops.agg.StateSize(), t.cacheCap)
+		}
+		c.timerNS = codec.TimerNamespace(c.ns)
+		if d.Budget != nil {
+			dir := filepath.Join(d.SortDir, fmt.Sprintf("%s-%d", cp.Keyed.Name, t.partition))
+			c.sorter, err = sorter.New(sorter.Options{Dir: dir, Budget: d.Budget})
+			if err != nil {
+				return fmt.Errorf("task %d: %w", t.partition, err)
+			}
+		}
+	}
+	if ops.agg != nil {
+		c.assign = func(sk []byte) error { return t.apply(c, sk, c.next-1, c.scratch) }
+	}
+	t.chains = append(t.chains, c)
+	t.byTopic[cp.Source.Topic] = append(t.byTopic[cp.Source.Topic], c)
+	return nil
 }
 
 // Topic returns the task's input topic.
