@@ -358,6 +358,13 @@ func (e *Engine) loop(ctx context.Context) error {
 			e.sess.AllowRebalance()
 			return err
 		}
+		// Caught up (processing.commit_on_catch_up): the fetch read to the end of every
+		// partition it returned, so a checkpoint now costs no throughput and makes the outputs
+		// visible a fetch after their inputs rather than up to commit_interval later. The
+		// checkpoint waits for the tasks to process the fetch (its barrier), then commits.
+		if e.o.Config.Processing.CommitOnCatchUp && caughtUp(fs, e.isTable) {
+			due = true
+		}
 		// No checkpoint starts while a task folds a backlog: the fold's records are in the open
 		// transaction, and the barrier would hold every other task for the fold's duration.
 		// (One that started before the fold waits for it: the folding task replies after it.)
@@ -386,6 +393,27 @@ func (e *Engine) loop(ctx context.Context) error {
 			}
 		}
 	}
+}
+
+// caughtUp reports whether fs holds records of some input partition and ends every partition
+// it holds records of at the partition's end (the last stable offset; one offset short of it
+// counts too: the marker of the transaction that wrote the last record). Tables do not count.
+func caughtUp(fs kgo.Fetches, isTable func(string) bool) bool {
+	some, all := false, true
+	fs.EachPartition(func(fp kgo.FetchTopicPartition) {
+		if len(fp.Records) == 0 || isTable(fp.Topic) {
+			return
+		}
+		some = true
+		end := fp.LastStableOffset
+		if end < 0 {
+			end = fp.HighWatermark
+		}
+		if end-(fp.Records[len(fp.Records)-1].Offset+1) > 1 {
+			all = false
+		}
+	})
+	return some && all
 }
 
 // foldPoll is how often the poll loop looks again while a checkpoint waits for a fold.

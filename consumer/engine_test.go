@@ -49,8 +49,8 @@ func TestEngineProcessesBacklogExactly(t *testing.T) {
 	}
 }
 
-// TestShutdownCheckpoints: with a commit interval that never elapses, nothing is committed while
-// the engine runs, and cancelling Run's context commits everything it processed: the committed
+// TestShutdownCheckpoints: with a commit interval that never elapses (and no commits on catching
+// up), nothing is committed while the engine runs, and cancelling Run's context commits everything it processed: the committed
 // offsets reach the end offsets and the output holds the exact totals.
 func TestShutdownCheckpoints(t *testing.T) {
 	c := newCluster(t)
@@ -58,7 +58,7 @@ func TestShutdownCheckpoints(t *testing.T) {
 	in := orders{n: 300, keys: 25, seed: 2}
 	produce(t, brokers, in)
 
-	e := newEngine(t, newConfig(t, brokers, pipelineOpts{commitInterval: "1m"}), nil)
+	e := newEngine(t, newConfig(t, brokers, pipelineOpts{commitInterval: "1m", intervalOnly: true}), nil)
 	e.start(t)
 	adm := admin(t, brokers)
 	waitProcessed(t, e, in.n)
@@ -79,6 +79,25 @@ func TestShutdownCheckpoints(t *testing.T) {
 		t.Fatalf("after a clean shutdown: committed %v, end offsets %v (err %v); want equal", committed, ends, err)
 	}
 	checkTotals(t, expected(in), readTotals(t, brokers))
+}
+
+// TestCommitOnCatchUp: with processing.commit_on_catch_up (the default) a caught-up engine
+// commits as soon as it has processed what it fetched, long before a commit interval that never
+// elapses: the offsets reach the end and the outputs hold the exact totals while Run goes on.
+func TestCommitOnCatchUp(t *testing.T) {
+	c := newCluster(t)
+	brokers := c.ListenAddrs()
+	in := orders{n: 300, keys: 25, seed: 3}
+	produce(t, brokers, in)
+	e := newEngine(t, newConfig(t, brokers, pipelineOpts{commitInterval: "1m"}), nil)
+	e.start(t)
+	adm := admin(t, brokers)
+	waitCaughtUp(t, e, adm)
+	checkTotals(t, expected(in), readTotals(t, brokers))
+	more := orders{n: 100, keys: 25, seed: 4}
+	produce(t, brokers, more)
+	waitCaughtUp(t, e, adm)
+	checkTotals(t, expected(in, more), readTotals(t, brokers))
 }
 
 // TestCancelDuringCheckpoint: cancelling Run's context while a checkpoint is committing is

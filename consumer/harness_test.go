@@ -53,6 +53,7 @@ func newCluster(t *testing.T) *kfake.Cluster {
 type pipelineOpts struct {
 	commitInterval    string
 	enterLag, exitLag int64
+	intervalOnly      bool // processing.commit_on_catch_up: false
 }
 
 // newConfig returns the orders-totals pipeline of group "g", instance "i-0": per customer_id,
@@ -69,7 +70,7 @@ func newConfig(t *testing.T, brokers []string, o pipelineOpts) *configs.Config {
 kafka: {brokers: [%s]}
 group: g
 instance_id: i-0
-processing: {guarantee: exactly_once, commit_interval: %s, state_dir: %q}
+processing: {guarantee: exactly_once, commit_interval: %s, commit_on_catch_up: %t, state_dir: %q}
 backlog: {enter_lag: %d, exit_lag: %d, sort_memory: 4MiB, mode: auto, progress_interval: 0s}
 http: {listen: "off"}
 sources:
@@ -82,7 +83,7 @@ operators:
     output: totals_out
 sinks:
   totals_out: {topic: %s, format: json}
-`, strings.Join(brokers, ", "), o.commitInterval, t.TempDir(), o.enterLag, o.exitLag,
+`, strings.Join(brokers, ", "), o.commitInterval, !o.intervalOnly, t.TempDir(), o.enterLag, o.exitLag,
 		inputTopic, operator, sinkTopic)
 	cfg, err := configs.Parse([]byte(doc), nil)
 	if err != nil {
