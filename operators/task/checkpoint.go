@@ -495,7 +495,10 @@ func (t *Task) fold(ctx context.Context, c *chain, p Producer, pd *Pending, sile
 			return err
 		}
 		if !silent && render {
-			out := append(buf[len(buf):], scratch...)
+			var out []byte // nil: a row that left (Render wrote nothing), a tombstone
+			if len(scratch) > 0 {
+				out = append(buf[len(buf):], scratch...)
+			}
 			p.Produce(record(c.plan.SinkTopic, -1, k, out), pd.promise)
 			pd.records++
 			c.recordsOut++

@@ -445,9 +445,9 @@ func (t *Task) processChain(c *chain, recs []*kgo.Record, now time.Time) error {
 			continue // a writer's mode (attributes.go), not data
 		}
 		c.recordsIn++
-		if kr.Value == nil && kr.Key != nil && c.plan.AsOf != nil && c.input == 1 {
+		if kr.Value == nil && kr.Key != nil && (c.plan.AsOf != nil && c.input == 1 || c.plan.Tombstones) {
 			// A tombstone of a table read as versions: the row is deleted from its record
-			// timestamp on.
+			// timestamp on. Or of an upsert stream (Tombstones): the key's row is deleted.
 			key, err := ops.src.Key(kr.Key, &c.rec)
 			if err != nil {
 				t.deadLetter(c, kr, "source "+c.plan.SourceName, err)
@@ -469,6 +469,15 @@ func (t *Task) processChain(c *chain, recs []*kgo.Record, now time.Time) error {
 		wmPrev := c.wm
 		c.observeTime(c.rec.Time, now)
 		t.tap(c, -1)
+		if c.rec.Value == nil && c.plan.Tombstones && !ops.keyed() {
+			// A deleted row of an upsert stream: no stage has a row to read; the deletion goes
+			// on to the sink under its key.
+			if c.plan.SinkTopic != "" {
+				t.d.Producer.Produce(&kgo.Record{Topic: c.plan.SinkTopic, Key: bytes.Clone(c.rec.Key), Partition: -1}, t.out.promise)
+				c.recordsOut++
+			}
+			continue
+		}
 		keep := true
 		for si, st := range ops.stages {
 			var err error
