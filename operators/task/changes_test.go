@@ -11,6 +11,8 @@ import (
 	"testing"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sluice-dev/sluice/state"
 )
 
 // The metamorphic tests of updating results read with retractions, one per operator:
@@ -297,5 +299,49 @@ func retractionsOneAnswer(t *testing.T, seed uint64) {
 		if !slices.Equal(states[0], states[i]) {
 			t.Fatalf("state differs between modes 0 and %d:\n%s", i, diffLines(states[0], states[i]))
 		}
+	}
+}
+
+// TestTombstonesPassStages: the chain that reads an aggregate with retractions passes its
+// tombstones (a key that left the result) past its map to the sink under their key; its rows
+// go through the map. A tombstone anywhere else stays a dead letter.
+func TestTombstonesPassStages(t *testing.T) {
+	plan := mustPlan(t, `
+kafka: {brokers: [127.0.0.1:9092]}
+group: meta
+instance_id: i-0
+sources:
+  orders: {topic: orders, key: tier}
+operators:
+  - name: per_tier
+    aggregate: {input: orders, retractions: true, fields: {n: {count: {}}}}
+  - name: columns
+    map: {input: per_tier, select: [{tier: key}, n]}
+    output: out
+sinks:
+  out: {topic: tiers}
+`)
+	topic := plan.Config.OutputTopic("per_tier")
+	prod := newFakeProducer()
+	tk, err := New(plan, topic, 0, Deps{Store: state.NewMem(), Producer: prod, Logger: discardLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tk.Close()
+	recs := []*kgo.Record{
+		{Topic: topic, Offset: 0, Key: []byte("gold"), Value: []byte(`{"key":"gold","n":2}`)},
+		{Topic: topic, Offset: 1, Key: []byte("gold")},
+	}
+	tk.BeforeBatch(topic, Lag{})
+	if err := tk.Process(topic, recs); err != nil {
+		t.Fatal(err)
+	}
+	prod.commit()
+	out := prod.committed("tiers")
+	if len(out) != 2 || string(out[0].Value) != `{"tier":"gold","n":2}` || string(out[1].Key) != "gold" || out[1].Value != nil {
+		t.Fatalf("sink got %d records (%v), want the row through the map and a tombstone of gold", len(out), out)
+	}
+	if dl := prod.committed("meta-dlq"); len(dl) != 0 {
+		t.Fatalf("%d dead letters, want none", len(dl))
 	}
 }

@@ -2,8 +2,8 @@
 // one partition number of a group of co-partitioned topics (a stream and the tables it joins,
 // table.go; any other topic alone), in backlog mode (keyed operators pre-aggregate, sort and fold
 // silently) or in real-time mode (a write-back cache over the state store), with event time,
-// windows and timers (window.go), Keyed operators such as session windows, joins, dedup and
-// top-N (keyed.go), the backlog mode carried between stages through internal topics
+// windows and timers (window.go), Keyed operators such as session windows, joins, dedup,
+// top-N and changes (keyed.go), the backlog mode carried between stages through internal topics
 // (attributes.go), and makes its work durable through checkpoints driven by the consumer (a
 // chain's progress as one value: progress.go; the mode policy it applies: mode.go and package
 // backlog; the record layouts: changelog/codec). Its calls follow the order of
