@@ -83,7 +83,7 @@ type Config struct {
 	Log        Log               `koanf:"log" doc:"The log, written to stderr."`
 	Sources    map[string]Source `koanf:"sources" doc:"The input topics, by name: operators name a source as their input. At least one."`
 	Tables     map[string]Table  `koanf:"tables" doc:"Tables, by name: compacted topics materialized per partition in Pebble (the topic is its own changelog), which join operators look rows up in."`
-	Operators  []Operator        `koanf:"operators" doc:"The pipeline: a list of operators, each exactly one of filter, map, join, aggregate and cogroup, reading a source or an earlier operator. At least one. Lists can only be written in the file, not set by environment variables."`
+	Operators  []Operator        `koanf:"operators" doc:"The pipeline: a list of operators, each exactly one of filter, map, join, aggregate, cogroup, dedup, top, changes and rekey, reading a source or an earlier operator. At least one. Lists can only be written in the file, not set by environment variables."`
 	Sinks      map[string]Sink   `koanf:"sinks" doc:"The output topics, by name: an operator's output names a sink."`
 
 	SchemaRegistry SchemaRegistry `koanf:"schema_registry" doc:"The schema registry that format avro fetches writer schemas from (by id, cached for the process)."`
@@ -261,7 +261,7 @@ type Sink struct {
 	SubjectStrategy string `koanf:"subject_strategy" enum:"topic,record,topic_record" doc:"format avro: the subject the schema is registered under: topic (<topic>-value), record (the record's full name) or topic_record (<topic>-<full name>)."`
 }
 
-// Operator is one step of the pipeline. Exactly one of Filter, Map and Aggregate is set.
+// Operator is one step of the pipeline. Exactly one of its kinds (Filter, Map, Aggregate, ...) is set.
 type Operator struct {
 	Name      string     `koanf:"name" default:"required" doc:"Unique name: lower-case letters, digits, '_', '-'. Later operators name it as their input; internal topics carry it (<group>-<name>-changelog)."`
 	Filter    *Filter    `koanf:"filter" doc:"Keeps the records for which expr is true."`
