@@ -83,7 +83,7 @@ type Config struct {
 	Log        Log               `koanf:"log" doc:"The log, written to stderr."`
 	Sources    map[string]Source `koanf:"sources" doc:"The input topics, by name: operators name a source as their input. At least one."`
 	Tables     map[string]Table  `koanf:"tables" doc:"Tables, by name: compacted topics materialized per partition in Pebble (the topic is its own changelog), which join operators look rows up in."`
-	Operators  []Operator        `koanf:"operators" doc:"The pipeline: a list of operators, each exactly one of filter, map, join, aggregate and cogroup, reading a source or an earlier operator. At least one. Lists can only be written in the file, not set by environment variables."`
+	Operators  []Operator        `koanf:"operators" doc:"The pipeline: a list of operators, each exactly one of filter, map, join, aggregate, cogroup, dedup, top, changes and rekey, reading a source or an earlier operator. At least one. Lists can only be written in the file, not set by environment variables."`
 	Sinks      map[string]Sink   `koanf:"sinks" doc:"The output topics, by name: an operator's output names a sink."`
 
 	SchemaRegistry SchemaRegistry `koanf:"schema_registry" doc:"The schema registry that format avro fetches writer schemas from (by id, cached for the process)."`
@@ -263,7 +263,7 @@ type Sink struct {
 	SubjectStrategy string `koanf:"subject_strategy" enum:"topic,record,topic_record" doc:"format avro: the subject the schema is registered under: topic (<topic>-value), record (the record's full name) or topic_record (<topic>-<full name>)."`
 }
 
-// Operator is one step of the pipeline. Exactly one of Filter, Map and Aggregate is set.
+// Operator is one step of the pipeline. Exactly one of its kinds (Filter, Map, Aggregate, ...) is set.
 type Operator struct {
 	Name      string     `koanf:"name" default:"required" doc:"Unique name: lower-case letters, digits, '_', '-'. Later operators name it as their input; internal topics carry it (<group>-<name>-changelog)."`
 	Filter    *Filter    `koanf:"filter" doc:"Keeps the records for which expr is true."`
@@ -274,7 +274,8 @@ type Operator struct {
 	Dedup     *Dedup     `koanf:"dedup" doc:"Keeps one record per key, in arrival order: the first (emitted once) or the latest (an upsert stream); state and changelog as an aggregate's."`
 	Rekey     *Rekey     `koanf:"rekey" doc:"Re-keys its input by a field (or several): the records go through the topic <group>-<name>-repartition, written in the same transaction as the input offsets, keyed by the new key, and later operators (a join on another field, a windowed join) read them from there."`
 	Top       *Top       `koanf:"top" doc:"Keeps each key's n records with the largest (or smallest) value of a field, ranked 1 to n (ties in arrival order): an upsert stream of one row per key and rank; state and changelog as an aggregate's."`
-	Output    string     `koanf:"output" default:"none" doc:"The sink the operator's records go to; required for an aggregate, cogroup, dedup, top or stream-stream join that no later operator reads (later operators read a keyed operator's results through <group>-<name>-output)."`
+	Changes   *Changes   `koanf:"changes" doc:"Turns an upsert stream (the latest row per key: an aggregate's updates, a top's rows, a dedup's latest records, or a topic of rows and tombstones) into its changes: when a key's row changes, the retraction of the row it replaces ({...the old row, \"retract\": true}) and then the new row; a tombstone (null value) retracts the key's row. An aggregate with retractions: true reads them (Kafka Streams' KTable groupBy/aggregate with a subtractor). State: each key's last row; changelog as an aggregate's."`
+	Output    string     `koanf:"output" default:"none" doc:"The sink the operator's records go to; required for an aggregate, cogroup, dedup, top, changes or stream-stream join that no later operator reads (later operators read a keyed operator's results through <group>-<name>-output)."`
 }
 
 // Kind returns "filter", "map" or "aggregate" ("" when none is set).
@@ -294,6 +295,8 @@ func (o *Operator) Kind() string {
 		return "dedup"
 	case o.Top != nil:
 		return "top"
+	case o.Changes != nil:
+		return "changes"
 	case o.Rekey != nil:
 		return "rekey"
 	}
@@ -319,6 +322,8 @@ func (o *Operator) Input() string {
 		return o.Dedup.Input
 	case o.Top != nil:
 		return o.Top.Input
+	case o.Changes != nil:
+		return o.Changes.Input
 	case o.Rekey != nil:
 		return o.Rekey.Input
 	}
@@ -403,6 +408,9 @@ type Aggregate struct {
 	Fields  map[string]map[string]any `koanf:"fields" default:"required" doc:"Output fields: name: {sum|min|max|avg: input field path} or name: {count: {}}. Sums are exact decimals."`
 	Emit    string                    `koanf:"emit" enum:"updates,final" doc:"updates: the current value at most once per key (and window) per commit; final (windows only): exactly one output per key and window, when it closes."`
 	GroupBy string                    `koanf:"group_by" default:"none" doc:"Field path to group by instead of the input's key (e.g. customers.region), or several separated by commas for a composite key (e.g. bidder, auction: the key is the JSON object {\"bidder\":7,\"auction\":1001}, and the output carries its columns in place of key): records are re-keyed through the topic <group>-<name>-repartition, written in the same transaction as the input offsets; empty: the input's key."`
+	// Retractions: the input is a change stream (a changes operator's, or any stream whose
+	// records carry "retract": true to take an earlier record back).
+	Retractions bool `koanf:"retractions" doc:"The input is a change stream (a changes operator's): a record with \"retract\": true is subtracted (sum, avg and count are taken back exactly; min and max cannot be, and are refused), any other record added. A key whose records all were retracted leaves the result: its update is a tombstone (null value). No window."`
 
 	// Window is nil for one result per key, never closed.
 	Window *Window `koanf:"window" doc:"An event-time window: exactly one of tumbling, hopping (with advance) and session. Without one, each key has one result that never closes. Over the finals of another operator's windows (emit: final), a final's event time is its window's end - 1 and the watermark is the smallest of the output watermarks that operator's tasks announce."`
@@ -462,6 +470,17 @@ type Top struct {
 	Rank    string `koanf:"rank" default:"rank" doc:"The name of the rank column added to each row (and to its Kafka key, {\"key\":\"<key>\",\"rank\":1})."`
 	GroupBy string `koanf:"group_by" default:"none" doc:"Field path (or several, separated by commas) to rank within instead of the input's key: records are re-keyed through the topic <group>-<name>-repartition, as an aggregate's group_by."`
 }
+
+// Changes turns an upsert stream into its changes: per key, the retraction of the row a new row
+// (or a tombstone) replaces, then the new row.
+type Changes struct {
+	Input string `koanf:"input" default:"required" doc:"An earlier operator whose results are an upsert stream (an unwindowed aggregate or cogroup, a top, a dedup with keep: last), or a source of rows and tombstones keyed by row (the latest value per Kafka key wins, a null value deletes it)."`
+}
+
+// RetractField is the field that marks a retraction in a change stream: a changes operator
+// writes the row a key no longer has with "retract": true, and an aggregate with retractions
+// subtracts a record whose retract field is true.
+const RetractField = "retract"
 
 // Rekey re-keys a stream through a repartition topic.
 type Rekey struct {
@@ -652,7 +671,7 @@ func (c *Config) ReadByLater(op string) bool {
 // stream-stream join or a join as of event time): later operators read its results through
 // its output topic.
 func (o *Operator) Keyed() bool {
-	return o.Aggregate != nil || o.Cogroup != nil || o.Dedup != nil || o.Top != nil || o.Join != nil && (o.Join.StreamStream() || o.Join.AsOf == "event_time")
+	return o.Aggregate != nil || o.Cogroup != nil || o.Dedup != nil || o.Top != nil || o.Changes != nil || o.Join != nil && (o.Join.StreamStream() || o.Join.AsOf == "event_time")
 }
 
 // DLQTopic returns the dead-letter topic: "<group>-dlq".

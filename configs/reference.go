@@ -31,6 +31,7 @@ operators:
   - {name: d, dedup: {input: s, group_by: x}, output: o}
   - {name: tn, top: {input: s, n: 3, by: x}, output: o}
   - {name: rk, rekey: {input: s, by: x}, output: o}
+  - {name: ch, changes: {input: tn}, output: o}
 sinks: {o: {topic: out, schema: '{"type":"record","name":"R","fields":[]}'}}
 schema_registry: {urls: ["http://probe:8081"]}
 `

@@ -371,17 +371,17 @@ func (c *Config) validateOperators() *Error {
 		for _, k := range []struct {
 			name string
 			set  bool
-		}{{"filter", op.Filter != nil}, {"map", op.Map != nil}, {"join", op.Join != nil}, {"aggregate", op.Aggregate != nil}, {"cogroup", op.Cogroup != nil}, {"dedup", op.Dedup != nil}, {"top", op.Top != nil}, {"rekey", op.Rekey != nil}} {
+		}{{"filter", op.Filter != nil}, {"map", op.Map != nil}, {"join", op.Join != nil}, {"aggregate", op.Aggregate != nil}, {"cogroup", op.Cogroup != nil}, {"dedup", op.Dedup != nil}, {"top", op.Top != nil}, {"changes", op.Changes != nil}, {"rekey", op.Rekey != nil}} {
 			if k.set {
 				kinds = append(kinds, k.name)
 			}
 		}
 		switch len(kinds) {
 		case 0:
-			return errorf(p, "needs one of filter, map, join, aggregate, cogroup, dedup, top or rekey")
+			return errorf(p, "needs one of filter, map, join, aggregate, cogroup, dedup, top, changes or rekey")
 		case 1:
 		default:
-			return errorf(p, "has %s; an operator is exactly one of filter, map, join, aggregate, cogroup, dedup, top or rekey", strings.Join(kinds, " and "))
+			return errorf(p, "has %s; an operator is exactly one of filter, map, join, aggregate, cogroup, dedup, top, changes or rekey", strings.Join(kinds, " and "))
 		}
 		kp := p + "." + kinds[0]
 		inKey := kp + ".input"
@@ -444,7 +444,7 @@ func (c *Config) validateOperators() *Error {
 		case op.Dedup != nil:
 			err = checkDedup(kp, op.Dedup)
 		}
-		if err == nil && (op.Aggregate != nil || op.Top != nil || op.Dedup != nil) {
+		if err == nil && (op.Aggregate != nil || op.Top != nil || op.Dedup != nil || op.Changes != nil) {
 			// A keyed operator of one input reads, through it, a source.
 			if _, ok := c.SourceOf(op.Name); !ok {
 				err = errorf(kp+".input", "does not lead to a source")
@@ -471,6 +471,9 @@ func (c *Config) validateOperators() *Error {
 			}
 			if op.Top != nil {
 				return errorf(p+".output", "required for a top that no later operator reads: the sink its rows go to (%s)", c.sinkList())
+			}
+			if op.Changes != nil {
+				return errorf(p+".output", "required for a changes operator that no later operator reads: the sink its changes go to (%s)", c.sinkList())
 			}
 		} else if _, ok := c.Sinks[op.Output]; !ok {
 			return errorf(p+".output", "unknown sink %q (%s)", op.Output, c.sinkList())
@@ -687,6 +690,16 @@ func checkAggregate(kp string, a *Aggregate) *Error {
 				if _, ok := a.Fields[strings.TrimSpace(p)]; ok {
 					return errorf(kp+".fields."+strings.TrimSpace(p), "is a column of the composite group_by key (the output carries it); rename the field")
 				}
+			}
+		}
+	}
+	if a.Retractions {
+		if a.Window != nil {
+			return errorf(kp+".retractions", "an aggregate over retractions has one result per key, not windows (a retraction takes back a row, which belongs to no window); leave the window out")
+		}
+		for _, name := range sortedKeys(a.Fields) {
+			if sp, _ := parseAggSpec(name, a.Fields[name]); sp.Func == "min" || sp.Func == "max" {
+				return errorf(kp+".fields."+name, "%s cannot take a retraction back (the value it would fall back to is gone); with retractions: true use sum, count or avg, or drop retractions and aggregate rows that never change", sp.Func)
 			}
 		}
 	}

@@ -37,7 +37,8 @@ const (
 //	  min, max: 16 bytes, dec (lo, hi); meaningless while n == 0
 //	  count:    nothing (it is n)
 //
-// Input layout: one dec (lo, hi; 16 bytes) per distinct field path, in first-use order.
+// Input layout: one dec (lo, hi; 16 bytes) per distinct field path, in first-use order. With
+// retractions, a sign byte first (0: an addition, 1: a retraction, whose decs are negated).
 const (
 	stateVersion = 1
 	headerSize   = 9
@@ -84,6 +85,13 @@ type Aggregate struct {
 	// keyColumns: the key is a composite group_by's JSON object, whose members the output
 	// carries as columns in place of "key".
 	keyColumns bool
+
+	// retract: the input is a change stream (configs.Aggregate.Retractions): a record whose
+	// retract field is true is folded negated and counts -1, so an addition and its retraction
+	// cancel to the bytes of neither; the count is then signed (a partial may be negative) and
+	// a key with no record left renders nothing (the caller writes a tombstone).
+	retract     bool
+	retractPath path
 }
 
 // NewAggregate compiles the aggregate's field specs. cfg must have been validated.
@@ -107,6 +115,12 @@ func newAggregate(name string, cfg configs.Aggregate, inputs []string, from map[
 		header = 1 + 8*len(inputs)
 	}
 	a := &Aggregate{name: name, emit: cfg.Emit, stateSize: header, header: header, inputs: inputs}
+	if cfg.Retractions {
+		if len(inputs) > 1 || cfg.Window != nil {
+			return nil, fmt.Errorf("operators: %s: retractions apply to an unwindowed aggregate of one input", name)
+		}
+		a.retract, a.retractPath = true, newPath(configs.RetractField)
+	}
 	if cfg.Window.Kind() == "session" {
 		a.window = fmt.Sprintf("window=session:%dms", cfg.Window.Session.Milliseconds())
 	} else if w, err := NewWindows(cfg.Window); err != nil {
@@ -170,6 +184,9 @@ func newAggregate(name string, cfg configs.Aggregate, inputs []string, from map[
 		default:
 			return nil, fmt.Errorf("operators: %s: field %s: unknown function %q (allowed: sum, count, min, max, avg)", name, sp.Name, sp.Func)
 		}
+		if a.retract && (s.kind == aggMin || s.kind == aggMax) {
+			return nil, fmt.Errorf("operators: %s: field %s: %s cannot take a retraction back (use sum, count or avg)", name, sp.Name, sp.Func)
+		}
 		switch s.kind {
 		case aggCount:
 			s.field = ""
@@ -227,8 +244,17 @@ func (a *Aggregate) Emit() string { return a.emit }
 // StateSize is the fixed size of a key's state in bytes.
 func (a *Aggregate) StateSize() int { return a.stateSize }
 
-// InputSize is the fixed size of one projected input in bytes (0 when only counting).
-func (a *Aggregate) InputSize() int { return len(a.fields) * decSize }
+// InputSize is the fixed size of one projected input in bytes (0 when only counting without
+// retractions).
+func (a *Aggregate) InputSize() int {
+	if a.retract {
+		return 1 + len(a.fields)*decSize
+	}
+	return len(a.fields) * decSize
+}
+
+// Retractions reports whether the aggregate reads a change stream (configs.Aggregate.Retractions).
+func (a *Aggregate) Retractions() bool { return a.retract }
 
 // Inputs returns a cogroup's inputs (nil for an aggregate of one input).
 func (a *Aggregate) Inputs() []string { return a.inputs }
@@ -256,6 +282,20 @@ func (a *Aggregate) ProjectInput(i int, r *Record, dst []byte) ([]byte, error) {
 	}
 	n0 := len(dst)
 	fields := a.fields
+	retraction := false
+	if a.retract {
+		raw, ok, err := r.lookup(a.retractPath)
+		switch {
+		case err != nil:
+			return dst, &Error{Operator: a.name, Reason: err.Error()}
+		case !ok || string(raw) == "false" || string(raw) == "null":
+		case string(raw) == "true":
+			retraction = true
+		default:
+			return dst, &Error{Operator: a.name, Reason: fmt.Sprintf("field %q is %s, want true (a retraction) or false", configs.RetractField, kindOf(raw[0]))}
+		}
+		dst = append(dst, b2u8(retraction))
+	}
 	if len(a.inputs) > 1 {
 		if i < 0 || i >= len(a.inputs) {
 			return dst, fmt.Errorf("operators: %s: input %d of %d", a.name, i, len(a.inputs))
@@ -278,6 +318,9 @@ func (a *Aggregate) ProjectInput(i int, r *Record, dst []byte) ([]byte, error) {
 		d, err := parseDecimal(raw)
 		if err != nil {
 			return dst[:n0], &Error{Operator: a.name, Reason: fmt.Sprintf("field %q: %s: %s", p.text, raw, reason(err))}
+		}
+		if retraction {
+			d = d.negate() // never overflows: a dec lies in [-(2^127-1), 2^127-1]
 		}
 		dst = binary.LittleEndian.AppendUint64(dst, d.lo)
 		dst = binary.LittleEndian.AppendUint64(dst, d.hi)
@@ -327,6 +370,13 @@ func (a *Aggregate) Fold(state, input []byte) {
 	if len(a.inputs) > 1 {
 		i, input = int(input[0]), input[1:]
 	}
+	one := uint64(1)
+	if a.retract {
+		if input[0] == 1 {
+			one = ^uint64(0) // -1: the count wraps like the sums, so it cancels exactly
+		}
+		input = input[1:]
+	}
 	n := binary.LittleEndian.Uint64(state[1+8*i:])
 	for k := range a.specs {
 		s := &a.specs[k]
@@ -343,7 +393,7 @@ func (a *Aggregate) Fold(state, input []byte) {
 			keepIf(state[s.off:s.off+decSize], loadDec(input[s.in:]), n == 0, 1)
 		}
 	}
-	binary.LittleEndian.PutUint64(state[1+8*i:], n+1)
+	binary.LittleEndian.PutUint64(state[1+8*i:], n+one)
 }
 
 // count returns the records folded into state for spec s (its input's, in a cogroup).
@@ -360,8 +410,8 @@ func (a *Aggregate) Merge(dst, src []byte) {
 	for k := range a.specs {
 		s := &a.specs[k]
 		nd, ns := a.count(dst, s), a.count(src, s)
-		if ns == 0 {
-			continue
+		if ns == 0 && !a.retract {
+			continue // (with retractions, a partial of no net record may still move a sum)
 		}
 		switch s.kind {
 		case aggSum, aggAvg:
@@ -397,7 +447,13 @@ func keepIf(st []byte, v dec, empty bool, want int) {
 // With a composite group_by, the key's columns take the place of "key":
 //
 //	{"auction":1001,"day":"2015-07-15","bids":3}
+//
+// With retractions, a key whose every record was retracted (its count is not positive) has no
+// row: Render appends nothing, and the caller writes a tombstone in its place.
 func (a *Aggregate) Render(key, state, dst []byte) []byte {
+	if a.retract && int64(binary.LittleEndian.Uint64(state[1:])) <= 0 {
+		return dst
+	}
 	dst = a.appendKey(dst, key)
 	return a.renderFields(state, dst)
 }
@@ -461,7 +517,7 @@ func (a *Aggregate) ValidState(b []byte) bool {
 	var total uint64
 	for i := range max(len(a.inputs), 1) {
 		n := binary.LittleEndian.Uint64(b[1+8*i:])
-		if int64(n) < 0 {
+		if int64(n) < 0 && !a.retract {
 			return false
 		}
 		total += n
@@ -483,4 +539,12 @@ func (a *Aggregate) ValidState(b []byte) bool {
 		}
 	}
 	return true
+}
+
+// b2u8 is 1 for true, 0 for false.
+func b2u8(b bool) byte {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -2,10 +2,11 @@
 // (JSON values, group key, event time) into Records, the stateless stages (filter and map,
 // with expr-lang expressions, and the stream-table join's lookup, join.go), re-keying
 // (rekey.go), event-time windows, and the keyed operators: the aggregate (sum, count, min, max,
-// avg; a cogroup is an aggregate of several inputs), whose compact per-key state the runtime
-// stores and folds, and the Keyed operators (keyed.go), whose results depend on order and time:
-// session windows, the windowed and the regular stream-stream join (streamjoin.go,
-// regularjoin.go), the join as of event time (asofjoin.go), dedup (dedup.go) and top-N (top.go).
+// avg; a cogroup is an aggregate of several inputs; with retractions, sum, count and avg over a
+// change stream), whose compact per-key state the runtime stores and folds, and the Keyed
+// operators (keyed.go), whose results depend on order and time: session windows, the windowed
+// and the regular stream-stream join (streamjoin.go, regularjoin.go), the join as of event time
+// (asofjoin.go), dedup (dedup.go), top-N (top.go) and an upsert stream's changes (changes.go).
 // Expressions compute on exact decimals (exprdec.go) and have SQL's functions (exprfunc.go).
 //
 // The runtime (operators/task) drives these types from one goroutine per task, in both modes:

@@ -135,6 +135,10 @@ func (a *Aggregate) Layout() Layout {
 	if a.window != "" {
 		l.Parts = append(l.Parts, a.window)
 	}
+	if a.retract {
+		// The count is signed and the input a change stream.
+		l.Parts = append(l.Parts, LayoutPart("input", "changes", "retract"))
+	}
 	return l
 }
 

@@ -50,6 +50,8 @@ var queries = []query{
 	{name: "q0", reference: bidsOnly(refQ0), read: readQ0},
 	{name: "q1", reference: bidsOnly(refQ1), read: readQ1},
 	{name: "q2", reference: bidsOnly(refQ2), read: readQ2},
+	{name: "q4", reference: refQ4, read: readQ4, upsert: true, kills: true, internal: []string{"-q4-join-output", "-q4-max-repartition", "-q4-max-output",
+		"-q4-changes-output", "-q4-repartition", "-q4-output"}},
 	{name: "q5", reference: bidsOnly(refQ5), read: readQ5, settled: settledQ5, kills: true, internal: []string{"-counted-repartition", "-counts-output",
 		"-highest-repartition", "-highest-output", "-maxima-repartition", "-q5-join-output"}},
 	{name: "q7", reference: bidsOnly(refQ7), read: readQ7, settled: settledQ7, internal: []string{"-bids-repartition", "-highest-repartition", "-highest-output",
@@ -1196,6 +1198,65 @@ func readQ9(r *kgo.Record) (row, error) {
 		"itemName=%q description=%q initialBid=%d reserve=%d dateTime=%d expires=%d seller=%d category=%d extra=%q auction=%d bidder=%d price=%d bid_dateTime=%d bid_extra=%q",
 		str("itemName"), str("description"), num("initialBid"), num("reserve"), num("dateTime"), num("expires"), num("seller"), num("category"), str("extra"),
 		num("auction"), num("bidder"), num("price"), num("bid_dateTime"), str("bid_extra"))}, nil
+}
+
+// q4, average price for a category: per auction, the highest price of its bids made while it
+// was open (dateTime from the auction's to its expires, both included; auctions without one
+// have no row), and per category the average of those maxima, exact, rounded half to even to 9
+// decimal places (sluice's avg; Flink's AVG of a BIGINT truncates).
+func refQ4(ev events) []row {
+	auctions := map[int64]Auction{}
+	for _, a := range ev.auctions {
+		auctions[a.ID] = a
+	}
+	best := map[int64]int64{}
+	for _, b := range ev.bids {
+		a, ok := auctions[b.Auction]
+		if !ok || b.DateTime < a.DateTime || b.DateTime > a.Expires {
+			continue
+		}
+		if p, ok := best[a.ID]; !ok || b.Price > p {
+			best[a.ID] = b.Price
+		}
+	}
+	type stats struct{ n, sum int64 }
+	by := map[int64]*stats{}
+	for id, p := range best {
+		c := auctions[id].Category
+		if by[c] == nil {
+			by[c] = &stats{}
+		}
+		by[c].n++
+		by[c].sum += p
+	}
+	var out []row
+	for c, st := range by {
+		out = append(out, row{fmt.Sprintf("category=%d", c), "final=" + roundedAvg(st.sum, st.n)})
+	}
+	return out
+}
+
+// readQ4 reads one row of q4's upsert stream, keyed by the category.
+func readQ4(r *kgo.Record) (row, error) {
+	if err := checkColumns(r, "category", "final"); err != nil {
+		return row{}, err
+	}
+	var v struct {
+		Category *int64
+		Final    json.Number
+	}
+	d := json.NewDecoder(bytes.NewReader(r.Value))
+	d.UseNumber()
+	if err := d.Decode(&v); err != nil {
+		return row{}, fmt.Errorf("value %q: %w", r.Value, err)
+	}
+	if v.Category == nil || v.Final == "" {
+		return row{}, fmt.Errorf("value %q lacks category or final", r.Value)
+	}
+	if want := strconv.FormatInt(*v.Category, 10); string(r.Key) != want {
+		return row{}, fmt.Errorf("record key %q, want %s", r.Key, want)
+	}
+	return row{fmt.Sprintf("category=%d", *v.Category), "final=" + string(v.Final)}, nil
 }
 
 // keepRows keeps the rows of want and the records of out whose row id keep accepts (a record

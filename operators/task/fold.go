@@ -287,8 +287,11 @@ func (f *mergeFold) emit(sk, st []byte, write, stored bool) error {
 	buf = append(buf, sk...)
 	k := buf[:len(sk):len(sk)]
 	if render {
-		out := append(buf[len(buf):], f.out.scratch...)
-		buf = buf[:len(buf)+len(out)]
+		var out []byte // nil: a row that left (Result wrote nothing), a tombstone
+		if len(f.out.scratch) > 0 {
+			out = append(buf[len(buf):], f.out.scratch...)
+			buf = buf[:len(buf)+len(out)]
+		}
 		f.p.Produce(c.timedResult(f.record(c.plan.SinkTopic, -1, k[:kl:kl], out), ts), pd.promise)
 		pd.records++
 		c.recordsOut++

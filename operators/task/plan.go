@@ -2,8 +2,8 @@
 // one partition number of a group of co-partitioned topics (a stream and the tables it joins,
 // table.go; any other topic alone), in backlog mode (keyed operators pre-aggregate, sort and fold
 // silently) or in real-time mode (a write-back cache over the state store), with event time,
-// windows and timers (window.go), Keyed operators such as session windows, joins, dedup and
-// top-N (keyed.go), the backlog mode carried between stages through internal topics
+// windows and timers (window.go), Keyed operators such as session windows, joins, dedup,
+// top-N and changes (keyed.go), the backlog mode carried between stages through internal topics
 // (attributes.go), and makes its work durable through checkpoints driven by the consumer (a
 // chain's progress as one value: progress.go; the mode policy it applies: mode.go and package
 // backlog; the record layouts: changelog/codec). Its calls follow the order of
@@ -60,6 +60,10 @@ type ChainPlan struct {
 	// watermark is the smallest of its writers' announced ones, not its records' times minus
 	// max_delay.
 	TimedOutput, TimedInput bool
+	// Tombstones: the chain reads an upsert stream whose tombstones (null values) it passes on
+	// rather than dead-letters: to its changes operator (which it reads with no stage before
+	// it), or past its stages to its sink (the results of an aggregate with retractions).
+	Tombstones bool
 	// Fork: an earlier chain reads the same source and SharedStages first stages too (several
 	// operators read one input): that chain dead-letters their bad records and writes their
 	// taps, this one skips them. Each chain's progress is committed with the offsets.
@@ -137,6 +141,34 @@ func timedResults(op *configs.Operator) bool {
 // (timedResults).
 func checkReadsResults(i int, op configs.Operator, up *configs.Operator) error {
 	key := fmt.Sprintf("operators[%d].%s", i, op.Kind())
+	if up.Changes != nil {
+		// Retractions and rows: only an aggregate that subtracts the retractions reads them.
+		if op.Aggregate == nil || !op.Aggregate.Retractions {
+			return &configs.Error{Key: key + ".input", Msg: fmt.Sprintf("%q writes changes (rows and their retractions, \"retract\": true); only an aggregate with retractions: true reads them", up.Name)}
+		}
+		return nil
+	}
+	if op.Aggregate != nil && op.Aggregate.Retractions {
+		return &configs.Error{Key: key + ".retractions", Msg: fmt.Sprintf("%q writes no retractions; read the changes of its results: a changes operator with input %q, and this aggregate's input that operator", up.Name, up.Name)}
+	}
+	if op.Changes != nil {
+		// An upsert stream keyed by row: updates of one result per key (no window), top's
+		// rows, dedup's latest records.
+		var w *configs.Window
+		switch {
+		case up.Aggregate != nil:
+			w = up.Aggregate.Window
+		case up.Cogroup != nil:
+			w = up.Cogroup.Window
+		case up.Top != nil, up.Dedup != nil && up.Dedup.Keep == configs.KeepLast:
+		default:
+			return &configs.Error{Key: key + ".input", Msg: fmt.Sprintf("%q does not write an upsert stream (one row per Kafka key, the latest wins); a changes operator reads the results of an unwindowed aggregate or cogroup, a top, or a dedup with keep: last", up.Name)}
+		}
+		if w != nil {
+			return &configs.Error{Key: key + ".input", Msg: fmt.Sprintf("%q writes rows per key and window under the key alone, not an upsert stream; a changes operator reads an unwindowed aggregate's results", up.Name)}
+		}
+		return nil
+	}
 	if op.Join != nil && !(op.Join.StreamStream() && op.Join.Within == 0) {
 		return &configs.Error{Key: key, Msg: fmt.Sprintf("a join by event time (stream-stream with within, or as_of: event_time) over the results of keyed operator %q is not supported yet; a regular join (no within), a join with a table as_of: processing, an aggregate or a cogroup can read them", up.Name)}
 	}
@@ -161,9 +193,13 @@ func checkReadsResults(i int, op configs.Operator, up *configs.Operator) error {
 		return nil // join pairs and a dedup's first records are emitted once each
 	}
 	if emit != configs.EmitFinal {
+		hint := ""
+		if (up.Aggregate != nil && up.Aggregate.Window == nil || up.Cogroup != nil && up.Cogroup.Window == nil || up.Top != nil || up.Dedup != nil) && op.Aggregate != nil {
+			hint = fmt.Sprintf(", or aggregate its changes: a changes operator reading %q, and %q reading that with retractions: true", up.Name, op.Name)
+		}
 		return &configs.Error{Key: fmt.Sprintf("operators[%d].%s.input", i, op.Kind()), Msg: fmt.Sprintf(
-			"%q emits updates (its current value, again at every commit that changes it), so %q would aggregate each key's updates rather than its results; give %q a window and emit: final",
-			up.Name, op.Name, up.Name)}
+			"%q emits updates (its current value, again at every commit that changes it), so %q would aggregate each key's updates rather than its results; give %q a window and emit: final%s",
+			up.Name, op.Name, up.Name, hint)}
 	}
 	return nil
 }
@@ -283,9 +319,15 @@ func NewPlan(cfg *configs.Config) (*Plan, error) {
 				} else if op.Keyed() {
 					c.Keyed = &cfg.Operators[i]
 					c.Changelog = cfg.ChangelogTopic(op.Name)
+					c.Tombstones = op.Changes != nil && len(c.Stages) == 0
 				} else if op.Rekey != nil {
 					// Nothing more: the chain now reads the re-keyed records (above).
 				} else {
+					if st.upstream != nil && st.upstream.Changes != nil && op.Map != nil && len(op.Map.Select) > 0 &&
+						!slices.ContainsFunc(op.Map.Columns(), func(col configs.Column) bool { return col.Name == configs.RetractField }) {
+						return nil, &configs.Error{Key: fmt.Sprintf("operators[%d].map.select", i), Msg: fmt.Sprintf(
+							"reads the changes of %q, whose retractions carry %q: true; list %s among the columns (or use set), or the retractions would be added as rows", st.upstream.Name, configs.RetractField, configs.RetractField)}
+					}
 					c.Stages = append(c.Stages, op)
 					if op.Join != nil {
 						c.Tables = append(c.Tables, op.Join.Table)
@@ -335,6 +377,9 @@ func NewPlan(cfg *configs.Config) (*Plan, error) {
 			}
 			if c.Keyed == nil && len(c.Stages) == 0 && len(c.Taps) == 0 && c.SinkTopic == "" {
 				continue // a declared source nobody reads
+			}
+			if up := st.upstream; c.Keyed == nil && c.Rekey == "" && up != nil && up.Aggregate != nil && up.Aggregate.Retractions {
+				c.Tombstones = true // the rows that leave the aggregate's result
 			}
 			if c.SinkTopic == "" && c.Keyed == nil && len(c.Stages) > 0 {
 				last := c.Stages[len(c.Stages)-1].Name
@@ -565,6 +610,8 @@ func (p *Plan) Describe(w io.Writer) {
 		} else if t := c.Keyed; t != nil && t.Top != nil {
 			fmt.Fprintf(w, "  -> top %s: each key's %d records with the %s %s (ties in arrival order), an upsert stream of rows keyed by key and %s, written at most once per row per commit; backlog replays each key's records in arrival order\n",
 				t.Name, t.Top.N, map[bool]string{true: "largest", false: "smallest"}[t.Top.Order != configs.OrderAsc], t.Top.By, t.Top.Rank)
+		} else if c.Keyed != nil && c.Keyed.Changes != nil {
+			fmt.Fprintf(w, "  -> changes %s: each key's latest row; when it changes, the retraction of the row it replaces (\"retract\": true) then the new row, at most once per key per commit (a tombstone: the retraction alone); state in Pebble: each key's published row; backlog replays each key's records in arrival order\n", c.Keyed.Name)
 		} else if c.Keyed != nil {
 			ops, _ := c.build(nil, nil)
 			a := ops.attributes()
@@ -582,6 +629,9 @@ func (p *Plan) Describe(w io.Writer) {
 			}
 			fmt.Fprintf(w, "  -> %s %s [%s] emit=%s attributes{InternalSorter:%v OutputOnlyAtEnd:%v OutputOnCheckpoint:%v}\n",
 				kind, c.Keyed.Name, strings.Join(specs, " "), orDefault(c.Keyed.Aggregate.Emit, "updates"), a.InternalSorter, a.OutputOnlyAtEnd, a.OutputOnCheckpoint)
+			if c.Keyed.Aggregate.Retractions {
+				fmt.Fprintf(w, "     retractions: a record with \"retract\": true is subtracted (count -1); a key with no record left writes a tombstone\n")
+			}
 			wmIs := fmt.Sprintf("max event time - %v", c.Source.Watermark.MaxDelay)
 			if c.TimedInput && c.Source.Topic == cfg.RepartitionTopic(c.Keyed.Name) {
 				wmIs = "the smallest of the watermarks its writers (the re-keying tasks) announce in the repartition topic (their inputs' watermarks)"
@@ -733,6 +783,10 @@ func (c ChainPlan) build(rows func(table string) operators.Rows, values operator
 	}
 	if c.Keyed != nil && c.Keyed.Top != nil {
 		ops.kop, err = operators.NewTop(c.Keyed.Name, *c.Keyed.Top)
+		return ops, err
+	}
+	if c.Keyed != nil && c.Keyed.Changes != nil {
+		ops.kop, err = operators.NewChanges(c.Keyed.Name, *c.Keyed.Changes)
 		return ops, err
 	}
 	if c.Keyed != nil {

@@ -483,9 +483,9 @@ func (t *Task) processChain(c *chain, recs []*kgo.Record, now time.Time) error {
 // (the error).
 func (t *Task) decode(c *chain, kr *kgo.Record) (bool, error) {
 	ops := c.ops
-	if kr.Value == nil && kr.Key != nil && c.plan.AsOf != nil && c.input == 1 {
+	if kr.Value == nil && kr.Key != nil && (c.plan.AsOf != nil && c.input == 1 || c.plan.Tombstones) {
 		// A tombstone of a table read as versions: the row is deleted from its record
-		// timestamp on.
+		// timestamp on. Or of an upsert stream (Tombstones): the key's row is deleted.
 		key, err := ops.src.Key(kr.Key, &c.rec)
 		if err != nil {
 			t.deadLetter(c, kr, "source "+c.plan.SourceName, err)
@@ -513,6 +513,15 @@ func (t *Task) decode(c *chain, kr *kgo.Record) (bool, error) {
 // a dead letter.
 func (t *Task) applyStages(c *chain, kr *kgo.Record) (bool, error) {
 	t.tap(c, -1)
+	if c.rec.Value == nil && c.plan.Tombstones && !c.ops.keyed() {
+		// A deleted row of an upsert stream: no stage has a row to read; the deletion goes on
+		// to the sink under its key.
+		if c.plan.SinkTopic != "" {
+			t.d.Producer.Produce(&kgo.Record{Topic: c.plan.SinkTopic, Key: bytes.Clone(c.rec.Key), Partition: -1}, t.out.promise)
+			c.recordsOut++
+		}
+		return false, nil
+	}
 	for si, st := range c.ops.stages {
 		keep, err := st.Apply(&c.rec)
 		if err != nil {
