@@ -102,10 +102,20 @@ type chain struct {
 
 	observed bool // the chain has seen a batch since it started or was rewound (BeforeBatch)
 
-	// In-band RecordAttributes (attributes.go). A writer (its records go to an internal
-	// topic of internalParts partitions) announces its mode there; a re-keying writer judges
-	// its input with wdet. A reader (its input is an internal topic) keeps upstream, the
-	// writers (by partition) that said backlog; nil for other chains.
+	// inputEnded: the chain's input ended (bounded run, EndInput); the operator's ended follows
+	// once every input of it has.
+	inputEnded bool
+
+	wire      // what the chain says to, and hears from, the tasks across an internal topic
+	inputTime // its input's event time
+	counts
+}
+
+// wire is a chain's side of the in-band RecordAttributes (attributes.go). A writer (its records
+// go to an internal topic of internalParts partitions) announces its mode there; a re-keying
+// writer judges its input with wdet. A reader (its input is an internal topic) keeps upstream,
+// the writers (by partition) that said backlog; nil for other chains.
+type wire struct {
 	internalParts int32
 	wdet          *backlog.Detector
 	said          int8
@@ -117,21 +127,22 @@ type chain struct {
 	writers  []writerMark
 	upstream map[string]struct{}
 	batchUp  bool // the batch about to run holds records written in backlog (ReadAttributes)
+}
 
-	// inputEnded: the chain's input ended (bounded run, EndInput); the operator's ended follows
-	// once every input of it has.
-	inputEnded bool
-
-	// Event time of the chain's input: its watermark (the largest event time decoded minus its
-	// source's max_delay). The operator's watermark (opState.wm) is the smallest of its
-	// inputs'; a record is late by its own input's (window.go).
+// inputTime is the event time of a chain's input: its watermark (the largest event time
+// decoded minus its source's max_delay). The operator's watermark (opState.wm) is the smallest
+// of its inputs'; a record is late by its own input's (window.go).
+type inputTime struct {
 	maxDelay int64
 	iwm      int64
 	// Idleness (watermark.idle_after): an input of an operator of several inputs that has
 	// caught up and had no record for idleAfter stops holding the operator's watermark back.
 	idleAfter time.Duration
 	lastSeen  time.Time // wall clock of the input's last batch (or the task's start)
+}
 
+// counts are a chain's records in, out and dead-lettered (the status page's).
+type counts struct {
 	recordsIn, recordsOut, dead int64
 }
 
@@ -161,14 +172,22 @@ type opState struct {
 	endWM   int64  // while ended: the watermark to commit (the data's, or the latest close of a window the end closed)
 	late    int64
 
-	// backlog checkpoints (backlog.checkpoint_interval): keys folded without their output yet
+	arrivals int64 // Keyed: records taken into the sorter (their replay order); never reset
+
+	backlogCkpt
+	backlogLog
+}
+
+// backlogCkpt is an operator's backlog checkpoints (backlog.checkpoint_interval): keys folded
+// without their output yet.
+type backlogCkpt struct {
 	pendNS       state.Namespace
 	hasPending   bool // pendNS may hold keys
 	lastBackCkpt time.Time
+}
 
-	arrivals int64 // Keyed: records taken into the sorter (their replay order); never reset
-
-	// backlog bookkeeping for progress and the switch log line
+// backlogLog is an operator's backlog bookkeeping for progress and the switch log line.
+type backlogLog struct {
 	backStart   time.Time
 	backRecords int64
 	lastLog     time.Time
@@ -295,8 +314,9 @@ func (t *Task) addChain(cp ChainPlan, g groupBuild) error {
 		}
 	}
 	c := &chain{plan: cp, ops: ops, next: -1, input: cp.Input,
-		maxDelay: cp.Source.Watermark.MaxDelay.Milliseconds(), iwm: math.MinInt64, wmSaid: math.MinInt64,
-		idleAfter: cp.Source.Watermark.IdleAfter, lastSeen: d.Clock(),
+		inputTime: inputTime{maxDelay: cp.Source.Watermark.MaxDelay.Milliseconds(), iwm: math.MinInt64,
+			idleAfter: cp.Source.Watermark.IdleAfter, lastSeen: d.Clock()},
+		wire: wire{wmSaid: math.MinInt64},
 		done: progress{off: -1, wm: math.MinInt64, iwm: math.MinInt64, wmSaid: math.MinInt64}}
 	detOpts := backlog.Options{
 		Mode: g.mode, EnterLag: cfg.Backlog.EnterLag, ExitLag: cfg.Backlog.ExitLag,
