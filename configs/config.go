@@ -144,7 +144,7 @@ type Processing struct {
 	Guarantee      string        `koanf:"guarantee" enum:"exactly_once,at_least_once" doc:"exactly_once: the outputs, the changelog records and the input offsets in one Kafka transaction; at_least_once: an idempotent producer, offsets committed after the records are acknowledged."`
 	CommitInterval time.Duration `koanf:"commit_interval" doc:"Checkpoint interval in real-time mode: greater than 0 and shorter than kafka.transaction_timeout."`
 	// CommitOnCatchUp: see consumer.Engine.loop.
-	CommitOnCatchUp bool   `koanf:"commit_on_catch_up" doc:"Also checkpoint as soon as a fetch that reached the end of every partition it read has been processed, instead of waiting for commit_interval: a caught-up sluice makes its outputs visible about one fetch and one transaction after their inputs arrive. Under load (a fetch that leaves records behind) checkpoints stay commit_interval apart. false: only every commit_interval."`
+	CommitOnCatchUp bool   `koanf:"commit_on_catch_up" doc:"Also checkpoint as soon as a fetch that reached the end of every partition it read has been processed, instead of waiting for commit_interval: a caught-up sluice makes its outputs visible about one fetch and one transaction after their inputs arrive. Under load (a fetch that leaves records behind) checkpoints stay commit_interval apart. Each checkpoint is a transaction, so on a busy machine more of them can cost more than they save (BENCHMARKS.md, Latency). false: only every commit_interval."`
 	StateDir        string `koanf:"state_dir" doc:"Directory of the Pebble state (pebble/) and the sort spill files (sort/). Keep it on a persistent volume: without it a task restores its state from the changelog."`
 	CacheKeys       int    `koanf:"cache_keys" doc:"Per task: write-back cache entries in real-time mode, keys pre-aggregated in memory in backlog mode (beyond them records are sorted). At least 1."`
 	// MaxCheckpointFailures is the rule of consumer/failure.go for a record that cannot be
@@ -733,11 +733,10 @@ func defaults() Config {
 			FetchMaxBytes:      32 * MiB,
 		},
 		Processing: Processing{
-			Guarantee:       ExactlyOnce,
-			CommitInterval:  100 * time.Millisecond,
-			CommitOnCatchUp: true,
-			StateDir:        "./data",
-			CacheKeys:       100000,
+			Guarantee:      ExactlyOnce,
+			CommitInterval: 100 * time.Millisecond,
+			StateDir:       "./data",
+			CacheKeys:      100000,
 
 			MaxCheckpointFailures: 100,
 			MinFreeSpace:          64 * MiB,

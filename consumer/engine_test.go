@@ -49,8 +49,7 @@ func TestEngineProcessesBacklogExactly(t *testing.T) {
 	}
 }
 
-// TestShutdownCheckpoints: with a commit interval that never elapses (and no commits on catching
-// up), nothing is committed while the engine runs, and cancelling Run's context commits everything it processed: the committed
+// TestShutdownCheckpoints: with a commit interval that never elapses, nothing is committed while the engine runs, and cancelling Run's context commits everything it processed: the committed
 // offsets reach the end offsets and the output holds the exact totals.
 func TestShutdownCheckpoints(t *testing.T) {
 	c := newCluster(t)
@@ -58,7 +57,7 @@ func TestShutdownCheckpoints(t *testing.T) {
 	in := orders{n: 300, keys: 25, seed: 2}
 	produce(t, brokers, in)
 
-	e := newEngine(t, newConfig(t, brokers, pipelineOpts{commitInterval: "1m", intervalOnly: true}), nil)
+	e := newEngine(t, newConfig(t, brokers, pipelineOpts{commitInterval: "1m"}), nil)
 	e.start(t)
 	adm := admin(t, brokers)
 	waitProcessed(t, e, in.n)
@@ -81,7 +80,7 @@ func TestShutdownCheckpoints(t *testing.T) {
 	checkTotals(t, expected(in), readTotals(t, brokers))
 }
 
-// TestCommitOnCatchUp: with processing.commit_on_catch_up (the default) a caught-up engine
+// TestCommitOnCatchUp: with processing.commit_on_catch_up a caught-up engine
 // commits as soon as it has processed what it fetched, long before a commit interval that never
 // elapses: the offsets reach the end and the outputs hold the exact totals while Run goes on.
 func TestCommitOnCatchUp(t *testing.T) {
@@ -89,7 +88,7 @@ func TestCommitOnCatchUp(t *testing.T) {
 	brokers := c.ListenAddrs()
 	in := orders{n: 300, keys: 25, seed: 3}
 	produce(t, brokers, in)
-	e := newEngine(t, newConfig(t, brokers, pipelineOpts{commitInterval: "1m"}), nil)
+	e := newEngine(t, newConfig(t, brokers, pipelineOpts{commitInterval: "1m", catchUp: true}), nil)
 	e.start(t)
 	adm := admin(t, brokers)
 	waitCaughtUp(t, e, adm)

@@ -53,7 +53,7 @@ func newCluster(t *testing.T) *kfake.Cluster {
 type pipelineOpts struct {
 	commitInterval    string
 	enterLag, exitLag int64
-	intervalOnly      bool // processing.commit_on_catch_up: false
+	catchUp           bool // processing.commit_on_catch_up
 }
 
 // newConfig returns the orders-totals pipeline of group "g", instance "i-0": per customer_id,
@@ -83,7 +83,7 @@ operators:
     output: totals_out
 sinks:
   totals_out: {topic: %s, format: json}
-`, strings.Join(brokers, ", "), o.commitInterval, !o.intervalOnly, t.TempDir(), o.enterLag, o.exitLag,
+`, strings.Join(brokers, ", "), o.commitInterval, o.catchUp, t.TempDir(), o.enterLag, o.exitLag,
 		inputTopic, operator, sinkTopic)
 	cfg, err := configs.Parse([]byte(doc), nil)
 	if err != nil {
