@@ -41,7 +41,9 @@ type State struct {
 	// Buffered: the operator holds records of a backlog not folded into state yet (sorted
 	// records, pre-aggregated keys).
 	Buffered bool
-	// Dirty: its real-time cache holds entries not written yet.
+	// Dirty: its real-time cache holds entries not written yet, or outputs of real-time calls
+	// wait for a checkpoint (a Keyed operator's outbox): both go out before it holds a backlog,
+	// which keeps its progress where it is until the fold.
 	Dirty bool
 	// Pending: backlog checkpoints left keys whose outputs are still owed (the operator's
 	// pending namespace may hold keys).

@@ -70,10 +70,13 @@ func (c *chain) policy() backlog.State {
 		Backlog:  c.inBack,
 		Shared:   len(c.chains) > 1,
 		Buffered: c.buffered() > 0,
-		Dirty:    len(c.dirty) > 0,
-		Pending:  c.hasPending,
-		Timed:    c.timed(),
-		Ended:    c.ended,
+		// Outputs of real-time calls waiting for a checkpoint count as dirty: once the operator
+		// holds a backlog its progress stays put, so a checkpoint after the switch would commit
+		// them without their offsets, and an abort before the fold would replay their records.
+		Dirty:   len(c.dirty) > 0 || len(c.outbox) > 0,
+		Pending: c.hasPending,
+		Timed:   c.timed(),
+		Ended:   c.ended,
 	}
 	for _, o := range c.chains {
 		if o.det != nil {
