@@ -272,7 +272,7 @@ type Operator struct {
 	Dedup     *Dedup     `koanf:"dedup" doc:"Keeps one record per key, in arrival order: the first (emitted once) or the latest (an upsert stream); state and changelog as an aggregate's."`
 	Rekey     *Rekey     `koanf:"rekey" doc:"Re-keys its input by a field (or several): the records go through the topic <group>-<name>-repartition, written in the same transaction as the input offsets, keyed by the new key, and later operators (a join on another field, a windowed join) read them from there."`
 	Top       *Top       `koanf:"top" doc:"Keeps each key's n records with the largest (or smallest) value of a field, ranked 1 to n (ties in arrival order): an upsert stream of one row per key and rank; state and changelog as an aggregate's."`
-	Distinct  *Distinct  `koanf:"distinct" doc:"Marks, per key, the first record that passes each of its flags: every record goes on with one 0/1 column per flag, 1 only on the key's first record passing that flag. Keyed by (group, value), an aggregate that sums the columns per group counts the distinct values (COUNT(DISTINCT value) FILTER (WHERE flag)); state: a bitmask per key, changelog as an aggregate's."`
+	Distinct  *Distinct  `koanf:"distinct" doc:"Marks, per key, the first record that passes each of its flags: such a record goes on with one 0/1 column per flag (1: the key's first record passing that flag), the others are dropped. Keyed by (group, value), an aggregate or cogroup that sums the columns per group counts the distinct values (COUNT(DISTINCT value) FILTER (WHERE flag)); state: a bitmask per key, changelog as an aggregate's."`
 	Output    string     `koanf:"output" default:"none" doc:"The sink the operator's records go to; required for an aggregate, cogroup, dedup, top, distinct or stream-stream join that no later operator reads (later operators read a keyed operator's results through <group>-<name>-output)."`
 }
 
@@ -471,7 +471,7 @@ type Top struct {
 type Distinct struct {
 	Input   string            `koanf:"input" default:"required" doc:"A source or an earlier operator."`
 	GroupBy string            `koanf:"group_by" default:"none" doc:"Field paths, separated by commas, of the key whose first records are marked: the group and the value counted, e.g. day, bidder (the key is the JSON object {\"day\":..,\"bidder\":..}); records are re-keyed through the topic <group>-<name>-repartition, as an aggregate's group_by. None: the input's key."`
-	Flags   map[string]string `koanf:"flags" default:"required" doc:"column: boolean expression (1 to 64), e.g. {total_bidders: 'true', rank1_bidders: 'price < 10000'}: each record gets the column, 1 if it is the key's first record for which the expression holds, else 0 (a column of the input of the same name is replaced). Expressions as a filter's."`
+	Flags   map[string]string `koanf:"flags" default:"required" doc:"column: boolean expression (1 to 64), e.g. {total_bidders: 'true', rank1_bidders: 'price < 10000'}: a record the key's first for some flag goes on with every flag's column, 1 if it is the key's first record for which that expression holds, else 0 (a column of the input of the same name is replaced); the key's other records are dropped. Expressions as a filter's."`
 }
 
 // Rekey re-keys a stream through a repartition topic.

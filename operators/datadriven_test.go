@@ -25,7 +25,7 @@ import (
 //	distinct                 input: "column: expression" lines, the flags (resets state)
 //	records                  input: "KAFKAKEY KAFKATS VALUE" lines (KAFKAKEY "-" = null);
 //	                         prints each record's fate and folds the kept ones (after a
-//	                         distinct: prints what it emits and the key's mask)
+//	                         distinct: prints what it emits, if anything, and the key's mask)
 //	render                   prints every key's state, in key order
 func TestDataDriven(t *testing.T) {
 	datadriven.Walk(t, "testdata", func(t *testing.T, path string) {

@@ -13,19 +13,19 @@ import (
 )
 
 // Distinct marks, per key, the first record that passes each of its flags (boolean
-// expressions): every record goes on, in arrival order, with one 0/1 column per flag, 1 only on
-// the key's first record for which that flag holds. Keyed by (group, value) (a composite
-// group_by such as "day, bidder"), the columns summed per group by a later aggregate are
-// COUNT(DISTINCT value) FILTER (WHERE flag) per group: the first step of Flink's split-distinct
-// aggregation, whose partial counts are these 0/1 deltas. Because every record goes on, the
-// same aggregate can also count the records (count(*) FILTER ...) and a second distinct over
-// another value can follow the first.
+// expressions): a record that is the key's first for some flag goes on, in arrival order, with
+// one 0/1 column per flag, 1 for each flag it is the key's first to pass; every other record is
+// dropped. Keyed by (group, value) (a composite group_by such as "day, bidder"), the columns
+// summed per group by a later aggregate (or cogroup, beside the group's record counts taken from
+// another branch) are COUNT(DISTINCT value) FILTER (WHERE flag) per group: the first step of
+// Flink's split-distinct aggregation, whose partial counts are these +1 deltas.
 //
 // The per-record cost does not grow with the number of distinct values: a key's state is a
 // version byte and a 64-bit mask of the flags it has seen (9 bytes). It is a Keyed operator
-// (backlog replays each key's records in arrival order), so every mode marks the same records;
-// a flag's column sums to the same per group whatever the order. Not safe for concurrent use;
-// Layout, ValidState and IsLate are.
+// (backlog replays each key's records in arrival order), so every mode marks the same records.
+// What it emits follows from its state alone (a record is emitted once, with the change of mask
+// it makes), so a replay of records whose state was committed emits nothing again. Not safe for
+// concurrent use; Layout, ValidState and IsLate are.
 type Distinct struct {
 	name  string
 	flags []string // column names, sorted: bit i is flags[i]
@@ -134,8 +134,8 @@ func (d *Distinct) Project(_ int, r *Record, dst []byte) ([]byte, error) {
 // IsLate: never (a key remembers its flags for ever).
 func (d *Distinct) IsLate(int, int64, int64) bool { return false }
 
-// Process marks the flags the key sees for the first time and emits the record with its
-// columns.
+// Process marks the flags the key sees for the first time and, if there are any, emits the
+// record with its columns.
 func (d *Distinct) Process(ctx Context, key []byte, _ int64, in []byte) error {
 	if len(in) < 10 {
 		return fmt.Errorf("operators: %s: key %q: projected input of %d bytes", d.name, key, len(in))
@@ -152,6 +152,8 @@ func (d *Distinct) Process(ctx Context, key []byte, _ int64, in []byte) error {
 	if firsts != 0 {
 		d.st = binary.BigEndian.AppendUint64(append(d.st[:0], distinctVersion), seen|mask)
 		ctx.Put(d.st)
+	} else {
+		return nil // no first: nothing to count
 	}
 	body := in[8:]
 	d.out = append(d.out[:0], body[:len(body)-1]...)

@@ -16,9 +16,12 @@ import (
 // compares, and some that carry a member named as a flag (replaced), in real-time mode, in
 // backlog mode and with random switches, with aborts and injected produce errors. Every run must
 // commit exactly what an oracle that knows the rule computes from the input: every good record
-// once, with each flag's column 1 only on its key's first record passing the flag (in offset
-// order), and every bad record one dead letter; so the columns summed per key are the number of
-// flags seen, whatever the mode.
+// that is its key's first passing some flag (in offset order) once, with each flag's column 1
+// if it is the key's first passing that flag, and every bad record one dead letter; so the
+// columns summed per key are the number of flags seen, whatever the mode. (A distinct that also
+// passed on the other records, with zero columns, failed this test with -long: a chain whose
+// progress is held by a backlog commits its real-time outputs before their offsets, so an abort
+// replays them; outputs that follow from committed state, as these, are not repeated.)
 
 func distinctConfig(mode string, enter, exit int64, cacheKeys int, every string) string {
 	return fmt.Sprintf(`
@@ -92,6 +95,9 @@ func distinctOracle(in []distinctRec) (outs []string, dead int) {
 			}
 		}
 		seen[r.key] = s
+		if col == [3]int{} {
+			continue // no first: dropped
+		}
 		v := r.value[:len(r.value)-1] + fmt.Sprintf(`,"all":%d,"mid":%d,"small":%d}`, col[0], col[1], col[2])
 		outs = append(outs, r.key+" "+v)
 	}

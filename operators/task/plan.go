@@ -158,7 +158,7 @@ func checkReadsResults(i int, op configs.Operator, up *configs.Operator) error {
 	case up.Dedup != nil && up.Dedup.Keep == configs.KeepLast, up.Top != nil:
 		emit = configs.EmitUpdates
 	default:
-		return nil // join pairs, a dedup's first records and a distinct's records are emitted once each
+		return nil // join pairs, a dedup's first records and a distinct's firsts are emitted once each
 	}
 	if emit != configs.EmitFinal {
 		return &configs.Error{Key: fmt.Sprintf("operators[%d].%s.input", i, op.Kind()), Msg: fmt.Sprintf(
@@ -563,7 +563,7 @@ func (p *Plan) Describe(w io.Writer) {
 		} else if c.Keyed != nil && c.Keyed.Dedup != nil {
 			describeDedup(w, c.Keyed.Name, c.Keyed.Dedup, c.Source.Watermark.MaxDelay)
 		} else if d := c.Keyed; d != nil && d.Distinct != nil {
-			fmt.Fprintf(w, "  -> distinct %s: every record on with the 0/1 columns %s, 1 on each key's first record passing that flag; state: a bitmask per key, for ever; backlog replays each key's records in arrival order\n",
+			fmt.Fprintf(w, "  -> distinct %s: a key's first record passing some flag goes on with the 0/1 columns %s (1: the key's first passing that flag), its other records are dropped; state: a bitmask per key, for ever; backlog replays each key's records in arrival order\n",
 				d.Name, strings.Join(sortedFlags(d.Distinct.Flags), ", "))
 		} else if t := c.Keyed; t != nil && t.Top != nil {
 			fmt.Fprintf(w, "  -> top %s: each key's %d records with the %s %s (ties in arrival order), an upsert stream of rows keyed by key and %s, written at most once per row per commit; backlog replays each key's records in arrival order\n",
