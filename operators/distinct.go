@@ -149,12 +149,11 @@ func (d *Distinct) Process(ctx Context, key []byte, _ int64, in []byte) error {
 	}
 	mask := binary.BigEndian.Uint64(in)
 	firsts := mask &^ seen
-	if firsts != 0 {
-		d.st = binary.BigEndian.AppendUint64(append(d.st[:0], distinctVersion), seen|mask)
-		ctx.Put(d.st)
-	} else {
+	if firsts == 0 {
 		return nil // no first: nothing to count
 	}
+	d.st = binary.BigEndian.AppendUint64(append(d.st[:0], distinctVersion), seen|mask)
+	ctx.Put(d.st)
 	body := in[8:]
 	d.out = append(d.out[:0], body[:len(body)-1]...)
 	for i, f := range d.flags {
