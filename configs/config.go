@@ -275,7 +275,8 @@ type Operator struct {
 	Rekey     *Rekey     `koanf:"rekey" doc:"Re-keys its input by a field (or several): the records go through the topic <group>-<name>-repartition, written in the same transaction as the input offsets, keyed by the new key, and later operators (a join on another field, a windowed join) read them from there."`
 	Top       *Top       `koanf:"top" doc:"Keeps each key's n records with the largest (or smallest) value of a field, ranked 1 to n (ties in arrival order): an upsert stream of one row per key and rank; state and changelog as an aggregate's."`
 	Changes   *Changes   `koanf:"changes" doc:"Turns an upsert stream (the latest row per key: an aggregate's updates, a top's rows, a dedup's latest records, or a topic of rows and tombstones) into its changes: when a key's row changes, the retraction of the row it replaces ({...the old row, \"retract\": true}) and then the new row; a tombstone (null value) retracts the key's row. An aggregate with retractions: true reads them (Kafka Streams' KTable groupBy/aggregate with a subtractor). State: each key's last row; changelog as an aggregate's."`
-	Output    string     `koanf:"output" default:"none" doc:"The sink the operator's records go to; required for an aggregate, cogroup, dedup, top, changes or stream-stream join that no later operator reads (later operators read a keyed operator's results through <group>-<name>-output)."`
+	Distinct  *Distinct  `koanf:"distinct" doc:"Marks, per key, the first record that passes each of its flags: such a record goes on with one 0/1 column per flag (1: the key's first record passing that flag), the others are dropped. Keyed by (group, value), an aggregate or cogroup that sums the columns per group counts the distinct values (COUNT(DISTINCT value) FILTER (WHERE flag)); state: a bitmask per key, changelog as an aggregate's."`
+	Output    string     `koanf:"output" default:"none" doc:"The sink the operator's records go to; required for an aggregate, cogroup, dedup, top, changes, distinct or stream-stream join that no later operator reads (later operators read a keyed operator's results through <group>-<name>-output)."`
 }
 
 // Kind returns "filter", "map" or "aggregate" ("" when none is set).
@@ -297,6 +298,8 @@ func (o *Operator) Kind() string {
 		return "top"
 	case o.Changes != nil:
 		return "changes"
+	case o.Distinct != nil:
+		return "distinct"
 	case o.Rekey != nil:
 		return "rekey"
 	}
@@ -324,6 +327,8 @@ func (o *Operator) Input() string {
 		return o.Top.Input
 	case o.Changes != nil:
 		return o.Changes.Input
+	case o.Distinct != nil:
+		return o.Distinct.Input
 	case o.Rekey != nil:
 		return o.Rekey.Input
 	}
@@ -482,6 +487,14 @@ type Changes struct {
 // subtracts a record whose retract field is true.
 const RetractField = "retract"
 
+// Distinct marks, per key, the first record that passes each flag (the first step of COUNT
+// DISTINCT: keyed by (group, value), the flags summed per group count the distinct values).
+type Distinct struct {
+	Input   string            `koanf:"input" default:"required" doc:"A source or an earlier operator."`
+	GroupBy string            `koanf:"group_by" default:"none" doc:"Field paths, separated by commas, of the key whose first records are marked: the group and the value counted, e.g. day, bidder (the key is the JSON object {\"day\":..,\"bidder\":..}); records are re-keyed through the topic <group>-<name>-repartition, as an aggregate's group_by. None: the input's key."`
+	Flags   map[string]string `koanf:"flags" default:"required" doc:"column: boolean expression (1 to 64), e.g. {total_bidders: 'true', rank1_bidders: 'price < 10000'}: a record the key's first for some flag goes on with every flag's column, 1 if it is the key's first record for which that expression holds, else 0 (a column of the input of the same name is replaced); the key's other records are dropped. Expressions as a filter's."`
+}
+
 // Rekey re-keys a stream through a repartition topic.
 type Rekey struct {
 	Input string `koanf:"input" default:"required" doc:"A source or an earlier operator."`
@@ -510,6 +523,8 @@ func (o *Operator) GroupBy() string {
 		return o.Dedup.GroupBy
 	case o.Top != nil:
 		return o.Top.GroupBy
+	case o.Distinct != nil:
+		return o.Distinct.GroupBy
 	case o.Rekey != nil:
 		return o.Rekey.By
 	}
@@ -671,7 +686,7 @@ func (c *Config) ReadByLater(op string) bool {
 // stream-stream join or a join as of event time): later operators read its results through
 // its output topic.
 func (o *Operator) Keyed() bool {
-	return o.Aggregate != nil || o.Cogroup != nil || o.Dedup != nil || o.Top != nil || o.Changes != nil || o.Join != nil && (o.Join.StreamStream() || o.Join.AsOf == "event_time")
+	return o.Aggregate != nil || o.Cogroup != nil || o.Dedup != nil || o.Top != nil || o.Changes != nil || o.Distinct != nil || o.Join != nil && (o.Join.StreamStream() || o.Join.AsOf == "event_time")
 }
 
 // DLQTopic returns the dead-letter topic: "<group>-dlq".

@@ -371,17 +371,17 @@ func (c *Config) validateOperators() *Error {
 		for _, k := range []struct {
 			name string
 			set  bool
-		}{{"filter", op.Filter != nil}, {"map", op.Map != nil}, {"join", op.Join != nil}, {"aggregate", op.Aggregate != nil}, {"cogroup", op.Cogroup != nil}, {"dedup", op.Dedup != nil}, {"top", op.Top != nil}, {"changes", op.Changes != nil}, {"rekey", op.Rekey != nil}} {
+		}{{"filter", op.Filter != nil}, {"map", op.Map != nil}, {"join", op.Join != nil}, {"aggregate", op.Aggregate != nil}, {"cogroup", op.Cogroup != nil}, {"dedup", op.Dedup != nil}, {"top", op.Top != nil}, {"changes", op.Changes != nil}, {"distinct", op.Distinct != nil}, {"rekey", op.Rekey != nil}} {
 			if k.set {
 				kinds = append(kinds, k.name)
 			}
 		}
 		switch len(kinds) {
 		case 0:
-			return errorf(p, "needs one of filter, map, join, aggregate, cogroup, dedup, top, changes or rekey")
+			return errorf(p, "needs one of filter, map, join, aggregate, cogroup, dedup, top, changes, distinct or rekey")
 		case 1:
 		default:
-			return errorf(p, "has %s; an operator is exactly one of filter, map, join, aggregate, cogroup, dedup, top, changes or rekey", strings.Join(kinds, " and "))
+			return errorf(p, "has %s; an operator is exactly one of filter, map, join, aggregate, cogroup, dedup, top, changes, distinct or rekey", strings.Join(kinds, " and "))
 		}
 		kp := p + "." + kinds[0]
 		inKey := kp + ".input"
@@ -443,8 +443,10 @@ func (c *Config) validateOperators() *Error {
 			err = checkTop(kp, op.Top)
 		case op.Dedup != nil:
 			err = checkDedup(kp, op.Dedup)
+		case op.Distinct != nil:
+			err = checkDistinct(kp, op.Distinct)
 		}
-		if err == nil && (op.Aggregate != nil || op.Top != nil || op.Dedup != nil || op.Changes != nil) {
+		if err == nil && (op.Aggregate != nil || op.Top != nil || op.Dedup != nil || op.Changes != nil || op.Distinct != nil) {
 			// A keyed operator of one input reads, through it, a source.
 			if _, ok := c.SourceOf(op.Name); !ok {
 				err = errorf(kp+".input", "does not lead to a source")
@@ -474,6 +476,9 @@ func (c *Config) validateOperators() *Error {
 			}
 			if op.Changes != nil {
 				return errorf(p+".output", "required for a changes operator that no later operator reads: the sink its changes go to (%s)", c.sinkList())
+			}
+			if op.Distinct != nil {
+				return errorf(p+".output", "required for a distinct that no later operator reads: the sink its records go to (%s)", c.sinkList())
 			}
 		} else if _, ok := c.Sinks[op.Output]; !ok {
 			return errorf(p+".output", "unknown sink %q (%s)", op.Output, c.sinkList())
@@ -962,6 +967,33 @@ func checkTop(kp string, t *Top) *Error {
 	if t.GroupBy != "" {
 		if msg := checkGroupBy(t.GroupBy); msg != "" {
 			return errorf(kp+".group_by", "%s; or leave it out to rank within the input's key", msg)
+		}
+	}
+	return nil
+}
+
+// maxDistinctFlags bounds a distinct's flags: its state is a 64-bit mask.
+const maxDistinctFlags = 64
+
+// checkDistinct checks a distinct operator at key kp.
+func checkDistinct(kp string, d *Distinct) *Error {
+	switch n := len(d.Flags); {
+	case n == 0:
+		return errorf(kp+".flags", "required: one or more column: boolean expression, e.g. {total_bidders: 'true', rank1_bidders: 'price < 10000'}")
+	case n > maxDistinctFlags:
+		return errorf(kp+".flags", "has %d flags; at most %d (a key's state is a 64-bit mask)", n, maxDistinctFlags)
+	}
+	for _, name := range sortedKeys(d.Flags) {
+		if !validName(name, true, "") {
+			return errorf(kp+".flags", "invalid column name %q (letters, digits, '_', '-')", name)
+		}
+		if strings.TrimSpace(d.Flags[name]) == "" {
+			return errorf(kp+".flags."+name, "required: a boolean expression, e.g. price < 10000 (true: every record)")
+		}
+	}
+	if d.GroupBy != "" {
+		if msg := checkGroupBy(d.GroupBy); msg != "" {
+			return errorf(kp+".group_by", "%s; or leave it out to mark the first records of the input's key", msg)
 		}
 	}
 	return nil

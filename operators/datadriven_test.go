@@ -1,6 +1,7 @@
 package operators
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -21,8 +22,10 @@ import (
 //	filter name=NAME         input: the expression
 //	map name=NAME            input: "field: expression" lines
 //	aggregate [emit=final]   input: "name: func [field]" lines (resets state)
+//	distinct                 input: "column: expression" lines, the flags (resets state)
 //	records                  input: "KAFKAKEY KAFKATS VALUE" lines (KAFKAKEY "-" = null);
-//	                         prints each record's fate and folds the kept ones
+//	                         prints each record's fate and folds the kept ones (after a
+//	                         distinct: prints what it emits, if anything, and the key's mask)
 //	render                   prints every key's state, in key order
 func TestDataDriven(t *testing.T) {
 	datadriven.Walk(t, "testdata", func(t *testing.T, path string) {
@@ -33,6 +36,7 @@ func TestDataDriven(t *testing.T) {
 			src    *Source
 			stages []Stage
 			agg    *Aggregate
+			dist   *Distinct
 			states map[string][]byte
 		)
 		datadriven.RunTest(t, path, func(t *testing.T, d *datadriven.TestData) string {
@@ -46,7 +50,7 @@ func TestDataDriven(t *testing.T) {
 			case "source":
 				var err error
 				src, err = NewSource("orders", configs.Source{Topic: "orders", Key: arg("key"), Timestamp: arg("timestamp")})
-				stages, agg, states = nil, nil, nil
+				stages, agg, dist, states = nil, nil, nil, nil
 				return errOrOK(err)
 			case "filter":
 				f, err := NewFilter(arg("name"), configs.Filter{Input: "orders", Expr: d.Input})
@@ -83,6 +87,19 @@ func TestDataDriven(t *testing.T) {
 					return err.Error() + "\n"
 				}
 				return fmt.Sprintf("state %d bytes, input %d bytes, emit %s, %+v\n", agg.StateSize(), agg.InputSize(), agg.Emit(), agg.Attributes())
+			case "distinct":
+				flags := map[string]string{}
+				for _, line := range strings.Split(d.Input, "\n") {
+					name, e, _ := strings.Cut(line, ":")
+					flags[strings.TrimSpace(name)] = strings.TrimSpace(e)
+				}
+				var err error
+				dist, err = NewDistinct("firsts", configs.Distinct{Input: "orders", Flags: flags})
+				states = map[string][]byte{}
+				if err != nil {
+					return err.Error() + "\n"
+				}
+				return fmt.Sprintf("%+v %s\n", dist.Attributes(), dist.Layout())
 			case "records":
 				var out strings.Builder
 				var r Record
@@ -100,7 +117,11 @@ func TestDataDriven(t *testing.T) {
 					if err != nil {
 						d.Fatalf(t, "bad timestamp in %q", line)
 					}
-					out.WriteString(process(src, stages, agg, states, &r, key, []byte(f[2]), ts, &in))
+					if dist != nil {
+						out.WriteString(processDistinct(src, stages, dist, states, &r, key, []byte(f[2]), ts, &in))
+					} else {
+						out.WriteString(process(src, stages, agg, states, &r, key, []byte(f[2]), ts, &in))
+					}
 					out.WriteByte('\n')
 				}
 				return out.String()
@@ -153,6 +174,33 @@ func process(src *Source, stages []Stage, agg *Aggregate, states map[string][]by
 	}
 	agg.Fold(st, *in)
 	return desc
+}
+
+// processDistinct runs one record through the source, the stages and a distinct, as the
+// runtime does in real-time mode; it returns what the distinct emits and the key's mask.
+func processDistinct(src *Source, stages []Stage, dist *Distinct, states map[string][]byte, r *Record, key, value []byte, ts int64, in *[]byte) string {
+	if err := src.Decode(key, value, ts, r); err != nil {
+		return "dlq: " + describe(err)
+	}
+	for _, s := range stages {
+		keep, err := s.Apply(r)
+		if err != nil {
+			return "dlq: " + describe(err)
+		}
+		if !keep {
+			return "dropped by " + s.Name()
+		}
+	}
+	var err error
+	if *in, err = dist.Project(0, r, (*in)[:0]); err != nil {
+		return "dlq: " + describe(err)
+	}
+	ctx := &sessCtx{state: states[string(r.Key)]}
+	if err := dist.Process(ctx, r.Key, r.Time, *in); err != nil {
+		return "error: " + err.Error()
+	}
+	states[string(r.Key)] = ctx.state
+	return fmt.Sprintf("key=%s emit=%s mask=%x", r.Key, bytes.Join(ctx.outs, []byte(" ")), ctx.state)
 }
 
 func describe(err error) string {

@@ -6,7 +6,8 @@
 // change stream), whose compact per-key state the runtime stores and folds, and the Keyed
 // operators (keyed.go), whose results depend on order and time: session windows, the windowed
 // and the regular stream-stream join (streamjoin.go, regularjoin.go), the join as of event time
-// (asofjoin.go), dedup (dedup.go), top-N (top.go) and an upsert stream's changes (changes.go).
+// (asofjoin.go), dedup (dedup.go), top-N (top.go), an upsert stream's changes (changes.go)
+// and distinct (distinct.go).
 // Expressions compute on exact decimals (exprdec.go) and have SQL's functions (exprfunc.go).
 //
 // The runtime (operators/task) drives these types from one goroutine per task, in both modes:

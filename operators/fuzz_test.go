@@ -2,8 +2,10 @@ package operators
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math"
 	"math/big"
 	"strings"
@@ -236,6 +238,68 @@ func FuzzSessionState(f *testing.F) {
 				if !json.Valid(o) {
 					t.Fatalf("output %s is not JSON", o)
 				}
+			}
+		}
+	})
+}
+
+// FuzzDistinctState: any stored bytes are a distinct state or not (ValidState, the restore's
+// check); Process refuses a state that is not with an error; on a valid state it keeps it valid,
+// only ever adds flags to the mask, and emits a JSON object exactly when it adds one.
+func FuzzDistinctState(f *testing.F) {
+	d, err := NewDistinct("firsts", configs.Distinct{Input: "orders", Flags: map[string]string{
+		"all": "true", "cheap": "amount < 10", "dear": "amount >= 100"}})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add([]byte{}, int64(5))
+	f.Add([]byte{1, 0, 0, 0, 0, 0, 0, 0, 3}, int64(500))
+	f.Add([]byte{1, 0, 0, 0, 0, 0, 0, 0, 8}, int64(5))
+	f.Add([]byte{2, 0, 0, 0, 0, 0, 0, 0, 0}, int64(5))
+	f.Fuzz(func(t *testing.T, st []byte, amount int64) {
+		var r Record
+		src, _ := NewSource("orders", configs.Source{Topic: "orders"})
+		if err := src.Decode([]byte("c-1"), fmt.Appendf(nil, `{"amount":%d,"all":"x"}`, amount), 0, &r); err != nil {
+			t.Fatal(err)
+		}
+		in, err := d.Project(0, &r, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := &sessCtx{state: bytes.Clone(st)}
+		if len(st) == 0 {
+			c.state = nil
+		}
+		valid := len(st) == 0 || d.ValidState(st)
+		err = d.Process(c, []byte("c-1"), 0, in)
+		switch {
+		case !valid && err == nil:
+			t.Fatalf("Process accepted state %x", st)
+		case valid && err != nil:
+			t.Fatalf("Process on a valid state %x: %v", st, err)
+		case !valid:
+			return
+		}
+		if c.state != nil && !d.ValidState(c.state) {
+			t.Fatalf("Process made state %x of %x", c.state, st)
+		}
+		var before, after uint64
+		if len(st) == 9 {
+			before = binary.BigEndian.Uint64(st[1:])
+		}
+		if c.state != nil {
+			after = binary.BigEndian.Uint64(c.state[1:])
+		}
+		if before&^after != 0 {
+			t.Fatalf("Process dropped flags: %x to %x", before, after)
+		}
+		if added := after != before; added != (len(c.outs) == 1) || len(c.outs) > 1 {
+			t.Fatalf("mask %x to %x, outputs %q", before, after, c.outs)
+		}
+		for _, o := range c.outs {
+			var v map[string]any
+			if err := json.Unmarshal(o, &v); err != nil || len(v) != 4 {
+				t.Fatalf("output %q: %v (want amount and the three columns)", o, err)
 			}
 		}
 	})

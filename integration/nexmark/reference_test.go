@@ -69,6 +69,10 @@ var queries = []query{
 	{name: "q17", reference: bidsOnly(refQ17), read: readQ17, upsert: true, internal: []string{"-q17-repartition", "-q17-output"}},
 	{name: "q18", reference: bidsOnly(refQ18), read: readQ18, upsert: true, kills: true, internal: []string{"-q18-repartition"}},
 	{name: "q19", reference: bidsOnly(refQ19), read: readQ19, upsert: true, kills: true},
+	{name: "q15", reference: bidsOnly(refQ15), read: readQ15, upsert: true, kills: true, internal: []string{"-q15-bids-repartition", "-q15-bidders-repartition",
+		"-q15-bidders-output", "-q15-bidders-by-repartition", "-q15-auctions-repartition", "-q15-auctions-output", "-q15-auctions-by-repartition", "-q15-output"}},
+	{name: "q16", reference: bidsOnly(refQ16), read: readQ16, upsert: true, kills: true, internal: []string{"-q16-bids-repartition", "-q16-bidders-repartition",
+		"-q16-bidders-output", "-q16-bidders-by-repartition", "-q16-auctions-repartition", "-q16-auctions-output", "-q16-auctions-by-repartition", "-q16-output"}},
 }
 
 // events are the generated events a reference computes from.
@@ -1275,4 +1279,136 @@ func keepRows(want []row, out []*kgo.Record, read func(*kgo.Record) (row, error)
 		}
 	}
 	return w, o
+}
+
+// q15 and q16, bidding statistics per day (q16: per channel and day): the bids, those under
+// 10,000, from 10,000 to under 1,000,000 and from 1,000,000 (rank1..3), and the distinct bidders
+// and auctions among all of them and among each rank's; q16 also the largest 'HH:mm' of the
+// group's bids. Days and minutes are UTC. Computed with sets, as the SQL says.
+type dayStats struct {
+	bids              [4]int64 // total, rank1, rank2, rank3
+	bidders, auctions [4]map[int64]bool
+	minute            string
+}
+
+func (st *dayStats) add(b Bid) {
+	rank := 3
+	switch {
+	case b.Price < 10_000:
+		rank = 1
+	case b.Price < 1_000_000:
+		rank = 2
+	}
+	for _, i := range []int{0, rank} {
+		st.bids[i]++
+		if st.bidders[i] == nil {
+			st.bidders[i], st.auctions[i] = map[int64]bool{}, map[int64]bool{}
+		}
+		st.bidders[i][b.Bidder] = true
+		st.auctions[i][b.Auction] = true
+	}
+	st.minute = max(st.minute, time.UnixMilli(b.DateTime).UTC().Format("15:04"))
+}
+
+func (st *dayStats) String() string {
+	return fmt.Sprintf("bids=%d/%d/%d/%d bidders=%d/%d/%d/%d auctions=%d/%d/%d/%d",
+		st.bids[0], st.bids[1], st.bids[2], st.bids[3],
+		len(st.bidders[0]), len(st.bidders[1]), len(st.bidders[2]), len(st.bidders[3]),
+		len(st.auctions[0]), len(st.auctions[1]), len(st.auctions[2]), len(st.auctions[3]))
+}
+
+func refQ15(bids []Bid) []row {
+	by := map[string]*dayStats{}
+	for _, b := range bids {
+		day := time.UnixMilli(b.DateTime).UTC().Format("2006-01-02")
+		if by[day] == nil {
+			by[day] = &dayStats{}
+		}
+		by[day].add(b)
+	}
+	out := make([]row, 0, len(by))
+	for day, st := range by {
+		out = append(out, row{"day=" + day, st.String()})
+	}
+	return out
+}
+
+func refQ16(bids []Bid) []row {
+	type group struct{ channel, day string }
+	by := map[group]*dayStats{}
+	for _, b := range bids {
+		g := group{b.Channel, time.UnixMilli(b.DateTime).UTC().Format("2006-01-02")}
+		if by[g] == nil {
+			by[g] = &dayStats{}
+		}
+		by[g].add(b)
+	}
+	out := make([]row, 0, len(by))
+	for g, st := range by {
+		out = append(out, row{fmt.Sprintf("channel=%q day=%s", g.channel, g.day), "minute=" + st.minute + " " + st.String()})
+	}
+	return out
+}
+
+// statsColumns are the columns q15 and q16 end with, in Flink's order.
+var statsColumns = []string{"total_bids", "rank1_bids", "rank2_bids", "rank3_bids", "total_bidders", "rank1_bidders", "rank2_bidders", "rank3_bidders",
+	"total_auctions", "rank1_auctions", "rank2_auctions", "rank3_auctions"}
+
+// readStats decodes r's value: the string columns named in strs, then statsColumns as integers,
+// written as the reference writes them.
+func readStats(r *kgo.Record, strs ...string) (map[string]string, string, error) {
+	if err := checkColumns(r, append(slices.Clone(strs), statsColumns...)...); err != nil {
+		return nil, "", err
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(r.Value, &m); err != nil {
+		return nil, "", fmt.Errorf("value %q: %w", r.Value, err)
+	}
+	s := map[string]string{}
+	for _, c := range strs {
+		var v string
+		if err := json.Unmarshal(m[c], &v); err != nil {
+			return nil, "", fmt.Errorf("value %q: %s: %w", r.Value, c, err)
+		}
+		s[c] = v
+	}
+	n := make([]any, len(statsColumns))
+	for i, c := range statsColumns {
+		var v int64
+		if err := json.Unmarshal(m[c], &v); err != nil {
+			return nil, "", fmt.Errorf("value %q: %s: %w", r.Value, c, err)
+		}
+		n[i] = v
+	}
+	return s, fmt.Sprintf("bids=%d/%d/%d/%d bidders=%d/%d/%d/%d auctions=%d/%d/%d/%d", n...), nil
+}
+
+// readQ15 reads one row of q15's upsert stream, keyed by the day.
+func readQ15(r *kgo.Record) (row, error) {
+	s, stats, err := readStats(r, "day")
+	if err != nil {
+		return row{}, err
+	}
+	if string(r.Key) != s["day"] {
+		return row{}, fmt.Errorf("record key %q, want the day %q", r.Key, s["day"])
+	}
+	return row{"day=" + s["day"], stats}, nil
+}
+
+// readQ16 reads one row of q16's upsert stream, keyed by {"channel":..,"day":..}.
+func readQ16(r *kgo.Record) (row, error) {
+	s, stats, err := readStats(r, "channel", "day", "minute")
+	if err != nil {
+		return row{}, err
+	}
+	if want := fmt.Sprintf(`{"channel":%s,"day":%q}`, mustJSON(s["channel"]), s["day"]); string(r.Key) != want {
+		return row{}, fmt.Errorf("record key %q, want %s", r.Key, want)
+	}
+	return row{fmt.Sprintf("channel=%q day=%s", s["channel"], s["day"]), "minute=" + s["minute"] + " " + stats}, nil
+}
+
+// mustJSON is s as a JSON string.
+func mustJSON(s string) string {
+	b, _ := json.Marshal(s)
+	return string(b)
 }

@@ -190,7 +190,7 @@ func checkReadsResults(i int, op configs.Operator, up *configs.Operator) error {
 	case up.Dedup != nil && up.Dedup.Keep == configs.KeepLast, up.Top != nil:
 		emit = configs.EmitUpdates
 	default:
-		return nil // join pairs and a dedup's first records are emitted once each
+		return nil // join pairs, a dedup's first records and a distinct's firsts are emitted once each
 	}
 	if emit != configs.EmitFinal {
 		hint := ""
@@ -607,6 +607,9 @@ func (p *Plan) Describe(w io.Writer) {
 				c.Keyed.Name, side, orDefault(j.Type, "inner"), j.Left, j.Right, j.Within, j.Left, j.Right)
 		} else if c.Keyed != nil && c.Keyed.Dedup != nil {
 			describeDedup(w, c.Keyed.Name, c.Keyed.Dedup, c.Source.Watermark.MaxDelay)
+		} else if d := c.Keyed; d != nil && d.Distinct != nil {
+			fmt.Fprintf(w, "  -> distinct %s: a key's first record passing some flag goes on with the 0/1 columns %s (1: the key's first passing that flag), its other records are dropped; state: a bitmask per key, for ever; backlog replays each key's records in arrival order\n",
+				d.Name, strings.Join(sortedFlags(d.Distinct.Flags), ", "))
 		} else if t := c.Keyed; t != nil && t.Top != nil {
 			fmt.Fprintf(w, "  -> top %s: each key's %d records with the %s %s (ties in arrival order), an upsert stream of rows keyed by key and %s, written at most once per row per commit; backlog replays each key's records in arrival order\n",
 				t.Name, t.Top.N, map[bool]string{true: "largest", false: "smallest"}[t.Top.Order != configs.OrderAsc], t.Top.By, t.Top.Rank)
@@ -789,6 +792,10 @@ func (c ChainPlan) build(rows func(table string) operators.Rows, values operator
 		ops.kop, err = operators.NewChanges(c.Keyed.Name, *c.Keyed.Changes)
 		return ops, err
 	}
+	if c.Keyed != nil && c.Keyed.Distinct != nil {
+		ops.kop, err = operators.NewDistinct(c.Keyed.Name, *c.Keyed.Distinct)
+		return ops, err
+	}
 	if c.Keyed != nil {
 		if c.Keyed.Aggregate.Window.Kind() == "session" {
 			s, err := operators.NewSessions(c.Keyed.Name, *c.Keyed.Aggregate)
@@ -829,6 +836,16 @@ func orDefault(s, d string) string {
 		return d
 	}
 	return s
+}
+
+// sortedFlags returns the names of a distinct's flags, sorted.
+func sortedFlags(flags map[string]string) []string {
+	out := make([]string, 0, len(flags))
+	for f := range flags {
+		out = append(out, f)
+	}
+	sort.Strings(out)
+	return out
 }
 
 // describeDedup writes the explain line of dedup operator name.
