@@ -20,6 +20,7 @@ targets=(
   "./operators FuzzAggregateState"  # stored aggregate states
   "./operators FuzzSessionState"    # stored session-window states (decode, ValidState)
   "./operators FuzzChangesState"    # stored changes states (decode, ValidState, Process, Flush)
+  "./operators FuzzDistinctState"   # stored distinct states (refused or kept valid, flags only added)
   "./changelog/codec FuzzWindowKey" # window keys
   "./changelog/codec FuzzDecoders"  # every decoder of the codec: no panic, what decodes re-encodes to the same bytes
   "./operators/task FuzzRestoredState" # a task over any state the restore accepts
