@@ -9,6 +9,9 @@ import (
 	"testing"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sluice-dev/sluice/sorter"
+	"github.com/sluice-dev/sluice/state"
 )
 
 // The regular join's metamorphic test: orders (left) and payments (right) of a few keys or many,
@@ -105,5 +108,54 @@ func TestRegularJoinOneAnswerTwoModes(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestOutboxCheckpointsBeforeBacklog: outputs of real-time calls that changed no state (a
+// regular join's pair of a record with its key's unique record) make entering backlog ask for
+// a checkpoint first, as a dirty cache does. Once the chain holds a backlog its progress stays
+// put until the fold, so a checkpoint after the switch would commit the pair without its
+// offset, and an abort before the fold would replay the record and write the pair again.
+func TestOutboxCheckpointsBeforeBacklog(t *testing.T) {
+	plan := mustPlan(t, regularJoinConfig("auto", "right", 100000))
+	tk, err := NewGroup(plan, []string{cgOrders, cgRefunds}, 0, Deps{
+		Store: state.NewMem(), Budget: sorter.NewBudget(64 << 10), SortDir: t.TempDir(),
+		Clock: (&stepClock{}).Now, Logger: discardLogger(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tk.Close()
+	p := newFakeProducer()
+	record := func(topic string, v string) []*kgo.Record {
+		return []*kgo.Record{{Topic: topic, Key: []byte("c-1"), Value: []byte(v), Offset: 0}}
+	}
+	checkpoint := func() {
+		pd, err := tk.Checkpoint(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.commit()
+		if err := tk.Committed(pd); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Real time: the key's payment (stored), committed; then an order that joins it (a pair in
+	// the outbox, no state written: the unique side's record is the only one kept).
+	tk.BeforeBatch(cgRefunds, Lag{})
+	if err := tk.Process(cgRefunds, record(cgRefunds, `{"id":1,"customer_id":"c-1","ts":1767225600000}`)); err != nil {
+		t.Fatal(err)
+	}
+	checkpoint()
+	tk.BeforeBatch(cgOrders, Lag{})
+	if err := tk.Process(cgOrders, record(cgOrders, `{"id":2,"customer_id":"c-1","ts":1767225600001}`)); err != nil {
+		t.Fatal(err)
+	}
+	if !tk.BeforeBatch(cgOrders, Lag{Before: 1 << 40, After: 1 << 40}) {
+		t.Fatal("entering backlog with a pair waiting in the outbox asked for no checkpoint")
+	}
+	checkpoint()
+	if got := len(p.committed(cgSink)); got != 1 {
+		t.Fatalf("%d pairs committed, want 1", got)
 	}
 }
