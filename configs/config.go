@@ -427,6 +427,8 @@ type Cogroup struct {
 	// Fields is the raw YAML, {spent: {sum: amount, from: orders}, ...}: see Specs.
 	Fields map[string]map[string]any `koanf:"fields" default:"required" doc:"Output fields: name: {sum|min|max|avg: input field path, from: input} or name: {count: {}, from: input}. Sums are exact decimals."`
 	Emit   string                    `koanf:"emit" enum:"updates,final" doc:"updates: the current value at most once per key (and window) per commit; final (windows only): exactly one output per key and window, when it closes."`
+	// KeyColumns: the key is a composite key's JSON object, written as columns.
+	KeyColumns bool `koanf:"key_columns" doc:"The inputs are keyed by a composite key (re-keyed by several fields, e.g. rekey: {by: \"channel, day\"}, whose key is the JSON object {\"channel\":..,\"day\":..}): the output carries the object's members as columns in place of key, as an aggregate with that group_by does (a field must not be named like one of them). A key that is not a JSON object is still written as key."`
 	// Window is nil for one result per key, never closed.
 	Window *Window `koanf:"window" doc:"An event-time window (tumbling, hopping or session): a record is late when its own input's watermark has closed its windows (a session: a session of the record alone); a window closes when the smallest of the inputs' watermarks reaches its end plus grace. A session gathers the key's records of every input and closes one gap - 1ms later (last + 2 × gap - 1ms + grace), once no record on time can join it."`
 }

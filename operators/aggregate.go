@@ -106,7 +106,11 @@ func NewCogroup(name string, cfg configs.Cogroup) (*Aggregate, error) {
 	if len(cfg.Inputs) < 2 {
 		return nil, fmt.Errorf("operators: %s: a cogroup needs two or more inputs", name)
 	}
-	return newAggregate(name, *cfg.Aggregate(), cfg.Inputs, cfg.From())
+	a, err := newAggregate(name, *cfg.Aggregate(), cfg.Inputs, cfg.From())
+	if a != nil {
+		a.keyColumns = cfg.KeyColumns // rendering only: the state does not change
+	}
+	return a, err
 }
 
 func newAggregate(name string, cfg configs.Aggregate, inputs []string, from map[string]string) (*Aggregate, error) {

@@ -330,3 +330,47 @@ func TestAggregateKeyColumns(t *testing.T) {
 		t.Errorf("a field named like a key column: %v, want it refused", err)
 	}
 }
+
+// A cogroup with key_columns writes a composite key's members in place of "key" (its inputs
+// re-keyed by several fields); a key that is not a JSON object stays "key"; the state is the
+// same bytes either way.
+func TestCogroupKeyColumns(t *testing.T) {
+	cfg := configs.Cogroup{Inputs: []string{"bids", "firsts"}, Fields: map[string]map[string]any{
+		"bids": {"count": nil, "from": "bids"}, "bidders": {"sum": "n", "from": "firsts"}}}
+	plain, err := NewCogroup("q16", cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.KeyColumns = true
+	cols, err := NewCogroup("q16", cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := make([]byte, cols.StateSize())
+	cols.InitState(st)
+	var r Record
+	r.Key, r.Value = []byte("k"), []byte(`{"n":1}`)
+	for i := range 2 {
+		in, err := cols.ProjectInput(i, &r, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cols.Fold(st, in)
+	}
+	key := []byte(`{"channel":"Google","day":"2015-07-15"}`)
+	for _, c := range []struct {
+		a         *Aggregate
+		key, want string
+	}{
+		{cols, string(key), `{"channel":"Google","day":"2015-07-15","bidders":1,"bids":1}`},
+		{cols, "Google", `{"key":"Google","bidders":1,"bids":1}`},
+		{plain, string(key), `{"key":"{\"channel\":\"Google\",\"day\":\"2015-07-15\"}","bidders":1,"bids":1}`},
+	} {
+		if got := string(c.a.Render([]byte(c.key), st, nil)); got != c.want {
+			t.Errorf("Render(%s) = %s, want %s", c.key, got, c.want)
+		}
+	}
+	if plain.StateSize() != cols.StateSize() || plain.Layout().Fingerprint() != cols.Layout().Fingerprint() {
+		t.Errorf("key_columns changed the state: %d/%s vs %d/%s", plain.StateSize(), plain.Layout(), cols.StateSize(), cols.Layout())
+	}
+}
