@@ -44,6 +44,7 @@ import (
 	"github.com/sluice-dev/sluice/configs"
 	"github.com/sluice-dev/sluice/dial"
 	"github.com/sluice-dev/sluice/operators"
+	"github.com/sluice-dev/sluice/operators/plan"
 	"github.com/sluice-dev/sluice/operators/task"
 	"github.com/sluice-dev/sluice/producer"
 	"github.com/sluice-dev/sluice/sorter"
@@ -53,7 +54,7 @@ import (
 // Options configure an Engine.
 type Options struct {
 	Config   *configs.Config
-	Plan     *task.Plan
+	Plan     *plan.Plan
 	Store    state.Store
 	Budget   *sorter.Budget
 	SortDir  string
@@ -231,7 +232,7 @@ func (e *Engine) Run(ctx context.Context) error {
 			return err
 		}
 	}
-	checks, err := e.o.Plan.StateChecks()
+	checks, err := task.NewStateChecks(e.o.Plan)
 	if err != nil {
 		return err
 	}

@@ -4,7 +4,7 @@ import (
 	"testing"
 
 	"github.com/sluice-dev/sluice/configs"
-	"github.com/sluice-dev/sluice/operators/task"
+	"github.com/sluice-dev/sluice/operators/plan"
 )
 
 const statusConfig = `
@@ -31,7 +31,7 @@ func TestStatusBeforeTaskBuilt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	plan, err := task.NewPlan(cfg)
+	plan, err := plan.NewPlan(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,7 +20,7 @@ import (
 
 	"github.com/sluice-dev/sluice/configs"
 	"github.com/sluice-dev/sluice/consumer"
-	"github.com/sluice-dev/sluice/operators/task"
+	"github.com/sluice-dev/sluice/operators/plan"
 	"github.com/sluice-dev/sluice/sorter"
 	"github.com/sluice-dev/sluice/state"
 )
@@ -107,7 +107,7 @@ type engine struct {
 // kafkaOpts go to every client it makes.
 func newEngine(t *testing.T, cfg *configs.Config, store state.Store, kafkaOpts ...kgo.Opt) *engine {
 	t.Helper()
-	plan, err := task.NewPlan(cfg)
+	plan, err := plan.NewPlan(cfg)
 	if err != nil {
 		t.Fatalf("plan: %v", err)
 	}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/sluice-dev/sluice/configs"
 	"github.com/sluice-dev/sluice/dial"
+	"github.com/sluice-dev/sluice/operators/plan"
 	"github.com/sluice-dev/sluice/operators/task"
 	"github.com/sluice-dev/sluice/state"
 )
@@ -47,7 +48,7 @@ func cmdReset(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	plan, err := task.NewPlan(cfg)
+	plan, err := plan.NewPlan(cfg)
 	if err != nil {
 		return err
 	}
@@ -153,7 +154,7 @@ func cmdReset(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 }
 
 // checkResetOperator returns a usage error unless op is a keyed operator of the plan.
-func checkResetOperator(cfg *configs.Config, plan *task.Plan, op string) error {
+func checkResetOperator(cfg *configs.Config, plan *plan.Plan, op string) error {
 	var keyed []string
 	for _, c := range plan.Chains {
 		if c.Keyed != nil {

@@ -26,7 +26,7 @@ import (
 	"github.com/sluice-dev/sluice/configs"
 	"github.com/sluice-dev/sluice/consumer"
 	"github.com/sluice-dev/sluice/dial"
-	"github.com/sluice-dev/sluice/operators/task"
+	"github.com/sluice-dev/sluice/operators/plan"
 	"github.com/sluice-dev/sluice/sorter"
 	"github.com/sluice-dev/sluice/state"
 )
@@ -68,7 +68,7 @@ func runPipeline(ctx context.Context, cfg *configs.Config, log *slog.Logger, ro 
 		// configuration keeps the mode it was given.
 		log.Info("bounded run: backlog.mode=always", "configured", cfg.Backlog.Mode)
 	}
-	plan, err := task.NewPlan(cfg)
+	plan, err := plan.NewPlan(cfg)
 	if err != nil {
 		return err
 	}

@@ -10,7 +10,7 @@ import (
 
 	"github.com/sluice-dev/sluice/configs"
 	"github.com/sluice-dev/sluice/dial"
-	"github.com/sluice-dev/sluice/operators/task"
+	"github.com/sluice-dev/sluice/operators/plan"
 )
 
 func cmdValidate(args []string, stdout, stderr io.Writer) error {
@@ -27,7 +27,7 @@ func cmdValidate(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	plan, err := task.NewPlan(cfg)
+	plan, err := plan.NewPlan(cfg)
 	if err != nil {
 		return err
 	}

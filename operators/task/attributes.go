@@ -32,7 +32,7 @@ import (
 // A reader that restarts knows no writer's mode until the writer announces one again: the first
 // observation of every writer after its start, and every change after, does.
 //
-// Event time crosses the topic the same way (ChainPlan.TimedOutput, TimedInput). A keyed
+// Event time crosses the topic the same way (plan.ChainPlan.TimedOutput, TimedInput). A keyed
 // operator whose results are the finals of windows (tumbling, hopping, session) writes each at
 // its window's end - 1, and after a checkpoint's outputs, once every window its watermark
 // closed is out (in real time, or at the switch that ends a backlog; never during one),
@@ -62,7 +62,7 @@ const (
 // writerBacklog is the mode a writer announces: a keyed operator's, or for a re-keying chain
 // its own detector's verdict and its upstream's.
 func (c *chain) writerBacklog() bool {
-	if c.ops.keyed() {
+	if c.ops.Keyed() {
 		return c.inBack
 	}
 	return c.wdet != nil && c.wdet.Backlog() || c.upstreamSays()
@@ -73,7 +73,7 @@ func (c *chain) writerBacklog() bool {
 // through promise: in the idle phase the open transaction's (t.out), inside Checkpoint the
 // checkpoint's. It reports how many records it produced.
 func (t *Task) announce(c *chain, promise func(*kgo.Record, error)) int {
-	if c.opState != nil && c.ops.keyed() {
+	if c.opState != nil && c.ops.Keyed() {
 		c = c.chains[0] // the operator's primary chain writes its results
 	}
 	return t.announceMode(c, c.writerBacklog(), promise)

@@ -24,7 +24,7 @@ type Pending struct {
 	// offset did not move are absent.
 	Offsets map[string]int64
 	// Progress is, for a topic that several chains read, each chain's progress past its Offset
-	// (by ChainPlan.ID), committed with it as its metadata (EncodeProgress) and given back to
+	// (by plan.ChainPlan.ID), committed with it as its metadata (EncodeProgress) and given back to
 	// the task at start (SetProgress). A topic whose chains are all at its offset has none.
 	Progress map[string]map[string]int64
 
@@ -143,7 +143,7 @@ func (t *Task) checkpointAll(p Producer, pd *Pending) error {
 // checkpointChain writes a chain's outputs: a keyed operator's (a real-time flush, or the fold
 // of a switch or a backlog checkpoint), its outbox and dead letters, and its next progress.
 func (t *Task) checkpointChain(c *chain, p Producer, pd *Pending) error {
-	if c.ops.keyed() && c.primary && !foldedIn(pd, c) && c.streaming() {
+	if c.ops.Keyed() && c.primary && !foldedIn(pd, c) && c.streaming() {
 		// A watermark can move with no record after it to fire its timers: a writer's,
 		// read in backlog by a chain that left it with nothing to fold.
 		if err := t.fireDue(c); err != nil {
@@ -155,7 +155,7 @@ func (t *Task) checkpointChain(c *chain, p Producer, pd *Pending) error {
 		pd.records++
 	}
 	c.outbox = nil
-	if c.ops.keyed() && c.primary && !foldedIn(pd, c) {
+	if c.ops.Keyed() && c.primary && !foldedIn(pd, c) {
 		var err error
 		switch {
 		case len(c.dirty) > 0 && c.kop != nil:
@@ -173,7 +173,7 @@ func (t *Task) checkpointChain(c *chain, p Producer, pd *Pending) error {
 	}
 	// A keyed operator that leaves backlog in this checkpoint says so after its switch's
 	// outputs (attributes.go).
-	if c.internalParts > 0 && c.ops.keyed() && foldedIn(pd, c) && !pd.silent[c] {
+	if c.internalParts > 0 && c.ops.Keyed() && foldedIn(pd, c) && !pd.silent[c] {
 		pd.records += t.announceMode(c, false, pd.promise)
 	}
 	// A chain's progress moves only when nothing before it is still waiting in a sorter; its
@@ -531,7 +531,7 @@ func (t *Task) untouchedByAbort(pd *Pending) bool {
 		return false // its dead letters or its offset were in the transaction
 	}
 	for _, c := range t.chains {
-		if !c.ops.keyed() || !c.inBack || !c.det.Backlog() || len(c.dirty) > 0 {
+		if !c.ops.Keyed() || !c.inBack || !c.det.Backlog() || len(c.dirty) > 0 {
 			return false
 		}
 		if pd != nil && (foldedIn(pd, c) || slices.ContainsFunc(pd.flushed, func(f *chain) bool { return f.opState == c.opState })) {

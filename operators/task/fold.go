@@ -109,7 +109,7 @@ type foldOut struct {
 }
 
 func (t *Task) newMergeFold(ctx context.Context, c *chain, p Producer, pd *Pending, silent bool) (*mergeFold, error) {
-	agg := c.ops.agg
+	agg := c.ops.Agg
 	f := &mergeFold{
 		t: t, c: c, agg: agg, p: p, pd: pd, ctx: ctx, silent: silent,
 		hdr: c.changelogHeaders(silent), cl: pd.changelogPromise(c.ns),

@@ -9,6 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluice-dev/sluice/changelog/codec"
+	"github.com/sluice-dev/sluice/operators/plan"
 	"github.com/sluice-dev/sluice/sorter"
 	"github.com/sluice-dev/sluice/state"
 )
@@ -21,7 +22,7 @@ import (
 // stored watermark, the timers rebuilt from the states, rendering.
 func FuzzRestoredState(f *testing.F) {
 	const t0 = int64(1_767_225_600_000)
-	plans := []*Plan{
+	plans := []*plan.Plan{
 		mustPlan(f, testConfig("never", 50, 10, 100)),
 		mustPlan(f, windowSpec{size: 60_000, advance: 20_000, grace: 1000, final: true}.config("never", 50, 10, 100, "0s")),
 		mustPlan(f, sessionSpec{gap: 30_000, grace: 1000}.config("never", 50, 10, 100, "0s")),
@@ -47,7 +48,7 @@ func FuzzRestoredState(f *testing.F) {
 	f.Add(uint8(2), []byte("c-1"), []byte{1, 0x80, 0, 0, 0, 0, 0, 0, 0}, []byte(nil))
 	f.Fuzz(func(t *testing.T, kind uint8, key, value, wm []byte) {
 		plan := plans[int(kind)%len(plans)]
-		checks, err := plan.StateChecks()
+		checks, err := NewStateChecks(plan)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluice-dev/sluice/configs"
+	"github.com/sluice-dev/sluice/operators/plan"
 	"github.com/sluice-dev/sluice/sorter"
 	"github.com/sluice-dev/sluice/state"
 )
@@ -126,13 +127,13 @@ sinks:
 `, testGroup, cacheKeys, enter, exit, mode, every, testTopic, testOp, testSink)
 }
 
-func mustPlan(t testing.TB, doc string) *Plan {
+func mustPlan(t testing.TB, doc string) *plan.Plan {
 	t.Helper()
 	cfg, err := configs.Parse([]byte(doc), nil)
 	if err != nil {
 		t.Fatalf("configs.Parse: %v\n%s", err, doc)
 	}
-	p, err := NewPlan(cfg)
+	p, err := plan.NewPlan(cfg)
 	if err != nil {
 		t.Fatalf("NewPlan: %v", err)
 	}
@@ -148,7 +149,7 @@ func (c *stepClock) Now() time.Time {
 }
 
 // newTestTask builds a task of plan for partition 0 over store, with a small sort budget.
-func newTestTask(t testing.TB, plan *Plan, store state.Store, budget int64, loaderThreshold int) *Task {
+func newTestTask(t testing.TB, plan *plan.Plan, store state.Store, budget int64, loaderThreshold int) *Task {
 	t.Helper()
 	clk := &stepClock{now: time.Unix(1_700_000_000, 0)}
 	tk, err := New(plan, testTopic, 0, Deps{

@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluice-dev/sluice/changelog/codec"
+	"github.com/sluice-dev/sluice/operators/plan"
 	"github.com/sluice-dev/sluice/sorter"
 	"github.com/sluice-dev/sluice/state"
 )
@@ -66,7 +67,7 @@ operators:
 }
 
 // newJoinTask builds the task of partition 0 of the group {customers, orders} over store.
-func newJoinTask(t testing.TB, plan *Plan, store state.Store, prod Producer, m *Metrics) *Task {
+func newJoinTask(t testing.TB, plan *plan.Plan, store state.Store, prod Producer, m *Metrics) *Task {
 	t.Helper()
 	clk := &stepClock{now: time.Unix(1_700_000_000, 0)}
 	tk, err := NewGroup(plan, []string{joinTable, testTopic}, 0, Deps{
@@ -134,7 +135,7 @@ func orderRec(offset int64, key, amount string, ts int64, extra string) *kgo.Rec
 func TestJoinDataDriven(t *testing.T) {
 	datadriven.Walk(t, "testdata/join", func(t *testing.T, path string) {
 		var (
-			plan  *Plan
+			plan  *plan.Plan
 			tk    *Task
 			down  *Task // the repartition topic's task
 			store state.Store

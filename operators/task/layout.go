@@ -11,6 +11,7 @@ import (
 	"github.com/sluice-dev/sluice/changelog"
 	"github.com/sluice-dev/sluice/changelog/codec"
 	"github.com/sluice-dev/sluice/operators"
+	"github.com/sluice-dev/sluice/operators/plan"
 	"github.com/sluice-dev/sluice/state"
 )
 
@@ -135,7 +136,7 @@ func (c *chain) changelogHeaders(pending bool) []kgo.RecordHeader {
 // before the state is used).
 func (t *Task) checkLayouts() error {
 	for _, c := range t.chains {
-		if c.ops.keyed() {
+		if c.ops.Keyed() {
 			if err := t.checkLayout(c); err != nil {
 				return err
 			}
@@ -152,7 +153,7 @@ func (t *Task) checkLayouts() error {
 //   - another layout stored: a *LayoutError if there is state; with none, nothing can be misread
 //     and the config's layout replaces it.
 func (t *Task) checkLayout(c *chain) error {
-	c.layout = newLayout(c.ops.spec().Layout())
+	c.layout = newLayout(spec(c.ops).Layout())
 	lns := codec.LayoutNamespace(c.ns)
 	st := t.d.Store
 	fp, stored, err := st.Get(lns, codec.LayoutFingerprintKey, nil)
@@ -177,10 +178,10 @@ func (t *Task) checkLayout(c *chain) error {
 			e.Detail = "a layout with fingerprint " + string(fp)
 		}
 		return e
-	case has && !c.ops.spec().ValidState(sample):
+	case has && !spec(c.ops).ValidState(sample):
 		e := t.layoutError(c)
 		e.Detail = fmt.Sprintf("it was written by a sluice without layout fingerprints, and a sampled state is %d bytes, %s",
-			len(sample), c.ops.stateSizes())
+			len(sample), stateSizes(c.ops))
 		return e
 	}
 	if stored {
@@ -208,7 +209,7 @@ func (t *Task) layoutError(c *chain) *LayoutError {
 // (which checkLayout makes impossible short of a corrupt store: it is never read as empty).
 func (t *Task) badState(c *chain, key, val []byte) error {
 	e := t.layoutError(c)
-	e.Detail = fmt.Sprintf("the state of key %q is %d bytes, %s", key, len(val), c.ops.stateSizes())
+	e.Detail = fmt.Sprintf("the state of key %q is %d bytes, %s", key, len(val), stateSizes(c.ops))
 	return e
 }
 
@@ -227,7 +228,7 @@ func firstValue(st state.Store, ns state.Namespace) ([]byte, bool, error) {
 }
 
 // StateChecks validate the changelog records a restore replays against the plan's keyed
-// operators: their layout fingerprints and their states. Build them with Plan.StateChecks; safe
+// operators: their layout fingerprints and their states. Build them with NewStateChecks; safe
 // for concurrent use (they only read the compiled operators).
 type StateChecks map[string]stateSpec
 
@@ -238,34 +239,34 @@ type stateSpec interface {
 }
 
 // stateSizes says what sizes the chain's states have, for an error about one that has another.
-func (ops *chainOps) stateSizes() string {
-	if ops.kop != nil {
+func stateSizes(ops *plan.Ops) string {
+	if ops.Kop != nil {
 		return "which is not a state of this layout"
 	}
-	return fmt.Sprintf("where this layout's are %d", ops.agg.StateSize())
+	return fmt.Sprintf("where this layout's are %d", ops.Agg.StateSize())
 }
 
 // spec returns the chain's state spec: the aggregate's, or a Keyed operator's with the timer
 // prefix the runtime stores before its states.
-func (ops *chainOps) spec() stateSpec {
-	if ops.kop != nil {
-		return keyedState{layout: ops.kop.Layout(), valid: ops.kop.ValidState}
+func spec(ops *plan.Ops) stateSpec {
+	if ops.Kop != nil {
+		return keyedState{layout: ops.Kop.Layout(), valid: ops.Kop.ValidState}
 	}
-	return ops.agg
+	return ops.Agg
 }
 
-// StateChecks compiles the plan's keyed operators for restore checks.
-func (p *Plan) StateChecks() (StateChecks, error) {
+// NewStateChecks compiles the plan's keyed operators for restore checks.
+func NewStateChecks(p *plan.Plan) (StateChecks, error) {
 	s := StateChecks{}
 	for _, c := range p.Chains {
 		if c.Keyed == nil {
 			continue
 		}
-		ops, err := c.build(nil, nil)
+		ops, err := c.Build(nil, nil)
 		if err != nil {
 			return nil, err
 		}
-		s[c.Keyed.Name] = ops.spec()
+		s[c.Keyed.Name] = spec(ops)
 	}
 	return s, nil
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluice-dev/sluice/changelog/codec"
+	"github.com/sluice-dev/sluice/operators/plan"
 	"github.com/sluice-dev/sluice/sorter"
 	"github.com/sluice-dev/sluice/state"
 )
@@ -30,7 +31,7 @@ func layoutConfig(mode, fields string) string {
 var testNS = state.Namespace{Operator: testOp, Partition: 0}
 
 // openTask is New for partition 0 of plan over store (errors returned, not fatal).
-func openTask(t *testing.T, plan *Plan, store state.Store) (*Task, error) {
+func openTask(t *testing.T, plan *plan.Plan, store state.Store) (*Task, error) {
 	t.Helper()
 	tk, err := New(plan, testTopic, 0, Deps{
 		Store: store, Budget: sorter.NewBudget(1 << 20), SortDir: t.TempDir(),
@@ -149,11 +150,11 @@ func TestLayoutLegacyState(t *testing.T) {
 		t.Fatalf("legacy state of the right size: %v", err)
 	}
 	fp, ok, err := store.Get(codec.LayoutNamespace(testNS), codec.LayoutFingerprintKey, nil)
-	if err != nil || !ok || string(fp) != tk.chains[0].ops.agg.Layout().Fingerprint() {
-		t.Fatalf("stored fingerprint %q, %v, %v; want %s", fp, ok, err, tk.chains[0].ops.agg.Layout().Fingerprint())
+	if err != nil || !ok || string(fp) != tk.chains[0].ops.Agg.Layout().Fingerprint() {
+		t.Fatalf("stored fingerprint %q, %v, %v; want %s", fp, ok, err, tk.chains[0].ops.Agg.Layout().Fingerprint())
 	}
 	text, _, _ := store.Get(codec.LayoutNamespace(testNS), codec.LayoutTextKey, nil)
-	if string(text) != tk.chains[0].ops.agg.Layout().String() {
+	if string(text) != tk.chains[0].ops.Agg.Layout().String() {
 		t.Fatalf("stored layout text %q", text)
 	}
 	tk.Close()
@@ -194,7 +195,7 @@ func TestChangelogCarriesLayout(t *testing.T) {
 		maxBatch: 7, pCkpt: 0.1, lag: func(d *driver, end int) int64 { return 1 << 40 }}
 	d.run()
 	stream(t, tk, d.prod, order(600, "c-1", "1"), order(601, "c-new", "2"))
-	want := tk.chains[0].ops.agg.Layout().Fingerprint()
+	want := tk.chains[0].ops.Agg.Layout().Fingerprint()
 	var pending, plain int
 	for _, r := range d.prod.committed(plan.Chains[0].Changelog) {
 		var fp string
@@ -255,20 +256,20 @@ func TestStateOfWrongSizeIsAnError(t *testing.T) {
 // TestStateChecks: the restore's checks are the plan's operators' layouts and ValidState.
 func TestStateChecks(t *testing.T) {
 	plan := mustPlan(t, testConfig("never", 1000, 100, 1000))
-	sc, err := plan.StateChecks()
+	sc, err := NewStateChecks(plan)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ops, err := plan.Chains[0].build(nil, nil)
+	ops, err := plan.Chains[0].Build(nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	fp, text := sc.Layout(testOp)
-	if fp != ops.agg.Layout().Fingerprint() || text != ops.agg.Layout().String() {
+	if fp != ops.Agg.Layout().Fingerprint() || text != ops.Agg.Layout().String() {
 		t.Errorf("Layout(%s) = %s, %s", testOp, fp, text)
 	}
-	good := make([]byte, ops.agg.StateSize())
-	ops.agg.InitState(good)
+	good := make([]byte, ops.Agg.StateSize())
+	ops.Agg.InitState(good)
 	if !sc.Valid(testOp, good) || sc.Valid(testOp, good[1:]) {
 		t.Errorf("Valid does not follow the aggregate's ValidState")
 	}

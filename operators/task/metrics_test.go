@@ -7,11 +7,18 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluice-dev/sluice/configs"
+	"github.com/sluice-dev/sluice/operators/plan"
 )
 
 // TestMetricsDeclared: every labelled counter series a pipeline can move exists at 0 from the
 // start (Metrics.Declare), so an alert on rate(sluice_dead_letters_total[5m]) or
 // absent(...) works before the first dead letter.
+// planHeader is prepended to the test's pipeline.
+const planHeader = `kafka: {brokers: [127.0.0.1:9092]}
+group: shop
+instance_id: pod-0
+`
+
 func TestMetricsDeclared(t *testing.T) {
 	cfg, err := configs.Parse([]byte(planHeader+`
 sources:
@@ -28,7 +35,7 @@ sinks:
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := NewPlan(cfg)
+	p, err := plan.NewPlan(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

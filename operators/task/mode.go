@@ -119,7 +119,7 @@ func (c *chain) streaming() bool { return c.policy().Streams() }
 // leaving reports whether the primary chain of a keyed operator is due to fold its backlog and
 // stream (backlog.Decision.Fold).
 func (c *chain) leaving() bool {
-	return c.ops.keyed() && c.primary && backlog.Decide(c.policy()).Fold
+	return c.ops.Keyed() && c.primary && backlog.Decide(c.policy()).Fold
 }
 
 // backlogCheckpointDue reports whether a chain in backlog should fold its sorted records into

@@ -9,6 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluice-dev/sluice/changelog/codec"
+	"github.com/sluice-dev/sluice/operators/plan"
 )
 
 // Records too large for their topic. A broker refuses a record batch larger than its topic's
@@ -65,7 +66,7 @@ func batchBytes(r *kgo.Record) int {
 // is safe for concurrent use if p and limit are; it keeps nothing of a record after Produce
 // returns except through p. Wrap the producer that writes to Kafka last (after a value
 // encoder): the check must see the bytes that are sent.
-func LimitSizes(p Producer, plan *Plan, limit func(topic string) int32, m *Metrics) Producer {
+func LimitSizes(p Producer, plan *plan.Plan, limit func(topic string) int32, m *Metrics) Producer {
 	s := &sizeLimiter{p: p, limit: limit, dlq: plan.Config.DLQTopic(), changelogs: map[string]bool{}, m: m}
 	for _, c := range plan.Chains {
 		if c.Changelog != "" {

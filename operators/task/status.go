@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/sluice-dev/sluice/operators/plan"
 )
 
 // Status is a snapshot of a task for /status. It is a copy; the caller owns it.
@@ -78,7 +79,7 @@ func (t *Task) Status() Status {
 
 // RestoringStatus returns the snapshot of a task of plan for partition of topic that is not
 // built or not restored yet: its chains, each in mode "restoring", with no offsets.
-func RestoringStatus(plan *Plan, topics []string, partition int32) Status {
+func RestoringStatus(plan *plan.Plan, topics []string, partition int32) Status {
 	st := Status{Partition: partition}
 	for _, cp := range plan.Chains {
 		if !slices.Contains(topics, cp.Source.Topic) {
@@ -136,8 +137,8 @@ func (t *Task) publish() {
 		}
 		if c.timed() {
 			cs.LateRecords = c.late
-			if c.kop == nil && c.ops.agg.Window() != "" {
-				cs.Window = c.ops.agg.Window()
+			if c.kop == nil && c.ops.Agg.Window() != "" {
+				cs.Window = c.ops.Agg.Window()
 			} else if a := c.plan.Keyed.Aggregate; a != nil && a.Window != nil {
 				w := a.Window
 				cs.Window = fmt.Sprintf("session gap %v grace %v", w.Session, w.Grace)
@@ -263,7 +264,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 // source, stage, keyed operator, table and written topic, and the late records of each
 // event-time operator, so that a dashboard or an alert rule (rate(...), absent(...)) sees them
 // before the first dead letter instead of no series at all.
-func (m *Metrics) Declare(plan *Plan) {
+func (m *Metrics) Declare(plan *plan.Plan) {
 	if m == nil {
 		return
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/sluice-dev/sluice/changelog"
 	"github.com/sluice-dev/sluice/changelog/codec"
 	"github.com/sluice-dev/sluice/operators"
+	"github.com/sluice-dev/sluice/operators/plan"
 	"github.com/sluice-dev/sluice/sorter"
 	"github.com/sluice-dev/sluice/state"
 )
@@ -60,7 +61,7 @@ type Deps struct {
 type Task struct {
 	topic     string
 	partition int32
-	plan      *Plan
+	plan      *plan.Plan
 	d         Deps
 	chains    []*chain
 	byTopic   map[string][]*chain
@@ -78,10 +79,10 @@ type Task struct {
 	status Status
 }
 
-// chain is one ChainPlan's runtime in this task.
+// chain is one plan.ChainPlan's runtime in this task.
 type chain struct {
-	plan ChainPlan
-	ops  *chainOps
+	plan plan.ChainPlan
+	ops  *plan.Ops
 	det  *backlog.Detector
 
 	// The keyed operator the chain ends in, shared by the chains of a cogroup (one per input;
@@ -162,7 +163,7 @@ type opState struct {
 	dirty []*entry
 
 	// event time (windowed aggregates and Keyed operators; see window.go)
-	kop     operators.Keyed // a Keyed operator (keyed.go); nil: a mergeable one (ops.agg)
+	kop     operators.Keyed // a Keyed operator (keyed.go); nil: a mergeable one (ops.Agg)
 	outbox  []*kgo.Record   // Keyed: outputs of real-time calls, produced by the next checkpoint
 	wm      int64           // watermark at next (math.MinInt64 before any record): the smallest of its inputs' (chain.iwm); committed: committedWM
 	timerNS state.Namespace
@@ -208,14 +209,14 @@ type entry struct {
 }
 
 // New creates the task for partition of topic in plan: NewGroup of topic alone.
-func New(plan *Plan, topic string, partition int32, d Deps) (*Task, error) {
+func New(plan *plan.Plan, topic string, partition int32, d Deps) (*Task, error) {
 	return NewGroup(plan, []string{topic}, partition, d)
 }
 
 // NewGroup creates the task for partition number partition of topics (a group of
 // Plan.CoPartitioned: a stream and the tables it joins), with fresh operator instances for
 // the chains reading them and the table partitions they join.
-func NewGroup(plan *Plan, topics []string, partition int32, d Deps) (*Task, error) {
+func NewGroup(plan *plan.Plan, topics []string, partition int32, d Deps) (*Task, error) {
 	if d.Clock == nil {
 		d.Clock = time.Now
 	}
@@ -295,23 +296,18 @@ type groupBuild struct {
 
 // addChain builds the chain of cp, its operators and, for the first chain of a keyed operator,
 // the operator's state (namespaces, cache, partials, sorter).
-func (t *Task) addChain(cp ChainPlan, g groupBuild) error {
+func (t *Task) addChain(cp plan.ChainPlan, g groupBuild) error {
 	d, cfg := t.d, t.plan.Config
 	for _, name := range cp.Tables {
 		if !slices.Contains(g.topics, cfg.Tables[name].Topic) {
 			return fmt.Errorf("task %d: chain of %s joins table %s, whose topic %s is not among the task's topics %v", t.partition, cp.SourceName, name, cfg.Tables[name].Topic, g.topics)
 		}
 	}
-	ops, err := cp.build(func(name string) operators.Rows {
+	ops, err := cp.Build(func(name string) operators.Rows {
 		return rows{st: d.Store, ns: codec.TableNamespace(name, t.partition)}
 	}, d.Values)
 	if err != nil {
 		return err
-	}
-	if cp.Rekey != "" {
-		if ops.rekey, err = operators.NewRekey(cp.RekeyFor, cp.Rekey); err != nil {
-			return err
-		}
 	}
 	c := &chain{plan: cp, ops: ops, next: -1, input: cp.Input,
 		inputTime: inputTime{maxDelay: cp.Source.Watermark.MaxDelay.Milliseconds(), iwm: math.MinInt64,
@@ -322,7 +318,7 @@ func (t *Task) addChain(cp ChainPlan, g groupBuild) error {
 		Mode: g.mode, EnterLag: cfg.Backlog.EnterLag, ExitLag: cfg.Backlog.ExitLag,
 		EnterTimeLag: cfg.Backlog.EnterTimeLag, ExitTimeLag: cfg.Backlog.ExitTimeLag, Bounded: d.Bounded,
 	}
-	if ops.keyed() {
+	if ops.Keyed() {
 		c.det = backlog.NewDetector(detOpts)
 	}
 	if _, ok := g.internal[cp.Source.Topic]; ok {
@@ -339,7 +335,7 @@ func (t *Task) addChain(cp ChainPlan, g groupBuild) error {
 		c.internalParts = d.InternalPartitions[cp.SinkTopic]
 		c.wdet = backlog.NewDetector(detOpts)
 	}
-	if ops.keyed() && g.shared[cp.Keyed.Name] != nil {
+	if ops.Keyed() && g.shared[cp.Keyed.Name] != nil {
 		c.opState = g.shared[cp.Keyed.Name] // another input of a cogroup
 	} else {
 		c.opState = &opState{wm: math.MinInt64}
@@ -349,14 +345,14 @@ func (t *Task) addChain(cp ChainPlan, g groupBuild) error {
 	if _, ok := g.internal[cp.SinkTopic]; ok && cp.Output && c.primary {
 		c.internalParts = d.InternalPartitions[cp.SinkTopic]
 	}
-	if ops.keyed() && c.primary {
+	if ops.Keyed() && c.primary {
 		g.shared[cp.Keyed.Name] = c.opState
 		c.ns = state.Namespace{Operator: cp.Keyed.Name, Partition: t.partition}
 		c.pendNS = codec.PendingNamespace(c.ns)
 		c.cache = make(map[string]*entry)
-		c.kop = ops.kop
+		c.kop = ops.Kop
 		if c.kop == nil {
-			c.part = newPartials(ops.agg.StateSize(), t.cacheCap)
+			c.part = newPartials(ops.Agg.StateSize(), t.cacheCap)
 		}
 		c.timerNS = codec.TimerNamespace(c.ns)
 		if d.Budget != nil {
@@ -367,7 +363,7 @@ func (t *Task) addChain(cp ChainPlan, g groupBuild) error {
 			}
 		}
 	}
-	if ops.agg != nil {
+	if ops.Agg != nil {
 		c.assign = func(sk []byte) error { return t.apply(c, sk, c.next-1, c.scratch) }
 	}
 	t.chains = append(t.chains, c)
@@ -383,7 +379,7 @@ func (t *Task) Topic() string { return t.topic }
 func (t *Task) Namespaces() map[state.Namespace]string {
 	out := map[state.Namespace]string{}
 	for _, c := range t.chains {
-		if c.ops.keyed() {
+		if c.ops.Keyed() {
 			out[c.ns] = c.plan.Changelog
 		}
 	}
@@ -392,7 +388,7 @@ func (t *Task) Namespaces() map[state.Namespace]string {
 
 // SetProgress gives the task, before its first batch, the progress of each chain reading topic
 // that the last commit left ahead of the topic's committed offset (Pending.Progress, by
-// ChainPlan.ID; DecodeProgress reads it from the commit's metadata): such a chain skips the
+// plan.ChainPlan.ID; DecodeProgress reads it from the commit's metadata): such a chain skips the
 // records before it, whose outputs that commit holds already.
 //
 // committed is the topic's committed offset, where every other chain of the topic resumes: all
@@ -506,7 +502,7 @@ func (t *Task) decode(c *chain, kr *kgo.Record) (bool, error) {
 	if kr.Value == nil && kr.Key != nil && (c.plan.AsOf != nil && c.input == 1 || c.plan.Tombstones) {
 		// A tombstone of a table read as versions: the row is deleted from its record
 		// timestamp on. Or of an upsert stream (Tombstones): the key's row is deleted.
-		key, err := ops.src.Key(kr.Key, &c.rec)
+		key, err := ops.Src.Key(kr.Key, &c.rec)
 		if err != nil {
 			t.deadLetter(c, kr, "source "+c.plan.SourceName, err)
 			return false, nil
@@ -514,7 +510,7 @@ func (t *Task) decode(c *chain, kr *kgo.Record) (bool, error) {
 		c.rec.Key, c.rec.Value, c.rec.Time = key, nil, kr.Timestamp.UnixMilli()
 		return true, nil
 	}
-	if err := ops.src.Decode(kr.Key, kr.Value, kr.Timestamp.UnixMilli(), &c.rec); err != nil {
+	if err := ops.Src.Decode(kr.Key, kr.Value, kr.Timestamp.UnixMilli(), &c.rec); err != nil {
 		var rerr *operators.Error
 		if !errors.As(err, &rerr) {
 			// Not the record's fault (its schema registry is unreachable): fail rather than
@@ -533,7 +529,7 @@ func (t *Task) decode(c *chain, kr *kgo.Record) (bool, error) {
 // a dead letter.
 func (t *Task) applyStages(c *chain, kr *kgo.Record) (bool, error) {
 	t.tap(c, -1)
-	if c.rec.Value == nil && c.plan.Tombstones && !c.ops.keyed() {
+	if c.rec.Value == nil && c.plan.Tombstones && !c.ops.Keyed() {
 		// A deleted row of an upsert stream: no stage has a row to read; the deletion goes on
 		// to the sink under its key.
 		if c.plan.SinkTopic != "" {
@@ -542,7 +538,7 @@ func (t *Task) applyStages(c *chain, kr *kgo.Record) (bool, error) {
 		}
 		return false, nil
 	}
-	for si, st := range c.ops.stages {
+	for si, st := range c.ops.Stages {
 		keep, err := st.Apply(&c.rec)
 		if err != nil {
 			var rerr *operators.Error
@@ -567,11 +563,11 @@ func (t *Task) applyStages(c *chain, kr *kgo.Record) (bool, error) {
 // sorted entries are inputs or partial states). wmPrev is the watermark before the record.
 func (t *Task) applyRecord(c *chain, kr *kgo.Record, wmPrev int64) error {
 	ops := c.ops
-	if ops.rekey != nil {
+	if ops.Rekey != nil {
 		// Re-keyed into the repartition topic, with the event time as its timestamp.
-		key, err := ops.rekey.Key(&c.rec)
+		key, err := ops.Rekey.Key(&c.rec)
 		if err != nil {
-			t.deadLetter(c, kr, ops.rekey.Name(), err)
+			t.deadLetter(c, kr, ops.Rekey.Name(), err)
 			return nil
 		}
 		out := &kgo.Record{Topic: c.plan.SinkTopic, Key: bytes.Clone(key), Value: bytes.Clone(c.rec.Value), Partition: -1, Timestamp: time.UnixMilli(c.rec.Time)}
@@ -579,7 +575,7 @@ func (t *Task) applyRecord(c *chain, kr *kgo.Record, wmPrev int64) error {
 		c.recordsOut++
 		return nil
 	}
-	if !ops.keyed() {
+	if !ops.Keyed() {
 		if c.plan.SinkTopic != "" {
 			out := &kgo.Record{Topic: c.plan.SinkTopic, Key: bytes.Clone(c.rec.Key), Value: bytes.Clone(c.rec.Value), Partition: -1}
 			t.d.Producer.Produce(out, t.out.promise)
@@ -589,10 +585,10 @@ func (t *Task) applyRecord(c *chain, kr *kgo.Record, wmPrev int64) error {
 	}
 	var in []byte
 	var err error
-	if ops.kop != nil {
-		in, err = ops.kop.Project(c.input, &c.rec, append(c.scratch[:0], tagInput))
+	if ops.Kop != nil {
+		in, err = ops.Kop.Project(c.input, &c.rec, append(c.scratch[:0], tagInput))
 	} else {
-		in, err = ops.agg.ProjectInput(c.input, &c.rec, append(c.scratch[:0], tagInput))
+		in, err = ops.Agg.ProjectInput(c.input, &c.rec, append(c.scratch[:0], tagInput))
 	}
 	if err != nil {
 		t.deadLetter(c, kr, c.plan.Keyed.Name, err)
@@ -629,7 +625,7 @@ func (t *Task) fireDue(c *chain) error {
 // key's pre-aggregated partial while the table has room for it, else into the sorter; in
 // real-time, into the key's cache entry.
 func (t *Task) apply(c *chain, key []byte, offset int64, in []byte) error {
-	agg := c.ops.agg
+	agg := c.ops.Agg
 	if c.inBack {
 		// Keys that fit the table are aggregated in memory; the rest are sorted.
 		if st, ok := c.part.slot(key, agg.InitState); ok {
@@ -672,7 +668,7 @@ func (t *Task) load(c *chain, key []byte, create bool) (*entry, error) {
 		return e, nil
 	}
 	t.makeRoom(c)
-	size := c.ops.agg.StateSize()
+	size := c.ops.Agg.StateSize()
 	e := &entry{key: bytes.Clone(key), state: make([]byte, 0, size)}
 	v, ok, err := t.d.Store.Get(c.ns, key, e.state)
 	if err != nil {
@@ -689,7 +685,7 @@ func (t *Task) load(c *chain, key []byte, create bool) (*entry, error) {
 		return nil, nil
 	default:
 		e.state = e.state[:size]
-		c.ops.agg.InitState(e.state)
+		c.ops.Agg.InitState(e.state)
 	}
 	c.cache[string(e.key)] = e
 	return e, nil
@@ -758,7 +754,7 @@ func (c *chain) buffered() int64 {
 func (t *Task) Restored() error {
 	t.must("Restored", phaseIdle)
 	for _, c := range t.chains {
-		if !c.ops.keyed() {
+		if !c.ops.Keyed() {
 			continue
 		}
 		has, err := changelog.HasAny(t.d.Store, c.pendNS)

@@ -94,7 +94,7 @@ func (tm *timers) reset() {
 var errStopScan = errors.New("task: stop scan")
 
 // timed reports whether a chain runs on event time (windows, or a Keyed operator).
-func (c *chain) timed() bool { return c.kop != nil || c.ops.agg != nil && c.ops.agg.Closes() }
+func (c *chain) timed() bool { return c.kop != nil || c.ops.Agg != nil && c.ops.Agg.Closes() }
 
 // tracksTime reports whether a chain keeps a watermark of its input: it runs on event time, or
 // it re-keys into a repartition topic and announces its input's watermark there.
@@ -171,7 +171,7 @@ func (c *chain) ownWatermark() int64 {
 func (t *Task) applyMergeable(c *chain, kr *kgo.Record) error {
 	var late bool
 	var err error
-	c.wk, late, err = c.ops.agg.Assign(c.wk, c.rec.Key, c.rec.Time, c.ownWatermark(), c.assign)
+	c.wk, late, err = c.ops.Agg.Assign(c.wk, c.rec.Key, c.rec.Time, c.ownWatermark(), c.assign)
 	if late {
 		t.lateRecord(c, kr)
 	}
@@ -229,8 +229,8 @@ func (c *chain) outputLag() int64 {
 	if tr, ok := c.kop.(operators.TimedResults); ok {
 		return tr.OutputLag()
 	}
-	if c.kop == nil && c.ops.agg != nil {
-		return c.ops.agg.OutputLag()
+	if c.kop == nil && c.ops.Agg != nil {
+		return c.ops.Agg.OutputLag()
 	}
 	return 0
 }
@@ -271,7 +271,7 @@ func (t *Task) flushMergeable(c *chain, p Producer, pd *Pending) error {
 	if pd.batch == nil {
 		pd.batch = t.d.Store.NewBatch()
 	}
-	agg := c.ops.agg
+	agg := c.ops.Agg
 	final := agg.Emit() == "final"
 	cl := pd.changelogPromise(c.ns)
 	var tk []byte
@@ -445,7 +445,7 @@ func (t *Task) restoreWindows(c *chain) error {
 		return t.restoreKeyedTimers(c)
 	}
 	return t.rebuildTimers(c, func(k, _ []byte) (int64, bool, error) {
-		at, ok := c.ops.agg.CloseAt(k)
+		at, ok := c.ops.Agg.CloseAt(k)
 		if !ok {
 			return 0, false, fmt.Errorf("%s: stored key %q is not a window key", c.plan.Keyed.Name, k)
 		}
@@ -508,7 +508,7 @@ func (t *Task) sweepTimers(c *chain, wm int64, closed map[string]struct{}, p Pro
 	if pd.batch == nil {
 		pd.batch = t.d.Store.NewBatch()
 	}
-	agg := c.ops.agg
+	agg := c.ops.Agg
 	final := agg.Emit() == "final"
 	cl := pd.changelogPromise(c.ns)
 	out := 0
@@ -560,7 +560,7 @@ func (t *Task) EndInput(topic string) error {
 	t.must("EndInput", phaseIdle)
 	for _, c := range t.byTopic[topic] {
 		c.inputEnded = true
-		if !c.ops.keyed() {
+		if !c.ops.Keyed() {
 			c.ended = true
 			continue
 		}

@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluice-dev/sluice/changelog/codec"
+	"github.com/sluice-dev/sluice/operators/plan"
 	"github.com/sluice-dev/sluice/sorter"
 	"github.com/sluice-dev/sluice/state"
 )
@@ -114,7 +115,7 @@ func TestWindowsDataDriven(t *testing.T) {
 		}
 		// start builds the task of the pipeline's topics over store (a restart: the same store,
 		// so the new task restores the committed state, watermarks and timers).
-		var plan *Plan
+		var plan *plan.Plan
 		var fs *vfs.MemFS // with pipeline … bulk: the crashable file system of the Pebble store
 		loader := 0       // Deps.LoaderThreshold
 		openStore := func() {
@@ -281,7 +282,7 @@ sinks:
 					}
 				}
 				err := store.Scan(tk.chains[0].ns, func(k, v []byte) error {
-					if gk, start, ok := codec.SplitWindowKey(k); ok && tk.chains[0].ops.agg != nil && tk.chains[0].ops.agg.Closes() {
+					if gk, start, ok := codec.SplitWindowKey(k); ok && tk.chains[0].ops.Agg != nil && tk.chains[0].ops.Agg.Closes() {
 						fmt.Fprintf(&b, "window %s@%d: %d bytes\n", gk, start, len(v))
 					} else {
 						fmt.Fprintf(&b, "key %s: %d bytes\n", k, len(v))

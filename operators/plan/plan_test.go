@@ -1,4 +1,4 @@
-package task
+package plan
 
 import (
 	"errors"

@@ -12,7 +12,7 @@
 // A Plan is the validated, compiled shape of a pipeline (built once from the config); a Task is
 // one partition's instance of it. The consumer owns tasks: it creates one per assigned partition,
 // feeds it fetched batches, and asks it to checkpoint inside the open Kafka transaction.
-package task
+package plan
 
 import (
 	"errors"
@@ -416,7 +416,7 @@ func NewPlan(cfg *configs.Config) (*Plan, error) {
 	}
 	// Compile everything once now, so a bad expression is a config error, not a runtime one.
 	for _, c := range p.Chains {
-		if _, err := c.build(nil, nil); err != nil {
+		if _, err := c.Build(nil, nil); err != nil {
 			return nil, err
 		}
 	}
@@ -616,8 +616,8 @@ func (p *Plan) Describe(w io.Writer) {
 		} else if c.Keyed != nil && c.Keyed.Changes != nil {
 			fmt.Fprintf(w, "  -> changes %s: each key's latest row; when it changes, the retraction of the row it replaces (\"retract\": true) then the new row, at most once per key per commit (a tombstone: the retraction alone); state in Pebble: each key's published row; backlog replays each key's records in arrival order\n", c.Keyed.Name)
 		} else if c.Keyed != nil {
-			ops, _ := c.build(nil, nil)
-			a := ops.attributes()
+			ops, _ := c.Build(nil, nil)
+			a := ops.Attributes()
 			var specs []string
 			for _, s := range c.Keyed.Aggregate.Specs() {
 				if s.Field == "" {
@@ -696,36 +696,36 @@ func (p *Plan) Describe(w io.Writer) {
 	fmt.Fprintf(w, "  %s (dead letters)\n", cfg.DLQTopic())
 }
 
-// chainOps are one task's compiled operator instances for a chain (operators are not safe for
+// Ops are one task's compiled operator instances for a chain (operators are not safe for
 // concurrent use, so every task gets its own).
-type chainOps struct {
-	src    *operators.Source
-	stages []operators.Stage
-	// The keyed operator the chain ends in, if any, by its capability: agg for a mergeable one
-	// (an aggregate, windowed or not: pre-aggregated in backlog), kop for one whose records are
-	// replayed per key in arrival order (session windows, joins, dedup, top).
-	agg   operators.Mergeable
-	kop   operators.Keyed
-	rekey *operators.Rekey // group_by: the key of the repartition topic's records
+type Ops struct {
+	Src    *operators.Source
+	Stages []operators.Stage
+	// The keyed operator the chain ends in, if any, by its capability: Agg for a mergeable one
+	// (an aggregate, windowed or not: pre-aggregated in backlog), Kop for one whose records are
+	// replayed per key in arrival order (session windows, joins, dedup, top, changes, distinct).
+	Agg   operators.Mergeable
+	Kop   operators.Keyed
+	Rekey *operators.Rekey // group_by: the key of the repartition topic's records
 }
 
-// attributes are the keyed operator's attributes.
-func (ops *chainOps) attributes() operators.Attributes {
-	if ops.kop != nil {
-		return ops.kop.Attributes()
+// Attributes are the keyed operator's attributes.
+func (ops *Ops) Attributes() operators.Attributes {
+	if ops.Kop != nil {
+		return ops.Kop.Attributes()
 	}
-	return ops.agg.Attributes()
+	return ops.Agg.Attributes()
 }
 
-// keyed reports whether the chain ends in a keyed operator (state, a mode, checkpoints).
-func (ops *chainOps) keyed() bool { return ops.agg != nil || ops.kop != nil }
+// Keyed reports whether the chain ends in a keyed operator (state, a mode, checkpoints).
+func (ops *Ops) Keyed() bool { return ops.Agg != nil || ops.Kop != nil }
 
-// build compiles the chain's operators; rows serves the joins' tables (nil: a compile check,
+// Build compiles the chain's operators; rows serves the joins' tables (nil: a compile check,
 // the joins are never applied).
 //
 // values decodes the values of a source of another format than JSON (nil: a compile check,
 // nothing is decoded).
-func (c ChainPlan) build(rows func(table string) operators.Rows, values operators.ValueDecoder) (*chainOps, error) {
+func (c ChainPlan) Build(rows func(table string) operators.Rows, values operators.ValueDecoder) (*Ops, error) {
 	if values == nil {
 		values = noValues{}
 	}
@@ -733,7 +733,12 @@ func (c ChainPlan) build(rows func(table string) operators.Rows, values operator
 	if err != nil {
 		return nil, err
 	}
-	ops := &chainOps{src: src}
+	ops := &Ops{Src: src}
+	if c.Rekey != "" {
+		if ops.Rekey, err = operators.NewRekey(c.RekeyFor, c.Rekey); err != nil {
+			return nil, err
+		}
+	}
 	for _, s := range c.Stages {
 		var st operators.Stage
 		switch {
@@ -751,7 +756,7 @@ func (c ChainPlan) build(rows func(table string) operators.Rows, values operator
 		if err != nil {
 			return nil, err
 		}
-		ops.stages = append(ops.stages, st)
+		ops.Stages = append(ops.Stages, st)
 	}
 	if c.Cogroup != nil && c.Cogroup.Window.Kind() == "session" {
 		// A session cogroup is a Keyed operator of several inputs (its records are replayed
@@ -761,39 +766,39 @@ func (c ChainPlan) build(rows func(table string) operators.Rows, values operator
 		if err != nil {
 			return nil, err
 		}
-		ops.kop = s
+		ops.Kop = s
 		return ops, nil
 	}
 	if c.Cogroup != nil {
-		ops.agg, err = operators.NewCogroup(c.Keyed.Name, *c.Cogroup)
+		ops.Agg, err = operators.NewCogroup(c.Keyed.Name, *c.Cogroup)
 		return ops, err
 	}
 	if c.AsOf != nil {
-		ops.kop, err = operators.NewAsOfJoin(c.Keyed.Name, *c.AsOf, c.Versions.Milliseconds())
+		ops.Kop, err = operators.NewAsOfJoin(c.Keyed.Name, *c.AsOf, c.Versions.Milliseconds())
 		return ops, err
 	}
 	if c.StreamJoin != nil {
 		if c.StreamJoin.Within == 0 {
-			ops.kop, err = operators.NewRegularJoin(c.Keyed.Name, *c.StreamJoin)
+			ops.Kop, err = operators.NewRegularJoin(c.Keyed.Name, *c.StreamJoin)
 		} else {
-			ops.kop, err = operators.NewStreamJoin(c.Keyed.Name, *c.StreamJoin)
+			ops.Kop, err = operators.NewStreamJoin(c.Keyed.Name, *c.StreamJoin)
 		}
 		return ops, err
 	}
 	if c.Keyed != nil && c.Keyed.Dedup != nil {
-		ops.kop, err = operators.NewDedup(c.Keyed.Name, *c.Keyed.Dedup)
+		ops.Kop, err = operators.NewDedup(c.Keyed.Name, *c.Keyed.Dedup)
 		return ops, err
 	}
 	if c.Keyed != nil && c.Keyed.Top != nil {
-		ops.kop, err = operators.NewTop(c.Keyed.Name, *c.Keyed.Top)
+		ops.Kop, err = operators.NewTop(c.Keyed.Name, *c.Keyed.Top)
 		return ops, err
 	}
 	if c.Keyed != nil && c.Keyed.Changes != nil {
-		ops.kop, err = operators.NewChanges(c.Keyed.Name, *c.Keyed.Changes)
+		ops.Kop, err = operators.NewChanges(c.Keyed.Name, *c.Keyed.Changes)
 		return ops, err
 	}
 	if c.Keyed != nil && c.Keyed.Distinct != nil {
-		ops.kop, err = operators.NewDistinct(c.Keyed.Name, *c.Keyed.Distinct)
+		ops.Kop, err = operators.NewDistinct(c.Keyed.Name, *c.Keyed.Distinct)
 		return ops, err
 	}
 	if c.Keyed != nil {
@@ -802,10 +807,10 @@ func (c ChainPlan) build(rows func(table string) operators.Rows, values operator
 			if err != nil {
 				return nil, err
 			}
-			ops.kop = s
+			ops.Kop = s
 			return ops, nil
 		}
-		if ops.agg, err = operators.NewAggregate(c.Keyed.Name, *c.Keyed.Aggregate); err != nil {
+		if ops.Agg, err = operators.NewAggregate(c.Keyed.Name, *c.Keyed.Aggregate); err != nil {
 			return nil, err
 		}
 	}
