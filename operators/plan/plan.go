@@ -1,3 +1,8 @@
+// Package plan is sluice's planner: it turns a validated config into the chains a task runs
+// (NewPlan: sources, stateless stages, the keyed operator a chain ends in, repartition and
+// output topics, branches), explains them (Describe, printed by sluice validate), and is the one
+// place an operator is compiled from its kind (ChainPlan.Build, into Ops). The runtime,
+// operators/task, imports it; it imports only configs and operators.
 // Package task is the per-partition runtime of sluice: it runs the operator chains that read
 // one partition number of a group of co-partitioned topics (a stream and the tables it joins,
 // table.go; any other topic alone), in backlog mode (keyed operators pre-aggregate, sort and fold
