@@ -596,46 +596,12 @@ func (e *Engine) checkpoint(ctx context.Context) error {
 		}
 	}
 	e.mu.Unlock()
-	reqs := make([]*ckptReq, len(runs))
-	for i, r := range runs {
-		reqs[i] = &ckptReq{reply: make(chan ckptReply, 1), outcome: make(chan bool, 1), ack: make(chan ckptAck, 1)}
-		select {
-		case r.ckpt <- reqs[i]:
-		case <-r.done:
-			reqs[i] = nil
-		}
+	reqs := e.askCheckpoints(runs)
+	offsets, meta, records, err := e.gatherCheckpoints(runs, reqs)
+	if err != nil {
+		return err
 	}
-	offsets := map[string]map[int32]int64{}
-	meta := map[string]map[int32]string{} // chains' progress past the offsets (Pending.Progress)
 	commit := true
-	records := 0
-	for i, r := range runs {
-		if reqs[i] == nil {
-			continue
-		}
-		select {
-		case rep := <-reqs[i].reply:
-			if rep.err != nil {
-				return rep.err
-			}
-			records += rep.pd.Records()
-			for topic, off := range rep.pd.Offsets {
-				if offsets[topic] == nil {
-					offsets[topic] = map[int32]int64{}
-				}
-				offsets[topic][r.t.Partition()] = off
-				if pr, ok := rep.pd.Progress[topic]; ok {
-					if meta[topic] == nil {
-						meta[topic] = map[int32]string{}
-					}
-					meta[topic][r.t.Partition()] = task.EncodeProgress(pr)
-				}
-			}
-			reqs[i].pd = rep.pd
-		case <-r.done:
-			reqs[i] = nil
-		}
-	}
 	if err := e.sess.Flush(ctx); err != nil {
 		return e.checkpointErr("flush", err)
 	}
@@ -667,51 +633,15 @@ func (e *Engine) checkpoint(ctx context.Context) error {
 	if !committed && len(offsets)+records > 0 {
 		e.m.aborts.Inc()
 	}
-	seeks := map[string]map[int32]kgo.EpochOffset{}
 	if !committed {
 		e.mu.Lock()
 		e.epoch++
 		e.mu.Unlock()
 	}
-	for i, r := range runs {
-		q := reqs[i]
-		if q == nil {
-			continue
-		}
-		q.outcome <- committed
-		select {
-		case ack := <-q.ack:
-			if ack.err != nil {
-				return ack.err
-			}
-			for topic, off := range ack.seek {
-				if seeks[topic] == nil {
-					seeks[topic] = map[int32]kgo.EpochOffset{}
-				}
-				seeks[topic][r.t.Partition()] = kgo.EpochOffset{Epoch: -1, Offset: off}
-			}
-		case <-r.done:
-		}
+	seeks, err := e.deliverOutcome(runs, reqs, committed)
+	if err != nil {
+		return err
 	}
-	// After an abort, batches in flight to tasks are dropped (older epoch); a task that has
-	// processed nothing since it was assigned (or since the last abort) rewinds to the first
-	// offset it was sent.
-	e.mu.Lock()
-	for k, r := range e.runs {
-		if committed {
-			continue
-		}
-		for topic, first := range r.first {
-			if _, ok := seeks[topic][k.p]; !ok {
-				if seeks[topic] == nil {
-					seeks[topic] = map[int32]kgo.EpochOffset{}
-				}
-				seeks[topic][k.p] = kgo.EpochOffset{Epoch: -1, Offset: first}
-			}
-		}
-		clear(r.first)
-	}
-	e.mu.Unlock()
 	if len(seeks) > 0 {
 		e.log.Info("checkpoint aborted; rewinding to the last commit", "offsets", seeks)
 		e.sess.Client().SetOffsets(seeks)
@@ -728,6 +658,100 @@ func (e *Engine) checkpoint(ctx context.Context) error {
 		return e.checkpointFailed(produceErr)
 	}
 	return nil
+}
+
+// askCheckpoints asks every task of runs for its checkpoint (nil: a task that has stopped).
+func (e *Engine) askCheckpoints(runs []*runner) []*ckptReq {
+	reqs := make([]*ckptReq, len(runs))
+	for i, r := range runs {
+		reqs[i] = &ckptReq{reply: make(chan ckptReply, 1), outcome: make(chan bool, 1), ack: make(chan ckptAck, 1)}
+		select {
+		case r.ckpt <- reqs[i]:
+		case <-r.done:
+			reqs[i] = nil
+		}
+	}
+	return reqs
+}
+
+// gatherCheckpoints waits for the tasks' checkpoints: the offsets to commit, the chains'
+// progress past them (Pending.Progress) and the records produced.
+func (e *Engine) gatherCheckpoints(runs []*runner, reqs []*ckptReq) (offsets map[string]map[int32]int64, meta map[string]map[int32]string, records int, err error) {
+	offsets = map[string]map[int32]int64{}
+	meta = map[string]map[int32]string{}
+	for i, r := range runs {
+		if reqs[i] == nil {
+			continue
+		}
+		select {
+		case rep := <-reqs[i].reply:
+			if rep.err != nil {
+				return nil, nil, 0, rep.err
+			}
+			records += rep.pd.Records()
+			for topic, off := range rep.pd.Offsets {
+				if offsets[topic] == nil {
+					offsets[topic] = map[int32]int64{}
+				}
+				offsets[topic][r.t.Partition()] = off
+				if pr, ok := rep.pd.Progress[topic]; ok {
+					if meta[topic] == nil {
+						meta[topic] = map[int32]string{}
+					}
+					meta[topic][r.t.Partition()] = task.EncodeProgress(pr)
+				}
+			}
+			reqs[i].pd = rep.pd
+		case <-r.done:
+			reqs[i] = nil
+		}
+	}
+	return offsets, meta, records, nil
+}
+
+// deliverOutcome tells every task whether its checkpoint committed and waits for it to apply
+// that; after an abort it returns where to rewind each partition: where a task says, else (a
+// task that has processed nothing since it was assigned or since the last abort) the first
+// offset it was sent. Batches in flight to tasks are dropped (an older epoch).
+func (e *Engine) deliverOutcome(runs []*runner, reqs []*ckptReq, committed bool) (map[string]map[int32]kgo.EpochOffset, error) {
+	seeks := map[string]map[int32]kgo.EpochOffset{}
+	for i, r := range runs {
+		q := reqs[i]
+		if q == nil {
+			continue
+		}
+		q.outcome <- committed
+		select {
+		case ack := <-q.ack:
+			if ack.err != nil {
+				return nil, ack.err
+			}
+			for topic, off := range ack.seek {
+				if seeks[topic] == nil {
+					seeks[topic] = map[int32]kgo.EpochOffset{}
+				}
+				seeks[topic][r.t.Partition()] = kgo.EpochOffset{Epoch: -1, Offset: off}
+			}
+		case <-r.done:
+		}
+	}
+	if committed {
+		return seeks, nil
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for k, r := range e.runs {
+		for topic, first := range r.first {
+			if _, ok := seeks[topic][k.p]; !ok {
+				if seeks[topic] == nil {
+					seeks[topic] = map[int32]kgo.EpochOffset{}
+				}
+				seeks[topic][k.p] = kgo.EpochOffset{Epoch: -1, Offset: first}
+			}
+		}
+		clear(r.first)
+	}
+	return seeks, nil
 }
 
 // ensureTopics checks the sources and creates the internal topics and missing sinks. It returns
