@@ -225,73 +225,84 @@ func (e *Engine) run(ctx context.Context, cl *kgo.Client, r *runner) {
 				return
 			}
 		case b := <-r.in:
-			if b.closeAt > 0 {
-				// An internal topic of a bounded run ended: the input ends now if the task has
-				// processed it to there; if not, the batch that gets there will say so.
-				pos, ok := r.pos[b.topic]
-				if !ok || r.posEpoch != e.currentEpoch() {
-					pos = r.t.Next(b.topic) // after an abort: the refetch from the commit gets there
-				}
-				if bd, _ := e.bound(tp{b.topic, r.key.p}); pos < 0 {
-					pos = bd.start
-				}
-				if pos >= b.closeAt && !e.endInput(ctx, r, b.topic) {
-					return
-				}
-				continue
-			}
-			if b.epoch != e.currentEpoch() {
-				continue // fetched before an abort rewound the consumer
-			}
-			if e.isTable(b.topic) {
-				if err := r.t.ProcessTable(b.topic, b.recs, b.next); err != nil {
-					e.fail(err)
-					return
-				}
-				if r.waiting && !r.t.Waiting() {
-					e.resume(cl, r) // the snapshot is loaded: the streams go on
-				}
-				continue
-			}
-			// The mode this batch runs in (the policy is package backlog's; Task.BeforeBatch asks it).
-			lag := task.Lag{Before: b.lag, After: b.lagAfter, TimeBefore: b.timeLag, TimeAfter: b.timeLagAfter}
-			r.t.ReadAttributes(b.topic, b.recs) // a writer's mode, in-band (attributes.go)
-			if r.t.BeforeBatch(b.topic, lag) {
-				// A mode switch needs a checkpoint before this batch is processed.
-				if !e.switchNow(ctx, r) {
-					return
-				}
-				if b.epoch != e.currentEpoch() {
-					continue
-				}
-			}
-			if !e.process(ctx, r, b) {
+			if !e.handleBatch(ctx, cl, r, b) {
 				return
-			}
-			if e.o.Bounded {
-				if r.posEpoch != b.epoch || r.pos == nil {
-					r.pos, r.posEpoch = map[string]int64{}, b.epoch
-				}
-				r.pos[b.topic] = b.next
-			}
-			if b.end && b.epoch == e.currentEpoch() {
-				if !e.endInput(ctx, r, b.topic) {
-					return
-				}
-				continue
-			}
-			// The lag left after the batch: a task that has caught up folds its backlog and
-			// waits for the checkpoint that commits it.
-			r.t.AfterBatch(b.topic, lag)
-			if r.t.WantsFold() {
-				if !e.switchNow(ctx, r) {
-					return
-				}
-			} else if r.t.NeedsCheckpoint() {
-				signal(e.urgent)
 			}
 		}
 	}
+}
+
+// handleBatch runs one batch the poll loop sent to the task: a bounded run's end of an internal
+// topic, a table's records, or a stream's records in the mode the policy chooses (a switch
+// checkpoints first), then what the lag after it asks for. It returns false if the goroutine
+// must exit.
+func (e *Engine) handleBatch(ctx context.Context, cl *kgo.Client, r *runner, b batch) bool {
+	if b.closeAt > 0 {
+		// An internal topic of a bounded run ended: the input ends now if the task has
+		// processed it to there; if not, the batch that gets there will say so.
+		pos, ok := r.pos[b.topic]
+		if !ok || r.posEpoch != e.currentEpoch() {
+			pos = r.t.Next(b.topic) // after an abort: the refetch from the commit gets there
+		}
+		if bd, _ := e.bound(tp{b.topic, r.key.p}); pos < 0 {
+			pos = bd.start
+		}
+		if pos >= b.closeAt && !e.endInput(ctx, r, b.topic) {
+			return false
+		}
+		return true
+	}
+	if b.epoch != e.currentEpoch() {
+		return true // fetched before an abort rewound the consumer
+	}
+	if e.isTable(b.topic) {
+		if err := r.t.ProcessTable(b.topic, b.recs, b.next); err != nil {
+			e.fail(err)
+			return false
+		}
+		if r.waiting && !r.t.Waiting() {
+			e.resume(cl, r) // the snapshot is loaded: the streams go on
+		}
+		return true
+	}
+	// The mode this batch runs in (the policy is package backlog's; Task.BeforeBatch asks it).
+	lag := task.Lag{Before: b.lag, After: b.lagAfter, TimeBefore: b.timeLag, TimeAfter: b.timeLagAfter}
+	r.t.ReadAttributes(b.topic, b.recs) // a writer's mode, in-band (attributes.go)
+	if r.t.BeforeBatch(b.topic, lag) {
+		// A mode switch needs a checkpoint before this batch is processed.
+		if !e.switchNow(ctx, r) {
+			return false
+		}
+		if b.epoch != e.currentEpoch() {
+			return true
+		}
+	}
+	if !e.process(ctx, r, b) {
+		return false
+	}
+	if e.o.Bounded {
+		if r.posEpoch != b.epoch || r.pos == nil {
+			r.pos, r.posEpoch = map[string]int64{}, b.epoch
+		}
+		r.pos[b.topic] = b.next
+	}
+	if b.end && b.epoch == e.currentEpoch() {
+		if !e.endInput(ctx, r, b.topic) {
+			return false
+		}
+		return true
+	}
+	// The lag left after the batch: a task that has caught up folds its backlog and
+	// waits for the checkpoint that commits it.
+	r.t.AfterBatch(b.topic, lag)
+	if r.t.WantsFold() {
+		if !e.switchNow(ctx, r) {
+			return false
+		}
+	} else if r.t.NeedsCheckpoint() {
+		signal(e.urgent)
+	}
+	return true
 }
 
 // endInput ends one input of a bounded run's task: topic reached the end offset it had at
