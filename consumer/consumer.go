@@ -90,24 +90,46 @@ type Engine struct {
 	tm   *task.Metrics
 	m    engineMetrics
 
-	sessSet chan struct{} // closed once sess is set: rebalance callbacks may fire before Open returns
-	urgent  chan struct{} // a task asks for a checkpoint now (mode switch, full cache)
-	folding atomic.Int32  // tasks folding a backlog ahead of a checkpoint (Task.Prepare)
-	blocked chan struct{} // franz-go wants to rebalance
-	failed  chan error    // a task goroutine failed
-	broken  atomic.Bool   // fail was called: no transaction may commit any more (see checkpoint)
+	signals
 
 	mu     sync.Mutex // guards runners, epoch
 	runs   map[tp]*runner
 	epoch  uint64 // bumped on every abort; batches from an older epoch are dropped
 	joined bool
 
-	// Bounded: per input partition, where it starts and ends (set before the group is joined;
-	// an internal topic's end is openEnd until closeInternal lists it).
+	boundedRun
+	topology
+
+	purge  purger          // repartition topics: committed records deleted (purge.go)
+	runCtx context.Context // cancelled when Run returns (set by Run)
+
+	fails failStreak // checkpoints aborted by produce errors (failure.go)
+	kafka kafkaWait  // Kafka unreachable at start (connect.go)
+
+	transientLogged time.Time // when the poll loop last logged a transient fetch error (poll loop only)
+}
+
+// signals are how the engine's goroutines tell the poll loop (and each other) what happened.
+type signals struct {
+	sessSet chan struct{} // closed once sess is set: rebalance callbacks may fire before Open returns
+	urgent  chan struct{} // a task asks for a checkpoint now (mode switch, full cache)
+	folding atomic.Int32  // tasks folding a backlog ahead of a checkpoint (Task.Prepare)
+	blocked chan struct{} // franz-go wants to rebalance
+	failed  chan error    // a task goroutine failed
+	broken  atomic.Bool   // fail was called: no transaction may commit any more (see checkpoint)
+}
+
+// boundedRun is a bounded run's state: per input partition, where it starts and ends (set
+// before the group is joined; an internal topic's end is openEnd until closeInternal lists it).
+type boundedRun struct {
 	boundsMu sync.Mutex
 	bounds   map[tp]bound
 	waitLog  map[string]bool // internal topics whose writers another member runs (logged once)
+}
 
+// topology is what the engine knows of the pipeline's topics (immutable once the group is
+// joined).
+type topology struct {
 	groups map[string][]string // a co-partitioned group's first topic -> its topics (immutable after New)
 	group  map[string]string   // topic -> its group's first topic
 	tables map[string]string   // table topic -> table name
@@ -119,14 +141,6 @@ type Engine struct {
 	// internalParts: each internal topic's partition count (set by ensureTopics before the
 	// group is joined, immutable after): tasks announce their mode to every partition.
 	internalParts map[string]int32
-
-	purge  purger          // repartition topics: committed records deleted (purge.go)
-	runCtx context.Context // cancelled when Run returns (set by Run)
-
-	fails failStreak // checkpoints aborted by produce errors (failure.go)
-	kafka kafkaWait  // Kafka unreachable at start (connect.go)
-
-	transientLogged time.Time // when the poll loop last logged a transient fetch error (poll loop only)
 }
 
 type tp struct {
@@ -146,20 +160,15 @@ func New(o Options) (*Engine, error) {
 		o.Registry = prometheus.NewRegistry()
 	}
 	e := &Engine{
-		o:       o,
-		log:     o.Logger,
-		sessSet: make(chan struct{}),
-		urgent:  make(chan struct{}, 1),
-		blocked: make(chan struct{}, 1),
-		failed:  make(chan error, 1),
-		runs:    map[tp]*runner{},
-		tm:      task.NewMetrics(o.Registry),
-		m:       newEngineMetrics(o.Registry),
-		groups:  map[string][]string{},
-		group:   map[string]string{},
-		tables:  map[string]string{},
-		purge:   purger{topics: map[string]bool{}},
-		waitLog: map[string]bool{},
+		o:          o,
+		log:        o.Logger,
+		signals:    signals{sessSet: make(chan struct{}), urgent: make(chan struct{}, 1), blocked: make(chan struct{}, 1), failed: make(chan error, 1)},
+		runs:       map[tp]*runner{},
+		tm:         task.NewMetrics(o.Registry),
+		m:          newEngineMetrics(o.Registry),
+		topology:   topology{groups: map[string][]string{}, group: map[string]string{}, tables: map[string]string{}},
+		purge:      purger{topics: map[string]bool{}},
+		boundedRun: boundedRun{waitLog: map[string]bool{}},
 	}
 	if o.Plan != nil { // nil: an engine that only registers its metrics (tests)
 		e.tm.Declare(o.Plan)
