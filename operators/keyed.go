@@ -1,5 +1,21 @@
 package operators
 
+// Operator is what every keyed operator is to the runtime, whatever its capability: a name
+// (its state's namespace), its attributes, its state's layout and a check of its stored states.
+// An operator offers one of two capabilities: Keyed (its records replayed per key in arrival
+// order) or Mergeable (its inputs pre-aggregated in any order); the planner (operators/plan)
+// builds it and the runtime (operators/task) runs each capability on its path.
+type Operator interface {
+	// Name is the operator's name (its state and changelog namespace).
+	Name() string
+	// Attributes are the FLIP-327/331 attributes (printed by validate; not read by the runtime).
+	Attributes() Attributes
+	// Layout describes what the operator's state bytes mean.
+	Layout() Layout
+	// ValidState reports whether b is a state of this operator (restores check them).
+	ValidState(b []byte) bool
+}
+
 // Keyed is the contract of a keyed, stateful operator for the runtime (operators/task). The
 // runtime calls the same methods in both modes: in real-time mode Process once per record, in
 // offset order, as the record arrives; in backlog mode Process once per record too, replaying
@@ -20,14 +36,7 @@ package operators
 // A Keyed operator belongs to one task and is not safe for concurrent use; Layout and
 // IsLate are.
 type Keyed interface {
-	// Name is the operator's name (its state and changelog namespace).
-	Name() string
-	// Attributes are the FLIP-327/331 attributes (printed by validate; not read by the runtime).
-	Attributes() Attributes
-	// Layout describes what the operator's state bytes mean.
-	Layout() Layout
-	// ValidState reports whether b is a state of this operator (restores check them).
-	ValidState(b []byte) bool
+	Operator
 	// Project appends the input a decoded record of input (its index among the operator's
 	// inputs; 0 for an operator of one input) contributes to dst; a bad record is an *Error.
 	Project(input int, r *Record, dst []byte) ([]byte, error)

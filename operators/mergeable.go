@@ -23,14 +23,7 @@ import (
 //
 // Not safe for concurrent use; Layout, ValidState and CloseAt are.
 type Mergeable interface {
-	// Name is the operator's name (its state and changelog namespace).
-	Name() string
-	// Attributes are the FLIP-327/331 attributes (printed by validate; not read by the runtime).
-	Attributes() Attributes
-	// Layout describes what the operator's state bytes mean.
-	Layout() Layout
-	// ValidState reports whether b is a state of this operator (restores check them).
-	ValidState(b []byte) bool
+	Operator
 	// Emit is "updates" (a state key's current result at most once per commit) or "final"
 	// (one result per state key, when it closes).
 	Emit() string

@@ -700,13 +700,19 @@ type Ops struct {
 	Rekey *operators.Rekey // group_by: the key of the repartition topic's records
 }
 
-// Attributes are the keyed operator's attributes.
-func (ops *Ops) Attributes() operators.Attributes {
-	if ops.Kop != nil {
-		return ops.Kop.Attributes()
+// Operator is the keyed operator the chain ends in, whatever its capability (nil: none).
+func (ops *Ops) Operator() operators.Operator {
+	switch {
+	case ops.Kop != nil:
+		return ops.Kop
+	case ops.Agg != nil:
+		return ops.Agg
 	}
-	return ops.Agg.Attributes()
+	return nil
 }
+
+// Attributes are the keyed operator's attributes.
+func (ops *Ops) Attributes() operators.Attributes { return ops.Operator().Attributes() }
 
 // Keyed reports whether the chain ends in a keyed operator (state, a mode, checkpoints).
 func (ops *Ops) Keyed() bool { return ops.Agg != nil || ops.Kop != nil }
