@@ -4,7 +4,8 @@
 // starts each contender alone from offset 0, measures wall time from process start until the
 // contender has caught up (its group's committed offsets reach the end offsets, or the bounded
 // job exits) and its peak RSS, verifies its final per-key totals exactly, and prints one table
-// (also written as Markdown with machine info and versions). A real-time phase then measures
+// (also written as Markdown with machine info and versions). With -runs N every contender runs N
+// times, interleaved round by round, and the table gives the median and range of each figure. A real-time phase then measures
 // produce-to-visible latency at a steady rate for sluice and Kafka Streams.
 //
 // It is normally started by integration/peers/run.sh, which starts the broker and builds the
