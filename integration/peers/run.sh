@@ -3,7 +3,7 @@
 # STREAMING/BATCH, sluice backlog.mode never/auto) on one real Kafka broker.
 #
 #   bash integration/peers/run.sh [--records N] [--keys K] [--smoke] [--workload orders|windows|join]
-#                                 [--brokers ADDR] [--out FILE] [--port P] [--keep] [harness flags...]
+#                                 [--runs N] [--brokers ADDR] [--out FILE] [--port P] [--keep] [harness flags...]
 #
 # Starts a broker with integration/kafka/kafka.sh (unless --brokers is given), builds the Java
 # contenders (cached on their sources) and sluice, then runs the Go harness
@@ -33,6 +33,7 @@ while [[ $# -gt 0 ]]; do
     --keep) KEEP=1; shift ;;
     --smoke) HARNESS_ARGS+=(-smoke); shift ;;
     --records|--keys|--contenders|--timeout|--latency-rate|--latency-duration|--latency-backlog|--java-heap|--seed|\
+    --runs|--latency-warmup|--java-heap-tuned|\
     --workload|--window-span|--window-size|--kstreams-emit-interval|--table-topic|--customers-ts|--kstreams-idle)
       HARNESS_ARGS+=("-${1#--}" "$2"); shift 2 ;;
     --*=*) HARNESS_ARGS+=("-${1#--}"); shift ;;

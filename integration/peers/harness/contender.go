@@ -50,30 +50,32 @@ func (h *harness) contenders() []contender {
 	}
 	windows := c.workload == "windows"
 	sizeMS := strconv.FormatInt(c.windowSize.Milliseconds(), 10)
-	kstreams := func(cacheBytes int64) func(l launch) ([]string, []string, error) {
+	// kstreams runs the Kafka Streams app; jvm are extra JVM flags (after -Xmx heap).
+	kstreams := func(cacheBytes int64, commitMS int64, heap string, jvm ...string) func(l launch) ([]string, []string, error) {
 		return func(l launch) ([]string, []string, error) {
-			argv := []string{
-				"java", "-Xmx" + c.javaHeap, "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
-				"-Djava.io.tmpdir=" + l.dir,
+			argv := append([]string{"java", "-Xmx" + heap}, jvm...)
+			argv = append(argv, "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
+				"-Djava.io.tmpdir="+l.dir,
 				"-cp", javaCP(c.kstreamsDir), "dev.sluice.peers.kstreams.Main",
 				c.brokers, l.in, l.out, l.group, strconv.FormatInt(cacheBytes, 10),
-				strconv.Itoa(c.kstreamsThreads), "100",
-			}
+				strconv.Itoa(c.kstreamsThreads), strconv.FormatInt(commitMS, 10),
+			)
 			if windows {
 				argv = append(argv, "windows", sizeMS, strconv.FormatInt(c.ksEmitInterval, 10))
 			}
 			return argv, nil, nil
 		}
 	}
-	flink := func(mode string) func(l launch) ([]string, []string, error) {
+	// flink runs the Flink app; jvm are extra JVM flags (after -Xmx heap).
+	flink := func(mode, heap string, jvm ...string) func(l launch) ([]string, []string, error) {
 		return func(l launch) ([]string, []string, error) {
-			argv := []string{
-				"java", "-Xmx" + c.javaHeap, "@" + filepath.Join(c.flinkDir, "jvm.args"),
+			argv := append([]string{"java", "-Xmx" + heap, "@" + filepath.Join(c.flinkDir, "jvm.args")}, jvm...)
+			argv = append(argv,
 				"-Dorg.slf4j.simpleLogger.defaultLogLevel=warn", "-Dorg.slf4j.simpleLogger.log.org.apache.flink.metrics=error",
-				"-Djava.io.tmpdir=" + l.dir,
+				"-Djava.io.tmpdir="+l.dir,
 				"-cp", javaCP(c.flinkDir), "dev.sluice.peers.flink.Main",
 				c.brokers, l.in, l.out, l.group, mode, strconv.Itoa(c.flinkParallelism), "1000",
-			}
+			)
 			if windows {
 				argv = append(argv, "windows", sizeMS)
 			}
@@ -107,6 +109,7 @@ func (h *harness) contenders() []contender {
 	}
 	self, _ := os.Executable()
 	heapNote := "heap " + c.javaHeap
+	tuned := h.tuning()
 	// What each peer computes, for the settings column.
 	ksWhat, flinkWhat, sluiceWhat := "", "", ""
 	if windows {
@@ -132,25 +135,40 @@ func (h *harness) contenders() []contender {
 			setup:   fmt.Sprintf("%sexactly_once_v2, commit 100 ms, cache 10 MiB (default), RocksDB, %d threads, %s", ksWhat, c.kstreamsThreads, heapNote),
 			done:    doneGroup,
 			latency: true,
-			argv:    kstreams(10 << 20),
+			argv:    kstreams(10<<20, 100, c.javaHeap),
 		},
 		{
 			name:  "kstreams-cache512",
 			setup: fmt.Sprintf("%sexactly_once_v2, commit 100 ms, cache 512 MiB, RocksDB, %d threads, %s", ksWhat, c.kstreamsThreads, heapNote),
 			done:  doneGroup,
-			argv:  kstreams(512 << 20),
+			argv:  kstreams(512<<20, 100, c.javaHeap),
+		},
+		{
+			name: "kstreams-tuned",
+			setup: fmt.Sprintf("%sexactly_once_v2, commit %d ms (transaction.timeout.ms %d), cache %s, producer batch.size %d linger.ms %d compression %s, "+
+				"RocksDB, %d threads, heap %s, ParallelGC", ksWhat, tuned.ksCommitMS, tuned.ksTxnTimeoutMS, mib(tuned.ksCacheBytes>>10),
+				tuned.ksBatchBytes, tuned.ksLingerMS, tuned.ksCompression, c.kstreamsThreads, c.javaHeapTuned),
+			done: doneGroup,
+			argv: kstreams(tuned.ksCacheBytes, tuned.ksCommitMS, c.javaHeapTuned, tuned.kstreamsJVM()...),
 		},
 		{
 			name:  "flink-streaming",
 			setup: fmt.Sprintf("%sSTREAMING, parallelism %d, hashmap state, checkpoint 1 s, exactly-once sink, %s", flinkWhat, c.flinkParallelism, heapNote),
 			done:  doneExit,
-			argv:  flink("streaming"),
+			argv:  flink("streaming", c.javaHeap),
 		},
 		{
 			name:  "flink-batch",
 			setup: fmt.Sprintf("%sBATCH, parallelism %d, at-least-once sink (no checkpoints in BATCH), %s", flinkWhat, c.flinkParallelism, heapNote),
 			done:  doneExit,
-			argv:  flink("batch"),
+			argv:  flink("batch", c.javaHeap),
+		},
+		{
+			name: "flink-batch-tuned",
+			setup: fmt.Sprintf("%sBATCH, parallelism %d, at-least-once sink, managed memory %s (taskmanager.memory.managed.size; local default 128 MiB), "+
+				"object reuse, heap %s, ParallelGC", flinkWhat, c.flinkParallelism, mib(tuned.flinkManagedBytes>>10), c.javaHeapTuned),
+			done: doneExit,
+			argv: flink("batch", c.javaHeapTuned, tuned.flinkJVM()...),
 		},
 		{
 			name:  "sluice-never",
@@ -166,6 +184,55 @@ func (h *harness) contenders() []contender {
 			latency: true,
 			argv:    sluice("auto"),
 		},
+	}
+}
+
+// tuning is the settings of the throughput-tuned Java contenders (issue 21).
+type tuning struct {
+	ksCommitMS, ksTxnTimeoutMS int64
+	ksCacheBytes               int64 // statestore.cache.max.bytes
+	ksBatchBytes, ksLingerMS   int64
+	ksCompression              string
+	flinkManagedBytes          int64 // taskmanager.memory.managed.size (off-heap)
+}
+
+// tuning sizes the tuned contenders for the run: Kafka Streams commits every 30 s (its
+// transactions may then stay open that long, so their timeout is 60 s; the broker allows up to
+// 15 min), with a record cache of ~200 bytes per key, at least 512 MiB and at most half the
+// tuned heap, and 512 KiB lz4 producer batches; Flink BATCH gets a quarter of the tuned heap's
+// size as managed memory (off-heap, on top of the heap) for its sorted keyed input.
+func (h *harness) tuning() tuning {
+	heap, _ := javaBytes(h.cfg.javaHeapTuned) // validated by parseFlags
+	return tuning{
+		ksCommitMS:        30_000,
+		ksTxnTimeoutMS:    60_000,
+		ksCacheBytes:      min(max(int64(h.cfg.keys)*200, 512<<20), heap/2),
+		ksBatchBytes:      512 << 10,
+		ksLingerMS:        100,
+		ksCompression:     "lz4",
+		flinkManagedBytes: max(heap/4, 128<<20),
+	}
+}
+
+// kstreamsJVM is the JVM flags of kstreams-tuned: ParallelGC and its producer settings, which
+// Main passes to Kafka Streams (peers.streams.*).
+func (t tuning) kstreamsJVM() []string {
+	return []string{
+		"-XX:+UseParallelGC",
+		"-Dpeers.streams.producer.transaction.timeout.ms=" + strconv.FormatInt(t.ksTxnTimeoutMS, 10),
+		"-Dpeers.streams.producer.batch.size=" + strconv.FormatInt(t.ksBatchBytes, 10),
+		"-Dpeers.streams.producer.linger.ms=" + strconv.FormatInt(t.ksLingerMS, 10),
+		"-Dpeers.streams.producer.compression.type=" + t.ksCompression,
+	}
+}
+
+// flinkJVM is the JVM flags of flink-batch-tuned: ParallelGC, object reuse and the managed
+// memory, which Main sets in the job (peers.flink.*).
+func (t tuning) flinkJVM() []string {
+	return []string{
+		"-XX:+UseParallelGC",
+		"-Dpeers.flink.objectReuse=true",
+		"-Dpeers.flink.conf.taskmanager.memory.managed.size=" + strconv.FormatInt(t.flinkManagedBytes>>20, 10) + "m",
 	}
 }
 

@@ -42,7 +42,7 @@ func TestParseFlagsSmokeDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	if c.records != 20_000 || c.keys != 1_000 || c.latDur != 5*time.Second || c.timeout != time.Minute ||
-		c.enterLag != 1000 || c.exitLag != 100 || c.latBacklog != 20_000 {
+		c.enterLag != 1000 || c.exitLag != 100 || c.latBacklog != 20_000 || c.latWarmup != 2*time.Second || c.runs != 1 {
 		t.Fatalf("smoke defaults: %+v", c)
 	}
 	c, err = parseFlags([]string{"-brokers", "127.0.0.1:19092", "-smoke", "-records", "5000"})

@@ -4,7 +4,8 @@
 // starts each contender alone from offset 0, measures wall time from process start until the
 // contender has caught up (its group's committed offsets reach the end offsets, or the bounded
 // job exits) and its peak RSS, verifies its final per-key totals exactly, and prints one table
-// (also written as Markdown with machine info and versions). A real-time phase then measures
+// (also written as Markdown with machine info and versions). With -runs N every contender runs N
+// times, interleaved round by round, and the table gives the median and range of each figure. A real-time phase then measures
 // produce-to-visible latency at a steady rate for sluice and Kafka Streams.
 //
 // It is normally started by integration/peers/run.sh, which starts the broker and builds the
@@ -21,6 +22,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -46,6 +48,7 @@ type config struct {
 	workDir    string
 	command    string
 	timeout    time.Duration
+	runs       int // catch-up runs of every contender, interleaved round by round
 
 	workload   string        // "orders" (per-key totals), "windows" (tumbling windows, emit final) or "join"
 	windowSpan time.Duration // windows: event time covered by the backlog
@@ -59,12 +62,14 @@ type config struct {
 	latDur      time.Duration
 	latBacklog  int64
 	latContends string
+	latWarmup   time.Duration // a live load before the measured one, not counted
 
 	sluiceBin        string
 	kstreamsDir      string
 	flinkDir         string
 	kafkaLib         string
 	javaHeap         string
+	javaHeapTuned    string
 	kstreamsThreads  int
 	flinkParallelism int
 	enterLag         int64
@@ -124,15 +129,18 @@ func parseFlags(args []string) (*config, error) {
 	fs.StringVar(&c.workDir, "work", "", "directory for logs, configs and state (default a new temp dir)")
 	fs.StringVar(&c.command, "command", "", "the command line to print in the report")
 	fs.DurationVar(&c.timeout, "timeout", 0, "per-contender limit (default 90s + records/2000 s; smoke 1m)")
+	fs.IntVar(&c.runs, "runs", 1, "catch-up runs of every contender, interleaved (A B C, A B C, ...); the report gives the median and range")
 	fs.BoolVar(&c.latency, "latency", true, "run the real-time latency phase")
 	fs.IntVar(&c.latRate, "latency-rate", 20_000, "live records per second in the latency phase")
 	fs.DurationVar(&c.latDur, "latency-duration", 30*time.Second, "length of the latency phase")
 	fs.Int64Var(&c.latBacklog, "latency-backlog", -1, "records caught up before the latency phase (default min(records, 200k))")
+	fs.DurationVar(&c.latWarmup, "latency-warmup", 10*time.Second, "latency phase: live load at the same rate before the measured one, not counted (smoke 2s; 0: none)")
 	fs.StringVar(&c.sluiceBin, "sluice", "bin/sluice", "sluice binary")
 	fs.StringVar(&c.kstreamsDir, "kstreams-dir", "integration/peers/kstreams", "built Kafka Streams app (target/classes, target/lib)")
 	fs.StringVar(&c.flinkDir, "flink-dir", "integration/peers/flink", "built Flink app (target/classes, target/lib, jvm.args)")
 	fs.StringVar(&c.kafkaLib, "kafka-lib", "integration/kafka/lib", "the broker's classpath folder, for its version")
 	fs.StringVar(&c.javaHeap, "java-heap", "2g", "-Xmx of the Java contenders")
+	fs.StringVar(&c.javaHeapTuned, "java-heap-tuned", "4g", "-Xmx of the tuned Java contenders (kstreams-tuned, flink-batch-tuned)")
 	fs.IntVar(&c.kstreamsThreads, "kstreams-threads", 2, "num.stream.threads")
 	fs.IntVar(&c.flinkParallelism, "flink-parallelism", 2, "Flink parallelism")
 	fs.Int64Var(&c.enterLag, "sluice-enter-lag", -1, "sluice backlog.enter_lag (default 50000; smoke 1000)")
@@ -159,6 +167,9 @@ func parseFlags(args []string) (*config, error) {
 		}
 		if !set["timeout"] {
 			c.timeout = time.Minute
+		}
+		if !set["latency-warmup"] {
+			c.latWarmup = 2 * time.Second
 		}
 		if c.enterLag < 0 {
 			c.enterLag = 1000
@@ -199,12 +210,21 @@ func parseFlags(args []string) (*config, error) {
 		return nil, errors.New("-records, -keys and -partitions must be positive")
 	case c.latRate <= 0 || c.latDur <= 0:
 		return nil, errors.New("-latency-rate and -latency-duration must be positive")
+	case c.latWarmup < 0:
+		return nil, errors.New("-latency-warmup must not be negative")
+	case c.runs < 1:
+		return nil, errors.New("-runs must be at least 1")
 	case c.workload != "orders" && c.workload != "windows" && c.workload != "join":
 		return nil, fmt.Errorf("-workload %q: want orders, windows or join", c.workload)
 	case c.workload == "join" && (c.tableTopic == "" || c.tableTopic == c.topic):
 		return nil, errors.New("-table-topic must name a topic other than -topic")
 	case c.windowSize < time.Millisecond || c.windowSize%time.Millisecond != 0 || c.windowSpan <= 0 || c.windowSpan%time.Millisecond != 0:
 		return nil, errors.New("-window-size and -window-span must be positive whole milliseconds")
+	}
+	for _, f := range []struct{ name, v string }{{"java-heap", c.javaHeap}, {"java-heap-tuned", c.javaHeapTuned}} {
+		if _, err := javaBytes(f.v); err != nil {
+			return nil, fmt.Errorf("-%s: %w", f.name, err)
+		}
 	}
 	for _, b := range strings.Split(c.brokers, ",") {
 		if !strings.HasPrefix(b, "127.0.0.1:") && !strings.HasPrefix(b, "localhost:") {
@@ -246,11 +266,16 @@ type result struct {
 	seconds float64
 	peakKiB int64
 	cpu     float64  // the contender's user+system CPU seconds when it had caught up
+	netJob  float64  // Flink: the job's net runtime in seconds (JobExecutionResult.getNetRuntime); 0 if none
+	round   int      // the round of this run (1-based)
 	status  string   // "ok", or why the row is not timed
 	detail  []string // mismatches or log tail
 	lat     *latencyStats
 	latErr  string
 	join    *joinCounts // join: what the outputs held
+	// runs is every run of the contender in round order when -runs > 1; the fields above are
+	// then the aggregate (see aggregate).
+	runs []*result
 }
 
 func (r *result) ok() bool { return r.status == "ok" }
@@ -342,15 +367,28 @@ func run(ctx context.Context, cfg *config) (bool, error) {
 		h.want = h.spec.Expected()
 	}
 
-	var results []*result
-	for _, c := range selected {
-		if ctx.Err() != nil {
-			return false, ctx.Err()
+	runs := make([][]*result, len(selected))
+	for round := 1; round <= cfg.runs; round++ {
+		for i, c := range selected {
+			if ctx.Err() != nil {
+				return false, ctx.Err()
+			}
+			label := c.name
+			if cfg.runs > 1 {
+				label = fmt.Sprintf("%s #%d/%d", c.name, round, cfg.runs)
+			}
+			logf("%-18s starting (load average %s)", label, loadavg())
+			r := h.catchUp(ctx, c, round)
+			logf("%-18s %s", label, r.summary())
+			runs[i] = append(runs[i], r)
 		}
-		logf("%-18s starting (load average %s)", c.name, loadavg())
-		r := h.catchUp(ctx, c)
-		logf("%-18s %s", c.name, r.summary())
-		results = append(results, r)
+	}
+	results := make([]*result, len(selected))
+	for i, rs := range runs {
+		results[i] = aggregate(rs)
+		if cfg.runs > 1 {
+			logf("%-18s %d runs: %s", selected[i].name, cfg.runs, results[i].summary())
+		}
 	}
 	if cfg.latency && slices.ContainsFunc(selected, func(c contender) bool { return c.latency }) {
 		h.floorPhase(ctx)
@@ -460,12 +498,17 @@ func (h *harness) prefill(ctx context.Context) error {
 	return nil
 }
 
-// catchUp runs one contender over the prefilled topic and measures it.
-func (h *harness) catchUp(ctx context.Context, c contender) *result {
-	r := &result{name: c.name, setup: c.setup, records: h.inputRecords()}
-	group := "peers-" + h.runID + "-" + c.name
+// catchUp runs one contender over the prefilled topic and measures it: the run of round
+// (1-based), with an output topic, group and state of its own.
+func (h *harness) catchUp(ctx context.Context, c contender, round int) *result {
+	r := &result{name: c.name, setup: c.setup, records: h.inputRecords(), round: round}
+	name := c.name
+	if h.cfg.runs > 1 {
+		name += "-r" + strconv.Itoa(round)
+	}
+	group := "peers-" + h.runID + "-" + name
 	l := launch{
-		in: h.cfg.topic, table: h.cfg.tableTopic, out: group + "-out", group: group, dir: filepath.Join(h.cfg.workDir, c.name),
+		in: h.cfg.topic, table: h.cfg.tableTopic, out: group + "-out", group: group, dir: filepath.Join(h.cfg.workDir, name),
 		enterLag: h.cfg.enterLag, exitLag: h.cfg.exitLag,
 	}
 	end, err := endOffsets(ctx, h.adm, l.in)
@@ -493,6 +536,9 @@ func (h *harness) catchUp(ctx context.Context, c contender) *result {
 		return r
 	}
 	r.seconds = elapsed.Seconds()
+	if c.done == doneExit {
+		r.netJob = netJobSeconds(logPath)
+	}
 	if c.name == "ceiling" {
 		r.status = "ok"
 		return r
@@ -694,6 +740,35 @@ func (h *harness) latencyPhase(ctx context.Context, c contender, r *result) {
 		fail("catching up: %v: %s", err, tail(logPath, 800))
 		return
 	}
+	live, err := kgo.NewClient(kgo.SeedBrokers(h.seeds...), kgo.ProducerLinger(0))
+	if err != nil {
+		fail("live producer: %v", err)
+		return
+	}
+	defer live.Close()
+	if cfg.latWarmup > 0 {
+		// The process is new (not the catch-up run's): warm its JIT and caches with the same
+		// live load first, wait until it has caught up with it, and measure only what follows.
+		warm := spec
+		warm.Seed += 1000
+		t0 := time.Now()
+		n, _, err := liveLoad(ctx, live, l.in, warm, cfg.latRate, cfg.latWarmup, want, newTracker())
+		if err != nil {
+			fail("warm-up: %v", err)
+			return
+		}
+		end, err := endOffsets(ctx, h.adm, l.in)
+		if err != nil {
+			fail("%v", err)
+			return
+		}
+		if _, err := h.waitCaughtUp(ctx, c, p, l, end); err != nil {
+			fail("catching up the warm-up: %v: %s", err, tail(logPath, 800))
+			return
+		}
+		logf("%-18s latency warm-up: %d live records over %s, caught up after %.1fs (not counted)",
+			c.name, n, cfg.latWarmup, time.Since(t0).Seconds())
+	}
 	outEnd, err := endOffsets(ctx, h.adm, l.out)
 	if err != nil {
 		fail("%v", err)
@@ -708,12 +783,6 @@ func (h *harness) latencyPhase(ctx context.Context, c contender, r *result) {
 		<-watchErr
 	}()
 
-	live, err := kgo.NewClient(kgo.SeedBrokers(h.seeds...), kgo.ProducerLinger(0))
-	if err != nil {
-		fail("live producer: %v", err)
-		return
-	}
-	defer live.Close()
 	n, achieved, err := liveLoad(ctx, live, l.in, spec, cfg.latRate, cfg.latDur, want, t)
 	if err != nil {
 		fail("%v", err)
@@ -798,6 +867,19 @@ func (h *harness) floorPhase(ctx context.Context) {
 }
 
 func (r *result) summary() string {
+	if r.runs != nil {
+		f := r.figures()
+		s := fmt.Sprintf("%d of %d runs ok; median %ss (%s)  %s rec/s (%s)  cpu %ss (%s)",
+			f.agreed, len(r.runs), f.seconds.format(2), f.seconds.formatRange(2), f.rate.format(0), f.rate.formatRange(0),
+			f.cpu.format(1), f.cpu.formatRange(1))
+		if f.netJob.n > 0 {
+			s += fmt.Sprintf("  net job %ss (%s)", f.netJob.format(2), f.netJob.formatRange(2))
+		}
+		if !r.ok() {
+			s += "; " + r.statusCell()
+		}
+		return s
+	}
 	if r.join != nil {
 		s := fmt.Sprintf("%s: %s", r.status, r.join)
 		if r.timed() {
@@ -815,7 +897,11 @@ func (r *result) summary() string {
 		}
 		return s
 	}
-	return fmt.Sprintf("%.2fs  %.0f rec/s  cpu %.1fs  peak RSS %s", r.seconds, r.rate(), r.cpu, mib(r.peakKiB))
+	s := fmt.Sprintf("%.2fs  %.0f rec/s  cpu %.1fs  peak RSS %s", r.seconds, r.rate(), r.cpu, mib(r.peakKiB))
+	if r.netJob > 0 {
+		s += fmt.Sprintf("  net job %.2fs", r.netJob)
+	}
+	return s
 }
 
 func logf(format string, args ...any) {

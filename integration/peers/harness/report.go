@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 )
@@ -39,32 +40,7 @@ func (h *harness) report(results []*result) report {
 	for _, r := range results {
 		byName[r.name] = r
 	}
-	var ceiling, auto float64
-	if r := byName["ceiling"]; r != nil {
-		ceiling = r.rate()
-	}
-	if r := byName["sluice-auto"]; r != nil {
-		auto = r.rate()
-	}
-
-	header := []string{"contender", "records", "seconds", "records/s", "CPU s", "peak RSS", "vs ceiling", "sluice(auto)/peer", "status"}
-	var rows [][]string
-	for _, r := range results {
-		row := []string{r.name, fmt.Sprint(r.records), "-", "-", "-", mib(r.peakKiB), "-", "-", r.status}
-		if r.ok() {
-			row[2] = fmt.Sprintf("%.2f", r.seconds)
-			row[3] = fmt.Sprintf("%.0f", r.rate())
-			row[4] = fmt.Sprintf("%.1f", r.cpu)
-			row[6] = ratio(r.rate(), ceiling)
-			if !strings.HasPrefix(r.name, "sluice-auto") {
-				row[7] = ratio(auto, r.rate())
-			}
-		}
-		if i := strings.Index(row[8], "\n"); i >= 0 {
-			row[8] = row[8][:i]
-		}
-		rows = append(rows, row)
-	}
+	header, rows := catchUpRows(results, h.cfg.runs > 1)
 	if h.cfg.workload == "join" {
 		header, rows = joinRows(results)
 	}
@@ -103,8 +79,8 @@ func (h *harness) report(results []*result) report {
 	var t strings.Builder
 	t.WriteString(plain(header, rows))
 	if len(latRows) > 0 {
-		fmt.Fprintf(&t, "\nreal-time latency (produce to visible, read_committed; %d rec/s for %s after a %d-record catch-up):\n",
-			h.cfg.latRate, h.cfg.latDur, h.cfg.latBacklog)
+		fmt.Fprintf(&t, "\nreal-time latency (produce to visible, read_committed; %d rec/s for %s after a %d-record catch-up and a %s warm-up):\n",
+			h.cfg.latRate, h.cfg.latDur, h.cfg.latBacklog, h.cfg.latWarmup)
 		t.WriteString(plain(latHeader, latRows))
 	}
 	crit := h.criteria(byName)
@@ -173,8 +149,21 @@ func (h *harness) report(results []*result) report {
 			"contender's final per-key totals are then checked exactly against the generator's.\n\n")
 	}
 	m.WriteString("`CPU s`: the contender's user+system CPU seconds (every thread) when it had caught up " +
-		"(/proc/<pid>/stat; a bounded job's whole run); 2 cores give 2 per second.\n\n")
+		"(/proc/<pid>/stat; a bounded job's whole run); 2 cores give 2 per second. `net job s` (Flink): the job's " +
+		"net runtime as Flink reports it (JobExecutionResult.getNetRuntime), without JVM and MiniCluster start-up " +
+		"and shut-down, beside the process time in `seconds`.\n\n")
+	if h.cfg.runs > 1 {
+		fmt.Fprintf(&m, "Every contender ran %d times, interleaved round by round (each round runs every contender once, "+
+			"in the order of the table), each run with a fresh output topic, group and state. Medians and ranges "+
+			"(min–max) are over the runs that were timed; `runs ok` counts the runs that agreed exactly. "+
+			"Ratios are of median records/s. The latency phase runs once per contender.\n\n", h.cfg.runs)
+	}
 	m.WriteString(markdown(header, rows))
+	if h.cfg.runs > 1 {
+		rh, rr := runRows(results)
+		m.WriteString("\nEvery run, in the order they ran:\n\n")
+		m.WriteString(markdown(rh, rr))
+	}
 	m.WriteString("\nSettings:\n\n")
 	for _, r := range results {
 		fmt.Fprintf(&m, "- **%s**: %s\n", r.name, r.setup)
@@ -185,11 +174,16 @@ func (h *harness) report(results []*result) report {
 		}
 	}
 	if len(latRows) > 0 {
+		warm := "no warm-up"
+		if h.cfg.latWarmup > 0 {
+			warm = fmt.Sprintf("then, to warm the new process (JIT, caches), the same live load for %s, not counted, until "+
+				"the contender has committed it", h.cfg.latWarmup)
+		}
 		fmt.Fprintf(&m, "\n## Real-time latency\n\nEach contender first catches up a %d-record backlog on its own "+
-			"topic, then %d records/s are produced for %s (keys uniform over the workload's %d); a record's "+
+			"topic, %s; then %d records/s are produced for %s (keys uniform over the workload's %d); a record's "+
 			"latency is from its produce call to the first read_committed output of its key whose count covers it. "+
 			"Commit interval 100 ms for both. The floor row is the same load read back from its own topic with "+
-			"no processing: what the broker, the client and this machine cost by themselves.\n\n", h.cfg.latBacklog, h.cfg.latRate, h.cfg.latDur, h.cfg.keys)
+			"no processing: what the broker, the client and this machine cost by themselves.\n\n", h.cfg.latBacklog, warm, h.cfg.latRate, h.cfg.latDur, h.cfg.keys)
 		m.WriteString(markdown(latHeader, latRows))
 	}
 	if len(crit) > 0 {
@@ -205,6 +199,98 @@ func (h *harness) report(results []*result) report {
 	return report{table: t.String(), markdown: m.String()}
 }
 
+// catchUpRows is the catch-up table of the orders and windows workloads: one row per
+// contender, with (multi) the median and range over its runs and how many agreed. The "net job
+// s" columns appear when a contender reported its job's net runtime (Flink). Ratios are of
+// median records/s, and only between contenders that agreed in every run.
+func catchUpRows(results []*result, multi bool) ([]string, [][]string) {
+	var ceiling, auto float64
+	net := false
+	for _, r := range results {
+		switch {
+		case r.name == "ceiling" && r.ok():
+			ceiling = r.medRate()
+		case r.name == "sluice-auto" && r.ok():
+			auto = r.medRate()
+		}
+		if r.figures().netJob.n > 0 {
+			net = true
+		}
+	}
+	var header []string
+	if multi {
+		header = []string{"contender", "records", "runs ok", "seconds (median)", "seconds (range)", "records/s (median)", "records/s (range)",
+			"CPU s (median)", "CPU s (range)"}
+		if net {
+			header = append(header, "net job s (median)", "net job s (range)")
+		}
+		header = append(header, "peak RSS (max)")
+	} else {
+		header = []string{"contender", "records", "seconds", "records/s", "CPU s"}
+		if net {
+			header = append(header, "net job s")
+		}
+		header = append(header, "peak RSS")
+	}
+	header = append(header, "vs ceiling", "sluice(auto)/peer", "status")
+	var rows [][]string
+	for _, r := range results {
+		f := r.figures()
+		row := []string{r.name, fmt.Sprint(r.records)}
+		cell := func(s spread, prec int) {
+			if multi {
+				row = append(row, s.format(prec), s.formatRange(prec))
+			} else if r.ok() {
+				row = append(row, s.format(prec))
+			} else {
+				row = append(row, "-")
+			}
+		}
+		if multi {
+			row = append(row, fmt.Sprintf("%d/%d", f.agreed, len(r.runs)))
+		}
+		cell(f.seconds, 2)
+		cell(f.rate, 0)
+		cell(f.cpu, 1)
+		if net {
+			cell(f.netJob, 2)
+		}
+		row = append(row, mib(r.peakKiB))
+		vs, peer := "-", "-"
+		if r.ok() {
+			vs = ratio(r.medRate(), ceiling)
+			if !strings.HasPrefix(r.name, "sluice-auto") {
+				peer = ratio(auto, r.medRate())
+			}
+		}
+		row = append(row, vs, peer, r.statusCell())
+		rows = append(rows, row)
+	}
+	return header, rows
+}
+
+// runRows lists every run of every contender in the order they ran.
+func runRows(results []*result) ([]string, [][]string) {
+	header := []string{"round", "contender", "seconds", "records/s", "CPU s", "net job s", "peak RSS", "status"}
+	var all []*result
+	for _, r := range results {
+		all = append(all, r.runs...)
+	}
+	slices.SortStableFunc(all, func(a, b *result) int { return a.round - b.round })
+	var rows [][]string
+	for _, r := range all {
+		row := []string{fmt.Sprint(r.round), r.name, "-", "-", "-", "-", mib(r.peakKiB), r.statusCell()}
+		if r.timed() {
+			row[2], row[3], row[4] = fmt.Sprintf("%.2f", r.seconds), fmt.Sprintf("%.0f", r.rate()), fmt.Sprintf("%.1f", r.cpu)
+			if r.netJob > 0 {
+				row[5] = fmt.Sprintf("%.2f", r.netJob)
+			}
+		}
+		rows = append(rows, row)
+	}
+	return header, rows
+}
+
 // joinRows is the catch-up table of the join workload.
 func joinRows(results []*result) ([]string, [][]string) {
 	header := []string{"contender", "orders", "joined right", "missing", "wrong", "duplicated", "seconds", "CPU s", "peak RSS", "status"}
@@ -214,13 +300,14 @@ func joinRows(results []*result) ([]string, [][]string) {
 		if k := r.join; k != nil {
 			row[2], row[3], row[4], row[5] = fmt.Sprint(k.joined), fmt.Sprint(k.missing), fmt.Sprint(k.wrong), fmt.Sprint(k.duplicated)
 		}
-		if r.timed() {
-			row[6] = fmt.Sprintf("%.2f", r.seconds)
-			row[7] = fmt.Sprintf("%.1f", r.cpu)
+		if f := r.figures(); f.seconds.n > 0 {
+			row[6], row[7] = f.seconds.format(2), f.cpu.format(1)
+			if r.runs != nil {
+				row[6] += fmt.Sprintf(" (%s, %d runs)", f.seconds.formatRange(2), f.seconds.n)
+				row[7] += " (" + f.cpu.formatRange(1) + ")"
+			}
 		}
-		if i := strings.Index(row[9], "\n"); i >= 0 {
-			row[9] = row[9][:i]
-		}
+		row[9] = r.statusCell()
 		rows = append(rows, row)
 	}
 	return header, rows
@@ -238,7 +325,7 @@ func (h *harness) criteria(by map[string]*result) []string {
 		if p == nil || !p.ok() {
 			return
 		}
-		got := auto.rate() / p.rate()
+		got := auto.medRate() / p.medRate()
 		verdict := "met"
 		if got < factor {
 			verdict = "NOT met"

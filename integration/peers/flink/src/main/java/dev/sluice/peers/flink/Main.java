@@ -59,9 +59,19 @@ import org.apache.kafka.clients.producer.ProducerRecord;
  *
  * <p>Args: brokers inputTopic outputTopic groupId mode(streaming|batch) [parallelism=2]
  * [checkpointMs=1000] [workload=totals|windows] [windowMs=3600000].
+ *
+ * <p>Every JVM system property {@code peers.flink.conf.<key>=<value>} is set in the job's
+ * Configuration as {@code <key>=<value>} (e.g. {@code
+ * -Dpeers.flink.conf.taskmanager.memory.managed.size=1g}); {@code -Dpeers.flink.objectReuse=true}
+ * calls {@code env.getConfig().enableObjectReuse()}. When the job ends, a line {@code flink: job
+ * finished in <ms> ms (net runtime)} gives JobExecutionResult.getNetRuntime(), which the harness
+ * reports beside the process time.
  */
 public final class Main {
   private Main() {}
+
+  /** The prefix of the system properties set in the job's Configuration as they are. */
+  static final String EXTRA = "peers.flink.conf.";
 
   /** (customer_id, amount, orders). */
   static final TypeInformation<Tuple3<String, BigDecimal, Long>> TYPE =
@@ -346,7 +356,18 @@ public final class Main {
     conf.set(StateBackendOptions.STATE_BACKEND, "hashmap");
     conf.set(CheckpointingOptions.CHECKPOINT_STORAGE, "filesystem");
     conf.set(CheckpointingOptions.CHECKPOINTS_DIRECTORY, tmp.resolve("checkpoints").toUri().toString());
+    java.util.Map<String, String> extra = new java.util.TreeMap<>();
+    for (String name : System.getProperties().stringPropertyNames()) {
+      if (name.startsWith(EXTRA) && name.length() > EXTRA.length()) {
+        extra.put(name.substring(EXTRA.length()), System.getProperty(name));
+      }
+    }
+    conf.addAll(Configuration.fromMap(extra));
     StreamExecutionEnvironment env = StreamExecutionEnvironment.getExecutionEnvironment(conf);
+    boolean objectReuse = Boolean.getBoolean("peers.flink.objectReuse");
+    if (objectReuse) {
+      env.getConfig().enableObjectReuse();
+    }
     if (!batch) {
       env.enableCheckpointing(checkpointMs, CheckpointingMode.EXACTLY_ONCE);
     }
@@ -406,13 +427,13 @@ public final class Main {
     }
 
     System.err.printf(
-        "flink: mode=%s parallelism=%d checkpoint=%s in=%s out=%s group=%s workload=%s%s tmp=%s%n",
+        "flink: mode=%s parallelism=%d checkpoint=%s in=%s out=%s group=%s workload=%s%s tmp=%s objectReuse=%b conf=%s%n",
         batch ? "BATCH" : "STREAMING", parallelism, batch ? "none" : checkpointMs + "ms", input,
-        output, group, workload, windows ? " window=" + windowMs + "ms" : "", tmp);
+        output, group, workload, windows ? " window=" + windowMs + "ms" : "", tmp, objectReuse, extra);
     int exit = 0;
     try {
       JobExecutionResult r = env.execute(workload + "-" + (batch ? "batch" : "streaming"));
-      System.err.printf("flink: job finished in %d ms%n", r.getNetRuntime());
+      System.err.printf("flink: job finished in %d ms (net runtime)%n", r.getNetRuntime());
     } catch (Exception e) {
       System.err.println("flink: job failed: " + e);
       e.printStackTrace();

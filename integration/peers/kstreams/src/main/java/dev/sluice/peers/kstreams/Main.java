@@ -57,6 +57,10 @@ import org.apache.kafka.streams.state.WindowStore;
  * <p>Args: brokers inputTopic outputTopic applicationId cacheMaxBytes [streamThreads=2]
  * [commitIntervalMs=100] [workload=totals|windows|join] then, for windows, [windowMs=3600000]
  * [emitIntervalMs=-1], for join, tableTopic [maxTaskIdleMs=default].
+ *
+ * <p>Every JVM system property {@code peers.streams.<name>=<value>} is added to the Streams
+ * properties as {@code <name>=<value>} after the settings above (so it overrides them), e.g.
+ * {@code -Dpeers.streams.producer.batch.size=524288}: the harness's tuned contender uses them.
  */
 public final class Main {
   private Main() {}
@@ -73,6 +77,9 @@ public final class Main {
   }
 
   static final Totals ZERO = new Totals(BigDecimal.ZERO, 0);
+
+  /** The prefix of the system properties passed to Kafka Streams as they are. */
+  static final String EXTRA = "peers.streams.";
 
   /** Binary serde: 8 bytes count, 4 bytes scale, then the unscaled value's two's complement bytes. */
   static final class TotalsSerde implements Serde<Totals>, Serializer<Totals>, Deserializer<Totals> {
@@ -293,6 +300,14 @@ public final class Main {
     if (emitIntervalMs >= 0) {
       p.put(StreamsConfig.InternalConfig.EMIT_INTERVAL_MS_KSTREAMS_WINDOWED_AGGREGATION, emitIntervalMs);
     }
+    StringBuilder extra = new StringBuilder();
+    for (String name : new java.util.TreeSet<>(System.getProperties().stringPropertyNames())) {
+      if (name.startsWith(EXTRA) && name.length() > EXTRA.length()) {
+        String key = name.substring(EXTRA.length());
+        p.put(key, System.getProperty(name));
+        extra.append(' ').append(key).append('=').append(System.getProperty(name));
+      }
+    }
 
     TotalsSerde totalsSerde = new TotalsSerde();
     StreamsBuilder b = new StreamsBuilder();
@@ -352,12 +367,13 @@ public final class Main {
                   done.countDown();
                 }));
     System.err.printf(
-        "kstreams: kafka-streams %s app=%s in=%s out=%s cache=%d threads=%d commit=%dms workload=%s%s state=%s%n",
+        "kstreams: kafka-streams %s app=%s in=%s out=%s cache=%d threads=%d commit=%dms workload=%s%s state=%s%s%n",
         kafkaVersion(), appId, input, output, cacheBytes, threads, commitMs, workload,
         workload.equals("windows")
             ? " window=" + windowMs + "ms emitInterval=" + emitIntervalMs + "ms"
             : join ? " table=" + table + " max.task.idle.ms=" + idle : "",
-        stateDir);
+        stateDir,
+        extra.length() > 0 ? " extra:" + extra : "");
     streams.start();
     done.await();
     System.exit(exit[0]);
