@@ -5,6 +5,7 @@
 //
 //	nexmarkcmp ends    --brokers B --topics t1,t2,...         sum of the topics' end offsets (-1: a topic is missing)
 //	nexmarkcmp create  --brokers B --topic T [--partitions 8] create T (exit 0 if it exists)
+//	nexmarkcmp delete  --brokers B --prefix P                 delete every topic whose name starts with P
 //	nexmarkcmp rows    --brokers B --query qN --side flink|sluice --topic T
 //	nexmarkcmp compare --brokers B --query qN --flink T1 --sluice T2
 //
@@ -42,6 +43,7 @@ func main() {
 	topics := fs.String("topics", "", "ends: comma-separated topics")
 	topic := fs.String("topic", "", "create, rows: the topic")
 	partitions := fs.Int("partitions", 8, "create: partitions")
+	prefix := fs.String("prefix", "", "delete: the topics' name prefix (at least 8 characters)")
 	query := fs.String("query", "", "rows, compare: the Nexmark query (q0, q5, ...)")
 	side := fs.String("side", "", "rows: flink or sluice (which columns and semantics)")
 	flinkTopic := fs.String("flink", "", "compare: Flink's result topic")
@@ -59,6 +61,8 @@ func main() {
 		err = ends(ctx, seeds, strings.Split(*topics, ","))
 	case "create":
 		err = create(ctx, seeds, *topic, int32(*partitions))
+	case "delete":
+		err = deletePrefix(ctx, seeds, *prefix)
 	case "rows":
 		var s spec
 		if s, err = lookup(*query); err == nil {
@@ -128,6 +132,36 @@ func create(ctx context.Context, brokers []string, topic string, partitions int3
 		return fmt.Errorf("creating %s: %w", topic, resp.Err)
 	}
 	return nil
+}
+
+func deletePrefix(ctx context.Context, brokers []string, prefix string) error {
+	if len(prefix) < 8 {
+		return fmt.Errorf("delete: prefix %q is shorter than 8 characters", prefix)
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	all, err := adm.ListTopics(ctx)
+	if err != nil {
+		return err
+	}
+	var names []string
+	for _, t := range all.Names() {
+		if strings.HasPrefix(t, prefix) {
+			names = append(names, t)
+		}
+	}
+	if len(names) == 0 {
+		return nil
+	}
+	resp, err := adm.DeleteTopics(ctx, names...)
+	if err != nil {
+		return err
+	}
+	return resp.Error()
 }
 
 func size(rel map[string]int) int {
