@@ -231,6 +231,7 @@ for q in $QUERIES; do
         flink_topic=$(awk -v q="$q" -v m="$m" '$1==q && $2==m && $4=="ok" {print $8; exit}' "$RESULTS")
         if out=$(timeout 15m "${CMP[@]}" compare --brokers "$BROKERS" --query "$q" --flink "$flink_topic" --sluice "$sluice_topic" 2>>"$WORK/cmp.log"); then
           check="agrees"
+          if [[ "$out" == *";"* ]]; then check="agrees;${out#*;}"; fi
         else
           check="DISAGREES (${out#DISAGREES })"
           FAILED=1
