@@ -14,7 +14,9 @@
 // tombstone. Each row is projected on the query's columns (named as each side names them) and
 // normalized: numbers as exact decimals (a JSON number or a numeric string), times as epoch ms
 // (an epoch-ms number or an ISO-8601 / SQL timestamp string, taken as UTC), strings as they are,
-// a missing field as null. compare prints "agree <rows>" or "DISAGREES ..." with the row counts
+// a missing field as null. compare prints "agree <rows>" (followed by "; N rows differ only
+// within ties of (cols)" when the rows differ only in columns the query's ORDER BY leaves open:
+// q9, q18, q19) or "DISAGREES ..." with the row counts
 // and the number of rows only one side has (examples on stderr) and exits 0 or 1; rows prints the
 // relation's row count. Exit 2 on usage or read errors.
 package main
