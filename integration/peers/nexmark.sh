@@ -123,12 +123,19 @@ else
   log "reusing ${PREFIX}* ($EVENTS events)"
 fi
 
-# run_flink Q MODE ID: runs the Flink SQL job; prints "status seconds net_seconds".
+# Each child is timeout(1) (its own process group, which a TERM to it stops whole) running
+# /usr/bin/time (CPU seconds) running the contender.
+# cpu ID: the user+system CPU seconds of the run (every thread of the process: JIT and GC too).
+cpu() {
+  awk 'NF == 2 && $1 ~ /^[0-9.]+$/ {printf "%.2f", $1 + $2; found = 1} END {if (!found) printf "-"}' "$WORK/$1.cpu" 2>/dev/null || printf -
+}
+
+# run_flink Q MODE ID: runs the Flink SQL job; prints "status seconds net_seconds cpu_seconds".
 run_flink() {
   local q=$1 mode=$2 id=$3 logf="$WORK/$3.log" start end rc=0 net
   timeout 2m "${CMP[@]}" create --brokers "$BROKERS" --topic "$id-out"
   start=$(date +%s.%N)
-  timeout --kill-after=10s "$TIMEOUT" java "-Xmx$HEAP" "@$MODULE/jvm.args" \
+  timeout --kill-after=10s "$TIMEOUT" /usr/bin/time -f '%U %S' -o "$WORK/$id.cpu" java "-Xmx$HEAP" "@$MODULE/jvm.args" \
     -Dorg.slf4j.simpleLogger.defaultLogLevel=warn -Dorg.slf4j.simpleLogger.log.org.apache.flink.metrics=error \
     "-Djava.io.tmpdir=$WORK" -cp "$MODULE/target/classes:$MODULE/target/lib/*" dev.sluice.peers.flinksql.Main \
     "$q" "$BROKERS" "$mode" "$MODULE/queries/$q.sql" "$id-out" "$PREFIX" "$id" "$PARALLELISM" 1000 \
@@ -139,10 +146,10 @@ run_flink() {
   end=$(date +%s.%N)
   net=$(sed -n 's/^flink-sql: job finished in \([0-9]*\) ms$/\1/p' "$logf" | tail -n 1)
   case "$rc" in
-  0) echo "ok $(echo "$end - $start" | bc) $(echo "scale=3; ${net:-0} / 1000" | bc)" ;;
-  3) echo "unsupported - -"; grep -m1 'UNSUPPORTED' "$logf" | cut -c1-400 >"$WORK/$id.why" ;;
-  124 | 137) echo "timeout - -" ;;
-  *) echo "failed - -"; grep -m1 'job failed' "$logf" | cut -c1-400 >"$WORK/$id.why" || tail -n 3 "$logf" >"$WORK/$id.why" ;;
+  0) echo "ok $(echo "$end - $start" | bc) $(echo "scale=3; ${net:-0} / 1000" | bc) $(cpu "$id")" ;;
+  3) echo "unsupported - - -"; grep -m1 'UNSUPPORTED' "$logf" | cut -c1-400 >"$WORK/$id.why" ;;
+  124 | 137) echo "timeout - - -" ;;
+  *) echo "failed - - -"; grep -m1 'job failed' "$logf" | cut -c1-400 >"$WORK/$id.why" || tail -n 3 "$logf" >"$WORK/$id.why" ;;
   esac
 }
 
@@ -156,16 +163,16 @@ run_sluice() {
   env ${extra[@]+"${extra[@]}"} SLUICE_KAFKA__BROKERS="$BROKERS" SLUICE_GROUP="$id" SLUICE_INSTANCE_ID=bench \
     SLUICE_PROCESSING__STATE_DIR="$WORK/$id" SLUICE_HTTP__LISTEN=off SLUICE_LOG__LEVEL=warn \
     SLUICE_SOURCES__BID__TOPIC="${PREFIX}bid" SLUICE_SINKS__OUT__TOPIC="$id-out" \
-    timeout --kill-after=10s "$TIMEOUT" bin/sluice run --bounded -c "configs/nexmark/$q.yaml" >"$logf" 2>&1 &
+    timeout --kill-after=10s "$TIMEOUT" /usr/bin/time -f '%U %S' -o "$WORK/$id.cpu" bin/sluice run --bounded -c "configs/nexmark/$q.yaml" >"$logf" 2>&1 &
   CHILD=$!
   wait "$CHILD" || rc=$?
   CHILD=""
   end=$(date +%s.%N)
   rm -rf "${WORK:?}/$id"
   case "$rc" in
-  0) echo "ok $(echo "$end - $start" | bc) -" ;;
-  124 | 137) echo "timeout - -" ;;
-  *) echo "failed - -"; tail -n 3 "$logf" >"$WORK/$id.why" ;;
+  0) echo "ok $(echo "$end - $start" | bc) - $(cpu "$id")" ;;
+  124 | 137) echo "timeout - - -" ;;
+  *) echo "failed - - -"; tail -n 3 "$logf" >"$WORK/$id.why" ;;
   esac
 }
 
@@ -174,13 +181,13 @@ stats() {
   sort -n | awk '{a[NR]=$1} END {if (NR==0) {print "- - -"} else {printf "%.2f %.2f %.2f\n", a[int((NR+1)/2)], a[1], a[NR]}}'
 }
 
-RESULTS="$WORK/results" # query mode run status seconds net rows topic
+RESULTS="$WORK/results" # query mode run status seconds net rows topic cpu
 : >"$RESULTS"
 FAILED=0
 TABLE="$WORK/table.md"
 {
-  echo "| query | mode | median s (min–max) | Flink net job s | result rows | check | sluice speedup (process / net) |"
-  echo "| --- | --- | --- | --- | --- | --- | --- |"
+  echo "| query | mode | wall s, median (min–max) | Flink net job s | CPU s | result rows | check | sluice speedup: wall / net / CPU |"
+  echo "| --- | --- | --- | --- | --- | --- | --- | --- |"
 } >"$TABLE"
 
 for q in $QUERIES; do
@@ -192,11 +199,13 @@ for q in $QUERIES; do
       if [[ " ${UNSUPPORTED:-} " == *" $m "* ]]; then
         continue
       fi
+      # In this shell, not a subshell: the EXIT trap must see CHILD to stop it.
       if [[ "$m" == sluice ]]; then
-        read -r status secs net < <(run_sluice "$q" "$id")
+        run_sluice "$q" "$id" >"$WORK/$id.res"
       else
-        read -r status secs net < <(run_flink "$q" "$m" "$id")
+        run_flink "$q" "$m" "$id" >"$WORK/$id.res"
       fi
+      read -r status secs net cpus <"$WORK/$id.res"
       rows=-
       if [[ "$status" == ok ]]; then
         side=flink
@@ -206,8 +215,8 @@ for q in $QUERIES; do
         [[ "$status" != unsupported ]] && FAILED=1
         log "$q $m run $i: $status: $(cat "$WORK/$id.why" 2>/dev/null || true)"
       fi
-      echo "$q $m $i $status $secs $net $rows $id-out" >>"$RESULTS"
-      log "$q $m run $i: $status ${secs}s (net ${net}s) rows $rows"
+      echo "$q $m $i $status $secs $net $rows $id-out $cpus" >>"$RESULTS"
+      log "$q $m run $i: $status ${secs}s (net ${net}s, CPU ${cpus}s) rows $rows"
       if [[ "$status" == unsupported ]]; then
         UNSUPPORTED="${UNSUPPORTED:-} $m" # the planner's answer does not change: not retried
       fi
@@ -217,9 +226,11 @@ for q in $QUERIES; do
   # The check: the first successful run of each Flink mode against sluice's first.
   sluice_topic=$(awk -v q="$q" '$1==q && $2=="sluice" && $4=="ok" {print $8; exit}' "$RESULTS")
   sluice_med=$(awk -v q="$q" '$1==q && $2=="sluice" && $4=="ok" {print $5}' "$RESULTS" | stats | cut -d' ' -f1)
+  sluice_cpu=$(awk -v q="$q" '$1==q && $2=="sluice" && $4=="ok" && $9!="-" {print $9}' "$RESULTS" | stats | cut -d' ' -f1)
   for m in $MODES; do
     read -r med lo hi < <(awk -v q="$q" -v m="$m" '$1==q && $2==m && $4=="ok" {print $5}' "$RESULTS" | stats)
     read -r netmed _ _ < <(awk -v q="$q" -v m="$m" '$1==q && $2==m && $4=="ok" && $6!="-" {print $6}' "$RESULTS" | stats)
+    read -r cpumed _ _ < <(awk -v q="$q" -v m="$m" '$1==q && $2==m && $4=="ok" && $9!="-" {print $9}' "$RESULTS" | stats)
     rows=$(awk -v q="$q" -v m="$m" '$1==q && $2==m && $4=="ok" {print $7}' "$RESULTS" | sort -u | paste -sd/ -)
     statuses=$(awk -v q="$q" -v m="$m" '$1==q && $2==m && $4!="ok" {print $4}' "$RESULTS" | sort | uniq -c | awk '{printf "%s%s×%s", (NR>1?", ":""), $2, $1}')
     check="-"
@@ -243,6 +254,9 @@ for q in $QUERIES; do
         fi
         if [[ "$sluice_med" != "-" ]]; then
           speedup="$(echo "scale=1; $med / $sluice_med" | bc)x / $(echo "scale=1; $netmed / $sluice_med" | bc)x"
+          if [[ "$cpumed" != "-" && "$sluice_cpu" != "-" ]]; then
+            speedup="$speedup / $(echo "scale=1; $cpumed / $sluice_cpu" | bc)x"
+          fi
         fi
       fi
     else
@@ -252,7 +266,7 @@ for q in $QUERIES; do
       time="DISAGREES ($time)"
     fi
     [[ "$m" == sluice ]] && netmed="-"
-    echo "| $q | $m | $time | $netmed | ${rows:--} | $check | $speedup |" >>"$TABLE"
+    echo "| $q | $m | $time | $netmed | $cpumed | ${rows:--} | $check | $speedup |" >>"$TABLE"
   done
   if ((KEEP_TOPICS == 0)); then
     timeout 2m "${CMP[@]}" delete --brokers "$BROKERS" --prefix "$RUNID-" || log "could not delete the topics $RUNID-*"
