@@ -95,6 +95,7 @@ var specs = map[string]spec{
 		ties: []string{"id", "auction", "price", "bid_dateTime"}},
 	"q11": {cols: []col{{"bidder", "key", num}, {"bid_count", "bid_count", num}, {"starttime", "window_start", ts}, {"endtime", "window_end", ts}}},
 	"q12": {cols: same("nn", "bidder", "bid_count"), sumBy: true},
+	"q13": {cols: same("nnnts", "auction", "bidder", "price", "dateTime", "value")},
 	"q14": {cols: same("nnnstsn", "auction", "bidder", "price", "bidTimeType", "dateTime", "extra", "c_counts")},
 	"q17": {cols: same("nsnnnnnnan", "auction", "day", "total_bids", "rank1_bids", "rank2_bids", "rank3_bids", "min_price", "max_price", "avg_price", "sum_price"), flinkUpsert: true, sluiceUpsert: true},
 	// q18: of a pair's bids with the same dateTime, sluice keeps the last to arrive.

@@ -31,7 +31,8 @@ import org.apache.flink.table.functions.ScalarFunction;
  * columns (dateTime, and expires for auctions, as TIMESTAMP(3)) as nexmark-flink's
  * ddl_kafka.sql and ddl_views.sql do. The UDF count_char (q14) is Nexmark's CountChar.
  *
- * <p>The query file holds the sink table and the INSERT. Its WITH clause is ${KAFKA_SINK}
+ * <p>The query file holds the sink table and the INSERT (and any table of its own, with
+ * ${TOPIC_PREFIX} and ${BROKERS} replaced). The sink's WITH clause is ${KAFKA_SINK}
  * (an append-only Kafka table, JSON) or ${UPSERT_SINK} (upsert-kafka: the primary key as the JSON
  * key, deletes as tombstones) over the output topic. STREAMING runs with heap state, checkpoints
  * every checkpointMs and an exactly-once (transactional) sink; the bounded job ends after the
@@ -177,7 +178,9 @@ public final class Main {
 
     String text = Files.readString(sqlFile, StandardCharsets.UTF_8)
         .replace("${KAFKA_SINK}", kafkaSink)
-        .replace("${UPSERT_SINK}", upsertSink);
+        .replace("${UPSERT_SINK}", upsertSink)
+        .replace("${TOPIC_PREFIX}", prefix)
+        .replace("${BROKERS}", brokers);
     List<String> stmts = new ArrayList<>(ddl(prefix, brokers, group));
     stmts.addAll(statements(text));
     System.err.printf("flink-sql: query=%s mode=%s parallelism=%d checkpoint=%s prefix=%s out=%s tmp=%s%n",
