@@ -15,7 +15,7 @@
 # (streaming batch sluice streaming batch sluice ...), --runs times, each with a fresh output topic
 # and group. Every contender is a bounded run that exits when it has processed the backlog, and
 # its time is the process's wall time (for Flink also the job's net runtime, from
-# JobExecutionResult.getNetRuntime). The first successful run of each Flink mode is compared
+# JobExecutionResult.getNetRuntime), and its user+system CPU seconds. The first successful run of each Flink mode is compared
 # with sluice's first (nexmarkcmp compare: the results as relations, normalized); every run's
 # result rows are counted. --smoke: 10k events, q0 and q5, batch and sluice, one run.
 # Exit 1 when a run failed or a comparison disagreed. Talks to 127.0.0.1 only; every wait is
