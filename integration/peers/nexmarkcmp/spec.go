@@ -1,0 +1,251 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math/big"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/valyala/fastjson"
+)
+
+// kind is how a column is normalized.
+type kind byte
+
+const (
+	num   kind = 'n' // an exact decimal: a JSON number or a numeric string
+	str   kind = 's' // a string as it is
+	ts    kind = 't' // epoch ms: a number, or an ISO-8601 / SQL timestamp string in UTC
+	trunc kind = 'a' // a decimal truncated toward zero (Flink's AVG of a BIGINT is a BIGINT)
+)
+
+type col struct {
+	flink, sluice string
+	kind          kind
+}
+
+// spec is how one query's two results are compared.
+type spec struct {
+	name string
+	cols []col
+	// flinkUpsert, sluiceUpsert: the topic is an upsert stream (latest value per key).
+	flinkUpsert, sluiceUpsert bool
+	// sumBy: compare the sum of the second column per value of the first (q12: processing-time
+	// windows differ from run to run, the per-bidder totals do not).
+	sumBy bool
+	// ties: the columns (Flink's names) the query's ORDER BY decides; rows that differ only in
+	// the others are ties broken differently (sluice: arrival order; Flink: unspecified), which
+	// compare reports as such instead of a disagreement.
+	ties []string
+}
+
+func (s spec) names() []string {
+	out := make([]string, len(s.cols))
+	for i, c := range s.cols {
+		out[i] = c.flink
+	}
+	return out
+}
+
+// project returns rel projected on the named columns (a multiset).
+func (s spec) project(rel map[string]int, names []string) map[string]int {
+	var idx []int
+	for _, n := range names {
+		for i, c := range s.cols {
+			if c.flink == n {
+				idx = append(idx, i)
+			}
+		}
+	}
+	out := make(map[string]int, len(rel))
+	parts := make([]string, len(idx))
+	for row, n := range rel {
+		f := strings.Split(row, sep)
+		for j, i := range idx {
+			parts[j] = f[i]
+		}
+		out[strings.Join(parts, sep)] += n
+	}
+	return out
+}
+
+func same(kinds string, names ...string) []col {
+	if len(kinds) != len(names) {
+		panic(fmt.Sprintf("nexmarkcmp: %d kinds for %d columns %v", len(kinds), len(names), names))
+	}
+	out := make([]col, len(names))
+	for i, n := range names {
+		out[i] = col{n, n, kind(kinds[i])}
+	}
+	return out
+}
+
+var specs = map[string]spec{
+	"q0": {cols: same("nnnts", "auction", "bidder", "price", "dateTime", "extra")},
+	"q1": {cols: same("nnnts", "auction", "bidder", "price", "dateTime", "extra")},
+	"q2": {cols: same("nn", "auction", "price")},
+	"q3": {cols: same("sssn", "name", "city", "state", "id")},
+	"q5": {cols: []col{{"auction", "auction", num}, {"num", "num", num}, {"starttime", "window_start", ts}, {"endtime", "window_end", ts}}, flinkUpsert: true},
+	"q7": {cols: same("nnnts", "auction", "bidder", "price", "dateTime", "extra")},
+	"q8": {cols: same("nst", "id", "name", "starttime")},
+	"q9": {cols: same("nssnnttnnsnnnts", "id", "itemName", "description", "initialBid", "reserve", "dateTime", "expires", "seller", "category", "extra", "auction", "bidder", "price", "bid_dateTime", "bid_extra"), flinkUpsert: true, sluiceUpsert: true,
+		ties: []string{"id", "auction", "price", "bid_dateTime"}},
+	"q11": {cols: []col{{"bidder", "key", num}, {"bid_count", "bid_count", num}, {"starttime", "window_start", ts}, {"endtime", "window_end", ts}}},
+	"q12": {cols: same("nn", "bidder", "bid_count"), sumBy: true},
+	"q13": {cols: same("nnnts", "auction", "bidder", "price", "dateTime", "value")},
+	"q14": {cols: same("nnnstsn", "auction", "bidder", "price", "bidTimeType", "dateTime", "extra", "c_counts")},
+	"q17": {cols: same("nsnnnnnnan", "auction", "day", "total_bids", "rank1_bids", "rank2_bids", "rank3_bids", "min_price", "max_price", "avg_price", "sum_price"), flinkUpsert: true, sluiceUpsert: true},
+	// q18: of a pair's bids with the same dateTime, sluice keeps the last to arrive.
+	"q18": {cols: same("nnnssts", "auction", "bidder", "price", "channel", "url", "dateTime", "extra"), flinkUpsert: true, sluiceUpsert: true,
+		ties: []string{"auction", "bidder", "dateTime"}},
+	// q19: equal prices rank in arrival order in sluice and in no stated order in Flink.
+	"q19": {cols: same("nnnsstsn", "auction", "bidder", "price", "channel", "url", "dateTime", "extra", "rank_number"), flinkUpsert: true, sluiceUpsert: true,
+		ties: []string{"auction", "rank_number", "price"}},
+	"q20": {cols: same("nnnsstsssnnttnns", "auction", "bidder", "price", "channel", "url", "bid_dateTime", "bid_extra", "itemName", "description", "initialBid", "reserve", "auction_dateTime", "expires", "seller", "category", "auction_extra")},
+	"q21": {cols: same("nnnss", "auction", "bidder", "price", "channel", "channel_id")},
+	"q22": {cols: same("nnnssss", "auction", "bidder", "price", "channel", "dir1", "dir2", "dir3")},
+}
+
+func init() {
+	for name, s := range specs {
+		s.name = name
+		specs[name] = s
+	}
+}
+
+func lookup(query string) (spec, error) {
+	s, ok := specs[query]
+	if !ok {
+		return spec{}, fmt.Errorf("no comparison spec for query %q", query)
+	}
+	return s, nil
+}
+
+const sep = "\x1f"
+
+// relation reads topic and returns its rows, normalized, as a multiset.
+func relation(ctx context.Context, brokers []string, topic string, s spec, flink bool) (map[string]int, error) {
+	upsert := s.sluiceUpsert
+	if flink {
+		upsert = s.flinkUpsert
+	}
+	var p fastjson.Parser
+	rows := make(map[string]int)
+	latest := make(map[string]string)
+	var buf []string
+	err := readCommitted(ctx, brokers, topic, func(r *kgo.Record) error {
+		if r.Value == nil {
+			if !upsert {
+				return fmt.Errorf("%s partition %d offset %d: a tombstone in an append topic", topic, r.Partition, r.Offset)
+			}
+			delete(latest, string(r.Key))
+			return nil
+		}
+		v, err := p.ParseBytes(r.Value)
+		if err != nil {
+			return fmt.Errorf("%s partition %d offset %d: %w", topic, r.Partition, r.Offset, err)
+		}
+		buf = buf[:0]
+		for _, c := range s.cols {
+			name := c.sluice
+			if flink {
+				name = c.flink
+			}
+			f, err := normalize(v.Get(name), c.kind)
+			if err != nil {
+				return fmt.Errorf("%s partition %d offset %d: column %s: %w", topic, r.Partition, r.Offset, name, err)
+			}
+			buf = append(buf, f)
+		}
+		row := strings.Join(buf, sep)
+		if upsert {
+			latest[string(r.Key)] = row
+		} else {
+			rows[row]++
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	for _, row := range latest {
+		rows[row]++
+	}
+	if s.sumBy {
+		sums := make(map[string]*big.Rat)
+		for row, n := range rows {
+			kv := strings.SplitN(row, sep, 2)
+			x, ok := new(big.Rat).SetString(kv[1])
+			if !ok {
+				return nil, fmt.Errorf("%s: %q is not a number", topic, kv[1])
+			}
+			if sums[kv[0]] == nil {
+				sums[kv[0]] = new(big.Rat)
+			}
+			sums[kv[0]].Add(sums[kv[0]], x.Mul(x, new(big.Rat).SetInt64(int64(n))))
+		}
+		rows = make(map[string]int, len(sums))
+		for k, v := range sums {
+			rows[k+sep+v.RatString()]++
+		}
+	}
+	return rows, nil
+}
+
+var timeLayouts = []string{
+	"2006-01-02T15:04:05.999999999Z07:00",
+	"2006-01-02T15:04:05.999999999Z",
+	"2006-01-02T15:04:05.999999999",
+	"2006-01-02 15:04:05.999999999",
+}
+
+// normalize returns the column's value as a comparable string ("null" for null or missing).
+func normalize(v *fastjson.Value, k kind) (string, error) {
+	if v == nil || v.Type() == fastjson.TypeNull {
+		return "null", nil
+	}
+	var text string
+	switch v.Type() {
+	case fastjson.TypeString:
+		text = string(v.GetStringBytes())
+	case fastjson.TypeNumber:
+		text = string(v.MarshalTo(nil))
+	default:
+		text = string(v.MarshalTo(nil))
+	}
+	switch k {
+	case str:
+		return text, nil
+	case num, trunc:
+		x, ok := new(big.Rat).SetString(text)
+		if !ok {
+			return "", fmt.Errorf("%q is not a number", text)
+		}
+		if k == trunc {
+			q := new(big.Int).Quo(x.Num(), x.Denom())
+			return q.String(), nil
+		}
+		return x.RatString(), nil
+	case ts:
+		if v.Type() == fastjson.TypeNumber {
+			x, ok := new(big.Rat).SetString(text)
+			if !ok || !x.IsInt() {
+				return "", fmt.Errorf("%q is not epoch ms", text)
+			}
+			return x.Num().String(), nil
+		}
+		if _, err := strconv.ParseInt(text, 10, 64); err == nil {
+			return text, nil
+		}
+		for _, l := range timeLayouts {
+			if t, err := time.ParseInLocation(l, text, time.UTC); err == nil {
+				return strconv.FormatInt(t.UnixMilli(), 10), nil
+			}
+		}
+		return "", fmt.Errorf("%q is not a time", text)
+	}
+	return "", fmt.Errorf("unknown kind %c", k)
+}
