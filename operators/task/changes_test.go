@@ -34,12 +34,7 @@ import (
 
 func changesConfig(mode string, enter, exit int64, cacheKeys int, every string) string {
 	return fmt.Sprintf(`
-kafka: {brokers: [127.0.0.1:9092]}
-group: %s
-instance_id: i-0
-processing: {guarantee: exactly_once, commit_interval: 100ms, state_dir: ./data, cache_keys: %d}
-backlog: {enter_lag: %d, exit_lag: %d, sort_memory: 1MiB, mode: %s, progress_interval: 0s, checkpoint_interval: %s}
-sources:
+%ssources:
   orders: {topic: %s, format: json, key: customer_id}
 operators:
   - name: %s
@@ -47,7 +42,7 @@ operators:
     output: out
 sinks:
   out: {topic: %s, format: json}
-`, testGroup, cacheKeys, enter, exit, mode, every, testTopic, testOp, testSink)
+`, testHeader(mode, enter, exit, cacheKeys, every), testTopic, testOp, testSink)
 }
 
 // genUpserts returns an upsert stream of rows {"customer_id":k,"v":x} (x from a small set, so a
@@ -154,12 +149,7 @@ func changesOneAnswer(t *testing.T, seed uint64) {
 
 func retractionsConfig(mode string, enter, exit int64, cacheKeys int, every string) string {
 	return fmt.Sprintf(`
-kafka: {brokers: [127.0.0.1:9092]}
-group: %s
-instance_id: i-0
-processing: {guarantee: exactly_once, commit_interval: 100ms, state_dir: ./data, cache_keys: %d}
-backlog: {enter_lag: %d, exit_lag: %d, sort_memory: 1MiB, mode: %s, progress_interval: 0s, checkpoint_interval: %s}
-sources:
+%ssources:
   orders: {topic: %s, format: json, key: category}
 operators:
   - name: %s
@@ -170,7 +160,7 @@ operators:
     output: out
 sinks:
   out: {topic: %s, format: json}
-`, testGroup, cacheKeys, enter, exit, mode, every, testTopic, testOp, testSink)
+`, testHeader(mode, enter, exit, cacheKeys, every), testTopic, testOp, testSink)
 }
 
 // genRetractions returns a change stream: upstream ids holding a row {"category":..,"v":..};

@@ -25,12 +25,7 @@ import (
 
 func distinctConfig(mode string, enter, exit int64, cacheKeys int, every string) string {
 	return fmt.Sprintf(`
-kafka: {brokers: [127.0.0.1:9092]}
-group: %s
-instance_id: i-0
-processing: {guarantee: exactly_once, commit_interval: 100ms, state_dir: ./data, cache_keys: %d}
-backlog: {enter_lag: %d, exit_lag: %d, sort_memory: 1MiB, mode: %s, progress_interval: 0s, checkpoint_interval: %s}
-sources:
+%ssources:
   orders: {topic: %s, format: json, key: customer_id, timestamp: ts}
 operators:
   - name: %s
@@ -40,7 +35,7 @@ operators:
     output: out
 sinks:
   out: {topic: %s, format: json}
-`, testGroup, cacheKeys, enter, exit, mode, every, testTopic, testOp, testSink)
+`, testHeader(mode, enter, exit, cacheKeys, every), testTopic, testOp, testSink)
 }
 
 type distinctRec struct {

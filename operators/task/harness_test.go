@@ -100,16 +100,22 @@ func testConfig(mode string, enter, exit int64, cacheKeys int) string {
 	return testConfigEvery(mode, enter, exit, cacheKeys, "0s")
 }
 
-// testConfigEvery is testConfig with backlog.checkpoint_interval (the step clock advances 1ms
-// per reading, so "5ms" folds the sorted backlog every few batches).
-func testConfigEvery(mode string, enter, exit int64, cacheKeys int, every string) string {
-	return fmt.Sprintf(`
-kafka: {brokers: [127.0.0.1:9092]}
+// testHeader is the head of the tests' pipelines: group testGroup, exactly once, a 1 MiB sort
+// budget, and the given backlog mode, lags, cache and backlog.checkpoint_interval.
+func testHeader(mode string, enter, exit int64, cacheKeys int, every string) string {
+	return fmt.Sprintf(`kafka: {brokers: [127.0.0.1:9092]}
 group: %s
 instance_id: i-0
 processing: {guarantee: exactly_once, commit_interval: 100ms, state_dir: ./data, cache_keys: %d}
 backlog: {enter_lag: %d, exit_lag: %d, sort_memory: 1MiB, mode: %s, progress_interval: 0s, checkpoint_interval: %s}
-sources:
+`, testGroup, cacheKeys, enter, exit, mode, every)
+}
+
+// testConfigEvery is testConfig with backlog.checkpoint_interval (the step clock advances 1ms
+// per reading, so "5ms" folds the sorted backlog every few batches).
+func testConfigEvery(mode string, enter, exit int64, cacheKeys int, every string) string {
+	return fmt.Sprintf(`
+%ssources:
   orders: {topic: %s, format: json, key: customer_id, timestamp: ts}
 operators:
   - name: %s
@@ -124,7 +130,7 @@ operators:
     output: out
 sinks:
   out: {topic: %s, format: json}
-`, testGroup, cacheKeys, enter, exit, mode, every, testTopic, testOp, testSink)
+`, testHeader(mode, enter, exit, cacheKeys, every), testTopic, testOp, testSink)
 }
 
 func mustPlan(t testing.TB, doc string) *plan.Plan {

@@ -51,19 +51,14 @@ func joinConfig(typ string, agg bool, groupBy string, mode string, enter, exit i
 `, joinTable, typ, testOp, gb, fields)
 	}
 	return fmt.Sprintf(`
-kafka: {brokers: [127.0.0.1:9092]}
-group: %s
-instance_id: i-0
-processing: {guarantee: exactly_once, commit_interval: 100ms, state_dir: ./data, cache_keys: %d}
-backlog: {enter_lag: %d, exit_lag: %d, sort_memory: 1MiB, mode: %s, progress_interval: 0s, checkpoint_interval: %s}
-sources:
+%ssources:
   orders: {topic: %s, format: json, key: customer_id, timestamp: ts}
 tables:
   %s: {topic: %s, key: customer_id}
 operators:
 %ssinks:
   out: {topic: %s, format: json}
-`, testGroup, cacheKeys, enter, exit, mode, every, testTopic, joinTable, joinTable, ops, testSink)
+`, testHeader(mode, enter, exit, cacheKeys, every), testTopic, joinTable, joinTable, ops, testSink)
 }
 
 // newJoinTask builds the task of partition 0 of the group {customers, orders} over store.

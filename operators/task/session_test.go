@@ -28,12 +28,7 @@ func (w sessionSpec) config(mode string, enter, exit int64, cacheKeys int, every
 		emit = "updates"
 	}
 	return fmt.Sprintf(`
-kafka: {brokers: [127.0.0.1:9092]}
-group: %s
-instance_id: i-0
-processing: {guarantee: exactly_once, commit_interval: 100ms, state_dir: ./data, cache_keys: %d}
-backlog: {enter_lag: %d, exit_lag: %d, sort_memory: 1MiB, mode: %s, progress_interval: 0s, checkpoint_interval: %s}
-sources:
+%ssources:
   orders: {topic: %s, format: json, key: customer_id, timestamp: ts, watermark: {max_delay: %dms}}
 operators:
   - name: %s
@@ -49,7 +44,7 @@ operators:
     output: out
 sinks:
   out: {topic: %s, format: json}
-`, testGroup, cacheKeys, enter, exit, mode, every, testTopic, w.maxDelay, testOp, w.gap, w.grace, emit, testSink)
+`, testHeader(mode, enter, exit, cacheKeys, every), testTopic, w.maxDelay, testOp, w.gap, w.grace, emit, testSink)
 }
 
 // oSession is the oracle's session: its span and the exact totals of its records.
