@@ -1,7 +1,8 @@
 // Command nexmarkcmp is the Kafka side of integration/peers/nexmark.sh, the Nexmark comparison
 // of sluice with Flink SQL: it creates output topics, sums end offsets, and reads two result
-// topics back (read_committed) to compare them as relations. It is an independent check: it
-// imports no sluice package, only franz-go and fastjson.
+// topics back (read_committed) to compare them as relations. It is an independent check: of
+// sluice it imports only the test workloads' topic reader (cmd/sluice/workload.ReadEach), no
+// operator or runtime code.
 //
 //	nexmarkcmp ends    --brokers B --topics t1,t2,...         sum of the topics' end offsets (-1: a topic is missing)
 //	nexmarkcmp create  --brokers B --topic T [--partitions 8] create T (exit 0 if it exists)

@@ -10,6 +10,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/valyala/fastjson"
+
+	"github.com/sluice-dev/sluice/cmd/sluice/workload"
 )
 
 // kind is how a column is normalized.
@@ -136,7 +138,7 @@ func relation(ctx context.Context, brokers []string, topic string, s spec, flink
 	rows := make(map[string]int)
 	latest := make(map[string]string)
 	var buf []string
-	err := readCommitted(ctx, brokers, topic, func(r *kgo.Record) error {
+	err := workload.ReadEach(ctx, brokers, topic, func(r *kgo.Record) error {
 		if r.Value == nil {
 			if !upsert {
 				return fmt.Errorf("%s partition %d offset %d: a tombstone in an append topic", topic, r.Partition, r.Offset)
