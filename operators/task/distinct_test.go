@@ -19,9 +19,10 @@ import (
 // that is its key's first passing some flag (in offset order) once, with each flag's column 1
 // if it is the key's first passing that flag, and every bad record one dead letter; so the
 // columns summed per key are the number of flags seen, whatever the mode. (A distinct that also
-// passed on the other records, with zero columns, failed this test with -long: a chain whose
-// progress is held by a backlog commits its real-time outputs before their offsets, so an abort
-// replays them; outputs that follow from committed state, as these, are not repeated.)
+// passed on the other records, with zero columns, failed this test with -long: entering backlog
+// did not checkpoint the outbox first, so its outputs were committed before their offsets and an
+// abort replayed them. The mode policy now counts the outbox as dirty:
+// TestOutboxCheckpointsBeforeBacklog.)
 
 func distinctConfig(mode string, enter, exit int64, cacheKeys int, every string) string {
 	return fmt.Sprintf(`
