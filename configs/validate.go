@@ -683,6 +683,21 @@ func checkAggregate(kp string, a *Aggregate) *Error {
 			return errorf(key, "%s", msg)
 		}
 	}
+	// A field path is read as a number or as a string, not both: every record would fail one.
+	asString := map[string]string{}
+	for _, sp := range a.Specs() {
+		if sp.Type == AggTypeString {
+			asString[sp.Field] = sp.Name
+		}
+	}
+	for _, sp := range a.Specs() {
+		if other, ok := asString[sp.Field]; ok && sp.Func != "count" && sp.Type != AggTypeString {
+			return errorf(kp+".fields."+sp.Name, "%s reads %s as a number, but %s reads it as a string (type: string); a value is one or the other", sp.Func, sp.Field, other)
+		}
+		if sp.Type == AggTypeString && a.Window.Kind() == "session" {
+			return errorf(kp+".fields."+sp.Name+".type", "a min or max over strings is not supported with session windows (a session's state is fixed-size); use a tumbling or hopping window, or none")
+		}
+	}
 	if err := checkEnum(kp+".emit", a.Emit, EmitUpdates, EmitFinal); err != nil {
 		return err
 	}
