@@ -277,6 +277,9 @@ type Operator struct {
 	Changes   *Changes   `koanf:"changes" doc:"Turns an upsert stream (the latest row per key: an aggregate's updates, a top's rows, a dedup's latest records, or a topic of rows and tombstones) into its changes: when a key's row changes, the retraction of the row it replaces ({...the old row, \"retract\": true}) and then the new row; a tombstone (null value) retracts the key's row. An aggregate with retractions: true reads them (Kafka Streams' KTable groupBy/aggregate with a subtractor). State: each key's last row; changelog as an aggregate's."`
 	Distinct  *Distinct  `koanf:"distinct" doc:"Marks, per key, the first record that passes each of its flags: such a record goes on with one 0/1 column per flag (1: the key's first record passing that flag), the others are dropped. Keyed by (group, value), an aggregate or cogroup that sums the columns per group counts the distinct values (COUNT(DISTINCT value) FILTER (WHERE flag)); state: a bitmask per key, changelog as an aggregate's."`
 	Output    string     `koanf:"output" default:"none" doc:"The sink the operator's records go to; required for an aggregate, cogroup, dedup, top, changes, distinct or stream-stream join that no later operator reads (later operators read a keyed operator's results through <group>-<name>-output)."`
+
+	// expandedFrom: the aggregate whose count_distinct fields this internal operator serves.
+	expandedFrom string
 }
 
 // Kind returns "filter", "map" or "aggregate" ("" when none is set).
@@ -410,7 +413,7 @@ func parseColumn(item any) (Column, string) {
 type Aggregate struct {
 	Input string `koanf:"input" default:"required" doc:"A source or an earlier operator."`
 	// Fields is the raw YAML, {amount: {sum: amount}, orders: {count: {}}}: see Specs.
-	Fields  map[string]map[string]any `koanf:"fields" default:"required" doc:"Output fields: name: {sum|min|max|avg: input field path} or name: {count: {}}. Sums are exact decimals. Each may add where: a boolean expression (as a filter's; e.g. {count: {}, where: \"price < 10000\"}, SQL's count(*) filter (where ...)): only the records for which it holds count towards that field (its min, max and avg are null, its count and sum 0, while none has). A min or max compares numbers unless it adds type: string, which compares strings by their UTF-8 bytes (as SQL compares VARCHAR); a value of the other type is a dead letter. Not with session windows."`
+	Fields  map[string]map[string]any `koanf:"fields" default:"required" doc:"Output fields: name: {sum|min|max|avg: input field path}, name: {count: {}} or name: {count_distinct: input field path}. Sums are exact decimals. count_distinct (exact; needs group_by, no window, no retractions) runs as internal operators <name>-distinct-<field> (a distinct keyed by the group and the value, read by a rekey <name>-distinct-<field>-by) and turns this aggregate into a cogroup of them and, for its other fields, of the rekey <name>-by. Each may add where: a boolean expression (as a filter's; e.g. {count: {}, where: \"price < 10000\"}, SQL's count(*) filter (where ...)): only the records for which it holds count towards that field (its min, max and avg are null, its count and sum 0, while none has). A min or max compares numbers unless it adds type: string, which compares strings by their UTF-8 bytes (as SQL compares VARCHAR); a value of the other type is a dead letter. Not with session windows."`
 	Emit    string                    `koanf:"emit" enum:"updates,final" doc:"updates: the current value at most once per key (and window) per commit; final (windows only): exactly one output per key and window, when it closes."`
 	GroupBy string                    `koanf:"group_by" default:"none" doc:"Field path to group by instead of the input's key (e.g. customers.region), or several separated by commas for a composite key (e.g. bidder, auction: the key is the JSON object {\"bidder\":7,\"auction\":1001}, and the output carries its columns in place of key): records are re-keyed through the topic <group>-<name>-repartition, written in the same transaction as the input offsets; empty: the input's key."`
 	// Retractions: the input is a change stream (a changes operator's, or any stream whose
@@ -613,7 +616,11 @@ const (
 )
 
 // aggFuncs are the aggregate functions, in the order error messages list them.
-var aggFuncs = []string{"sum", "count", "min", "max", "avg"}
+var aggFuncs = []string{"sum", "count", "min", "max", "avg", CountDistinct}
+
+// CountDistinct is the aggregate function that counts a field's distinct values; Parse expands
+// it into a distinct, a rekey and a cogroup (see expandCountDistinct): no operator sees it.
+const CountDistinct = "count_distinct"
 
 // Specs returns the parsed aggregate fields sorted by Name. It is meaningful only for an
 // aggregate that passed Validate: entries that do not parse are left out. The returned slice is
@@ -948,6 +955,9 @@ func parseOrigins(yamlDoc []byte, fileName string, environ []string, hostname fu
 		return nil, nil, cerr
 	}
 	if err := c.Validate(); err != nil {
+		return nil, nil, err
+	}
+	if err := c.expandCountDistinct(); err != nil {
 		return nil, nil, err
 	}
 	return &c, &origins{file: fileMap, env: envNames}, nil

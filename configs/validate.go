@@ -698,6 +698,9 @@ func checkAggregate(kp string, a *Aggregate) *Error {
 			return errorf(kp+".fields."+sp.Name+".type", "a min or max over strings is not supported with session windows (a session's state is fixed-size); use a tumbling or hopping window, or none")
 		}
 	}
+	if err := checkCountDistinct(kp, a); err != nil {
+		return err
+	}
 	if err := checkEnum(kp+".emit", a.Emit, EmitUpdates, EmitFinal); err != nil {
 		return err
 	}
@@ -741,6 +744,11 @@ func checkAggregate(kp string, a *Aggregate) *Error {
 // checkCogroup checks a cogroup's fields (as an aggregate's) and that each names one of its
 // inputs in from.
 func checkCogroup(kp string, cg *Cogroup) *Error {
+	for _, name := range sortedKeys(cg.Fields) {
+		if _, ok := cg.Fields[name][CountDistinct]; ok {
+			return errorf(kp+".fields."+name, "count_distinct is an aggregate's field, not a cogroup's; count the distinct values in an aggregate with group_by (or with a distinct operator whose columns the cogroup sums)")
+		}
+	}
 	if err := checkAggregate(kp, cg.Aggregate()); err != nil {
 		return err
 	}
@@ -1009,6 +1017,33 @@ func checkDistinct(kp string, d *Distinct) *Error {
 	if d.GroupBy != "" {
 		if msg := checkGroupBy(d.GroupBy); msg != "" {
 			return errorf(kp+".group_by", "%s; or leave it out to mark the first records of the input's key", msg)
+		}
+	}
+	return nil
+}
+
+// checkCountDistinct checks an aggregate's count_distinct fields: they run as a distinct keyed
+// by the group and the value (expandCountDistinct), so the group must be fields of the record
+// (group_by), and a distinct has neither windows nor retractions.
+func checkCountDistinct(kp string, a *Aggregate) *Error {
+	perValue := map[string]int{}
+	for _, sp := range a.Specs() {
+		if sp.Func != CountDistinct {
+			continue
+		}
+		key := kp + ".fields." + sp.Name
+		switch {
+		case a.GroupBy == "":
+			return errorf(key, "count_distinct needs group_by (its distinct values are kept per group and value, both fields of the record); group by the field the input is keyed by, e.g. group_by: auction")
+		case a.Window != nil:
+			return errorf(key, "count_distinct is not supported with a window yet (its distinct values are remembered for ever); leave the window out, or group by a column holding the window (e.g. a map's date_format)")
+		case a.Retractions:
+			return errorf(key, "count_distinct cannot take a retraction back (a value's first record may be the one retracted); use it over rows that never change")
+		case slices.Contains(splitFields(a.GroupBy), sp.Field):
+			return errorf(key, "counts the distinct values of %s, a group_by field (always 1)", sp.Field)
+		}
+		if perValue[sp.Field]++; perValue[sp.Field] > maxDistinctFlags {
+			return errorf(key, "more than %d count_distinct fields of %s (a distinct's state is a 64-bit mask)", maxDistinctFlags, sp.Field)
 		}
 	}
 	return nil

@@ -231,6 +231,8 @@ func newAggregate(name string, cfg configs.Aggregate, inputs []string, from map[
 			s.kind = aggMax
 		case "avg":
 			s.kind = aggAvg
+		case configs.CountDistinct:
+			return nil, fmt.Errorf("operators: %s: field %s: count_distinct runs as internal operators that configs.Parse writes out; parse the config", name, sp.Name)
 		default:
 			return nil, fmt.Errorf("operators: %s: field %s: unknown function %q (allowed: sum, count, min, max, avg)", name, sp.Name, sp.Func)
 		}
