@@ -278,8 +278,11 @@ type Operator struct {
 	Distinct  *Distinct  `koanf:"distinct" doc:"Marks, per key, the first record that passes each of its flags: such a record goes on with one 0/1 column per flag (1: the key's first record passing that flag), the others are dropped. Keyed by (group, value), an aggregate or cogroup that sums the columns per group counts the distinct values (COUNT(DISTINCT value) FILTER (WHERE flag)); state: a bitmask per key, changelog as an aggregate's."`
 	Output    string     `koanf:"output" default:"none" doc:"The sink the operator's records go to; required for an aggregate, cogroup, dedup, top, changes, distinct or stream-stream join that no later operator reads (later operators read a keyed operator's results through <group>-<name>-output)."`
 
-	// expandedFrom: the aggregate whose count_distinct fields this internal operator serves.
+	// expandedFrom: the aggregate whose count_distinct fields this internal operator serves;
+	// origin: the key of the aggregate in the config file, for each operator the expansion
+	// wrote (the aggregate's own, now a cogroup, included).
 	expandedFrom string
+	origin       string
 }
 
 // Kind returns "filter", "map" or "aggregate" ("" when none is set).

@@ -44,6 +44,16 @@ func distinctName(op, v string) string {
 // ("" for an operator of the config file).
 func (o *Operator) ExpandedFrom() string { return o.expandedFrom }
 
+// Key returns the operator's key in the config file, "operators[i].<kind>" for the operator at
+// index i of Operators; for an operator written out for an aggregate's count_distinct fields,
+// the key of that aggregate (whose index in the file may differ).
+func (o *Operator) Key(i int) string {
+	if o.origin != "" {
+		return o.origin
+	}
+	return fmt.Sprintf("operators[%d].%s", i, o.Kind())
+}
+
 // expandCountDistinct rewrites every aggregate with count_distinct fields into the operators
 // above. c must have been validated; the result validates too (each operator comes after its
 // inputs).
@@ -58,6 +68,9 @@ func (c *Config) expandCountDistinct() *Error {
 		}
 		kp := fmt.Sprintf("operators[%d].aggregate", i)
 		internal := expandAggregate(op)
+		for k := range internal {
+			internal[k].origin = kp
+		}
 		for _, n := range internal[:len(internal)-1] {
 			if j := slices.IndexFunc(c.Operators, func(o Operator) bool { return o.Name == n.Name }); j >= 0 {
 				return errorf(kp+".fields", "count_distinct needs an internal operator named %q, which operators[%d] already is; rename one of them", n.Name, j)

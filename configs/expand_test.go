@@ -23,6 +23,7 @@ operators:
         bidders: {count_distinct: bidder}
         rank1_bidders: {count_distinct: bidder, where: "price < 10"}
         auctions: {count_distinct: auction}
+        last_bidder: {max: bidder, type: string}
     output: out
   - name: after
     filter: {input: q15, expr: "bids > 1"}
@@ -73,12 +74,13 @@ func TestExpandCountDistinct(t *testing.T) {
 		"bidders":       "sum(bidders) from q15-distinct-bidder-by",
 		"rank1_bidders": "sum(rank1_bidders) from q15-distinct-bidder-by",
 		"auctions":      "sum(auctions) from q15-distinct-auction-by",
+		"last_bidder":   "max(bidder) from q15-by",
 	} {
 		f := cg.Fields[name]
 		var fn, arg string
 		for k, v := range f {
 			switch k {
-			case "from", "where":
+			case "from", "where", "type":
 			default:
 				fn = k
 				arg, _ = v.(string)

@@ -691,7 +691,7 @@ func checkAggregate(kp string, a *Aggregate) *Error {
 		}
 	}
 	for _, sp := range a.Specs() {
-		if other, ok := asString[sp.Field]; ok && sp.Func != "count" && sp.Type != AggTypeString {
+		if other, ok := asString[sp.Field]; ok && sp.Func != "count" && sp.Func != CountDistinct && sp.Type != AggTypeString {
 			return errorf(kp+".fields."+sp.Name, "%s reads %s as a number, but %s reads it as a string (type: string); a value is one or the other", sp.Func, sp.Field, other)
 		}
 		if sp.Type == AggTypeString && a.Window.Kind() == "session" {

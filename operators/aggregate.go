@@ -332,15 +332,18 @@ func use(mask *uint64, all *bool, where int) {
 	}
 }
 
-// FieldError is an aggregate field's config that does not compile (its where expression): the
-// plan turns it into a config error naming the field's key. A plain value.
+// FieldError is a part of an operator's config that does not compile (an aggregate field's
+// where, a distinct's flag): the plan turns it into a config error naming its key. A plain value.
 type FieldError struct {
 	Operator, Field string
-	Part            string // "where"
+	Part            string // "where" (a field's), or "flags" (a distinct's flag Field)
 	Err             error
 }
 
 func (e *FieldError) Error() string {
+	if e.Part == "flags" {
+		return fmt.Sprintf("%v (flag %s)", e.Err, e.Field)
+	}
 	return fmt.Sprintf("%v (field %s, %s)", e.Err, e.Field, e.Part)
 }
 

@@ -422,9 +422,18 @@ func fieldError(cfg *configs.Config, err error) error {
 		return err
 	}
 	for i := range cfg.Operators {
-		if op := &cfg.Operators[i]; op.Name == fe.Operator {
-			return &configs.Error{Key: fmt.Sprintf("operators[%d].%s.fields.%s.%s", i, op.Kind(), fe.Field, fe.Part), Msg: fe.Err.Error()}
+		op := &cfg.Operators[i]
+		if op.Name != fe.Operator {
+			continue
 		}
+		if fe.Part == "flags" {
+			if op.ExpandedFrom() != "" {
+				// A distinct's flag written out for a count_distinct field: its where.
+				return &configs.Error{Key: op.Key(i) + ".fields." + fe.Field + ".where", Msg: fe.Err.Error()}
+			}
+			return &configs.Error{Key: op.Key(i) + ".flags." + fe.Field, Msg: fe.Err.Error()}
+		}
+		return &configs.Error{Key: op.Key(i) + ".fields." + fe.Field + "." + fe.Part, Msg: fe.Err.Error()}
 	}
 	return err
 }
