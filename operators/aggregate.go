@@ -92,11 +92,21 @@ type Aggregate struct {
 	// a key with no record left renders nothing (the caller writes a tombstone).
 	retract     bool
 	retractPath path
+
+	// outputLog: its results are its changelog (configs.Aggregate.Changelog output; StateOf).
+	outputLog bool
 }
 
 // NewAggregate compiles the aggregate's field specs. cfg must have been validated.
 func NewAggregate(name string, cfg configs.Aggregate) (*Aggregate, error) {
-	return newAggregate(name, cfg, nil, nil)
+	a, err := newAggregate(name, cfg, nil, nil)
+	if err == nil && cfg.OutputChangelog() {
+		if !a.ResultsRebuildState() {
+			return nil, fmt.Errorf("operators: %s: changelog: output needs results that give the state back (no window, retractions or avg)", name)
+		}
+		a.outputLog = true
+	}
+	return a, err
 }
 
 // NewCogroup compiles a cogroup (configs.Cogroup): an aggregate whose fields each take their

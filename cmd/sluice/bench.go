@@ -50,6 +50,7 @@ type benchOpts struct {
 	commitInterval time.Duration
 	timeout        time.Duration
 	stall          time.Duration
+	changelog      string // --workload orders: the aggregate's changelog (topic or output)
 }
 
 // benchRun is the measurement of one child run.
@@ -153,7 +154,9 @@ func newBenchWorkload(o benchOpts) benchWorkload {
 			streams:  []string{roleOrders},
 			records:  spec.Records,
 			operator: workload.PipelineOperator,
-			pipeline: func(t map[string]string, sink string) string { return workload.Pipeline(t[roleOrders], sink) },
+			pipeline: func(t map[string]string, sink string) string {
+				return workload.PipelineChangelog(t[roleOrders], sink, o.changelog)
+			},
 			prefill: func(ctx context.Context, cl *kgo.Client, t map[string]string) (map[string]int64, error) {
 				return map[string]int64{roleOrders: spec.Records}, workload.Produce(ctx, cl, t[roleOrders], spec)
 			},
@@ -294,6 +297,7 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 	fs.StringVar(&o.only, "only", "", "run one mode only (never or auto), checked against the produced totals; no speedup, and ceiling_ratio is that mode's")
 	fs.DurationVar(&o.commitInterval, "commit-interval", 100*time.Millisecond, "processing.commit_interval of each run")
 	fs.DurationVar(&o.timeout, "timeout", 30*time.Minute, "give up on a run after this long")
+	fs.StringVar(&o.changelog, "changelog", configs.ChangelogOwnTopic, "--workload orders: the aggregate's changelog: topic (its own topic) or output (its sink's topic, one write per key)")
 	fs.DurationVar(&o.stall, "stall", 10*time.Minute, "give up on a run whose /status shows no progress for this long (status moves per fetched batch, which can take minutes with a small cache)")
 	if err := parseFlags(fs, args, stderr); err != nil {
 		return err
