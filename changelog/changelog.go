@@ -179,6 +179,10 @@ type Restorer struct {
 	// Layout returns the fingerprint and text of operator op's state layout in the running
 	// config; a record whose codec.HeaderLayout differs is an error. Nil, or "", checks nothing.
 	Layout func(op string) (fingerprint, text string)
+	// Decode turns a record's value into the state to store, for an operator whose changelog
+	// holds something else (an aggregate whose results are its changelog); it returns val
+	// itself for the others. An error is the record's (ErrLayout). Nil stores values as they are.
+	Decode func(op string, key, val []byte) ([]byte, error)
 	// Opts are the options each restore client starts from, after kgo.SeedBrokers(Brokers):
 	// the connection's (dial.Opts: TLS, SASL) and test hooks.
 	Opts []kgo.Opt
@@ -330,7 +334,14 @@ func (r *Restorer) apply(b state.Batch, rec *kgo.Record, ns state.Namespace, fp,
 	if err := checkLayout(rec, ns, fp, layout); err != nil {
 		return err
 	}
-	if rec.Value != nil && r.Valid != nil && !r.Valid(ns.Operator, rec.Value) {
+	val := rec.Value
+	if val != nil && r.Decode != nil {
+		var err error
+		if val, err = r.Decode(ns.Operator, rec.Key, val); err != nil {
+			return undecodable(rec, ns, layout, err)
+		}
+	}
+	if val != nil && r.Valid != nil && !r.Valid(ns.Operator, val) {
 		return invalidState(rec, ns, layout)
 	}
 	pendNS := codec.PendingNamespace(ns)
@@ -344,10 +355,10 @@ func (r *Restorer) apply(b state.Batch, rec *kgo.Record, ns state.Namespace, fp,
 			return err
 		}
 	}
-	if rec.Value == nil {
+	if val == nil {
 		return b.Delete(ns, rec.Key)
 	}
-	return b.Set(ns, rec.Key, rec.Value)
+	return b.Set(ns, rec.Key, val)
 }
 
 func (r *Restorer) log() *slog.Logger {

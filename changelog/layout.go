@@ -48,6 +48,16 @@ func invalidState(rec *kgo.Record, ns state.Namespace, wantText string) error {
 		ErrLayout, rec.Topic, rec.Partition, rec.Offset, len(rec.Value), ns.Operator, layout, ResetHint(ns.Operator, rec.Topic))
 }
 
+// undecodable is the error for a value that the Decode hook refuses.
+func undecodable(rec *kgo.Record, ns state.Namespace, wantText string, err error) error {
+	layout := ""
+	if wantText != "" {
+		layout = " (" + wantText + ")"
+	}
+	return fmt.Errorf("%w: %s[%d] offset %d: its value is not a result of operator %s under this config's layout%s, so it cannot rebuild the key's state: %v; %s",
+		ErrLayout, rec.Topic, rec.Partition, rec.Offset, ns.Operator, layout, err, ResetHint(ns.Operator, rec.Topic))
+}
+
 // invalidWatermark is the error for a watermark record whose value is not 8 bytes.
 func invalidWatermark(rec *kgo.Record, ns state.Namespace) error {
 	return fmt.Errorf("%w: %s[%d] offset %d: a watermark record of operator %s holds %d bytes under key %q, want 8 under wm or wm/<input> (sluice did not write it); "+

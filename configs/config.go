@@ -423,6 +423,9 @@ type Aggregate struct {
 	// records carry "retract": true to take an earlier record back).
 	Retractions bool `koanf:"retractions" doc:"The input is a change stream (a changes operator's): a record with \"retract\": true is subtracted (sum, avg and count are taken back exactly; min and max cannot be, and are refused), any other record added. A key whose records all were retracted leaves the result: its update is a tombstone (null value). No window."`
 
+	// Changelog: where the state's changelog lives (ChangelogTopic, ChangelogOutput).
+	Changelog string `koanf:"changelog" enum:"topic,output" default:"topic" doc:"topic: the operator's own compacted changelog topic <group>-<name>-changelog, beside its output. output: its output topic is its changelog (one write per key instead of two): each result goes to the input's partition number, carries the state's layout header, and a restore rebuilds the states from the latest results. Needs a sink (json) that only this operator writes and no later operator reads, with as many partitions as the input, no window, no retractions and no avg (which the results cannot give back exactly); results of a backlog checkpoint (backlog.checkpoint_interval) are written too."`
+
 	// Window is nil for one result per key, never closed.
 	Window *Window `koanf:"window" doc:"An event-time window: exactly one of tumbling, hopping (with advance) and session. Without one, each key has one result that never closes. Over the finals of another operator's windows (emit: final), a final's event time is its window's end - 1 and the watermark is the smallest of the output watermarks that operator's tasks announce."`
 }
@@ -561,6 +564,15 @@ const (
 	JoinLeft  = "left"
 	JoinOuter = "outer"
 )
+
+// Aggregate changelogs (Aggregate.Changelog).
+const (
+	ChangelogOwnTopic = "topic"
+	ChangelogOutput   = "output"
+)
+
+// OutputChangelog reports whether the aggregate's output topic is its changelog.
+func (a *Aggregate) OutputChangelog() bool { return a != nil && a.Changelog == ChangelogOutput }
 
 // Join sides (unique).
 const (

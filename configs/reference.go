@@ -33,7 +33,8 @@ operators:
   - {name: ds, distinct: {input: s, group_by: "x, y", flags: {n: "true"}}, output: o}
   - {name: rk, rekey: {input: s, by: x}, output: o}
   - {name: ch, changes: {input: tn}, output: o}
-sinks: {o: {topic: out, schema: '{"type":"record","name":"R","fields":[]}'}}
+  - {name: ao, aggregate: {input: s, fields: {n: {count: {}}}, changelog: topic}, output: z}
+sinks: {o: {topic: out, schema: '{"type":"record","name":"R","fields":[]}'}, z: {topic: out-z}}
 schema_registry: {urls: ["http://probe:8081"]}
 `
 

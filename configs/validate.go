@@ -483,6 +483,52 @@ func (c *Config) validateOperators() *Error {
 		} else if _, ok := c.Sinks[op.Output]; !ok {
 			return errorf(p+".output", "unknown sink %q (%s)", op.Output, c.sinkList())
 		}
+		if err := c.checkOutputChangelog(p, op); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkOutputChangelog checks an aggregate whose output topic is its changelog (changelog:
+// output): a restore rebuilds every state from the latest result of its key, so the results
+// must give the state back exactly and nothing else may write there.
+func (c *Config) checkOutputChangelog(p string, op *Operator) *Error {
+	a := op.Aggregate
+	if a == nil {
+		return nil
+	}
+	key := p + ".aggregate.changelog"
+	if err := checkEnum(key, a.Changelog, ChangelogOwnTopic, ChangelogOutput); err != nil || !a.OutputChangelog() {
+		return err
+	}
+	switch {
+	case op.Output == "":
+		return errorf(key, "output needs a sink for the results (a later operator reads them, and a restore needs a topic only this operator writes); use changelog: topic")
+	case c.ReadByLater(op.Name):
+		return errorf(key, "output: a later operator reads this aggregate's results; use changelog: topic")
+	case a.Window != nil:
+		return errorf(key, "output: a window's results leave its state when it closes, so they cannot rebuild it; use changelog: topic")
+	case a.Retractions:
+		return errorf(key, "output: with retractions a key whose rows were all taken back has no result, but may have a state; use changelog: topic")
+	case c.Sinks[op.Output].Format == "avro":
+		return errorf(key, "output: sink %q writes avro; a restore reads the results back as JSON, so it needs format: json (or use changelog: topic)", op.Output)
+	}
+	for _, name := range sortedKeys(a.Fields) {
+		sp, _ := parseAggSpec(name, a.Fields[name])
+		switch {
+		case sp.Func == "avg":
+			return errorf(p+".aggregate.fields."+name, "avg cannot give its sum and count back exactly, and changelog: output rebuilds the state from the results; write {sum: %s} and {count: {}} fields (and divide downstream), or use changelog: topic", sp.Field)
+		case sp.Func == CountDistinct:
+			return errorf(p+".aggregate.fields."+name, "count_distinct keeps its values in operators of its own, which changelog: output cannot rebuild from the results; use changelog: topic")
+		case sp.Where != "" || sp.Type == AggTypeString:
+			return errorf(p+".aggregate.fields."+name, "a field with where or type: string has a state its result does not give back (a filtered count of its own, a string); changelog: output rebuilds the state from the results; use changelog: topic")
+		}
+	}
+	for j, other := range c.Operators {
+		if other.Name != op.Name && other.Output == op.Output {
+			return errorf(key, "output: sink %q is also written by operators[%d] (%s), and a restore would read its records as this aggregate's states; give this aggregate a sink of its own", op.Output, j, other.Name)
+		}
 	}
 	return nil
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/sluice-dev/sluice/configs"
 	"github.com/sluice-dev/sluice/producer"
 	"github.com/sluice-dev/sluice/state"
 )
@@ -333,14 +334,21 @@ func TestReady(t *testing.T) {
 // TestRestoreFromChangelog: a second engine of the same group that lost the first one's state
 // (a new, empty store) restores it from the changelog (sluice_restored_records_total counts
 // the replayed records), and its totals after more input continue the first engine's exactly.
-// With the state kept, it replays nothing and continues just the same.
+// With the state kept, it replays nothing and continues just the same. With changelog: output
+// the changelog is the sink topic (no changelog topic exists), whether the first engine wrote
+// its results in real time or by folding a backlog.
 func TestRestoreFromChangelog(t *testing.T) {
 	for _, tc := range []struct {
-		name string
-		keep bool // the second engine reopens the first one's state dir
+		name      string
+		keep      bool // the second engine reopens the first one's state dir
+		changelog string
+		enterLag  int64 // of the first engine (0: it stays in real time)
 	}{
 		{name: "StateLost", keep: false},
 		{name: "StateKept", keep: true},
+		{name: "OutputStateLost", keep: false, changelog: configs.ChangelogOutput},
+		{name: "OutputStateKept", keep: true, changelog: configs.ChangelogOutput},
+		{name: "OutputBacklogStateLost", keep: false, changelog: configs.ChangelogOutput, enterLag: 50},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := newCluster(t)
@@ -352,7 +360,11 @@ func TestRestoreFromChangelog(t *testing.T) {
 			// The first engine commits only when it stops (a commit interval that never
 			// elapses), so its last checkpoint is certain to be applied to its state.
 			db := openState(t, dir)
-			e1 := newEngine(t, newConfig(t, brokers, pipelineOpts{commitInterval: "1m"}), db)
+			o1 := pipelineOpts{commitInterval: "1m", changelog: tc.changelog}
+			if tc.enterLag > 0 {
+				o1.enterLag, o1.exitLag = tc.enterLag, 10
+			}
+			e1 := newEngine(t, newConfig(t, brokers, o1), db)
 			e1.start(t)
 			adm := admin(t, brokers)
 			waitProcessed(t, e1, first.n)
@@ -370,7 +382,7 @@ func TestRestoreFromChangelog(t *testing.T) {
 			if tc.keep {
 				store = openState(t, dir)
 			}
-			e2 := newEngine(t, newConfig(t, brokers, pipelineOpts{}), store)
+			e2 := newEngine(t, newConfig(t, brokers, pipelineOpts{changelog: tc.changelog}), store)
 			e2.start(t)
 			waitFor(t, 20*time.Second, "the second engine to be ready", func() (bool, error) { return e2.Ready(), e2.failed() })
 			second := orders{n: 300, keys: 40, seed: 9}
@@ -385,6 +397,15 @@ func TestRestoreFromChangelog(t *testing.T) {
 				t.Errorf("sluice_restored_records_total = %v with the state kept, want 0", restored)
 			case !tc.keep && restored < keys:
 				t.Errorf("sluice_restored_records_total = %v with the state lost, want >= %v (one per key at least)", restored, keys)
+			}
+			if tc.changelog == configs.ChangelogOutput {
+				topics, err := adm.ListTopics(t.Context())
+				if err != nil {
+					t.Fatal(err)
+				}
+				if topics.Has(e2.cfg.ChangelogTopic(operator)) {
+					t.Errorf("changelog: output created the changelog topic %s", e2.cfg.ChangelogTopic(operator))
+				}
 			}
 			e2.stopClean(t)
 		})

@@ -53,7 +53,8 @@ func newCluster(t *testing.T) *kfake.Cluster {
 type pipelineOpts struct {
 	commitInterval    string
 	enterLag, exitLag int64
-	catchUp           bool // processing.commit_on_catch_up
+	catchUp           bool   // processing.commit_on_catch_up
+	changelog         string // the aggregate's changelog: topic (""), or output
 }
 
 // newConfig returns the orders-totals pipeline of group "g", instance "i-0": per customer_id,
@@ -65,6 +66,9 @@ func newConfig(t *testing.T, brokers []string, o pipelineOpts) *configs.Config {
 	}
 	if o.enterLag == 0 {
 		o.enterLag, o.exitLag = 1_000_000, 100
+	}
+	if o.changelog == "" {
+		o.changelog = configs.ChangelogOwnTopic
 	}
 	doc := fmt.Sprintf(`
 kafka: {brokers: [%s]}
@@ -80,11 +84,12 @@ operators:
     aggregate:
       input: orders
       fields: {amount: {sum: amount}, orders: {count: {}}}
+      changelog: %s
     output: totals_out
 sinks:
   totals_out: {topic: %s, format: json}
 `, strings.Join(brokers, ", "), o.commitInterval, o.catchUp, t.TempDir(), o.enterLag, o.exitLag,
-		inputTopic, operator, sinkTopic)
+		inputTopic, operator, o.changelog, sinkTopic)
 	cfg, err := configs.Parse([]byte(doc), nil)
 	if err != nil {
 		t.Fatalf("config: %v", err)

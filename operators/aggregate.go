@@ -127,6 +127,9 @@ type Aggregate struct {
 	retract     bool
 	retractPath path
 
+	// outputLog: its results are its changelog (configs.Aggregate.Changelog output; StateOf).
+	outputLog bool
+
 	// version is the state format version (stateVersion, or stateVersionFields when a spec has a
 	// where or is a string min or max). proj: per input, its strings and which fields each
 	// record needs. wheres: the fields' filters (evaluated in env), whereText their source.
@@ -141,7 +144,14 @@ type Aggregate struct {
 
 // NewAggregate compiles the aggregate's field specs. cfg must have been validated.
 func NewAggregate(name string, cfg configs.Aggregate) (*Aggregate, error) {
-	return newAggregate(name, cfg, nil, nil)
+	a, err := newAggregate(name, cfg, nil, nil)
+	if err == nil && cfg.OutputChangelog() {
+		if !a.ResultsRebuildState() {
+			return nil, fmt.Errorf("operators: %s: changelog: output needs results that give the state back (no window, retractions, avg, where or string min or max)", name)
+		}
+		a.outputLog = true
+	}
+	return a, err
 }
 
 // NewCogroup compiles a cogroup (configs.Cogroup): an aggregate whose fields each take their

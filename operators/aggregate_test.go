@@ -570,6 +570,11 @@ func TestFieldsLayout(t *testing.T) {
 	if st[0] != 2 {
 		t.Errorf("version byte %d", st[0])
 	}
+	// A filtered field's own count and a string are not all in the result: changelog: output
+	// cannot rebuild such a state.
+	if a.ResultsRebuildState() || !mustAggregate(t, aggCfg(map[string]map[string]any{"n": {"count": nil}})).ResultsRebuildState() {
+		t.Error("ResultsRebuildState: want false with where and strings, true without")
+	}
 }
 
 // A where that fails on a record (a missing field compared) makes it a dead letter, named.

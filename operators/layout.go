@@ -147,6 +147,10 @@ func (a *Aggregate) Layout() Layout {
 		// The count is signed and the input a change stream.
 		l.Parts = append(l.Parts, LayoutPart("input", "changes", "retract"))
 	}
+	if a.outputLog {
+		// The stored offsets are the output topic's; a restore reads results, not states.
+		l.Parts = append(l.Parts, LayoutPart("changelog", "output"))
+	}
 	return l
 }
 

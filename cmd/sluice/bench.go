@@ -50,6 +50,8 @@ type benchOpts struct {
 	commitInterval time.Duration
 	timeout        time.Duration
 	stall          time.Duration
+	changelog      string // --workload orders: the aggregate's changelog (topic or output)
+	instances      int    // child processes per run, one group
 }
 
 // benchRun is the measurement of one child run.
@@ -153,7 +155,9 @@ func newBenchWorkload(o benchOpts) benchWorkload {
 			streams:  []string{roleOrders},
 			records:  spec.Records,
 			operator: workload.PipelineOperator,
-			pipeline: func(t map[string]string, sink string) string { return workload.Pipeline(t[roleOrders], sink) },
+			pipeline: func(t map[string]string, sink string) string {
+				return workload.PipelineChangelog(t[roleOrders], sink, o.changelog)
+			},
 			prefill: func(ctx context.Context, cl *kgo.Client, t map[string]string) (map[string]int64, error) {
 				return map[string]int64{roleOrders: spec.Records}, workload.Produce(ctx, cl, t[roleOrders], spec)
 			},
@@ -294,6 +298,8 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 	fs.StringVar(&o.only, "only", "", "run one mode only (never or auto), checked against the produced totals; no speedup, and ceiling_ratio is that mode's")
 	fs.DurationVar(&o.commitInterval, "commit-interval", 100*time.Millisecond, "processing.commit_interval of each run")
 	fs.DurationVar(&o.timeout, "timeout", 30*time.Minute, "give up on a run after this long")
+	fs.IntVar(&o.instances, "instances", 1, "child sluice processes per run, in one group (each with its own state dir): a scale-out run")
+	fs.StringVar(&o.changelog, "changelog", configs.ChangelogOwnTopic, "--workload orders: the aggregate's changelog: topic (its own topic) or output (its sink's topic, one write per key)")
 	fs.DurationVar(&o.stall, "stall", 10*time.Minute, "give up on a run whose /status shows no progress for this long (status moves per fetched batch, which can take minutes with a small cache)")
 	if err := parseFlags(fs, args, stderr); err != nil {
 		return err
@@ -308,8 +314,14 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 			o.keys = benchJoinKeys
 		}
 	}
-	if o.records < 1 || o.keys < 1 || o.partitions < 1 || o.cache < 0 || o.enterLag < 0 || o.commitInterval <= 0 || o.timeout <= 0 || o.stall <= 0 {
-		return &usageError{"bench: --records, --keys and --partitions must be >= 1; --cache and --enter-lag >= 0; --commit-interval, --timeout and --stall > 0"}
+	if o.records < 1 || o.keys < 1 || o.partitions < 1 || o.instances < 1 || o.cache < 0 || o.enterLag < 0 || o.commitInterval <= 0 || o.timeout <= 0 || o.stall <= 0 {
+		return &usageError{"bench: --records, --keys, --partitions and --instances must be >= 1; --cache and --enter-lag >= 0; --commit-interval, --timeout and --stall > 0"}
+	}
+	if o.changelog != configs.ChangelogOwnTopic && o.changelog != configs.ChangelogOutput {
+		return &usageError{fmt.Sprintf("bench: --changelog %q: want topic or output", o.changelog)}
+	}
+	if o.changelog != configs.ChangelogOwnTopic && o.workload != benchOrders {
+		return &usageError{fmt.Sprintf("bench: --changelog applies to --workload orders, not %s", o.workload)}
 	}
 	if o.only != "" && o.only != configs.ModeNever && o.only != configs.ModeAuto {
 		return &usageError{fmt.Sprintf("bench: --only %q: want never or auto", o.only)}
@@ -415,6 +427,12 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 	broker := "embedded"
 	if o.brokers != "" {
 		broker = o.brokers
+	}
+	if o.instances > 1 {
+		wl.header += fmt.Sprintf(" instances=%d", o.instances)
+	}
+	if o.changelog != configs.ChangelogOwnTopic {
+		wl.header += " changelog=" + o.changelog
 	}
 	fmt.Fprintf(stdout, "bench: broker=%s records=%d keys=%d partitions=%d cache_keys=%d/task sort_memory=%v enter_lag=%d commit_interval=%v%s\n",
 		broker, o.records, o.keys, o.partitions, o.cache, o.sortMemory, o.enterLag, o.commitInterval, wl.header)
@@ -583,47 +601,36 @@ func benchValidate(ctx context.Context, o benchOpts, wl benchWorkload, bin, mode
 	return nil
 }
 
-// benchChild runs the pipeline in mode as a child `sluice run` until its group has committed
-// the end offsets of every stream (ends, by topic), then stops it with SIGTERM and returns its
-// time (start to done) and peak RSS.
+// benchChild runs the pipeline in mode as o.instances child `sluice run` processes of one group
+// (instance ids <mode>-0, <mode>-1, ..., each with its own state dir, port and log) until the
+// group has committed the end offsets of every stream (ends, by topic), then stops them with
+// SIGTERM and returns the time (start to done), the largest peak RSS and the CPU of them all.
 func benchChild(ctx context.Context, o benchOpts, wl benchWorkload, bin, mode, dir, prefix string, topics map[string]string, brokers []string, adm *kadm.Client, ends map[string]map[int32]int64) (benchRun, error) {
 	group := prefix + "-" + mode
 	r := benchRun{mode: mode, sink: group + "-totals", log: filepath.Join(dir, mode+".log")}
-	port, err := freePort()
-	if err != nil {
-		return r, fmt.Errorf("bench: %w", err)
-	}
-	cfg := benchConfig(o, wl, mode, dir, group, r.sink, topics, port)
 	env := childEnv(os.Environ(), "SLUICE_KAFKA__BROKERS="+strings.Join(brokers, ","))
-	cfgPath := filepath.Join(dir, mode+".yaml")
-	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
-		return r, fmt.Errorf("bench: %w", err)
-	}
-	logf, err := os.Create(r.log)
-	if err != nil {
-		return r, fmt.Errorf("bench: %w", err)
-	}
-	defer logf.Close()
-
-	cmd := exec.Command(bin, "run", "-c", cfgPath)
-	cmd.Env = env
-	cmd.Stdout, cmd.Stderr = logf, logf
-	start := time.Now()
-	if err := cmd.Start(); err != nil {
-		return r, fmt.Errorf("bench: start %s: %w", bin, err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	stop := func() error {
-		cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case err := <-exited:
-			return err
-		case <-time.After(time.Minute):
-			cmd.Process.Kill()
-			<-exited
-			return errors.New("did not stop within a minute of SIGTERM; killed")
+	kids := make([]*benchKid, max(o.instances, 1))
+	defer func() {
+		for _, k := range kids {
+			if k != nil {
+				k.stop() // harmless once stopped
+			}
 		}
+	}()
+	start := time.Now()
+	for i := range kids {
+		name := mode
+		if len(kids) > 1 {
+			name = fmt.Sprintf("%s-%d", mode, i)
+		}
+		k, err := startKid(o, wl, bin, mode, name, i, dir, group, r.sink, topics, env)
+		if err != nil {
+			return r, err
+		}
+		kids[i] = k
+	}
+	if len(kids) > 1 {
+		r.log = filepath.Join(dir, mode+"-*.log")
 	}
 
 	tctx, cancel := context.WithTimeout(ctx, o.timeout)
@@ -639,34 +646,141 @@ func benchChild(ctx context.Context, o benchOpts, wl benchWorkload, bin, mode, d
 	for done := false; !done; {
 		select {
 		case <-tctx.Done():
-			stop()
-			return r, fmt.Errorf("bench: mode=%s did not commit the whole input: %w; last status: %s (log %s)%s", mode, tctx.Err(), status, r.log, logErrors(r.log))
-		case err := <-exited:
-			return r, fmt.Errorf("bench: mode=%s exited before it committed the whole input: %v (log %s)%s", mode, err, r.log, logErrors(r.log))
+			return r, fmt.Errorf("bench: mode=%s did not commit the whole input: %w; last status: %s (log %s)%s", mode, tctx.Err(), status, r.log, kidErrors(kids))
 		case now := <-tick.C:
+			for _, k := range kids {
+				if k.exitedEarly() {
+					return r, fmt.Errorf("bench: mode=%s (%s) exited before the group committed the whole input: %v (log %s)%s", mode, k.name, k.err, k.log, logErrors(k.log))
+				}
+			}
 			done = committedAll(tctx, adm, group, ends) && (wl.results == "" || consumedResults(tctx, adm, group, group+"-"+wl.results+"-output"))
 			if done || now.Before(nextStatus) {
 				continue
 			}
 			nextStatus = now.Add(time.Second)
-			var p int64
-			if p, status = childStatus(tctx, port); p != lastProgress {
-				lastProgress, progressAt = p, now
+			var sum int64
+			var parts []string
+			for _, k := range kids {
+				p, st := childStatus(tctx, k.port)
+				sum += p
+				parts = append(parts, st)
+			}
+			status = strings.Join(parts, "; ")
+			if sum != lastProgress {
+				lastProgress, progressAt = sum, now
 			} else if now.Sub(progressAt) > o.stall {
-				stop()
-				return r, fmt.Errorf("bench: mode=%s made no progress for %v: %s (log %s)%s", mode, o.stall, status, r.log, logErrors(r.log))
+				return r, fmt.Errorf("bench: mode=%s made no progress for %v: %s (log %s)%s", mode, o.stall, status, r.log, kidErrors(kids))
 			}
 		}
 	}
 	r.seconds = time.Since(start).Seconds()
-	// The child's own peak, read before it stops (wait4's maxrss would include the RSS this
-	// process, with the embedded broker's data, had when it forked the child).
-	r.rssKiB, _ = procstat.PeakRSS(cmd.Process.Pid)
-	if err := stop(); err != nil {
-		return r, fmt.Errorf("bench: mode=%s on SIGTERM: %w (log %s)%s", mode, err, r.log, logErrors(r.log))
+	for _, k := range kids {
+		// The child's own peak, read before it stops (wait4's maxrss would include the RSS this
+		// process, with the embedded broker's data, had when it forked the child).
+		rss, _ := procstat.PeakRSS(k.cmd.Process.Pid)
+		r.rssKiB = max(r.rssKiB, rss)
 	}
-	r.cpu = (cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()).Seconds()
+	for _, k := range kids {
+		if err := k.stop(); err != nil {
+			return r, fmt.Errorf("bench: mode=%s (%s) on SIGTERM: %w (log %s)%s", mode, k.name, err, k.log, logErrors(k.log))
+		}
+		r.cpu += (k.cmd.ProcessState.UserTime() + k.cmd.ProcessState.SystemTime()).Seconds()
+	}
 	return r, nil
+}
+
+// benchKid is one child process of a bench run.
+type benchKid struct {
+	name, log string
+	port      int
+	cmd       *exec.Cmd
+	logf      *os.File
+	exited    chan struct{}
+	err       error // Wait's, once exited is closed
+	stopped   bool
+	stopErr   error
+}
+
+// startKid writes the config of child i (named name) and starts it.
+func startKid(o benchOpts, wl benchWorkload, bin, mode, name string, i int, dir, group, sink string, topics map[string]string, env []string) (*benchKid, error) {
+	port, err := freePort()
+	if err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
+	}
+	k := &benchKid{name: name, log: filepath.Join(dir, name+".log"), port: port, exited: make(chan struct{})}
+	cfg := benchConfig(o, wl, mode, dir, group, sink, topics, port)
+	if name != mode {
+		cfg = strings.Replace(cfg, "instance_id: "+mode+"-0", fmt.Sprintf("instance_id: %s-%d", mode, i), 1)
+		cfg = strings.Replace(cfg, strconv.Quote(filepath.Join(dir, mode+"-state")), strconv.Quote(filepath.Join(dir, name+"-state")), 1)
+	}
+	cfgPath := filepath.Join(dir, name+".yaml")
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
+	}
+	if k.logf, err = os.Create(k.log); err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
+	}
+	k.cmd = exec.Command(bin, "run", "-c", cfgPath)
+	k.cmd.Env = env
+	k.cmd.Stdout, k.cmd.Stderr = k.logf, k.logf
+	if err := k.cmd.Start(); err != nil {
+		k.logf.Close()
+		return nil, fmt.Errorf("bench: start %s: %w", bin, err)
+	}
+	go func() { k.err = k.cmd.Wait(); close(k.exited) }()
+	return k, nil
+}
+
+// exitedEarly reports whether the child exited without being stopped.
+func (k *benchKid) exitedEarly() bool {
+	select {
+	case <-k.exited:
+		return !k.stopped
+	default:
+		return false
+	}
+}
+
+// stop sends SIGTERM and waits for the child (a minute at most, then kills it); it returns Wait's
+// error, and the same on later calls.
+func (k *benchKid) stop() error {
+	if k.stopped {
+		return k.stopErr
+	}
+	k.stopped = true
+	defer k.logf.Close()
+	select {
+	case <-k.exited:
+		k.stopErr = k.err
+		return k.stopErr
+	default:
+	}
+	k.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-k.exited:
+		k.stopErr = k.err
+	case <-time.After(time.Minute):
+		k.cmd.Process.Kill()
+		<-k.exited
+		k.stopErr = errors.New("did not stop within a minute of SIGTERM; killed")
+	}
+	return k.stopErr
+}
+
+// kidErrors is logErrors of every child, each under its name when there are several.
+func kidErrors(kids []*benchKid) string {
+	if len(kids) == 1 && kids[0] != nil {
+		return logErrors(kids[0].log)
+	}
+	var b strings.Builder
+	for _, k := range kids {
+		if k != nil {
+			if e := logErrors(k.log); e != "" {
+				fmt.Fprintf(&b, "\n  %s:%s", k.name, strings.ReplaceAll(e, "\n", "\n  "))
+			}
+		}
+	}
+	return b.String()
 }
 
 // logErrors returns the lines of a child's log that say what went wrong, each on a line of its

@@ -37,6 +37,38 @@ func TestBench(t *testing.T) {
 	}
 }
 
+// TestBenchScaleOut runs the orders workload as two child processes per run in one group, with
+// the results as the aggregate's changelog: both runs are equivalent to the produced totals,
+// and each child wrote its own log.
+func TestBenchScaleOut(t *testing.T) {
+	if testing.Short() {
+		t.Skip("short: builds the sluice binary and runs four child processes")
+	}
+	buildBenchBinary(t)
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
+	var out, errb bytes.Buffer
+	code := realMain([]string{"bench", "--records", "20000", "--keys", "500", "--stall", "20s", "--instances", "2", "--changelog", "output", "--keep"}, &out, &errb)
+	if code != 0 {
+		t.Fatalf("bench exit %d\nstdout:\n%s\nstderr:\n%s", code, out.String(), errb.String())
+	}
+	for _, want := range []string{" instances=2 changelog=output\n", "mode=never records=20000 ", "mode=auto records=20000 ", " equivalent=true ceiling_ratio="} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+	logs, err := filepath.Glob(filepath.Join(tmp, "sluice-bench-*", "*-[01].log"))
+	if err != nil || len(logs) != 4 {
+		t.Errorf("child logs %v (%v), want never-0, never-1, auto-0, auto-1", logs, err)
+	}
+	for _, args := range [][]string{{"--instances", "0"}, {"--changelog", "both"}, {"--workload", "windows", "--changelog", "output"}} {
+		errb.Reset()
+		if code := realMain(append([]string{"bench"}, args...), &out, &errb); code != 2 {
+			t.Errorf("bench %v: exit %d, want 2 (usage); stderr %s", args, code, errb.String())
+		}
+	}
+}
+
 // TestBenchWindows runs the windowed workloads small, 20k orders over 2k customers and two
 // one-hour windows, with a cache of 50 keys per task (so auto sorts most windows and never
 // evicts them), every window closed by the closers: the windows themselves, and 15-minute

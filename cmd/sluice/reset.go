@@ -30,7 +30,8 @@ const resetTimeout = 30 * time.Second
 // cmdReset is `sluice reset -c FILE --operator NAME [--yes]`: it starts a keyed operator's state
 // over from empty by deleting its local state (every namespace of the operator in
 // processing.state_dir, every partition) and its changelog topic (which the next start
-// recreates, empty), so that nothing of the old state can be read or restored. Without --yes it
+// recreates, empty; for an aggregate with changelog: output, its sink topic, which holds its
+// changelog), so that nothing of the old state can be read or restored. Without --yes it
 // only prints what it would delete. sluice must be stopped: the state dir is locked while it
 // runs. The Kafka part runs first, so a failure there leaves the local state untouched.
 func cmdReset(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -55,7 +56,13 @@ func cmdReset(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := checkResetOperator(cfg, plan, *op); err != nil {
 		return err
 	}
-	topic := cfg.ChangelogTopic(*op)
+	topic, kind := cfg.ChangelogTopic(*op), "changelog topic"
+	for _, c := range plan.Chains {
+		if c.OutputChangelog && c.Keyed.Name == *op {
+			// Its results are its changelog: a restore would find the state there again.
+			topic, kind = c.SinkTopic, "sink topic (its results are its changelog: changelog: output)"
+		}
+	}
 
 	// Local state: open the store only if it exists (a dry run must not create it). Opening it
 	// takes its lock, so a running sluice makes the reset fail here, before anything is deleted.
@@ -118,11 +125,11 @@ func cmdReset(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	switch {
 	case adm == nil:
-		fmt.Fprintf(stdout, "  changelog topic %s: none (kafka.brokers is embedded: its topics live only while sluice runs)\n", topic)
+		fmt.Fprintf(stdout, "  %s %s: none (kafka.brokers is embedded: its topics live only while sluice runs)\n", kind, topic)
 	case topicParts < 0:
-		fmt.Fprintf(stdout, "  changelog topic %s: absent\n", topic)
+		fmt.Fprintf(stdout, "  %s %s: absent\n", kind, topic)
 	default:
-		fmt.Fprintf(stdout, "  changelog topic %s: %d partitions\n", topic, topicParts)
+		fmt.Fprintf(stdout, "  %s %s: %d partitions\n", kind, topic, topicParts)
 	}
 	if len(spaces) == 0 && topicParts < 0 {
 		fmt.Fprintln(stdout, "nothing to delete")
@@ -143,7 +150,7 @@ func cmdReset(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if err != nil && !errors.Is(err, kerr.UnknownTopicOrPartition) {
 			return fmt.Errorf("reset: delete topic %s: %w (the local state was not touched)", topic, err)
 		}
-		fmt.Fprintf(stdout, "deleted changelog topic %s\n", topic)
+		fmt.Fprintf(stdout, "deleted %s %s\n", kind, topic)
 	}
 	for _, ns := range spaces {
 		if err := store.Drop(ns); err != nil {

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"math/rand/v2"
+	"os"
 	"testing"
 	"time"
 
@@ -34,10 +35,23 @@ func TestExactlyOnceKill9BacklogCheckpoints(t *testing.T) {
 		env: []string{"SLUICE_BACKLOG__CHECKPOINT_INTERVAL=10ms"}})
 }
 
+// TestExactlyOnceKill9OutputChangelog is TestExactlyOnceKill9BacklogCheckpoints with the
+// aggregate's results as its changelog (changelog: output): the states a moved partition's new
+// owner restores, pending ones of backlog checkpoints included, come from the sink topic. Once,
+// the first instance loses its state dir with its process after a backlog checkpoint, so it
+// restores every state, pending ones included, from the results.
+func TestExactlyOnceKill9OutputChangelog(t *testing.T) {
+	brokers := kafkatest.Brokers(t)
+	kill9Scenario(t, brokers, kill9Size{first: 200_000, second: 50_000, keys: 5_000,
+		env: []string{"SLUICE_BACKLOG__CHECKPOINT_INTERVAL=10ms"}, changelog: "output", loseState: true})
+}
+
 type kill9Size struct {
 	first, second int64 // orders before the first start, and while instances run
 	keys          int
 	env           []string // extra settings for every instance
+	changelog     string   // the aggregate's changelog ("": topic)
+	loseState     bool     // phase 1 also kills the first instance after a backlog checkpoint and deletes its state dir
 }
 
 func kill9Scenario(t *testing.T, brokers string, size kill9Size) {
@@ -50,7 +64,7 @@ func kill9Scenario(t *testing.T, brokers string, size kill9Size) {
 	t.Logf("random seed %d", seed)
 	rng := rand.New(rand.NewPCG(uint64(seed), 7))
 
-	p := newPipeline(t, brokers, pipelineOpts{partitions: parts, keys: size.keys, enterLag: 5000, exitLag: 500, extraEnv: size.env})
+	p := newPipeline(t, brokers, pipelineOpts{partitions: parts, keys: size.keys, enterLag: 5000, exitLag: 500, extraEnv: size.env, changelog: size.changelog})
 	if err := p.produce(ctx, first); err != nil {
 		t.Fatal(err)
 	}
@@ -64,6 +78,19 @@ func kill9Scenario(t *testing.T, brokers string, size kill9Size) {
 	i0 := ins[0]
 	i0.start()
 	killRestart(i0, k.inBacklog(i0))
+	if size.loseState {
+		poll(ctx, t, "i0 to log a backlog checkpoint", 10*time.Millisecond, func() (bool, error) {
+			i0.checkAlive()
+			return len(i0.logLines(0, "backlog checkpoint")) > 0, nil
+		})
+		i0.kill()
+		if err := os.RemoveAll(i0.stateDir); err != nil {
+			t.Fatal(err)
+		}
+		k.kills++
+		t.Logf("kill -9 #%d: i0 (after a backlog checkpoint), its state dir deleted", k.kills)
+		i0.start()
+	}
 	randomMoment()
 	killRestart(i0, "random moment, phase 1")
 
@@ -100,6 +127,21 @@ func kill9Scenario(t *testing.T, brokers string, size kill9Size) {
 	}
 	if len(size.env) > 0 && backlogCkpts == 0 {
 		t.Errorf("backlog checkpoints were configured but none was logged")
+	}
+	if size.changelog != "" {
+		// A partition's new owner restored states from the results (records 0: nothing to).
+		restored := 0
+		for _, in := range ins {
+			for _, l := range in.logLines(0, "state restored") {
+				if n, _ := l["records"].(float64); n > 0 {
+					restored++
+				}
+			}
+		}
+		t.Logf("restores that replayed records of the sink topic: %d", restored)
+		if restored == 0 {
+			t.Errorf("no restore replayed a record: the restore from the results was not exercised")
+		}
 	}
 	ids := termAll(ins)
 	p.verify(ctx, p.expected(first, second), ids...)

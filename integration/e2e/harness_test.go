@@ -105,6 +105,8 @@ type pipelineOpts struct {
 	// branch, if set, is the sink topic of a second operator reading the orders: a filter
 	// (branchExpr) beside the aggregate, whose records go straight to it.
 	branch string
+	// changelog is the aggregate's changelog setting ("": topic; output: its sink topic).
+	changelog string
 }
 
 // branchExpr is the filter of pipelineOpts.branch: about a tenth of the workload's orders,
@@ -121,6 +123,9 @@ func newPipeline(t *testing.T, brokers string, o pipelineOpts) *pipeline {
 	p := configuredPipeline(t, brokers, o.partitions, "totals", "commit_interval: 100ms",
 		fmt.Sprintf("enter_lag: %d, exit_lag: %d, checkpoint_interval: 0s", o.enterLag, o.exitLag), func(p *pipeline) string {
 			body := workload.Pipeline(p.topic, p.sink)
+			if o.changelog != "" {
+				body = workload.PipelineChangelog(p.topic, p.sink, o.changelog)
+			}
 			if o.window != "" {
 				body = windowedPipeline(p.topic, p.sink, o)
 			}

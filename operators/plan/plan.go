@@ -31,17 +31,21 @@ type ChainPlan struct {
 	Keyed      *configs.Operator  // the keyed operator the chain ends in; nil for a stateless chain
 	Sink       string             // sink name ("" = the chain drops its output)
 	SinkTopic  string
-	Changelog  string           // changelog topic of Keyed ("" when stateless)
-	Tables     []string         // the tables its joins read, in stage order
-	Cogroup    *configs.Cogroup // the cogroup Keyed is (Keyed.Aggregate is its fields as an aggregate's), or nil
-	StreamJoin *configs.Join    // the windowed stream-stream join Keyed is, or nil
-	AsOf       *configs.Join    // the stream-table join as of event time Keyed is, or nil (Input 1: the table's chain)
-	Versions   time.Duration    // AsOf: the table's versions
-	Taps       []Tap            // stages whose records also go to a sink as they leave them
-	Input      int              // a cogroup's chain: the index of its input
-	Rekey      string           // the group_by field path the records are re-keyed by ("" = none); SinkTopic is then the repartition topic
-	RekeyFor   string           // with Rekey: the aggregate the records are re-keyed for
-	Output     bool             // Keyed's results go to its output topic (SinkTopic), which later operators read
+	Changelog  string // changelog topic of Keyed ("" when stateless)
+	// OutputChangelog: Keyed is an aggregate whose results are its changelog (changelog:
+	// output): Changelog is SinkTopic, each result goes to the task's partition with the
+	// layout header, and a restore rebuilds the states from them (operators.Aggregate.StateOf).
+	OutputChangelog bool
+	Tables          []string         // the tables its joins read, in stage order
+	Cogroup         *configs.Cogroup // the cogroup Keyed is (Keyed.Aggregate is its fields as an aggregate's), or nil
+	StreamJoin      *configs.Join    // the windowed stream-stream join Keyed is, or nil
+	AsOf            *configs.Join    // the stream-table join as of event time Keyed is, or nil (Input 1: the table's chain)
+	Versions        time.Duration    // AsOf: the table's versions
+	Taps            []Tap            // stages whose records also go to a sink as they leave them
+	Input           int              // a cogroup's chain: the index of its input
+	Rekey           string           // the group_by field path the records are re-keyed by ("" = none); SinkTopic is then the repartition topic
+	RekeyFor        string           // with Rekey: the aggregate the records are re-keyed for
+	Output          bool             // Keyed's results go to its output topic (SinkTopic), which later operators read
 	// TimedOutput: the chain's records in its internal topic carry their event time as record
 	// timestamp and the chain announces its output watermark there (attributes.go). With
 	// Output, Keyed's results are the finals of windows (tumbling, hopping or session), each at its
@@ -354,6 +358,10 @@ func NewPlan(cfg *configs.Config) (*Plan, error) {
 					if more {
 						c.SinkTopic, c.Output = cfg.OutputTopic(op.Name), true
 						c.TimedOutput = timedResults(&op)
+					} else if op.Aggregate.OutputChangelog() {
+						// Its results are its changelog (validated: a sink of its own, no
+						// window, no avg): one write per key.
+						c.Changelog, c.OutputChangelog = c.SinkTopic, true
 					}
 					break
 				}
@@ -692,7 +700,9 @@ func (p *Plan) Describe(w io.Writer) {
 	fmt.Fprintln(w, "internal topics:")
 	listed := map[string]bool{}
 	for _, c := range p.Chains {
-		if c.Changelog != "" && !listed[c.Changelog] {
+		if c.OutputChangelog {
+			fmt.Fprintf(w, "  none for %s: its sink's topic %s is its changelog (compacted, partitions = %s's)\n", c.Keyed.Name, c.SinkTopic, c.Source.Topic)
+		} else if c.Changelog != "" && !listed[c.Changelog] {
 			listed[c.Changelog] = true
 			fmt.Fprintf(w, "  %s (compacted, partitions = %s's)\n", c.Changelog, c.Source.Topic)
 		}

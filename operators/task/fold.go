@@ -48,7 +48,7 @@ func (t *Task) fold(ctx context.Context, c *chain, p Producer, pd *Pending, sile
 			return err
 		}
 	}
-	if !silent {
+	if !silent || c.plan.OutputChangelog {
 		t.d.Metrics.recordsOut(c.plan.SinkTopic, int(f.keys))
 	}
 	pd.folded = append(pd.folded, c)
@@ -273,7 +273,9 @@ func (f *mergeFold) emit(sk, st []byte, write, stored bool) error {
 	}
 	at, closes := f.agg.CloseAt(sk)
 	closing := closes && !f.silent && at <= f.wm
-	render := !f.silent && c.plan.SinkTopic != "" && (closing || !f.final)
+	// With changelog: output the result is the changelog record, silent or not.
+	outLog := c.plan.OutputChangelog
+	render := (!f.silent || outLog) && c.plan.SinkTopic != "" && (closing || !f.final)
 	n := len(sk) + len(st)
 	var (
 		kl int
@@ -292,7 +294,13 @@ func (f *mergeFold) emit(sk, st []byte, write, stored bool) error {
 			out = append(buf[len(buf):], f.out.scratch...)
 			buf = buf[:len(buf)+len(out)]
 		}
-		f.p.Produce(c.timedResult(f.record(c.plan.SinkTopic, -1, k[:kl:kl], out), ts), pd.promise)
+		if outLog {
+			r := f.record(c.plan.SinkTopic, f.t.partition, k, out)
+			r.Headers = f.hdr
+			f.p.Produce(r, f.cl)
+		} else {
+			f.p.Produce(c.timedResult(f.record(c.plan.SinkTopic, -1, k[:kl:kl], out), ts), pd.promise)
+		}
 		pd.records++
 		c.recordsOut++
 	}
@@ -326,10 +334,12 @@ func (f *mergeFold) writeState(k, v []byte, write bool) error {
 			return err
 		}
 	}
-	cr := f.record(f.c.plan.Changelog, f.t.partition, k, v)
-	cr.Headers = f.hdr
-	f.p.Produce(cr, f.cl)
-	f.pd.records++
+	if !f.c.plan.OutputChangelog { // else the result was the changelog record
+		cr := f.record(f.c.plan.Changelog, f.t.partition, k, v)
+		cr.Headers = f.hdr
+		f.p.Produce(cr, f.cl)
+		f.pd.records++
+	}
 	if f.silent {
 		return f.mark(k, []byte{})
 	}

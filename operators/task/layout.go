@@ -278,6 +278,22 @@ func (s StateChecks) Valid(op string, val []byte) bool {
 	return !ok || a.ValidState(val)
 }
 
+// resultsLog is an aggregate whose results may be its changelog (changelog: output).
+type resultsLog interface {
+	OutputChangelog() bool
+	StateOf(key, val, dst []byte) ([]byte, error)
+}
+
+// Decode returns the state a changelog value of operator op stands for: the value itself, or,
+// for an aggregate whose results are its changelog, the state rebuilt from its result. For
+// changelog.Restorer.Decode.
+func (s StateChecks) Decode(op string, key, val []byte) ([]byte, error) {
+	if r, ok := s[op].(resultsLog); ok && r.OutputChangelog() {
+		return r.StateOf(key, val, nil)
+	}
+	return val, nil
+}
+
 // Layout returns operator op's layout fingerprint and text ("" for an operator it does not
 // know). For changelog.Restorer.Layout.
 func (s StateChecks) Layout(op string) (fingerprint, text string) {

@@ -257,11 +257,20 @@ func runMode(t *testing.T, seed uint64, ms modeSpec, in genInput) runResult {
 		r.dead = append(r.dead, off+" "+op)
 		r.reasons[off] = reason
 	}
-	for _, cl := range d.prod.committed(testGroup + "-" + testOp + "-changelog") {
+	checks, err := NewStateChecks(plan)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, cl := range d.prod.committed(plan.Chains[0].Changelog) {
 		if cl.Value == nil {
 			delete(r.clLast, string(cl.Key)) // a tombstone: the window closed
 		} else {
-			r.clLast[string(cl.Key)] = fmt.Sprintf("%x", cl.Value)
+			// The state it stands for: itself, or (changelog: output) the one its result rebuilds.
+			st, err := checks.Decode(testOp, cl.Key, cl.Value)
+			if err != nil {
+				t.Fatalf("%s: changelog record %s=%s: %v", ms.name, cl.Key, cl.Value, err)
+			}
+			r.clLast[string(cl.Key)] = fmt.Sprintf("%x", st)
 		}
 		r.clNext = cl.Offset + 1
 	}

@@ -277,6 +277,18 @@ func (t *Task) flushMergeable(c *chain, p Producer, pd *Pending) error {
 	var tk []byte
 	out := 0
 	for _, e := range c.dirty {
+		if c.plan.OutputChangelog {
+			// The result is the changelog record (unwindowed: nothing closes).
+			v, _, _ := agg.Result(e.key, e.state, nil)
+			p.Produce(&kgo.Record{Topic: c.plan.SinkTopic, Partition: t.partition, Key: e.key, Value: v, Headers: c.changelogHeaders(false)}, cl)
+			c.recordsOut++
+			pd.records++
+			out++
+			if err := pd.batch.Set(c.ns, e.key, e.state); err != nil {
+				return err
+			}
+			continue
+		}
 		at, closes := agg.CloseAt(e.key)
 		if c.plan.SinkTopic != "" && (e.closing && final || !final && e.updated) {
 			v, kl, ts := agg.Result(e.key, e.state, nil)
