@@ -277,6 +277,12 @@ type Operator struct {
 	Changes   *Changes   `koanf:"changes" doc:"Turns an upsert stream (the latest row per key: an aggregate's updates, a top's rows, a dedup's latest records, or a topic of rows and tombstones) into its changes: when a key's row changes, the retraction of the row it replaces ({...the old row, \"retract\": true}) and then the new row; a tombstone (null value) retracts the key's row. An aggregate with retractions: true reads them (Kafka Streams' KTable groupBy/aggregate with a subtractor). State: each key's last row; changelog as an aggregate's."`
 	Distinct  *Distinct  `koanf:"distinct" doc:"Marks, per key, the first record that passes each of its flags: such a record goes on with one 0/1 column per flag (1: the key's first record passing that flag), the others are dropped. Keyed by (group, value), an aggregate or cogroup that sums the columns per group counts the distinct values (COUNT(DISTINCT value) FILTER (WHERE flag)); state: a bitmask per key, changelog as an aggregate's."`
 	Output    string     `koanf:"output" default:"none" doc:"The sink the operator's records go to; required for an aggregate, cogroup, dedup, top, changes, distinct or stream-stream join that no later operator reads (later operators read a keyed operator's results through <group>-<name>-output)."`
+
+	// expandedFrom: the aggregate whose count_distinct fields this internal operator serves;
+	// origin: the key of the aggregate in the config file, for each operator the expansion
+	// wrote (the aggregate's own, now a cogroup, included).
+	expandedFrom string
+	origin       string
 }
 
 // Kind returns "filter", "map" or "aggregate" ("" when none is set).
@@ -410,7 +416,7 @@ func parseColumn(item any) (Column, string) {
 type Aggregate struct {
 	Input string `koanf:"input" default:"required" doc:"A source or an earlier operator."`
 	// Fields is the raw YAML, {amount: {sum: amount}, orders: {count: {}}}: see Specs.
-	Fields  map[string]map[string]any `koanf:"fields" default:"required" doc:"Output fields: name: {sum|min|max|avg: input field path} or name: {count: {}}. Sums are exact decimals."`
+	Fields  map[string]map[string]any `koanf:"fields" default:"required" doc:"Output fields: name: {sum|min|max|avg: input field path}, name: {count: {}} or name: {count_distinct: input field path}. Sums are exact decimals. count_distinct (exact; needs group_by, no window, no retractions) runs as internal operators <name>-distinct-<field> (a distinct keyed by the group and the value, read by a rekey <name>-distinct-<field>-by) and turns this aggregate into a cogroup of them and, for its other fields, of the rekey <name>-by. Each may add where: a boolean expression (as a filter's; e.g. {count: {}, where: \"price < 10000\"}, SQL's count(*) filter (where ...)): only the records for which it holds count towards that field (its min, max and avg are null, its count and sum 0, while none has). A min or max compares numbers unless it adds type: string, which compares strings by their UTF-8 bytes (as SQL compares VARCHAR); a value of the other type is a dead letter. Not with session windows."`
 	Emit    string                    `koanf:"emit" enum:"updates,final" doc:"updates: the current value at most once per key (and window) per commit; final (windows only): exactly one output per key and window, when it closes."`
 	GroupBy string                    `koanf:"group_by" default:"none" doc:"Field path to group by instead of the input's key (e.g. customers.region), or several separated by commas for a composite key (e.g. bidder, auction: the key is the JSON object {\"bidder\":7,\"auction\":1001}, and the output carries its columns in place of key): records are re-keyed through the topic <group>-<name>-repartition, written in the same transaction as the input offsets; empty: the input's key."`
 	// Retractions: the input is a change stream (a changes operator's, or any stream whose
@@ -428,7 +434,7 @@ type Aggregate struct {
 type Cogroup struct {
 	Inputs []string `koanf:"inputs" default:"required" doc:"Two or more sources or earlier operators, co-partitioned (same partition count) and keyed alike."`
 	// Fields is the raw YAML, {spent: {sum: amount, from: orders}, ...}: see Specs.
-	Fields map[string]map[string]any `koanf:"fields" default:"required" doc:"Output fields: name: {sum|min|max|avg: input field path, from: input} or name: {count: {}, from: input}. Sums are exact decimals."`
+	Fields map[string]map[string]any `koanf:"fields" default:"required" doc:"Output fields: name: {sum|min|max|avg: input field path, from: input} or name: {count: {}, from: input}. Sums are exact decimals. As an aggregate's fields, each may add where: a boolean expression over its input's records, and a min or max type: string (not with session windows)."`
 	Emit   string                    `koanf:"emit" enum:"updates,final" doc:"updates: the current value at most once per key (and window) per commit; final (windows only): exactly one output per key and window, when it closes."`
 	// KeyColumns: the key is a composite key's JSON object, written as columns.
 	KeyColumns bool `koanf:"key_columns" doc:"The inputs are keyed by a composite key (re-keyed by several fields, e.g. rekey: {by: \"channel, day\"}, whose key is the JSON object {\"channel\":..,\"day\":..}): the output carries the object's members as columns in place of key, as an aggregate with that group_by does (a field must not be named like one of them). A key that is not a JSON object is still written as key."`
@@ -607,13 +613,29 @@ const (
 )
 
 // AggSpec (a plain value) is one output field of an aggregate: Name is the output field, Func one of sum,
-// count, min, max, avg, and Field the input field path ("" for count).
+// count, min, max, avg, and Field the input field path ("" for count). Where is the field's filter,
+// a boolean expression ("": every record), and Type the type of a min or max ("" numbers,
+// "string" strings compared by their UTF-8 bytes).
 type AggSpec struct {
 	Name, Func, Field string
+	Where             string
+	Type              string
 }
 
+// Aggregate field options beside the function.
+const (
+	aggWhere = "where"
+	aggType  = "type"
+	// AggTypeString is the type of a min or max over strings.
+	AggTypeString = "string"
+)
+
 // aggFuncs are the aggregate functions, in the order error messages list them.
-var aggFuncs = []string{"sum", "count", "min", "max", "avg"}
+var aggFuncs = []string{"sum", "count", "min", "max", "avg", CountDistinct}
+
+// CountDistinct is the aggregate function that counts a field's distinct values; Parse expands
+// it into a distinct, a rekey and a cogroup (see expandCountDistinct): no operator sees it.
+const CountDistinct = "count_distinct"
 
 // Specs returns the parsed aggregate fields sorted by Name. It is meaningful only for an
 // aggregate that passed Validate: entries that do not parse are left out. The returned slice is
@@ -630,10 +652,33 @@ func (a *Aggregate) Specs() []AggSpec {
 	return specs
 }
 
-// parseAggSpec parses {sum: amount} / {count: {}}; it returns a message for Validate on error.
+// parseAggSpec parses {sum: amount} / {count: {}}, each with an optional where: "expression",
+// and a min or max with an optional type: string; it returns a message for Validate on error.
 func parseAggSpec(name string, raw map[string]any) (AggSpec, string) {
-	if len(raw) != 1 {
-		keys := sortedKeys(raw)
+	var opts AggSpec
+	funcs := make(map[string]any, len(raw))
+	for k, v := range raw {
+		switch k {
+		case aggWhere:
+			s, ok := v.(string)
+			if !ok || strings.TrimSpace(s) == "" {
+				return AggSpec{}, "where needs a boolean expression, e.g. {count: {}, where: \"price < 10000\"}"
+			}
+			opts.Where = s
+		case aggType:
+			s, ok := v.(string)
+			if !ok || s != AggTypeString && s != "number" {
+				return AggSpec{}, fmt.Sprintf("type must be string or number (the default), got %s", describe(v))
+			}
+			if s == AggTypeString {
+				opts.Type = s
+			}
+		default:
+			funcs[k] = v
+		}
+	}
+	if len(funcs) != 1 {
+		keys := sortedKeys(funcs)
 		if len(keys) == 0 {
 			return AggSpec{}, fmt.Sprintf("needs one function (one of %s), e.g. {sum: amount} or {count: {}}", strings.Join(aggFuncs, ", "))
 		}
@@ -641,11 +686,14 @@ func parseAggSpec(name string, raw map[string]any) (AggSpec, string) {
 	}
 	var fn string
 	var arg any
-	for f, a := range raw { // exactly one entry
+	for f, a := range funcs { // exactly one entry
 		fn, arg = f, a
 	}
 	if !slices.Contains(aggFuncs, fn) {
-		return AggSpec{}, fmt.Sprintf("unknown function %q (allowed: %s)", fn, strings.Join(aggFuncs, ", "))
+		return AggSpec{}, fmt.Sprintf("unknown function %q (allowed: %s); beside it a field may have where, and a min or max type", fn, strings.Join(aggFuncs, ", "))
+	}
+	if _, ok := raw[aggType]; ok && fn != "min" && fn != "max" {
+		return AggSpec{}, fmt.Sprintf("type applies to min and max (over numbers or strings), not %s", fn)
 	}
 	if fn == "count" {
 		switch v := arg.(type) {
@@ -661,7 +709,7 @@ func parseAggSpec(name string, raw map[string]any) (AggSpec, string) {
 		default:
 			return AggSpec{}, "count takes {} or nothing (it counts records)"
 		}
-		return AggSpec{Name: name, Func: fn}, ""
+		return AggSpec{Name: name, Func: fn, Where: opts.Where}, ""
 	}
 	field, ok := arg.(string)
 	if !ok || field == "" {
@@ -670,7 +718,7 @@ func parseAggSpec(name string, raw map[string]any) (AggSpec, string) {
 	if msg := checkFieldPath(field); msg != "" {
 		return AggSpec{}, fmt.Sprintf("%s: %s", fn, msg)
 	}
-	return AggSpec{Name: name, Func: fn, Field: field}, ""
+	return AggSpec{Name: name, Func: fn, Field: field, Where: opts.Where, Type: opts.Type}, ""
 }
 
 // TransactionalID returns "<group>-<instance_id>", the Kafka transactional.id of this instance.
@@ -922,6 +970,9 @@ func parseOrigins(yamlDoc []byte, fileName string, environ []string, hostname fu
 		return nil, nil, cerr
 	}
 	if err := c.Validate(); err != nil {
+		return nil, nil, err
+	}
+	if err := c.expandCountDistinct(); err != nil {
 		return nil, nil, err
 	}
 	return &c, &origins{file: fileMap, env: envNames}, nil

@@ -29,7 +29,7 @@ func TestExamples(t *testing.T) {
 			eq(t, "group", c.Group, "revenue")
 			eq(t, "instance_id", c.InstanceID, "pod-0")
 			eq(t, "source", c.Sources["orders"], Source{Topic: "orders", Format: "json", KeyFormat: "bytes", Key: "customer_id", Timestamp: "ts"})
-			eq(t, "specs", c.Operators[0].Aggregate.Specs(), []AggSpec{{"amount", "sum", "amount"}, {"orders", "count", ""}})
+			eq(t, "specs", c.Operators[0].Aggregate.Specs(), []AggSpec{{Name: "amount", Func: "sum", Field: "amount"}, {Name: "orders", Func: "count"}})
 			eq(t, "sink", c.Sinks["totals_out"], Sink{Topic: "customer-totals", Format: "json", SubjectStrategy: "topic"})
 			eq(t, "txn id", c.TransactionalID(), "revenue-pod-0")
 			eq(t, "internal", c.InternalTopics(), []string{"revenue-dlq", "revenue-totals-changelog"})
@@ -46,11 +46,11 @@ func TestExamples(t *testing.T) {
 			eq(t, "group", c.Group, "demo")
 			eq(t, "state_dir", c.Processing.StateDir, "./data/demo")
 			eq(t, "specs", c.Operators[0].Aggregate.Specs(), []AggSpec{
-				{"amount", "sum", "amount"},
-				{"avg_amount", "avg", "amount"},
-				{"max_amount", "max", "amount"},
-				{"min_amount", "min", "amount"},
-				{"orders", "count", ""},
+				{Name: "amount", Func: "sum", Field: "amount"},
+				{Name: "avg_amount", Func: "avg", Field: "amount"},
+				{Name: "max_amount", Func: "max", Field: "amount"},
+				{Name: "min_amount", Func: "min", Field: "amount"},
+				{Name: "orders", Func: "count", Field: ""},
 			})
 		},
 		"filtered.yaml": func(t *testing.T, c *Config) {
@@ -514,7 +514,7 @@ func TestSpecsWithoutValidate(t *testing.T) {
 		"n":   {"count": map[string]any{}},
 		"bad": {"summ": "x"},
 	}}
-	eq(t, "specs", a.Specs(), []AggSpec{{"n", "count", ""}, {"z", "max", "a.b"}})
+	eq(t, "specs", a.Specs(), []AggSpec{{Name: "n", Func: "count", Field: ""}, {Name: "z", Func: "max", Field: "a.b"}})
 }
 
 func TestUnknownKeySuggestion(t *testing.T) {

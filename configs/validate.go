@@ -515,8 +515,14 @@ func (c *Config) checkOutputChangelog(p string, op *Operator) *Error {
 		return errorf(key, "output: sink %q writes avro; a restore reads the results back as JSON, so it needs format: json (or use changelog: topic)", op.Output)
 	}
 	for _, name := range sortedKeys(a.Fields) {
-		if sp, _ := parseAggSpec(name, a.Fields[name]); sp.Func == "avg" {
+		sp, _ := parseAggSpec(name, a.Fields[name])
+		switch {
+		case sp.Func == "avg":
 			return errorf(p+".aggregate.fields."+name, "avg cannot give its sum and count back exactly, and changelog: output rebuilds the state from the results; write {sum: %s} and {count: {}} fields (and divide downstream), or use changelog: topic", sp.Field)
+		case sp.Func == CountDistinct:
+			return errorf(p+".aggregate.fields."+name, "count_distinct keeps its values in operators of its own, which changelog: output cannot rebuild from the results; use changelog: topic")
+		case sp.Where != "" || sp.Type == AggTypeString:
+			return errorf(p+".aggregate.fields."+name, "a field with where or type: string has a state its result does not give back (a filtered count of its own, a string); changelog: output rebuilds the state from the results; use changelog: topic")
 		}
 	}
 	for j, other := range c.Operators {
@@ -723,6 +729,24 @@ func checkAggregate(kp string, a *Aggregate) *Error {
 			return errorf(key, "%s", msg)
 		}
 	}
+	// A field path is read as a number or as a string, not both: every record would fail one.
+	asString := map[string]string{}
+	for _, sp := range a.Specs() {
+		if sp.Type == AggTypeString {
+			asString[sp.Field] = sp.Name
+		}
+	}
+	for _, sp := range a.Specs() {
+		if other, ok := asString[sp.Field]; ok && sp.Func != "count" && sp.Func != CountDistinct && sp.Type != AggTypeString {
+			return errorf(kp+".fields."+sp.Name, "%s reads %s as a number, but %s reads it as a string (type: string); a value is one or the other", sp.Func, sp.Field, other)
+		}
+		if sp.Type == AggTypeString && a.Window.Kind() == "session" {
+			return errorf(kp+".fields."+sp.Name+".type", "a min or max over strings is not supported with session windows (a session's state is fixed-size); use a tumbling or hopping window, or none")
+		}
+	}
+	if err := checkCountDistinct(kp, a); err != nil {
+		return err
+	}
 	if err := checkEnum(kp+".emit", a.Emit, EmitUpdates, EmitFinal); err != nil {
 		return err
 	}
@@ -766,6 +790,11 @@ func checkAggregate(kp string, a *Aggregate) *Error {
 // checkCogroup checks a cogroup's fields (as an aggregate's) and that each names one of its
 // inputs in from.
 func checkCogroup(kp string, cg *Cogroup) *Error {
+	for _, name := range sortedKeys(cg.Fields) {
+		if _, ok := cg.Fields[name][CountDistinct]; ok {
+			return errorf(kp+".fields."+name, "count_distinct is an aggregate's field, not a cogroup's; count the distinct values in an aggregate with group_by (or with a distinct operator whose columns the cogroup sums)")
+		}
+	}
 	if err := checkAggregate(kp, cg.Aggregate()); err != nil {
 		return err
 	}
@@ -1034,6 +1063,33 @@ func checkDistinct(kp string, d *Distinct) *Error {
 	if d.GroupBy != "" {
 		if msg := checkGroupBy(d.GroupBy); msg != "" {
 			return errorf(kp+".group_by", "%s; or leave it out to mark the first records of the input's key", msg)
+		}
+	}
+	return nil
+}
+
+// checkCountDistinct checks an aggregate's count_distinct fields: they run as a distinct keyed
+// by the group and the value (expandCountDistinct), so the group must be fields of the record
+// (group_by), and a distinct has neither windows nor retractions.
+func checkCountDistinct(kp string, a *Aggregate) *Error {
+	perValue := map[string]int{}
+	for _, sp := range a.Specs() {
+		if sp.Func != CountDistinct {
+			continue
+		}
+		key := kp + ".fields." + sp.Name
+		switch {
+		case a.GroupBy == "":
+			return errorf(key, "count_distinct needs group_by (its distinct values are kept per group and value, both fields of the record); group by the field the input is keyed by, e.g. group_by: auction")
+		case a.Window != nil:
+			return errorf(key, "count_distinct is not supported with a window yet (its distinct values are remembered for ever); leave the window out, or group by a column holding the window (e.g. a map's date_format)")
+		case a.Retractions:
+			return errorf(key, "count_distinct cannot take a retraction back (a value's first record may be the one retracted); use it over rows that never change")
+		case slices.Contains(splitFields(a.GroupBy), sp.Field):
+			return errorf(key, "counts the distinct values of %s, a group_by field (always 1)", sp.Field)
+		}
+		if perValue[sp.Field]++; perValue[sp.Field] > maxDistinctFlags {
+			return errorf(key, "more than %d count_distinct fields of %s (a distinct's state is a 64-bit mask)", maxDistinctFlags, sp.Field)
 		}
 	}
 	return nil

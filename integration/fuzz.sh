@@ -18,6 +18,7 @@ targets=(
   "./operators FuzzExprTimeFuncs"   # hour, date_format against the time package; split_index against strings.Split
   "./operators FuzzDecimal"         # the 128-bit decimal parser
   "./operators FuzzAggregateState"  # stored aggregate states
+  "./operators FuzzAggregateFieldsState" # stored aggregate states with where and strings (variable size)
   "./operators FuzzSessionState"    # stored session-window states (decode, ValidState)
   "./operators FuzzChangesState"    # stored changes states (decode, ValidState, Process, Flush)
   "./operators FuzzDistinctState"   # stored distinct states (refused or kept valid, flags only added)

@@ -1,11 +1,15 @@
 package operators
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/expr-lang/expr"
+	"github.com/expr-lang/expr/vm"
 
 	"github.com/sluice-dev/sluice/configs"
 	"github.com/sluice-dev/sluice/operators/internal/jsonstr"
@@ -30,20 +34,34 @@ const (
 
 // State layout (all integers little-endian):
 //
-//	[0]      format version (stateVersion)
+//	[0]      format version (stateVersion; stateVersionFields when a field has a where or is
+//	         a min or max over strings)
 //	[1:9]    n, the number of records folded (uint64; count renders it)
 //	then per spec, in Specs() order:
+//	  with a where (except sum): 8 bytes first, the spec's own count of the records that
+//	          passed it (uint64, signed with retractions); it stands in for n below
 //	  sum, avg: 24 bytes, int192 sum of units (w0, w1, w2)
 //	  min, max: 16 bytes, dec (lo, hi); meaningless while n == 0
+//	  min, max of type string: 4 bytes, the length of its string (uint32; 0 while n == 0)
 //	  count:    nothing (it is n)
+//	then (version 2 only) the strings of the string min and max specs, in Specs() order: the
+//	state is StateSize() bytes plus their lengths.
 //
-// Input layout: one dec (lo, hi; 16 bytes) per distinct field path, in first-use order. With
-// retractions, a sign byte first (0: an addition, 1: a retraction, whose decs are negated).
+// Input layout: with retractions, a sign byte first (0: an addition, 1: a retraction, whose
+// decs are negated); a cogroup's input index; when any spec has a where, a uint64 mask of the
+// wheres the record passed (bit i: wheres[i]); one dec (lo, hi; 16 bytes) per distinct numeric
+// field path, in first-use order; then per distinct string field path a uint32 length and the
+// string's bytes (unescaped). A field that no spec folds for this record (its wheres failed)
+// is projected as zero or "" without being read.
 const (
-	stateVersion = 1
-	headerSize   = 9
-	sumSize      = 24
-	decSize      = 16
+	stateVersion       = 1
+	stateVersionFields = 2
+	headerSize         = 9
+	sumSize            = 24
+	decSize            = 16
+	countSize          = 8
+	lenSize            = 4
+	maxWheres          = 64
 )
 
 type aggSpec struct {
@@ -52,8 +70,24 @@ type aggSpec struct {
 	src    int // the input it aggregates (cogroup); 0 otherwise
 	field  string
 	off    int    // offset in state
-	in     int    // offset in input
+	in     int    // offset in input (a string: its index among its input's strings)
 	prefix []byte // `,"name":`
+	// where: the index of the spec's filter in Aggregate.wheres (-1: none); cnt: the offset of
+	// its own count in state (0: it uses its input's count).
+	where, cnt int
+	// str: the index of a string min or max among Aggregate.strs (-1: not one).
+	str int
+}
+
+// projection is what one input of the aggregate projects beyond its numeric fields (fields,
+// or srcFields[i]): its string fields and, per field, which specs read it.
+type projection struct {
+	strs []path
+	// decUse, strUse: per field, the mask of the wheres of the specs that read it; decAll,
+	// strAll: some spec without a where reads it (a record always needs it).
+	decUse, strUse []uint64
+	decAll, strAll []bool
+	wheres         uint64 // the wheres of this input's specs
 }
 
 // Aggregate is the keyed aggregate operator (configs.Aggregate): sum, count, min, max and avg
@@ -95,6 +129,17 @@ type Aggregate struct {
 
 	// outputLog: its results are its changelog (configs.Aggregate.Changelog output; StateOf).
 	outputLog bool
+
+	// version is the state format version (stateVersion, or stateVersionFields when a spec has a
+	// where or is a string min or max). proj: per input, its strings and which fields each
+	// record needs. wheres: the fields' filters (evaluated in env), whereText their source.
+	// strs: the specs that are string min or max, in state order (their strings' order).
+	version   byte
+	proj      []projection
+	wheres    []*vm.Program
+	whereText []string
+	env       exprEnv
+	strs      []int
 }
 
 // NewAggregate compiles the aggregate's field specs. cfg must have been validated.
@@ -102,7 +147,7 @@ func NewAggregate(name string, cfg configs.Aggregate) (*Aggregate, error) {
 	a, err := newAggregate(name, cfg, nil, nil)
 	if err == nil && cfg.OutputChangelog() {
 		if !a.ResultsRebuildState() {
-			return nil, fmt.Errorf("operators: %s: changelog: output needs results that give the state back (no window, retractions or avg)", name)
+			return nil, fmt.Errorf("operators: %s: changelog: output needs results that give the state back (no window, retractions, avg, where or string min or max)", name)
 		}
 		a.outputLog = true
 	}
@@ -128,7 +173,8 @@ func newAggregate(name string, cfg configs.Aggregate, inputs []string, from map[
 	if len(inputs) > 1 {
 		header = 1 + 8*len(inputs)
 	}
-	a := &Aggregate{name: name, emit: cfg.Emit, stateSize: header, header: header, inputs: inputs}
+	a := &Aggregate{name: name, emit: cfg.Emit, stateSize: header, header: header, inputs: inputs, version: stateVersion}
+	a.proj = make([]projection, max(len(inputs), 1))
 	if cfg.Retractions {
 		if len(inputs) > 1 || cfg.Window != nil {
 			return nil, fmt.Errorf("operators: %s: retractions apply to an unwindowed aggregate of one input", name)
@@ -172,7 +218,7 @@ func newAggregate(name string, cfg configs.Aggregate, inputs []string, from map[
 		if slices.Contains(reserved, sp.Name) {
 			return nil, fmt.Errorf("operators: %s: field name %q is reserved (the output's key columns: %s)", name, sp.Name, strings.Join(reserved[1:], ", "))
 		}
-		s := aggSpec{name: sp.Name, field: sp.Field, off: a.stateSize}
+		s := aggSpec{name: sp.Name, field: sp.Field, where: -1, str: -1}
 		if len(inputs) > 1 {
 			s.src = -1
 			for i, in := range inputs {
@@ -195,21 +241,59 @@ func newAggregate(name string, cfg configs.Aggregate, inputs []string, from map[
 			s.kind = aggMax
 		case "avg":
 			s.kind = aggAvg
+		case configs.CountDistinct:
+			return nil, fmt.Errorf("operators: %s: field %s: count_distinct runs as internal operators that configs.Parse writes out; parse the config", name, sp.Name)
 		default:
 			return nil, fmt.Errorf("operators: %s: field %s: unknown function %q (allowed: sum, count, min, max, avg)", name, sp.Name, sp.Func)
 		}
 		if a.retract && (s.kind == aggMin || s.kind == aggMax) {
 			return nil, fmt.Errorf("operators: %s: field %s: %s cannot take a retraction back (use sum, count or avg)", name, sp.Name, sp.Func)
 		}
-		switch s.kind {
-		case aggCount:
+		if sp.Where != "" {
+			if err := a.addWhere(&s, sp.Where); err != nil {
+				return nil, err
+			}
+		}
+		isStr := sp.Type == configs.AggTypeString
+		if isStr && s.kind != aggMin && s.kind != aggMax {
+			return nil, fmt.Errorf("operators: %s: field %s: type string applies to min and max, not %s", name, sp.Name, sp.Func)
+		}
+		if s.where >= 0 && s.kind != aggSum {
+			s.cnt = a.stateSize
+			a.stateSize += countSize
+		}
+		s.off = a.stateSize
+		switch {
+		case s.kind == aggCount:
 			s.field = ""
-		case aggSum, aggAvg:
+		case s.kind == aggSum, s.kind == aggAvg:
 			a.stateSize += sumSize
+		case isStr:
+			s.str = len(a.strs)
+			a.strs = append(a.strs, len(a.specs))
+			a.version = stateVersionFields
+			a.stateSize += lenSize
 		default:
 			a.stateSize += decSize
 		}
-		if s.kind != aggCount {
+		pj := &a.proj[s.src]
+		if s.where >= 0 {
+			pj.wheres |= 1 << s.where
+		}
+		if s.kind != aggCount && isStr {
+			p, err := checkedPath(sp.Field)
+			if err != nil {
+				return nil, fmt.Errorf("operators: %s: field %s: %w", name, sp.Name, err)
+			}
+			k := slices.IndexFunc(pj.strs, func(q path) bool { return q.text == sp.Field })
+			if k < 0 {
+				k = len(pj.strs)
+				pj.strs = append(pj.strs, p)
+				pj.strUse, pj.strAll = append(pj.strUse, 0), append(pj.strAll, false)
+			}
+			s.in = k
+			use(&pj.strUse[k], &pj.strAll[k], s.where)
+		} else if s.kind != aggCount {
 			p, err := checkedPath(sp.Field)
 			if err != nil {
 				return nil, fmt.Errorf("operators: %s: field %s: %w", name, sp.Name, err)
@@ -236,12 +320,65 @@ func newAggregate(name string, cfg configs.Aggregate, inputs []string, from map[
 				}
 				s.in = in
 			}
+			k := s.in / decSize
+			for len(pj.decUse) <= k {
+				pj.decUse, pj.decAll = append(pj.decUse, 0), append(pj.decAll, false)
+			}
+			use(&pj.decUse[k], &pj.decAll[k], s.where)
 		}
 		s.prefix = jsonstr.AppendString([]byte{','}, sp.Name)
 		s.prefix = append(s.prefix, ':')
 		a.specs = append(a.specs, s)
 	}
 	return a, nil
+}
+
+// use records that a spec with filter where (-1: none) reads a field.
+func use(mask *uint64, all *bool, where int) {
+	if where < 0 {
+		*all = true
+	} else {
+		*mask |= 1 << where
+	}
+}
+
+// FieldError is a part of an operator's config that does not compile (an aggregate field's
+// where, a distinct's flag): the plan turns it into a config error naming its key. A plain value.
+type FieldError struct {
+	Operator, Field string
+	Part            string // "where" (a field's), or "flags" (a distinct's flag Field)
+	Err             error
+}
+
+func (e *FieldError) Error() string {
+	if e.Part == "flags" {
+		return fmt.Sprintf("%v (flag %s)", e.Err, e.Field)
+	}
+	return fmt.Sprintf("%v (field %s, %s)", e.Err, e.Field, e.Part)
+}
+
+func (e *FieldError) Unwrap() error { return e.Err }
+
+// addWhere compiles spec s's filter, sharing one with an equal filter of the same input.
+func (a *Aggregate) addWhere(s *aggSpec, text string) error {
+	a.version = stateVersionFields
+	for i, t := range a.whereText {
+		if t == text && a.proj[s.src].wheres&(1<<i) != 0 {
+			s.where = i
+			return nil
+		}
+	}
+	if len(a.wheres) == maxWheres {
+		return &FieldError{Operator: a.name, Field: s.name, Part: "where", Err: fmt.Errorf("operators: %s: more than %d distinct where expressions", a.name, maxWheres)}
+	}
+	p, err := compile(a.name, text, expr.AsBool())
+	if err != nil {
+		return &FieldError{Operator: a.name, Field: s.name, Part: "where", Err: err}
+	}
+	a.env.addProgram(p)
+	s.where = len(a.wheres)
+	a.wheres, a.whereText = append(a.wheres, p), append(a.whereText, text)
+	return nil
 }
 
 // Name returns the operator name.
@@ -255,16 +392,27 @@ func (a *Aggregate) Attributes() Attributes {
 // Emit returns "updates" or "final".
 func (a *Aggregate) Emit() string { return a.emit }
 
-// StateSize is the fixed size of a key's state in bytes.
+// StateSize is the size of a key's empty state in bytes: the size of every state unless a spec
+// is a min or max over strings, whose strings follow (ValidSize).
 func (a *Aggregate) StateSize() int { return a.stateSize }
 
-// InputSize is the fixed size of one projected input in bytes (0 when only counting without
-// retractions).
+// ValidSize reports whether a state may be n bytes long: StateSize(), or at least that with
+// strings.
+func (a *Aggregate) ValidSize(n int) bool {
+	return n == a.stateSize || len(a.strs) > 0 && n > a.stateSize
+}
+
+// InputSize is the size of one projected input of an aggregate of one input in bytes (0 when
+// only counting without retractions), without its strings (each adds 4 bytes and its own).
 func (a *Aggregate) InputSize() int {
-	if a.retract {
-		return 1 + len(a.fields)*decSize
+	n := len(a.fields)*decSize + len(a.proj[0].strs)*lenSize
+	if len(a.wheres) > 0 {
+		n += 8
 	}
-	return len(a.fields) * decSize
+	if a.retract {
+		n++
+	}
+	return n
 }
 
 // Retractions reports whether the aggregate reads a change stream (configs.Aggregate.Retractions).
@@ -276,7 +424,7 @@ func (a *Aggregate) Inputs() []string { return a.inputs }
 // InitState writes an empty state into dst[:StateSize()].
 func (a *Aggregate) InitState(dst []byte) {
 	clear(dst[:a.stateSize])
-	dst[0] = stateVersion
+	dst[0] = a.version
 }
 
 const reasonNoKey = "record has no key (aggregates are keyed: set the source's key field or produce keyed records)"
@@ -317,8 +465,21 @@ func (a *Aggregate) ProjectInput(i int, r *Record, dst []byte) ([]byte, error) {
 		dst = append(dst, byte(i))
 		fields = a.srcFields[i]
 	}
+	pj := &a.proj[i]
+	var mask uint64
+	if len(a.wheres) > 0 {
+		var err error
+		if mask, err = a.filter(pj.wheres, r); err != nil {
+			return dst[:n0], err
+		}
+		dst = binary.LittleEndian.AppendUint64(dst, mask)
+	}
 	for k := range fields {
 		p := &fields[k]
+		if k < len(pj.decAll) && !pj.decAll[k] && pj.decUse[k]&mask == 0 {
+			dst = append(dst, make([]byte, decSize)...) // no spec folds it: not read
+			continue
+		}
 		raw, ok, err := r.lookup(*p)
 		if err != nil {
 			return dst[:n0], &Error{Operator: a.name, Reason: err.Error()}
@@ -339,7 +500,67 @@ func (a *Aggregate) ProjectInput(i int, r *Record, dst []byte) ([]byte, error) {
 		dst = binary.LittleEndian.AppendUint64(dst, d.lo)
 		dst = binary.LittleEndian.AppendUint64(dst, d.hi)
 	}
+	for k := range pj.strs {
+		p := &pj.strs[k]
+		if !pj.strAll[k] && pj.strUse[k]&mask == 0 {
+			dst = binary.LittleEndian.AppendUint32(dst, 0)
+			continue
+		}
+		raw, ok, err := r.lookup(*p)
+		if err != nil {
+			return dst[:n0], &Error{Operator: a.name, Reason: err.Error()}
+		}
+		if !ok {
+			return dst[:n0], &Error{Operator: a.name, Reason: fmt.Sprintf("field %q missing", p.text)}
+		}
+		if raw[0] != '"' {
+			return dst[:n0], &Error{Operator: a.name, Reason: fmt.Sprintf("field %q is %s, want a string (its min or max has type: string)", p.text, kindOf(raw[0]))}
+		}
+		at := len(dst)
+		dst = append(dst, 0, 0, 0, 0)
+		if body, esc := stringBody(raw); esc {
+			dst = appendUnescaped(dst, body)
+		} else {
+			dst = append(dst, body...)
+		}
+		if len(dst)-at-lenSize > maxString {
+			return dst[:n0], &Error{Operator: a.name, Reason: fmt.Sprintf("field %q: a string of %d bytes; at most %d", p.text, len(dst)-at-lenSize, maxString)}
+		}
+		binary.LittleEndian.PutUint32(dst[at:], uint32(len(dst)-at-lenSize))
+	}
 	return dst, nil
+}
+
+// maxString bounds a string a min or max keeps (a Kafka record is smaller anyway).
+const maxString = 1 << 30
+
+// filter returns the mask of the wheres among those of mask that r passes. A where that fails
+// on r (a missing field compared) or yields no bool is an *Error.
+func (a *Aggregate) filter(mask uint64, r *Record) (uint64, error) {
+	if mask == 0 {
+		return 0, nil
+	}
+	if err := a.env.fill(r); err != nil {
+		return 0, &Error{Operator: a.name, Reason: err.Error()}
+	}
+	var pass uint64
+	for i, p := range a.wheres {
+		if mask&(1<<i) == 0 {
+			continue
+		}
+		out, err := a.env.vm.Run(p, a.env.vars)
+		if err != nil {
+			return 0, &Error{Operator: a.name, Reason: fmt.Sprintf("where %s: %s", a.whereText[i], a.env.reason(err))}
+		}
+		ok, isBool := out.(bool)
+		if !isBool {
+			return 0, &Error{Operator: a.name, Reason: fmt.Sprintf("where %s: result is %T, want bool", a.whereText[i], out)}
+		}
+		if ok {
+			pass |= 1 << i
+		}
+	}
+	return pass, nil
 }
 
 // reason strips the package prefix from a sentinel error for use in an *Error.
@@ -376,9 +597,11 @@ func storeSum(b []byte, s int192) {
 	binary.LittleEndian.PutUint64(b[16:], s.w2)
 }
 
-// Fold folds one projected input into state, in place. The resulting bytes depend only on the
-// multiset of inputs folded since InitState, never on their order. It does not allocate.
-func (a *Aggregate) Fold(state, input []byte) {
+// Fold folds one projected input into state, in place, and returns the state: the same slice,
+// unless a string min or max took a longer string than its slice's capacity holds (the state
+// is then a new slice, as append's result). The resulting bytes depend only on the multiset of
+// inputs folded since InitState, never on their order. It allocates only for such a string.
+func (a *Aggregate) Fold(state, input []byte) []byte {
 	_ = state[a.stateSize-1]
 	i := 0 // a cogroup's input starts with its index; it folds only that input's fields and count
 	if len(a.inputs) > 1 {
@@ -391,35 +614,94 @@ func (a *Aggregate) Fold(state, input []byte) {
 		}
 		input = input[1:]
 	}
+	var mask uint64
+	if len(a.wheres) > 0 {
+		mask, input = binary.LittleEndian.Uint64(input), input[8:]
+	}
+	strs := input[len(a.inputFields(i))*decSize:]
 	n := binary.LittleEndian.Uint64(state[1+8*i:])
 	for k := range a.specs {
 		s := &a.specs[k]
-		if s.src != i {
+		if s.src != i || s.where >= 0 && mask&(1<<s.where) == 0 {
 			continue
 		}
-		switch s.kind {
-		case aggSum, aggAvg:
+		c := n
+		if s.cnt != 0 {
+			c = binary.LittleEndian.Uint64(state[s.cnt:])
+			binary.LittleEndian.PutUint64(state[s.cnt:], c+one)
+		}
+		switch {
+		case s.kind == aggSum, s.kind == aggAvg:
 			st := state[s.off : s.off+sumSize]
 			storeSum(st, loadSum(st).add(loadDec(input[s.in:])))
-		case aggMin:
-			keepIf(state[s.off:s.off+decSize], loadDec(input[s.in:]), n == 0, -1)
-		case aggMax:
-			keepIf(state[s.off:s.off+decSize], loadDec(input[s.in:]), n == 0, 1)
+		case s.str >= 0:
+			state = a.keepString(state, s, stringAt(strs, s.in), c == 0)
+		case s.kind == aggMin:
+			keepIf(state[s.off:s.off+decSize], loadDec(input[s.in:]), c == 0, -1)
+		case s.kind == aggMax:
+			keepIf(state[s.off:s.off+decSize], loadDec(input[s.in:]), c == 0, 1)
 		}
 	}
 	binary.LittleEndian.PutUint64(state[1+8*i:], n+one)
+	return state
 }
 
-// count returns the records folded into state for spec s (its input's, in a cogroup).
+// inputFields returns input i's numeric fields.
+func (a *Aggregate) inputFields(i int) []path {
+	if len(a.inputs) > 1 {
+		return a.srcFields[i]
+	}
+	return a.fields
+}
+
+// stringAt returns the k-th string of a projected input's strings.
+func stringAt(strs []byte, k int) []byte {
+	for ; k > 0; k-- {
+		strs = strs[lenSize+int(binary.LittleEndian.Uint32(strs)):]
+	}
+	return strs[lenSize : lenSize+int(binary.LittleEndian.Uint32(strs))]
+}
+
+// stringOf returns where the string of spec s lies in state: state[start:end].
+func (a *Aggregate) stringOf(state []byte, s *aggSpec) (start, end int) {
+	start = a.stateSize
+	for _, k := range a.strs[:s.str] {
+		start += int(binary.LittleEndian.Uint32(state[a.specs[k].off:]))
+	}
+	return start, start + int(binary.LittleEndian.Uint32(state[s.off:]))
+}
+
+// keepString stores v as the string min or max of spec s in state when it holds none yet
+// (empty) or v beats it (byte order), and returns the state (grown as append grows it).
+func (a *Aggregate) keepString(state []byte, s *aggSpec, v []byte, empty bool) []byte {
+	start, end := a.stringOf(state, s)
+	want := -1
+	if s.kind == aggMax {
+		want = 1
+	}
+	if !empty && bytes.Compare(v, state[start:end]) != want {
+		return state
+	}
+	state = slices.Replace(state, start, end, v...)
+	binary.LittleEndian.PutUint32(state[s.off:], uint32(len(v)))
+	return state
+}
+
+// count returns the records folded into state for spec s: its own count when it has a where,
+// else its input's (one per input in a cogroup).
 func (a *Aggregate) count(state []byte, s *aggSpec) uint64 {
+	if s.cnt != 0 {
+		return binary.LittleEndian.Uint64(state[s.cnt:])
+	}
 	return binary.LittleEndian.Uint64(state[1+8*s.src:])
 }
 
-// Merge folds the partial state src into dst, in place: the result is the state of folding
-// dst's inputs and src's inputs, byte for byte whatever the split (sums add, counts add, min and
-// max compare, an empty side changes nothing). It lets backlog mode pre-aggregate a key's
-// records in memory and combine the partial with the stored state later. It does not allocate.
-func (a *Aggregate) Merge(dst, src []byte) {
+// Merge folds the partial state src into dst, in place, and returns dst (a new slice when a
+// string min or max outgrew its capacity, as Fold): the result is the state of folding dst's
+// inputs and src's inputs, byte for byte whatever the split (sums add, counts add, min and max
+// compare, an empty side changes nothing). It lets backlog mode pre-aggregate a key's records in
+// memory and combine the partial with the stored state later. It allocates only for a string.
+func (a *Aggregate) Merge(dst, src []byte) []byte {
 	_, _ = dst[a.stateSize-1], src[a.stateSize-1]
 	for k := range a.specs {
 		s := &a.specs[k]
@@ -427,20 +709,27 @@ func (a *Aggregate) Merge(dst, src []byte) {
 		if ns == 0 && !a.retract {
 			continue // (with retractions, a partial of no net record may still move a sum)
 		}
-		switch s.kind {
-		case aggSum, aggAvg:
+		switch {
+		case s.kind == aggSum, s.kind == aggAvg:
 			d := dst[s.off : s.off+sumSize]
 			storeSum(d, loadSum(d).plus(loadSum(src[s.off:])))
-		case aggMin:
+		case s.str >= 0:
+			start, end := a.stringOf(src, s)
+			dst = a.keepString(dst, s, src[start:end], nd == 0)
+		case s.kind == aggMin:
 			keepIf(dst[s.off:s.off+decSize], loadDec(src[s.off:]), nd == 0, -1)
-		case aggMax:
+		case s.kind == aggMax:
 			keepIf(dst[s.off:s.off+decSize], loadDec(src[s.off:]), nd == 0, 1)
+		}
+		if s.cnt != 0 {
+			binary.LittleEndian.PutUint64(dst[s.cnt:], nd+ns)
 		}
 	}
 	for i := range max(len(a.inputs), 1) { // the counts: one, or a cogroup's per input
 		o := 1 + 8*i
 		binary.LittleEndian.PutUint64(dst[o:], binary.LittleEndian.Uint64(dst[o:])+binary.LittleEndian.Uint64(src[o:]))
 	}
+	return dst
 }
 
 // keepIf stores v as the min (want -1) or max (want 1) held in st, when st holds none yet
@@ -512,9 +801,13 @@ func (a *Aggregate) renderFields(state, dst []byte) []byte {
 				dst = appendAvg(dst, loadSum(state[s.off:]), n)
 			}
 		case aggMin, aggMax:
-			if n == 0 {
+			switch {
+			case n == 0:
 				dst = append(dst, "null"...)
-			} else {
+			case s.str >= 0:
+				start, end := a.stringOf(state, s)
+				dst = jsonstr.AppendBytes(dst, state[start:end])
+			default:
 				dst = appendDecimal(dst, loadDec(state[s.off:]))
 			}
 		}
@@ -523,9 +816,9 @@ func (a *Aggregate) renderFields(state, dst []byte) []byte {
 }
 
 // ValidState reports whether b is a well-formed state for this aggregate: the right size and
-// version, an empty state all zeros, min <= max bounds in range.
+// version, an empty state all zeros, min <= max bounds in range, strings that fill the rest.
 func (a *Aggregate) ValidState(b []byte) bool {
-	if len(b) != a.stateSize || b[0] != stateVersion {
+	if !a.ValidSize(len(b)) || b[0] != a.version {
 		return false
 	}
 	var total uint64
@@ -544,15 +837,28 @@ func (a *Aggregate) ValidState(b []byte) bool {
 		}
 		return true
 	}
+	tail := len(b) - a.stateSize
 	for k := range a.specs {
 		s := &a.specs[k]
-		if (s.kind == aggMin || s.kind == aggMax) && a.count(b, s) > 0 {
+		c := a.count(b, s)
+		if s.cnt != 0 && int64(c) < 0 && !a.retract {
+			return false
+		}
+		if s.str >= 0 {
+			l := int(binary.LittleEndian.Uint32(b[s.off:]))
+			if l > tail || c == 0 && l != 0 {
+				return false
+			}
+			tail -= l
+			continue
+		}
+		if (s.kind == aggMin || s.kind == aggMax) && c > 0 {
 			if d := loadDec(b[s.off:]); d.hi == 1<<63 && d.lo == 0 { // -2^127 is never produced
 				return false
 			}
 		}
 	}
-	return true
+	return tail == 0
 }
 
 // b2u8 is 1 for true, 0 for false.

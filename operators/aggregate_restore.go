@@ -10,9 +10,11 @@ import (
 )
 
 // ResultsRebuildState reports whether StateOf can rebuild this aggregate's states from its
-// results (configs.Aggregate.Changelog output): one input, no window, no retractions, no avg.
+// results (configs.Aggregate.Changelog output): one input, no window, no retractions, no avg,
+// and a state of version 1 (no where, whose own counts the results do not all show, and no
+// string min or max).
 func (a *Aggregate) ResultsRebuildState() bool {
-	if len(a.inputs) > 0 || a.retract || a.windows != nil || a.window != "" {
+	if len(a.inputs) > 0 || a.retract || a.windows != nil || a.window != "" || a.version != stateVersion {
 		return false
 	}
 	for k := range a.specs {
@@ -35,7 +37,7 @@ func (a *Aggregate) OutputChangelog() bool { return a.outputLog }
 // must render back to itself byte for byte. It allocates only for a sum beyond 128 bits.
 func (a *Aggregate) StateOf(key, val, dst []byte) ([]byte, error) {
 	if !a.ResultsRebuildState() {
-		return dst, errors.New("this aggregate's results cannot rebuild its state (a window, retractions, avg or several inputs)")
+		return dst, errors.New("this aggregate's results cannot rebuild its state (a window, retractions, avg, where, a string min or max, or several inputs)")
 	}
 	base := len(dst)
 	dst = append(dst, make([]byte, a.stateSize)...)

@@ -2,10 +2,12 @@ package operators
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/big"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
@@ -48,10 +50,10 @@ func foldValues(t testing.TB, a *Aggregate, values ...string) []byte {
 		if in, err = a.Project(&r, in[:0]); err != nil {
 			t.Fatalf("Project(%s): %v", v, err)
 		}
-		if len(in) != a.InputSize() {
+		if len(in) != a.InputSize() && len(a.strs) == 0 {
 			t.Fatalf("Project appended %d bytes, InputSize %d", len(in), a.InputSize())
 		}
-		a.Fold(state, in)
+		state = a.Fold(state, in)
 	}
 	return state
 }
@@ -372,5 +374,221 @@ func TestCogroupKeyColumns(t *testing.T) {
 	}
 	if plain.StateSize() != cols.StateSize() || plain.Layout().Fingerprint() != cols.Layout().Fingerprint() {
 		t.Errorf("key_columns changed the state: %d/%s vs %d/%s", plain.StateSize(), plain.Layout(), cols.StateSize(), cols.Layout())
+	}
+}
+
+// fieldsAgg is an aggregate with filtered fields and min and max over strings: Nexmark's
+// count(*) filter (where ...) beside first and last names.
+func fieldsAgg() configs.Aggregate {
+	return aggCfg(map[string]map[string]any{
+		"bids":       {"count": map[string]any{}},
+		"rank1":      {"count": map[string]any{}, "where": "price < 100"},
+		"rank1_sum":  {"sum": "price", "where": "price < 100"},
+		"rank2_avg":  {"avg": "price", "where": "price >= 100"},
+		"rank2_min":  {"min": "price", "where": "price >= 100"},
+		"first":      {"min": "name", "type": "string"},
+		"last":       {"max": "name", "type": "string"},
+		"rank1_last": {"max": "name", "type": "string", "where": "price < 100"},
+	})
+}
+
+// randomName returns a short string over a small alphabet (so prefixes and equal strings are
+// common), sometimes empty, sometimes with an escape or a multi-byte letter.
+func randomName(rng *rand.Rand) string {
+	alphabet := []string{"a", "b", "z", "A", "é", `\"`, `\u00e9`, "\\\\", "\u4e16"}
+	var sb strings.Builder
+	for range rng.IntN(6) {
+		sb.WriteString(alphabet[rng.IntN(len(alphabet))])
+	}
+	return sb.String()
+}
+
+// fieldsOracle renders what fieldsAgg must render for records of (price, name), computed
+// without the aggregate: big.Rat sums, Go's string comparison of the unescaped names.
+func fieldsOracle(t *testing.T, prices []string, names []string) string {
+	t.Helper()
+	var (
+		bids, rank1, rank2  int
+		sum1, sum2          = new(big.Rat), new(big.Rat)
+		min2                *big.Rat
+		first, last, last1  string
+		haveName, haveLast1 bool
+		hundred             = big.NewRat(100, 1)
+		ratOf               = func(s string) *big.Rat { r, _ := new(big.Rat).SetString(s); return r }
+		unquote             = func(s string) string { var u string; _ = json.Unmarshal([]byte(`"`+s+`"`), &u); return u }
+		decimal             = func(r *big.Rat) string { return strings.TrimRight(strings.TrimRight(r.FloatString(9), "0"), ".") }
+	)
+	for i, p := range prices {
+		price := ratOf(p)
+		name := unquote(names[i])
+		bids++
+		if !haveName || name < first {
+			first = name
+		}
+		if !haveName || name > last {
+			last = name
+		}
+		haveName = true
+		if price.Cmp(hundred) < 0 {
+			rank1++
+			sum1.Add(sum1, price)
+			if !haveLast1 || name > last1 {
+				last1, haveLast1 = name, true
+			}
+		} else {
+			rank2++
+			sum2.Add(sum2, price)
+			if min2 == nil || price.Cmp(min2) < 0 {
+				min2 = price
+			}
+		}
+	}
+	str := func(ok bool, s string) string {
+		if !ok {
+			return "null"
+		}
+		b, _ := json.Marshal(s)
+		return string(b)
+	}
+	avg2, minS := "null", "null"
+	if rank2 > 0 {
+		avg2 = decimal(new(big.Rat).Quo(sum2, big.NewRat(int64(rank2), 1)))
+		minS = decimal(min2)
+	}
+	return fmt.Sprintf(`{"key":"c-1","bids":%d,"first":%s,"last":%s,"rank1":%d,"rank1_last":%s,"rank1_sum":%s,"rank2_avg":%s,"rank2_min":%s}`,
+		bids, str(haveName, first), str(haveName, last), rank1, str(haveLast1, last1), decimal(sum1), avg2, minS)
+}
+
+// TestFieldsMergeEqualsFold: with filtered fields and strings, folding in any order and merging
+// the partials of any split give the same bytes, and the rendering is the oracle's.
+func TestFieldsMergeEqualsFold(t *testing.T) {
+	a := mustAggregate(t, fieldsAgg())
+	rng := rand.New(rand.NewPCG(5, 6))
+	for trial := range 300 {
+		n := rng.IntN(20)
+		values, prices, names := make([]string, n), make([]string, n), make([]string, n)
+		for i := range values {
+			prices[i] = fmt.Sprint(rng.IntN(200))
+			if rng.IntN(3) == 0 {
+				prices[i] += ".5"
+			}
+			names[i] = randomName(rng)
+			values[i] = fmt.Sprintf(`{"price":%s,"name":"%s"}`, prices[i], names[i])
+		}
+		want := foldValues(t, a, values...)
+		if !a.ValidState(want) {
+			t.Fatalf("trial %d: folded state invalid: %x", trial, want)
+		}
+		if got, exp := string(a.Render([]byte("c-1"), want, nil)), fieldsOracle(t, prices, names); got != exp {
+			t.Fatalf("trial %d: rendered\n%s\nwant\n%s", trial, got, exp)
+		}
+		shuffled := slices.Clone(values)
+		rng.Shuffle(n, func(i, j int) { shuffled[i], shuffled[j] = shuffled[j], shuffled[i] })
+		if again := foldValues(t, a, shuffled...); !bytes.Equal(again, want) {
+			t.Fatalf("trial %d: state differs between orders:\n%x\n%x", trial, again, want)
+		}
+		parts := make([][]string, 1+rng.IntN(4))
+		for _, v := range values {
+			k := rng.IntN(len(parts))
+			parts[k] = append(parts[k], v)
+		}
+		got := make([]byte, a.StateSize(), a.StateSize()) // no room: every string grows it
+		a.InitState(got)
+		for _, p := range parts {
+			got = a.Merge(got, foldValues(t, a, p...))
+		}
+		if !bytes.Equal(got, want) {
+			t.Fatalf("trial %d (%d values in %d parts): merged state differs from folded:\n%x\n%x", trial, n, len(parts), got, want)
+		}
+	}
+}
+
+// A string min or max grows a state with no spare capacity into a new slice and leaves the
+// original's bytes alone (the runtime may still be producing them); a shorter string shrinks it
+// in place.
+func TestFieldsFoldGrows(t *testing.T) {
+	a := mustAggregate(t, aggCfg(map[string]map[string]any{"last": {"max": "name", "type": "string"}}))
+	project := func(v string) []byte {
+		r := Record{Key: []byte("k"), Value: []byte(v)}
+		in, err := a.Project(&r, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return in
+	}
+	st := make([]byte, a.StateSize())
+	a.InitState(st)
+	orig := bytes.Clone(st)
+	grown := a.Fold(st[:len(st):len(st)], project(`{"name":"m"}`))
+	if !bytes.Equal(st, orig) || len(grown) != a.StateSize()+1 {
+		t.Fatalf("grown %x, original now %x", grown, st)
+	}
+	grown = a.Fold(grown, project(`{"name":"a-long-name"}`)) // smaller: kept out
+	grown = a.Fold(grown, project(`{"name":"zz"}`))
+	if got := string(a.Render([]byte("k"), grown, nil)); got != `{"key":"k","last":"zz"}` {
+		t.Fatalf("Render = %s", got)
+	}
+	if !a.ValidState(grown) {
+		t.Fatalf("state %x invalid", grown)
+	}
+}
+
+// TestFieldsValidState: a state with strings is its fixed part and exactly its strings; an
+// empty filtered field has no string; the version is 2.
+func TestFieldsValidState(t *testing.T) {
+	a := mustAggregate(t, fieldsAgg())
+	good := foldValues(t, a, `{"price":150,"name":"bob"}`, `{"price":200,"name":"al"}`)
+	if !a.ValidState(good) {
+		t.Fatalf("valid state %x rejected", good)
+	}
+	last1 := a.specs[slices.IndexFunc(a.specs, func(s aggSpec) bool { return s.name == "rank1_last" })]
+	for name, b := range map[string][]byte{
+		"short tail":      good[:len(good)-1],
+		"long tail":       append(bytes.Clone(good), 'x'),
+		"version 1":       append([]byte{1}, good[1:]...),
+		"string of empty": append(func() []byte { c := bytes.Clone(good); c[last1.off] = 1; return c }(), 'x'),
+		"fixed part only": good[:a.StateSize()-1],
+	} {
+		if a.ValidState(b) {
+			t.Errorf("ValidState(%s) = true", name)
+		}
+	}
+}
+
+// An aggregate without where or strings keeps layout version 1 and its text; one with them is
+// version 2, and its text names them.
+func TestFieldsLayout(t *testing.T) {
+	if got := mustAggregate(t, ordersAgg()).Layout().String(); got != "aggregate/v1 amount=sum(amount) avg_amount=avg(amount) max_amount=max(amount) min_amount=min(amount) orders=count()" {
+		t.Errorf("plain layout = %s", got)
+	}
+	a := mustAggregate(t, aggCfg(map[string]map[string]any{"n": {"count": nil, "where": "price < 10"}, "last": {"max": "name", "type": "string"}}))
+	if got := a.Layout().String(); got != `aggregate/v2 last=max(name,"type=string") n=count("where=price < 10")` {
+		t.Errorf("fields layout = %s", got)
+	}
+	st := make([]byte, a.StateSize())
+	a.InitState(st)
+	if st[0] != 2 {
+		t.Errorf("version byte %d", st[0])
+	}
+	// A filtered field's own count and a string are not all in the result: changelog: output
+	// cannot rebuild such a state.
+	if a.ResultsRebuildState() || !mustAggregate(t, aggCfg(map[string]map[string]any{"n": {"count": nil}})).ResultsRebuildState() {
+		t.Error("ResultsRebuildState: want false with where and strings, true without")
+	}
+}
+
+// A where that fails on a record (a missing field compared) makes it a dead letter, named.
+func TestFieldsWhereErrors(t *testing.T) {
+	a := mustAggregate(t, fieldsAgg())
+	r := Record{Key: []byte("k"), Value: []byte(`{"name":"x"}`)}
+	_, err := a.Project(&r, nil)
+	var e *Error
+	if !errors.As(err, &e) || !strings.Contains(e.Reason, "where price < 100") {
+		t.Fatalf("Project = %v", err)
+	}
+	_, err = NewAggregate("t", aggCfg(map[string]map[string]any{"n": {"count": nil, "where": "price +"}}))
+	var fe *FieldError
+	if !errors.As(err, &fe) || fe.Field != "n" || fe.Part != "where" {
+		t.Fatalf("NewAggregate = %v", err)
 	}
 }

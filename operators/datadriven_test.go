@@ -21,7 +21,9 @@ import (
 //	source [key=PATH] [timestamp=PATH]       (resets everything)
 //	filter name=NAME         input: the expression
 //	map name=NAME            input: "field: expression" lines
-//	aggregate [emit=final]   input: "name: func [field]" lines (resets state)
+//	aggregate [emit=final]   input: "name: func [field] [type=string] [where EXPR]" lines
+//	                         (resets state)
+//	layout                   prints the aggregate's layout
 //	distinct                 input: "column: expression" lines, the flags (resets state)
 //	records                  input: "KAFKAKEY KAFKATS VALUE" lines (KAFKAKEY "-" = null);
 //	                         prints each record's fate and folds the kept ones (after a
@@ -73,12 +75,22 @@ func TestDataDriven(t *testing.T) {
 				fields := map[string]map[string]any{}
 				for _, line := range strings.Split(d.Input, "\n") {
 					name, spec, _ := strings.Cut(line, ":")
+					spec, where, hasWhere := strings.Cut(spec, " where ")
 					f := strings.Fields(spec)
 					var v any = map[string]any{}
-					if len(f) > 1 {
-						v = f[1]
+					field := map[string]any{}
+					for _, w := range f[1:] {
+						if typ, ok := strings.CutPrefix(w, "type="); ok {
+							field["type"] = typ
+						} else {
+							v = w
+						}
 					}
-					fields[strings.TrimSpace(name)] = map[string]any{f[0]: v}
+					field[f[0]] = v
+					if hasWhere {
+						field["where"] = strings.TrimSpace(where)
+					}
+					fields[strings.TrimSpace(name)] = field
 				}
 				var err error
 				agg, err = NewAggregate("totals", configs.Aggregate{Input: "orders", Fields: fields, Emit: arg("emit")})
@@ -87,6 +99,8 @@ func TestDataDriven(t *testing.T) {
 					return err.Error() + "\n"
 				}
 				return fmt.Sprintf("state %d bytes, input %d bytes, emit %s, %+v\n", agg.StateSize(), agg.InputSize(), agg.Emit(), agg.Attributes())
+			case "layout":
+				return agg.Layout().String() + "\n"
 			case "distinct":
 				flags := map[string]string{}
 				for _, line := range strings.Split(d.Input, "\n") {
@@ -172,7 +186,10 @@ func process(src *Source, stages []Stage, agg *Aggregate, states map[string][]by
 		agg.InitState(st)
 		states[string(r.Key)] = st
 	}
-	agg.Fold(st, *in)
+	states[string(r.Key)] = agg.Fold(st, *in)
+	if !agg.ValidState(states[string(r.Key)]) {
+		return desc + " INVALID STATE"
+	}
 	return desc
 }
 

@@ -51,7 +51,7 @@ func NewDistinct(name string, cfg configs.Distinct) (*Distinct, error) {
 	for _, f := range d.flags {
 		p, err := compile(name, cfg.Flags[f], expr.AsBool())
 		if err != nil {
-			return nil, fmt.Errorf("%w (flag %s)", err, f)
+			return nil, &FieldError{Operator: name, Field: f, Part: "flags", Err: err}
 		}
 		d.exprs = append(d.exprs, cfg.Flags[f])
 		d.progs = append(d.progs, p)

@@ -136,6 +136,46 @@ func FuzzAggregateState(f *testing.F) {
 	})
 }
 
+// FuzzAggregateFieldsState is FuzzAggregateState for an aggregate with filtered fields and min
+// and max over strings (a state of variable size): a valid state renders to JSON, folds and
+// merges without panicking, and stays valid when merged with a state folded from records.
+func FuzzAggregateFieldsState(f *testing.F) {
+	agg := mustAggregate(f, fieldsAgg())
+	empty := make([]byte, agg.StateSize())
+	agg.InitState(empty)
+	f.Add(empty)
+	f.Add(foldValues(f, agg, `{"price":1.5,"name":"b"}`, `{"price":200,"name":"\u00e9t\u00e9"}`))
+	f.Add(foldValues(f, agg, `{"price":150,"name":""}`))
+	f.Add([]byte{2, 1, 0})
+	other := foldValues(f, agg, `{"price":3,"name":"zz"}`, `{"price":300,"name":"a"}`)
+	var r Record
+	src := mustSource(f, configs.Source{Topic: "t"})
+	if err := src.Decode([]byte("c-1"), []byte(`{"price":-3.25,"name":"m"}`), 7, &r); err != nil {
+		f.Fatal(err)
+	}
+	in, err := agg.Project(&r, nil)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if !agg.ValidState(b) {
+			return
+		}
+		st := bytes.Clone(b)
+		if out := agg.Render([]byte("c-1"), st, nil); !json.Valid(out) {
+			t.Fatalf("Render(%x) = %s, not JSON", b, out)
+		}
+		st = agg.Fold(st, in)
+		st = agg.Merge(st, other)
+		if !agg.ValidSize(len(st)) {
+			t.Fatalf("state of %d bytes after a fold and a merge", len(st))
+		}
+		if out := agg.Render([]byte("c-1"), st, nil); !json.Valid(out) {
+			t.Fatalf("Render after fold = %s, not JSON", out)
+		}
+	})
+}
+
 // sessCtx is an operators.Context over one key's state, for the session fuzz target.
 type sessCtx struct {
 	wm    int64

@@ -107,14 +107,16 @@ func layoutWord(s string) string {
 }
 
 // Layout returns the aggregate's state layout: the state format version and its fields in state
-// (name) order, each as name=function(input field). The order of the fields in the YAML file
+// (name) order, each as name=function(input field), with type=string and where=<expression>
+// when the field has them (version 2, stateVersionFields; an aggregate with neither keeps
+// version 1 and the text it always had). The order of the fields in the YAML file
 // does not matter; renaming a field, changing its function or its input field, or adding or
 // removing one changes the layout. The emit mode does not (it changes no state byte).
 //
 // Layout, Fingerprint and ValidState only read what NewAggregate compiled: unlike the rest of
 // Aggregate, they are safe for concurrent use.
 func (a *Aggregate) Layout() Layout {
-	l := Layout{Kind: "aggregate", Version: stateVersion, Parts: make([]string, 0, len(a.specs))}
+	l := Layout{Kind: "aggregate", Version: int(a.version), Parts: make([]string, 0, len(a.specs))}
 	if len(a.inputs) > 1 {
 		// A cogroup: its inputs in order (a count per input heads the state), and each
 		// field's input.
@@ -126,6 +128,12 @@ func (a *Aggregate) Layout() Layout {
 		args := []string{}
 		if s.kind != aggCount {
 			args = append(args, s.field)
+		}
+		if s.str >= 0 {
+			args = append(args, "type=string")
+		}
+		if s.where >= 0 {
+			args = append(args, "where="+a.whereText[s.where])
 		}
 		if len(a.inputs) > 1 {
 			args = append(args, "from="+a.inputs[s.src])

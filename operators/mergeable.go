@@ -28,16 +28,20 @@ type Mergeable interface {
 	// (one result per state key, when it closes).
 	Emit() string
 
-	// StateSize is the fixed size of a state in bytes; InitState writes an empty one.
+	// StateSize is the size of an empty state in bytes; InitState writes an empty one. A state
+	// is that size, or (ValidSize) longer when it holds strings.
 	StateSize() int
+	ValidSize(n int) bool
 	InitState(dst []byte)
 	// ProjectInput appends what a decoded record of input (its index among the operator's
 	// inputs) contributes to dst; a bad record is an *Error.
 	ProjectInput(input int, r *Record, dst []byte) ([]byte, error)
 	// Fold folds one projected input into state; Merge merges the state src into dst. Both
-	// give the same bytes whatever order they are applied in.
-	Fold(state, input []byte)
-	Merge(dst, src []byte)
+	// give the same bytes whatever order they are applied in. Each returns the state, as append
+	// does: the same slice, in place, unless it had to grow past its capacity (only a state
+	// with strings grows).
+	Fold(state, input []byte) []byte
+	Merge(dst, src []byte) []byte
 
 	// Assign calls fn with each state key a record of key with event time ts folds into at
 	// watermark wm (dst: scratch for the key, which fn must copy to keep), and reports whether

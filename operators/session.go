@@ -103,6 +103,10 @@ func newSessions(name string, agg *Aggregate, w *configs.Window) (*Sessions, err
 	if s.gap <= 0 {
 		return nil, fmt.Errorf("operators: %s: session gap %v: want at least 1ms", name, w.Session)
 	}
+	if len(agg.strs) > 0 {
+		// A session's state is fixed-size (sessions lie side by side in the key's state).
+		return nil, fmt.Errorf("operators: %s: a min or max over strings is not supported with session windows", name)
+	}
 	if len(agg.Inputs()) > 1 {
 		s.hold = s.gap - 1
 	}

@@ -110,6 +110,11 @@ func cmdReset(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 
 	fmt.Fprintf(stdout, "reset of operator %s (group %s):\n", *op, cfg.Group)
+	for _, o := range cfg.Operators {
+		if o.ExpandedFrom() == *op && o.Keyed() {
+			fmt.Fprintf(stdout, "  note: %s remembers the values %s has counted distinct; reset it too (--operator %s), or a value it has seen is not counted again\n", o.Name, *op, o.Name)
+		}
+	}
 	switch {
 	case store == nil:
 		fmt.Fprintf(stdout, "  local state in %s: none (no state dir)\n", dir)

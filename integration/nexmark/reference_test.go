@@ -69,10 +69,10 @@ var queries = []query{
 	{name: "q17", reference: bidsOnly(refQ17), read: readQ17, upsert: true, internal: []string{"-q17-repartition", "-q17-output"}},
 	{name: "q18", reference: bidsOnly(refQ18), read: readQ18, upsert: true, kills: true, internal: []string{"-q18-repartition"}},
 	{name: "q19", reference: bidsOnly(refQ19), read: readQ19, upsert: true, kills: true},
-	{name: "q15", reference: bidsOnly(refQ15), read: readQ15, upsert: true, kills: true, internal: []string{"-q15-bids-repartition", "-q15-bidders-repartition",
-		"-q15-bidders-output", "-q15-bidders-by-repartition", "-q15-auctions-repartition", "-q15-auctions-output", "-q15-auctions-by-repartition", "-q15-output"}},
-	{name: "q16", reference: bidsOnly(refQ16), read: readQ16, upsert: true, kills: true, internal: []string{"-q16-bids-repartition", "-q16-bidders-repartition",
-		"-q16-bidders-output", "-q16-bidders-by-repartition", "-q16-auctions-repartition", "-q16-auctions-output", "-q16-auctions-by-repartition", "-q16-output"}},
+	{name: "q15", reference: bidsOnly(refQ15), read: readQ15, upsert: true, kills: true, internal: []string{"-q15-by-repartition", "-q15-distinct-bidder-repartition",
+		"-q15-distinct-bidder-output", "-q15-distinct-bidder-by-repartition", "-q15-distinct-auction-repartition", "-q15-distinct-auction-output", "-q15-distinct-auction-by-repartition", "-q15-output"}},
+	{name: "q16", reference: bidsOnly(refQ16), read: readQ16, upsert: true, kills: true, internal: []string{"-q16-by-repartition", "-q16-distinct-bidder-repartition",
+		"-q16-distinct-bidder-output", "-q16-distinct-bidder-by-repartition", "-q16-distinct-auction-repartition", "-q16-distinct-auction-output", "-q16-distinct-auction-by-repartition", "-q16-output"}},
 }
 
 // events are the generated events a reference computes from.

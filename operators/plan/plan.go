@@ -416,10 +416,34 @@ func NewPlan(cfg *configs.Config) (*Plan, error) {
 	// Compile everything once now, so a bad expression is a config error, not a runtime one.
 	for _, c := range p.Chains {
 		if _, err := c.Build(nil, nil); err != nil {
-			return nil, err
+			return nil, fieldError(cfg, err)
 		}
 	}
 	return p, nil
+}
+
+// fieldError turns an aggregate field's compile error (its where) into a config error naming
+// the field's key; any other error is returned as it is.
+func fieldError(cfg *configs.Config, err error) error {
+	var fe *operators.FieldError
+	if !errors.As(err, &fe) {
+		return err
+	}
+	for i := range cfg.Operators {
+		op := &cfg.Operators[i]
+		if op.Name != fe.Operator {
+			continue
+		}
+		if fe.Part == "flags" {
+			if op.ExpandedFrom() != "" {
+				// A distinct's flag written out for a count_distinct field: its where.
+				return &configs.Error{Key: op.Key(i) + ".fields." + fe.Field + ".where", Msg: fe.Err.Error()}
+			}
+			return &configs.Error{Key: op.Key(i) + ".flags." + fe.Field, Msg: fe.Err.Error()}
+		}
+		return &configs.Error{Key: op.Key(i) + ".fields." + fe.Field + "." + fe.Part, Msg: fe.Err.Error()}
+	}
+	return err
 }
 
 // Topics returns the topics the pipeline consumes, sorted: its sources, its tables and the
@@ -619,11 +643,14 @@ func (p *Plan) Describe(w io.Writer) {
 			a := ops.Attributes()
 			var specs []string
 			for _, s := range c.Keyed.Aggregate.Specs() {
-				if s.Field == "" {
-					specs = append(specs, fmt.Sprintf("%s=%s()", s.Name, s.Func))
-				} else {
-					specs = append(specs, fmt.Sprintf("%s=%s(%s)", s.Name, s.Func, s.Field))
+				args := s.Field
+				if s.Type != "" {
+					args += ", type=" + s.Type
 				}
+				if s.Where != "" {
+					args = strings.TrimPrefix(args+", where="+s.Where, ", ")
+				}
+				specs = append(specs, fmt.Sprintf("%s=%s(%s)", s.Name, s.Func, args))
 			}
 			kind := "aggregate"
 			if c.Cogroup != nil {

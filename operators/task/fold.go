@@ -165,9 +165,9 @@ func (f *mergeFold) merge(it *sorter.Iterator) error {
 			}
 		}
 		if p := it.Payload(); p[0] == tagPartial {
-			f.agg.Merge(f.cur.st, p[1:])
+			f.cur.st = f.agg.Merge(f.cur.st, p[1:])
 		} else {
-			f.agg.Fold(f.cur.st, p[1:])
+			f.cur.st = f.agg.Fold(f.cur.st, p[1:])
 		}
 	}
 	if err := it.Err(); err != nil {
@@ -205,7 +205,7 @@ func (f *mergeFold) start(k []byte) error {
 			return err
 		}
 	}
-	if ok && len(v) != size {
+	if ok && !f.agg.ValidSize(len(v)) {
 		return f.t.badState(f.c, cur.key, v)
 	}
 	cur.stored = ok
@@ -216,7 +216,7 @@ func (f *mergeFold) start(k []byte) error {
 		f.agg.InitState(cur.st)
 	}
 	if ps, ok := f.c.part.get(cur.key); ok {
-		f.agg.Merge(cur.st, ps)
+		cur.st = f.agg.Merge(cur.st, ps)
 	}
 	cur.have = true
 	return nil
@@ -245,7 +245,7 @@ func (f *mergeFold) flushPending(key []byte) error {
 			return err
 		}
 		f.pend.st = v
-		if ok && len(v) != f.agg.StateSize() {
+		if ok && !f.agg.ValidSize(len(v)) {
 			return f.t.badState(f.c, pk, v)
 		}
 		if ok {

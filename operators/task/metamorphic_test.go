@@ -36,6 +36,12 @@ type keyWant struct {
 	sum     *big.Rat
 	lo, hi  *big.Rat
 	touched bool
+	// For testConfigFields: the records with amount < 100 (their count and largest amount, nil
+	// while none), and the order ids' smallest and largest as strings (byte order).
+	cheapN  int64
+	cheapHi *big.Rat
+	firstID string
+	lastID  string
 }
 
 // genInput is one random input: records of partition 0 with offsets 0..N-1.
@@ -117,6 +123,16 @@ func genRecords(rng *rand.Rand, n int) genInput {
 			if w == nil {
 				w = &keyWant{sum: new(big.Rat), lo: new(big.Rat).Set(a), hi: new(big.Rat).Set(a)}
 				g.want[key] = w
+			}
+			if w.n == 0 {
+				w.firstID, w.lastID = fmt.Sprintf("o-%d", i), fmt.Sprintf("o-%d", i)
+			}
+			w.firstID, w.lastID = min(w.firstID, fmt.Sprintf("o-%d", i)), max(w.lastID, fmt.Sprintf("o-%d", i))
+			if a.Cmp(big.NewRat(100, 1)) < 0 {
+				w.cheapN++
+				if w.cheapHi == nil || a.Cmp(w.cheapHi) > 0 {
+					w.cheapHi = new(big.Rat).Set(a)
+				}
 			}
 			w.n++
 			w.sum.Add(w.sum, a)
@@ -303,6 +319,12 @@ func oneAnswer(t *testing.T, seed uint64, pebble bool) { oneAnswerWith(t, seed, 
 // oneAnswerWith is oneAnswer over the pipeline cfg writes (nil: testConfigEvery's), which must
 // hold testConfigEvery's aggregate; it returns the three runs.
 func oneAnswerWith(t *testing.T, seed uint64, pebble bool, cfg func(mode string, enter, exit int64, cacheKeys int, every string) string) []runResult {
+	return oneAnswerChecked(t, seed, pebble, cfg, nil)
+}
+
+// oneAnswerChecked is oneAnswerWith with a further check of each run against the input's
+// oracle (nil: none), for the fields a pipeline adds to testConfigEvery's.
+func oneAnswerChecked(t *testing.T, seed uint64, pebble bool, cfg func(mode string, enter, exit int64, cacheKeys int, every string) string, check func(t *testing.T, r runResult, in genInput)) []runResult {
 	rng := rand.New(rand.NewPCG(seed, 1))
 	n := []int{1, 20, 200, 1000, 3000}[rng.IntN(5)]
 	in := genRecords(rng, n)
@@ -346,6 +368,9 @@ func oneAnswerWith(t *testing.T, seed uint64, pebble bool, cfg func(mode string,
 			t.Errorf("%s: committed offset %d, want %d", r.name, r.offset, n)
 		}
 		checkOracle(t, r, in)
+		if check != nil {
+			check(t, r, in)
+		}
 		if r.stored != r.clNext {
 			t.Errorf("%s: store's changelog offset %d, want %d (after the last committed changelog record)", r.name, r.stored, r.clNext)
 		}
@@ -480,4 +505,73 @@ func diffLines(a, b []string) string {
 		bm[k] = v
 	}
 	return diffMaps(am, bm)
+}
+
+// testConfigFields is testConfigEvery's aggregate with filtered fields and min and max over
+// strings (a state whose size changes as its strings do).
+func testConfigFields(mode string, enter, exit int64, cacheKeys int, every string) string {
+	return strings.Replace(testConfigEvery(mode, enter, exit, cacheKeys, every), `        mean: {avg: amount}
+`, `        mean: {avg: amount}
+        cheap: {count: {}, where: "amount < 100"}
+        cheap_hi: {max: amount, where: "amount < 100"}
+        first_id: {min: order_id, type: string}
+        last_id: {max: order_id, type: string}
+`, 1)
+}
+
+// TestOneAnswerFields is TestOneAnswerTwoModes over testConfigFields: where filters and string
+// min and max give one answer in every mode and under random switches, the oracle's.
+func TestOneAnswerFields(t *testing.T) {
+	seeds := 30
+	if *flagLong {
+		seeds = 500
+	}
+	if testing.Short() {
+		seeds = 5
+	}
+	base := uint64(time.Now().UnixNano())
+	if *flagSeed != 0 {
+		base, seeds = *flagSeed, 1
+	}
+	t.Logf("base seed %d (rerun one seed with -seed=N)", base)
+	if !strings.Contains(testConfigFields("never", 1, 0, 1, "0s"), "cheap_hi") {
+		t.Fatal("testConfigFields did not add its fields")
+	}
+	for i := range seeds {
+		seed := base + uint64(i)
+		ok := t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
+			oneAnswerChecked(t, seed, i == 0, testConfigFields, checkFields)
+		})
+		if !ok {
+			t.Fatalf("seed %d failed; rerun with: go test ./operators/task -run TestOneAnswerFields -seed=%d -v", seed, seed)
+		}
+	}
+}
+
+// checkFields checks testConfigFields' extra fields in each key's last output against the
+// oracle.
+func checkFields(t *testing.T, r runResult, in genInput) {
+	t.Helper()
+	for key, w := range in.want {
+		var m map[string]json.RawMessage
+		if err := json.Unmarshal([]byte(r.last[key]), &m); err != nil {
+			continue // checkOracle reports it
+		}
+		if got := string(m["cheap"]); got != strconv.FormatInt(w.cheapN, 10) {
+			t.Errorf("%s: key %s: cheap=%s, want %d", r.name, key, got, w.cheapN)
+		}
+		if w.cheapHi == nil {
+			if got := string(m["cheap_hi"]); got != "null" {
+				t.Errorf("%s: key %s: cheap_hi=%s, want null", r.name, key, got)
+			}
+		} else if got, ok := new(big.Rat).SetString(string(m["cheap_hi"])); !ok || got.Cmp(w.cheapHi) != 0 {
+			t.Errorf("%s: key %s: cheap_hi=%s, want %s", r.name, key, m["cheap_hi"], w.cheapHi.FloatString(4))
+		}
+		for _, f := range []struct{ name, want string }{{"first_id", w.firstID}, {"last_id", w.lastID}} {
+			var got string
+			if err := json.Unmarshal(m[f.name], &got); err != nil || got != f.want {
+				t.Errorf("%s: key %s: %s=%s, want %q", r.name, key, f.name, m[f.name], f.want)
+			}
+		}
+	}
 }

@@ -14,7 +14,8 @@ import "slices"
 // backlog ends: its partial states move into the sorter (Task.spillPartials), its memory is
 // freed, and every record goes to the sorter.
 //
-// States live in one arena of fixed-size slots; the index maps a key to its slot. Keys of up to
+// States live in one arena of slots of the empty state's size; the index maps a key to its
+// slot. A state that grows past its slot (an aggregate's strings) lives in over instead. Keys of up to
 // 15 bytes (most ids) are held inline in the index's slots, so a lookup compares 16 bytes where
 // it would otherwise chase a string to a cache miss (lookups were over a quarter of a backlog's
 // CPU with 100k keys; inline keys cut the run's CPU by ~10%). Not safe for concurrent use.
@@ -24,7 +25,9 @@ type partials struct {
 	short map[shortKey]int32
 	long  map[string]int32
 	arena []byte
-	kb    int64 // bytes of the keys held
+	over  map[int32][]byte // states grown past their slot
+	ob    int64            // bytes of over's states
+	kb    int64            // bytes of the keys held
 
 	window     int64 // records per hit-rate window once full
 	seen, hits int64 // in the current window
@@ -49,7 +52,7 @@ func toShort(key []byte) (k shortKey, ok bool) {
 func (k *shortKey) bytes() []byte { return k[:k[15]] }
 
 func newPartials(stateSize, limit int) *partials {
-	return &partials{size: stateSize, limit: limit, short: map[shortKey]int32{}, long: map[string]int32{}, window: defaultWindow}
+	return &partials{size: stateSize, limit: limit, short: map[shortKey]int32{}, long: map[string]int32{}, over: map[int32][]byte{}, window: defaultWindow}
 }
 
 func (p *partials) lookup(key []byte) (int32, bool) {
@@ -61,28 +64,45 @@ func (p *partials) lookup(key []byte) (int32, bool) {
 	return i, ok
 }
 
+// state returns slot i's state.
+func (p *partials) state(i int32) []byte {
+	if st, ok := p.over[i]; ok {
+		return st
+	}
+	off := int(i) * p.size
+	return p.arena[off : off+p.size : off+p.size]
+}
+
+// set records st, what a fold of old (slot i's state) returned: when it is not old (it grew),
+// slot i's state is st from now on.
+func (p *partials) set(i int32, old, st []byte) {
+	if len(st) == len(old) && (len(st) == 0 || &st[0] == &old[0]) {
+		return
+	}
+	p.ob += int64(cap(st)) - int64(cap(p.over[i]))
+	p.over[i] = st
+}
+
 // each calls fn with every key and its partial state, in no order.
 func (p *partials) each(fn func(key, st []byte) error) error {
 	for k, i := range p.short {
-		off := int(i) * p.size
-		if err := fn(k.bytes(), p.arena[off:off+p.size]); err != nil {
+		if err := fn(k.bytes(), p.state(i)); err != nil {
 			return err
 		}
 	}
 	for k, i := range p.long {
-		off := int(i) * p.size
-		if err := fn([]byte(k), p.arena[off:off+p.size]); err != nil {
+		if err := fn([]byte(k), p.state(i)); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// slot returns key's partial state, creating it with init when the key is new and the table
-// has room; ok is false when the key is absent and the table is full.
-func (p *partials) slot(key []byte, init func([]byte)) (st []byte, ok bool) {
+// slot returns key's partial state and its index (for set), creating it with init when the key
+// is new and the table has room; ok is false when the key is absent and the table is full.
+func (p *partials) slot(key []byte, init func([]byte)) (i int32, st []byte, ok bool) {
 	if p.bypass {
-		return nil, false
+		return 0, nil, false
 	}
 	i, hit := p.lookup(key)
 	if full := p.len() >= p.limit; full {
@@ -95,12 +115,11 @@ func (p *partials) slot(key []byte, init func([]byte)) (st []byte, ok bool) {
 			p.seen, p.hits = 0, 0
 		}
 		if !hit {
-			return nil, false
+			return 0, nil, false
 		}
 	}
 	if hit {
-		off := int(i) * p.size
-		return p.arena[off : off+p.size : off+p.size], true
+		return i, p.state(i), true
 	}
 	off := len(p.arena)
 	p.arena = slices.Grow(p.arena, p.size)[:off+p.size]
@@ -113,7 +132,7 @@ func (p *partials) slot(key []byte, init func([]byte)) (st []byte, ok bool) {
 		p.long[string(key)] = n
 	}
 	p.kb += int64(len(key))
-	return st, true
+	return n, st, true
 }
 
 // get returns key's partial state, if any.
@@ -122,8 +141,7 @@ func (p *partials) get(key []byte) ([]byte, bool) {
 	if !ok {
 		return nil, false
 	}
-	off := int(i) * p.size
-	return p.arena[off : off+p.size : off+p.size], true
+	return p.state(i), true
 }
 
 // len is the number of keys held.
@@ -144,21 +162,22 @@ func (p *partials) sortedKeys() []string {
 
 // memBytes estimates the table's memory: the arena, the keys and the index's buckets.
 func (p *partials) memBytes() int64 {
-	return int64(cap(p.arena)) + 32*int64(len(p.short)) + p.kb + 48*int64(len(p.long)) // slots; long: bytes, header, slot
+	return int64(cap(p.arena)) + 32*int64(len(p.short)) + p.kb + 48*int64(len(p.long)) + p.ob + 32*int64(len(p.over)) // slots; long: bytes, header, slot
 }
 
 // drop empties the table and frees its memory, leaving it bypassed until reset.
 func (p *partials) drop() {
-	p.short, p.long = map[shortKey]int32{}, map[string]int32{}
+	p.short, p.long, p.over = map[shortKey]int32{}, map[string]int32{}, map[int32][]byte{}
 	p.arena = nil
-	p.kb = 0
+	p.kb, p.ob = 0, 0
 }
 
 // reset empties the table, keeping the arena's memory for the next backlog.
 func (p *partials) reset() {
 	clear(p.short)
 	clear(p.long)
+	clear(p.over)
 	p.arena = p.arena[:0]
-	p.kb = 0
+	p.kb, p.ob = 0, 0
 	p.seen, p.hits, p.bypass = 0, 0, false
 }

@@ -19,14 +19,14 @@ func TestPartialsBypassWhenMostlyMissing(t *testing.T) {
 	p := newPartials(8, 4)
 	p.window = 100
 	for i := range 4 {
-		if _, ok := p.slot(fmt.Appendf(nil, "k%d", i), init); !ok {
+		if _, _, ok := p.slot(fmt.Appendf(nil, "k%d", i), init); !ok {
 			t.Fatalf("key %d refused by a table with room", i)
 		}
 	}
 	// Full: a window in which half the records hit keeps the table in use.
 	for i := range 100 {
 		key := fmt.Appendf(nil, "k%d", i%8) // k0..k3 hit, k4..k7 miss
-		_, ok := p.slot(key, init)
+		_, _, ok := p.slot(key, init)
 		if ok != (i%8 < 4) {
 			t.Fatalf("record %d (%s): ok=%v", i, key, ok)
 		}
@@ -45,7 +45,7 @@ func TestPartialsBypassWhenMostlyMissing(t *testing.T) {
 	if !p.bypass {
 		t.Fatal("not bypassed at a 10% hit rate")
 	}
-	if _, ok := p.slot([]byte("k0"), init); ok {
+	if _, _, ok := p.slot([]byte("k0"), init); ok {
 		t.Fatal("a bypassed table still took a record")
 	}
 	if st, ok := p.get([]byte("k0")); !ok || len(st) != 8 {
@@ -55,7 +55,7 @@ func TestPartialsBypassWhenMostlyMissing(t *testing.T) {
 	if p.bypass || p.len() != 0 {
 		t.Fatal("reset kept the bypass or the keys")
 	}
-	if _, ok := p.slot([]byte("k0"), init); !ok {
+	if _, _, ok := p.slot([]byte("k0"), init); !ok {
 		t.Fatal("reset table refused a key")
 	}
 }
@@ -68,7 +68,7 @@ func TestPartialsShortAndLongKeys(t *testing.T) {
 	p := newPartials(1, 100)
 	keys := []string{"", "a", "a\x00", "customer-000001", "customer-0000001", "customer-00000010", "zz", "\x00"}
 	for n, k := range keys {
-		st, ok := p.slot([]byte(k), init)
+		_, st, ok := p.slot([]byte(k), init)
 		if !ok {
 			t.Fatalf("%q refused", k)
 		}
@@ -130,5 +130,49 @@ func TestPreAggregationIsVisible(t *testing.T) {
 	var v dto.Metric
 	if err := tk.d.Metrics.preKeys.WithLabelValues(testOp, "0").Write(&v); err != nil || v.GetGauge().GetValue() != 2 {
 		t.Fatalf("sluice_backlog_preaggregated_keys = %v (%v), want 2", v.GetGauge().GetValue(), err)
+	}
+}
+
+// TestPartialsGrownState: a state a fold grew past its slot (an aggregate's strings) is the
+// key's state from then on, in get, each and later slots; one that shrinks again stays there;
+// its bytes count in memBytes; reset forgets it.
+func TestPartialsGrownState(t *testing.T) {
+	init := func(b []byte) { clear(b) }
+	p := newPartials(4, 10)
+	i, st, _ := p.slot([]byte("a"), init)
+	_, other, _ := p.slot([]byte("b"), init)
+	other[0] = 7
+	before := p.memBytes()
+	grown := append(st, "tail"...) // cap 4: a new slice, as Fold's
+	p.set(i, st, grown)
+	if p.memBytes() <= before {
+		t.Errorf("memBytes %d after growth, %d before", p.memBytes(), before)
+	}
+	if got, _ := p.get([]byte("a")); string(got[4:]) != "tail" {
+		t.Fatalf("get = %q", got)
+	}
+	if _, st2, _ := p.slot([]byte("a"), init); string(st2[4:]) != "tail" {
+		t.Fatalf("slot = %q", st2)
+	}
+	p.set(i, grown, grown[:5]) // shrunk in place
+	if got, _ := p.get([]byte("a")); len(got) != 5 {
+		t.Fatalf("get after shrinking = %q", got)
+	}
+	if got, _ := p.get([]byte("b")); got[0] != 7 || len(got) != 4 {
+		t.Fatalf("neighbour = %v", got)
+	}
+	n := 0
+	_ = p.each(func(k, st []byte) error {
+		if string(k) == "a" && len(st) == 5 {
+			n++
+		}
+		return nil
+	})
+	if n != 1 {
+		t.Fatal("each did not give the grown state")
+	}
+	p.reset()
+	if len(p.over) != 0 || p.ob != 0 {
+		t.Fatal("reset kept grown states")
 	}
 }

@@ -628,8 +628,8 @@ func (t *Task) apply(c *chain, key []byte, offset int64, in []byte) error {
 	agg := c.ops.Agg
 	if c.inBack {
 		// Keys that fit the table are aggregated in memory; the rest are sorted.
-		if st, ok := c.part.slot(key, agg.InitState); ok {
-			agg.Fold(st, in[1:])
+		if i, st, ok := c.part.slot(key, agg.InitState); ok {
+			c.part.set(i, st, agg.Fold(st, in[1:]))
 			return nil
 		}
 		if c.part.bypass && c.part.len() > 0 {
@@ -647,7 +647,7 @@ func (t *Task) apply(c *chain, key []byte, offset int64, in []byte) error {
 	if err != nil {
 		return fmt.Errorf("task %d: state: %w", t.partition, err)
 	}
-	agg.Fold(e.state, in[1:])
+	e.state = agg.Fold(e.state, in[1:])
 	if !e.dirty {
 		e.dirty = true
 		c.dirty = append(c.dirty, e)
@@ -674,7 +674,7 @@ func (t *Task) load(c *chain, key []byte, create bool) (*entry, error) {
 	if err != nil {
 		return nil, err
 	}
-	if ok && len(v) != size {
+	if ok && !c.ops.Agg.ValidSize(len(v)) {
 		return nil, t.badState(c, key, v)
 	}
 	switch {
