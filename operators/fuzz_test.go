@@ -186,6 +186,7 @@ type sessCtx struct {
 func (c *sessCtx) Watermark() int64  { return c.wm }
 func (c *sessCtx) State() []byte     { return c.state }
 func (c *sessCtx) Put(st []byte)     { c.state = bytes.Clone(st) }
+func (c *sessCtx) Append(b []byte)   { c.state = append(c.state, b...) }
 func (c *sessCtx) Delete()           { c.state = nil }
 func (c *sessCtx) SetTimer(int64)    {}
 func (c *sessCtx) ClearTimer()       {}

@@ -60,6 +60,9 @@ type Context interface {
 	State() []byte
 	// Put replaces the key's state with st (copied).
 	Put(st []byte)
+	// Append appends b to the key's state (copied), as Put(append(State(), b...)) but at the
+	// cost of b alone, whatever the state's size. Slices State returned stay valid and unchanged.
+	Append(b []byte)
 	// Delete removes the key's state (and its timer).
 	Delete()
 	// SetTimer sets the key's timer to at, replacing any earlier one (a key has at most one).

@@ -20,17 +20,37 @@ import (
 // after it is emitted with it and not kept, so the key's state stays one record; records of the
 // other side that arrived before it wait in the state until it comes.
 //
-// State layout: per record its side (1 byte) and length (4 bytes, big-endian), then its bytes,
-// the unique side's record first. Not safe for concurrent use; Layout, ValidState and IsLate
-// are.
+// A record costs what it pairs with, not what its key holds: Process appends it to the key's
+// state (Context.Append) and reads only the other side's records, found from the state's end
+// through links that each record carries. So a hot key (a bidder's thousands of bids waiting
+// for the auctions the bidder sells) takes each of its records in time of its pairs.
+//
+// State layout (version 2): the key's records in arrival order, each its bytes followed by a
+// trailer of 13 bytes: its side (1 byte), its length, and two links (4 bytes each, big-endian):
+// the end of the key's previous record of its own side and the end of the key's last record of
+// the other side when it came, as offsets in the state just past their trailers (0: none). The
+// last record's trailer thus leads to the last record of each side, and each record to the one
+// of its side before it. With a unique side, once its record came, the state is that record
+// alone. Not safe for concurrent use; Layout, ValidState and IsLate are.
 type RegularJoin struct {
 	name        string
 	left, right string // the input names: the output's member names
 	unique      int    // sideLeft, sideRight, or -1 (none)
 
-	recs []sjRecord // decoded state, scratch (values alias the state)
+	ends []uint32 // scratch: the other side's records, by their ends, last first
 	out  []byte
 	st   []byte
+}
+
+// rjTrailer is the size of a record's trailer in the state: side, length, two links.
+const rjTrailer = 1 + 4 + 4 + 4
+
+// rjEntry is one record's trailer, decoded.
+type rjEntry struct {
+	side      byte
+	start     uint32 // where its bytes start
+	prevSame  uint32 // the end of its side's previous record (0: none)
+	lastOther uint32 // the end of the other side's last record before it (0: none)
 }
 
 // NewRegularJoin compiles a regular inner join; cfg must have been validated.
@@ -62,7 +82,9 @@ func (j *RegularJoin) Attributes() Attributes {
 	return Attributes{InternalSorter: true, OutputOnCheckpoint: true}
 }
 
-// Layout: the kind, the sides and which is unique.
+// Layout: the kind, the sides and which is unique. Version 2 is the state with a trailer of
+// links per record (version 1 had a header of side and length: each record rewrote the key's
+// whole state).
 func (j *RegularJoin) Layout() Layout {
 	unique := "none"
 	switch j.unique {
@@ -71,7 +93,7 @@ func (j *RegularJoin) Layout() Layout {
 	case sideRight:
 		unique = j.right
 	}
-	return Layout{Kind: "regular-join", Version: 1, Parts: []string{
+	return Layout{Kind: "regular-join", Version: 2, Parts: []string{
 		LayoutPart("sides", "list", j.left, j.right),
 		LayoutPart("unique", "side", unique),
 	}}
@@ -92,35 +114,79 @@ func (j *RegularJoin) Project(input int, r *Record, dst []byte) ([]byte, error) 
 func (j *RegularJoin) IsLate(int, int64, int64) bool { return false }
 
 // Process emits the record's pairs with the key's records of the other side and keeps it (or,
-// with a unique side, keeps only what may still pair).
+// with a unique side, keeps only what may still pair). It reads the trailers of the state's
+// last record and of the other side's records, and appends the record's bytes.
 func (j *RegularJoin) Process(ctx Context, key []byte, _ int64, in []byte) error {
 	if len(in) < 1 || in[0] > sideRight {
 		return fmt.Errorf("operators: join %s: bad input", j.name)
 	}
-	if !j.decode(ctx.State()) {
-		return fmt.Errorf("operators: join %s: key %q: corrupt state", j.name, key)
-	}
 	side, value := in[0], in[1:]
-	have := j.unique >= 0 && len(j.recs) > 0 && int(j.recs[0].side) == j.unique
+	st := ctx.State()
+	if uint64(len(st))+uint64(len(value))+rjTrailer > 1<<32-1 {
+		return fmt.Errorf("operators: join %s: key %q: state over 4 GiB", j.name, key)
+	}
+	var last [2]uint32 // the end of each side's last record (0: none)
+	if len(st) > 0 {
+		e, ok := rjRead(st, uint32(len(st)))
+		if !ok {
+			return fmt.Errorf("operators: join %s: key %q: corrupt state", j.name, key)
+		}
+		last[e.side], last[1-e.side] = uint32(len(st)), e.lastOther
+	}
+	have := j.unique >= 0 && last[j.unique] != 0
 	if int(side) == j.unique && have {
 		return nil // the unique side's record of the key came already
 	}
-	for _, r := range j.recs {
-		if r.side != side {
-			j.emit(ctx, side, value, r.value)
+	// The other side's records, last first, then emitted in arrival order.
+	j.ends = j.ends[:0]
+	for end := last[1-side]; end != 0; {
+		e, ok := rjRead(st, end)
+		if !ok || e.side != 1-side || e.prevSame >= end {
+			return fmt.Errorf("operators: join %s: key %q: corrupt state", j.name, key)
 		}
+		j.ends = append(j.ends, end)
+		end = e.prevSame
+	}
+	for i := len(j.ends) - 1; i >= 0; i-- {
+		end := j.ends[i]
+		l := binary.BigEndian.Uint32(st[end-rjTrailer+1:])
+		j.emit(ctx, side, value, st[end-rjTrailer-l:end-rjTrailer])
 	}
 	switch {
 	case int(side) == j.unique:
 		// The unique record joined the waiting ones; it alone stays.
-		j.recs = append(j.recs[:0], sjRecord{side: side, value: value})
+		ctx.Put(j.entry(side, value, 0, 0))
 	case have:
-		return nil // joined the unique record; nothing else can pair with it
+		// Joined the unique record; nothing else can pair with it.
 	default:
-		j.recs = append(j.recs, sjRecord{side: side, value: value})
+		ctx.Append(j.entry(side, value, last[side], last[1-side]))
 	}
-	j.store(ctx)
 	return nil
+}
+
+// entry returns a record's bytes and trailer (in j.st, until the next call).
+func (j *RegularJoin) entry(side byte, value []byte, prevSame, lastOther uint32) []byte {
+	st := append(j.st[:0], value...)
+	st = append(st, side)
+	st = binary.BigEndian.AppendUint32(st, uint32(len(value)))
+	st = binary.BigEndian.AppendUint32(st, prevSame)
+	j.st = binary.BigEndian.AppendUint32(st, lastOther)
+	return j.st
+}
+
+// rjRead reads the trailer of the record of st that ends at end; false if it does not fit in
+// st or names no side.
+func rjRead(st []byte, end uint32) (rjEntry, bool) {
+	if end < rjTrailer || uint64(end) > uint64(len(st)) {
+		return rjEntry{}, false
+	}
+	t := st[end-rjTrailer : end]
+	l := binary.BigEndian.Uint32(t[1:])
+	if t[0] > sideRight || l > end-rjTrailer {
+		return rjEntry{}, false
+	}
+	return rjEntry{side: t[0], start: end - rjTrailer - l, prevSame: binary.BigEndian.Uint32(t[5:]),
+		lastOther: binary.BigEndian.Uint32(t[9:])}, true
 }
 
 // emit emits the pair of a record of side and a record of the other side.
@@ -139,49 +205,35 @@ func (j *RegularJoin) emit(ctx Context, side byte, value, other []byte) {
 // OnTimer is never called (the operator sets no timer).
 func (j *RegularJoin) OnTimer(Context, []byte, int64) error { return nil }
 
-func (j *RegularJoin) store(ctx Context) {
-	st := j.st[:0]
-	for _, r := range j.recs {
-		st = append(st, r.side)
-		st = binary.BigEndian.AppendUint32(st, uint32(len(r.value)))
-		st = append(st, r.value...)
-	}
-	j.st = st
-	ctx.Put(st)
-}
-
-// decode loads st into j.recs (values alias st); false for bytes that are not a join state.
-func (j *RegularJoin) decode(st []byte) bool {
-	j.recs = j.recs[:0]
-	for len(st) > 0 {
-		if len(st) < 5 || st[0] > sideRight {
-			return false
-		}
-		l := int(binary.BigEndian.Uint32(st[1:]))
-		if len(st) < 5+l {
-			return false
-		}
-		j.recs = append(j.recs, sjRecord{side: st[0], value: st[5 : 5+l]})
-		st = st[5+l:]
-	}
-	return true
-}
-
-// ValidState reports whether b is a state of this join: well formed, and with a unique side,
-// either that side's one record alone or only the other side's records.
+// ValidState reports whether b is a state of this join: records that tile it from its start,
+// each trailer's links naming the records Process would have linked (its side's previous record
+// and the other side's last), and with a unique side, either that side's one record alone or
+// only the other side's records.
 func (j *RegularJoin) ValidState(b []byte) bool {
-	c := RegularJoin{unique: j.unique}
-	if len(b) == 0 || !c.decode(b) {
+	if len(b) == 0 || uint64(len(b)) > 1<<32-1 {
 		return false
 	}
-	if j.unique < 0 {
-		return true
+	// The records, last first, by their ends.
+	var ends []uint32
+	for end := uint32(len(b)); end > 0; {
+		e, ok := rjRead(b, end)
+		if !ok {
+			return false
+		}
+		ends = append(ends, end)
+		end = e.start
 	}
+	var last [2]uint32
 	uniques := 0
-	for _, r := range c.recs {
-		if int(r.side) == j.unique {
+	for i := len(ends) - 1; i >= 0; i-- {
+		e, _ := rjRead(b, ends[i])
+		if e.prevSame != last[e.side] || e.lastOther != last[1-e.side] {
+			return false
+		}
+		last[e.side] = ends[i]
+		if int(e.side) == j.unique {
 			uniques++
 		}
 	}
-	return uniques == 0 || uniques == 1 && len(c.recs) == 1
+	return j.unique < 0 || uniques == 0 || uniques == 1 && len(ends) == 1
 }

@@ -2,7 +2,7 @@
 # Nexmark queries as bounded runs: the time sluice takes to process a backlog of Nexmark events
 # with each shipped pipeline (configs/nexmark/qN.yaml), on a broker you name.
 #
-#   bash integration/bench/nexmark.sh --brokers 127.0.0.1:19092 [--events 1000000] [--runs 3] [--queries "q0 q1 q2 q3 q4 q5 q7 q8 q9 q11 q12 q13 q14 q15 q16 q17 q18 q19 q20 q21 q22"]
+#   bash integration/bench/nexmark.sh --brokers 127.0.0.1:19092 [--events 1000000] [--runs 3] [--queries "q0 q1 q2 q3 q4 q5 q7 q8 q9 q11 q12 q13 q14 q15 q16 q17 q18 q19 q20 q21 q22 q23"]
 #
 # It builds bin/sluice, produces the events once (integration/nexmark/cmd/nexmark-gen, topics
 # bench-<events>-<time>-{person,auction,bid}), then runs each
@@ -16,7 +16,7 @@ cd "$(dirname "$0")/../.."
 brokers=127.0.0.1:19092
 events=1000000
 runs=3
-queries="q0 q1 q2 q3 q4 q5 q7 q8 q9 q11 q12 q13 q14 q15 q16 q17 q18 q19 q20 q21 q22"
+queries="q0 q1 q2 q3 q4 q5 q7 q8 q9 q11 q12 q13 q14 q15 q16 q17 q18 q19 q20 q21 q22 q23"
 while (($#)); do
   case "$1" in
   --brokers) brokers=$2; shift 2 ;;

@@ -69,7 +69,8 @@ var modes = []struct {
 	{"auto-kill9", "auto", false, 5000, 500, 3},
 }
 
-// TestNexmark runs the Nexmark queries of the list queries (q0, q1, q2, q11, q14, q21, q22) as sluice pipelines (configs/nexmark/qN.yaml,
+// TestNexmark runs the Nexmark queries of the list queries (reference_test.go: q0–q5, q7–q9,
+// q11–q23) as sluice pipelines (configs/nexmark/qN.yaml,
 // the shipped binary) over one set of generated events on the real broker, in each backlog
 // mode, and compares each output topic, read read_committed, with the query's answer computed
 // here from the generated bids (reference_test.go): every expected row exactly once, nothing

@@ -66,6 +66,8 @@ var queries = []query{
 	{name: "q20", reference: refQ20, read: readQ20, kills: true, internal: []string{"-q20-join-output"}},
 	{name: "q21", reference: bidsOnly(refQ21), read: readQ21},
 	{name: "q22", reference: bidsOnly(refQ22), read: readQ22},
+	{name: "q23", reference: refQ23, read: readQ23, kills: true, internal: []string{"-by_seller-repartition", "-sold-output",
+		"-by_bidder-repartition", "-q23-join-output"}},
 	{name: "q17", reference: bidsOnly(refQ17), read: readQ17, upsert: true, internal: []string{"-q17-repartition", "-q17-output"}},
 	{name: "q18", reference: bidsOnly(refQ18), read: readQ18, upsert: true, kills: true, internal: []string{"-q18-repartition"}},
 	{name: "q19", reference: bidsOnly(refQ19), read: readQ19, upsert: true, kills: true},
@@ -879,6 +881,80 @@ func readQ3(r *kgo.Record) (row, error) {
 		return row{}, fmt.Errorf("value %q lacks id", r.Value)
 	}
 	return row{fmt.Sprintf("id=%d", *v.ID), fmt.Sprintf("seller=%s name=%q city=%q state=%q", r.Key, v.Name, v.City, v.State)}, nil
+}
+
+// q23, bids expanded with their bidder and the auctions their bidder sells (bid JOIN person ON
+// person.id = bid.bidder JOIN auction ON auction.seller = bid.bidder): every bid whose bidder is
+// a person, once with each auction that person sells. A row is named by its bid and auction
+// columns (q23 keeps neither the auction's id nor the bid's time); its value is the person.
+func refQ23(ev events) []row {
+	persons := map[int64]Person{}
+	for _, p := range ev.persons {
+		persons[p.ID] = p
+	}
+	sold := map[int64][]Auction{}
+	for _, a := range ev.auctions {
+		sold[a.Seller] = append(sold[a.Seller], a)
+	}
+	var out []row
+	for _, b := range ev.bids {
+		p, ok := persons[b.Bidder]
+		if !ok {
+			continue
+		}
+		for _, a := range sold[b.Bidder] {
+			out = append(out, row{q23ID(b.Bidder, b.Price, b.Channel, b.URL, b.Extra, a.ItemName, a.Description, a.InitialBid,
+				a.Reserve, a.DateTime, a.Expires, a.Seller, a.Category, a.Extra),
+				q23Person(p.ID, p.Name, p.EmailAddress, p.CreditCard, p.City, p.State, p.Extra)})
+		}
+	}
+	return out
+}
+
+// q23ID names a row of q23 by its bid's and its auction's columns.
+func q23ID(bidder, price int64, channel, url, bidExtra, itemName, description string, initialBid, reserve,
+	auctionDateTime, expires, seller, category int64, auctionExtra string) string {
+	return fmt.Sprintf("bidder=%d price=%d channel=%q url=%q bid_extra=%q itemName=%q description=%q initialBid=%d reserve=%d auction_dateTime=%d expires=%d seller=%d category=%d auction_extra=%q",
+		bidder, price, channel, url, bidExtra, itemName, description, initialBid, reserve, auctionDateTime, expires, seller, category, auctionExtra)
+}
+
+// q23Person is the value of a row of q23: its person's columns.
+func q23Person(id int64, name, email, card, city, state, extra string) string {
+	return fmt.Sprintf("person_id=%d name=%q emailAddress=%q creditCard=%q city=%q state=%q person_extra=%q", id, name, email, card, city, state, extra)
+}
+
+// readQ23 reads one row of q23: Flink's nexmark_q23 columns, keyed by the bidder.
+func readQ23(r *kgo.Record) (row, error) {
+	if err := checkColumns(r, "bidder", "price", "channel", "url", "bid_extra", "person_id", "name", "emailAddress",
+		"creditCard", "city", "state", "person_extra", "itemName", "description", "initialBid", "reserve",
+		"auction_dateTime", "expires", "seller", "category", "auction_extra"); err != nil {
+		return row{}, err
+	}
+	var v struct {
+		Bidder, Price                                             *int64
+		Channel, URL, Name, EmailAddress, CreditCard, City, State string
+		BidExtra                                                  string `json:"bid_extra"`
+		PersonID                                                  *int64 `json:"person_id"`
+		PersonExtra                                               string `json:"person_extra"`
+		ItemName, Description                                     string
+		InitialBid, Reserve, Expires, Seller, Category            *int64
+		AuctionDateTime                                           *int64 `json:"auction_dateTime"`
+		AuctionExtra                                              string `json:"auction_extra"`
+	}
+	if err := json.Unmarshal(r.Value, &v); err != nil {
+		return row{}, fmt.Errorf("value %q: %w", r.Value, err)
+	}
+	for _, p := range []*int64{v.Bidder, v.Price, v.PersonID, v.InitialBid, v.Reserve, v.AuctionDateTime, v.Expires, v.Seller, v.Category} {
+		if p == nil {
+			return row{}, fmt.Errorf("value %q has a null number column", r.Value)
+		}
+	}
+	if want := strconv.FormatInt(*v.Bidder, 10); string(r.Key) != want {
+		return row{}, fmt.Errorf("record key %q, want the bidder %s", r.Key, want)
+	}
+	return row{q23ID(*v.Bidder, *v.Price, v.Channel, v.URL, v.BidExtra, v.ItemName, v.Description, *v.InitialBid,
+		*v.Reserve, *v.AuctionDateTime, *v.Expires, *v.Seller, *v.Category, v.AuctionExtra),
+		q23Person(*v.PersonID, v.Name, v.EmailAddress, v.CreditCard, v.City, v.State, v.PersonExtra)}, nil
 }
 
 // q8's window: 10 s, tumbling, aligned to the epoch.

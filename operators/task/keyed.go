@@ -72,6 +72,17 @@ func (k *keyedCtx) Put(st []byte) {
 	k.mark()
 }
 
+func (k *keyedCtx) Append(b []byte) {
+	if k.e.deleted {
+		k.e.state = k.e.state[:0]
+	}
+	// A slice State returned ends at the state's length, so appending in place leaves its
+	// bytes as they were.
+	k.e.state = append(k.e.state, b...)
+	k.e.deleted = false
+	k.mark()
+}
+
 func (k *keyedCtx) Delete() {
 	k.e.state = k.e.state[:0]
 	k.e.deleted = true

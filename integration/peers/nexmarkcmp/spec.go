@@ -109,6 +109,8 @@ var specs = map[string]spec{
 	"q20": {cols: same("nnnsstsssnnttnns", "auction", "bidder", "price", "channel", "url", "bid_dateTime", "bid_extra", "itemName", "description", "initialBid", "reserve", "auction_dateTime", "expires", "seller", "category", "auction_extra")},
 	"q21": {cols: same("nnnss", "auction", "bidder", "price", "channel", "channel_id")},
 	"q22": {cols: same("nnnssss", "auction", "bidder", "price", "channel", "dir1", "dir2", "dir3")},
+	"q23": {cols: same("nnsssnssssssssnnttnns", "bidder", "price", "channel", "url", "bid_extra", "person_id", "name", "emailAddress", "creditCard", "city", "state", "person_extra",
+		"itemName", "description", "initialBid", "reserve", "auction_dateTime", "expires", "seller", "category", "auction_extra")},
 }
 
 func init() {

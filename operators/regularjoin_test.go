@@ -1,0 +1,254 @@
+package operators
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"slices"
+	"testing"
+
+	"github.com/sluice-dev/sluice/configs"
+)
+
+// rjCtx is an operators.Context over one key's state that counts what the join writes: the
+// bytes it Puts and Appends.
+type rjCtx struct {
+	sessCtx
+	puts, putBytes, appended int
+}
+
+func (c *rjCtx) Put(st []byte)   { c.puts++; c.putBytes += len(st); c.sessCtx.Put(st) }
+func (c *rjCtx) Append(b []byte) { c.appended += len(b); c.sessCtx.Append(b) }
+
+func mustRegularJoin(t testing.TB, unique string) *RegularJoin {
+	t.Helper()
+	j, err := NewRegularJoin("j", configs.Join{Left: "bids", Right: "sellers", Unique: unique})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return j
+}
+
+// rjIn is a projected input of side (0 left, 1 right).
+func rjIn(side byte, v string) []byte { return append([]byte{side}, v...) }
+
+// rjWant is a record of the state as TestRegularJoinState writes it by hand: its bytes, then
+// its side, length and links.
+func rjWant(v string, side byte, prevSame, lastOther uint32) []byte {
+	b := append([]byte(v), side)
+	b = binary.BigEndian.AppendUint32(b, uint32(len(v)))
+	b = binary.BigEndian.AppendUint32(b, prevSame)
+	return binary.BigEndian.AppendUint32(b, lastOther)
+}
+
+// TestRegularJoinState pins the state layout (version 2) and the pairs, record by record: each
+// record appended with its trailer, linked to its side's previous record and the other side's
+// last; each pair emitted once, with the other side's records in arrival order.
+func TestRegularJoinState(t *testing.T) {
+	if got, want := mustRegularJoin(t, "").Layout().String(), "regular-join/v2 sides=list(bids,sellers) unique=side(none)"; got != want {
+		t.Fatalf("layout %q, want %q", got, want)
+	}
+	if got, want := mustRegularJoin(t, "right").Layout().String(), "regular-join/v2 sides=list(bids,sellers) unique=side(sellers)"; got != want {
+		t.Fatalf("layout %q, want %q", got, want)
+	}
+	j := mustRegularJoin(t, "")
+	c := &rjCtx{}
+	var want []byte
+	steps := []struct {
+		side  byte
+		v     string
+		state []byte // the record's bytes in the state
+		outs  []string
+	}{
+		{0, `{"b":1}`, rjWant(`{"b":1}`, 0, 0, 0), nil},  // ends at 20
+		{0, `{"b":2}`, rjWant(`{"b":2}`, 0, 20, 0), nil}, // ends at 40
+		{1, `{"s":1}`, rjWant(`{"s":1}`, 1, 0, 40), []string{`{"bids":{"b":1},"sellers":{"s":1}}`, `{"bids":{"b":2},"sellers":{"s":1}}`}}, // 60
+		{0, `{"b":3}`, rjWant(`{"b":3}`, 0, 40, 60), []string{`{"bids":{"b":3},"sellers":{"s":1}}`}},                                      // 80
+		{1, `{"s":2}`, rjWant(`{"s":2}`, 1, 60, 80), []string{`{"bids":{"b":1},"sellers":{"s":2}}`, `{"bids":{"b":2},"sellers":{"s":2}}`, `{"bids":{"b":3},"sellers":{"s":2}}`}},
+		{0, `{"b":4}`, rjWant(`{"b":4}`, 0, 80, 100), []string{`{"bids":{"b":4},"sellers":{"s":1}}`, `{"bids":{"b":4},"sellers":{"s":2}}`}},
+	}
+	for i, s := range steps {
+		c.outs = nil
+		if err := j.Process(c, []byte("k"), 0, rjIn(s.side, s.v)); err != nil {
+			t.Fatalf("step %d: %v", i, err)
+		}
+		want = append(want, s.state...)
+		if !bytes.Equal(c.state, want) {
+			t.Fatalf("step %d: state\n%x\nwant\n%x", i, c.state, want)
+		}
+		var outs []string
+		for _, o := range c.outs {
+			outs = append(outs, string(o))
+		}
+		if !slices.Equal(outs, s.outs) {
+			t.Fatalf("step %d: outputs %q, want %q", i, outs, s.outs)
+		}
+		if !j.ValidState(c.state) {
+			t.Fatalf("step %d: ValidState refuses %x", i, c.state)
+		}
+	}
+	if c.puts != 0 {
+		t.Fatalf("%d Puts: a join without unique only appends", c.puts)
+	}
+
+	// unique: right: the bids wait; the seller joins them and stays alone; later bids pair with it
+	// and are not kept; a second seller of the key is ignored.
+	u := mustRegularJoin(t, "right")
+	c = &rjCtx{}
+	for _, in := range [][]byte{rjIn(0, `{"b":1}`), rjIn(0, `{"b":2}`), rjIn(1, `{"s":1}`), rjIn(0, `{"b":3}`), rjIn(1, `{"s":2}`)} {
+		if err := u.Process(c, []byte("k"), 0, in); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if want := rjWant(`{"s":1}`, 1, 0, 0); !bytes.Equal(c.state, want) {
+		t.Fatalf("unique: state %x, want %x", c.state, want)
+	}
+	if len(c.outs) != 3 {
+		t.Fatalf("unique: %d pairs, want 3: %q", len(c.outs), c.outs)
+	}
+	for _, bad := range [][]byte{
+		append(rjWant(`{"b":1}`, 0, 0, 0), rjWant(`{"s":1}`, 1, 0, 20)...), // the unique record after waiting ones
+		append(rjWant(`{"s":1}`, 1, 0, 0), rjWant(`{"s":2}`, 1, 20, 0)...), // two unique records
+	} {
+		if u.ValidState(bad) {
+			t.Errorf("unique: ValidState accepts %x", bad)
+		}
+	}
+	for _, bad := range [][]byte{
+		rjWant(`{"b":1}`, 0, 20, 0),                                        // a link to itself
+		append(rjWant(`{"b":1}`, 0, 0, 0), rjWant(`{"b":2}`, 0, 0, 0)...),  // a missing link
+		append(rjWant(`{"b":1}`, 0, 0, 0), rjWant(`{"s":1}`, 1, 0, 0)...),  // a missing other side
+		append(rjWant(`{"b":1}`, 0, 0, 0), rjWant(`{"s":1}`, 1, 0, 19)...), // a link between records
+		rjWant(`{"b":1}`, 2, 0, 0),                                         // no side
+		rjWant(`{"b":1}`, 0, 0, 0)[1:],                                     // a length past the start
+		{},
+	} {
+		if j.ValidState(bad) {
+			t.Errorf("ValidState accepts %x", bad)
+		}
+	}
+}
+
+// TestRegularJoinHotKey: a record costs its pairs, not its key's state. Of a key holding
+// thousands of records of one side, each further record of that side is appended (its bytes and
+// trailer, no Put of the state) and reads none of them; a record of the other side reads them
+// all, as it pairs with each.
+func TestRegularJoinHotKey(t *testing.T) {
+	j := mustRegularJoin(t, "")
+	c := &rjCtx{}
+	const n = 5000
+	if err := j.Process(c, []byte("k"), 0, rjIn(1, `{"s":0}`)); err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		v := fmt.Sprintf(`{"b":%d}`, i)
+		c.outs, c.appended = nil, 0
+		if err := j.Process(c, []byte("k"), 0, rjIn(0, v)); err != nil {
+			t.Fatal(err)
+		}
+		if c.appended != len(v)+rjTrailer || len(c.outs) != 1 || c.puts != 0 {
+			t.Fatalf("bid %d: appended %d bytes (want %d), %d Puts, %d pairs", i, c.appended, len(v)+rjTrailer, c.puts, len(c.outs))
+		}
+	}
+	c.outs = nil
+	if err := j.Process(c, []byte("k"), 0, rjIn(1, `{"s":1}`)); err != nil {
+		t.Fatal(err)
+	}
+	if len(c.outs) != n || string(c.outs[0]) != `{"bids":{"b":0},"sellers":{"s":1}}` || string(c.outs[n-1]) != fmt.Sprintf(`{"bids":{"b":%d},"sellers":{"s":1}}`, n-1) {
+		t.Fatalf("the second seller: %d pairs, want %d in arrival order", len(c.outs), n)
+	}
+	if !j.ValidState(c.state) {
+		t.Fatal("ValidState refuses the hot key's state")
+	}
+}
+
+// BenchmarkRegularJoinHotKey: the time of a record of a key that holds held records of its own
+// side and one of the other (one pair each): the same whatever held is.
+func BenchmarkRegularJoinHotKey(b *testing.B) {
+	for _, held := range []int{100, 10_000} {
+		b.Run(fmt.Sprint("held=", held), func(b *testing.B) {
+			j := mustRegularJoin(b, "")
+			c := &rjCtx{}
+			in := rjIn(0, `{"bidder":2001,"price":350,"channel":"Google","url":"https://www.nexmark.com/awa/tsqo/_lgz/item.htm?query=1","bid_extra":"ULKRTRMPIgrymwqKKKaTadmyrsbbickjtlfvwxfvpfpza"}`)
+			if err := j.Process(c, []byte("k"), 0, rjIn(1, `{"s":1}`)); err != nil {
+				b.Fatal(err)
+			}
+			for range held {
+				if err := j.Process(c, []byte("k"), 0, in); err != nil {
+					b.Fatal(err)
+				}
+			}
+			base := len(c.state)
+			b.ReportAllocs()
+			for b.Loop() {
+				c.outs = c.outs[:0]
+				c.state = c.state[:base]
+				if err := j.Process(c, []byte("k"), 0, in); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// FuzzRegularJoinState: any stored bytes are a regular join's state or not (ValidState, the
+// restore's check), with or without a unique side; Process never panics on them; on a valid
+// state it does not fail, keeps the state valid, and (without unique) pairs the record with
+// every record of the other side.
+func FuzzRegularJoinState(f *testing.F) {
+	var ops []*RegularJoin
+	for _, u := range []string{"", "left", "right"} {
+		ops = append(ops, mustRegularJoin(f, u))
+	}
+	seed := &rjCtx{}
+	f.Add([]byte{}, false)
+	for i, in := range [][]byte{rjIn(0, `{"b":1}`), rjIn(1, `{"s":1}`), rjIn(0, `{"b":2}`), rjIn(1, `{"s":2}`)} {
+		if err := ops[0].Process(seed, []byte("k"), 0, in); err != nil {
+			f.Fatal(err)
+		}
+		f.Add(bytes.Clone(seed.state), i%2 == 0)
+	}
+	f.Add(rjWant(`{"s":1}`, 1, 0, 0), false)
+	f.Add(rjWant(`{"b":1}`, 0, 20, 0), true)
+	f.Add([]byte{0, 0, 0, 0, 1, 0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0}, true)
+	f.Fuzz(func(t *testing.T, st []byte, right bool) {
+		side := byte(0)
+		if right {
+			side = 1
+		}
+		for _, j := range ops {
+			c := &rjCtx{}
+			c.state = bytes.Clone(st)
+			if len(st) == 0 {
+				c.state = nil
+			}
+			valid := len(st) == 0 || j.ValidState(st)
+			err := j.Process(c, []byte("k"), 0, rjIn(side, `{"x":1}`))
+			switch {
+			case valid && err != nil:
+				t.Fatalf("unique %d: Process on a valid state %x: %v", j.unique, st, err)
+			case !valid:
+				continue // the restore refuses it; Process must only not panic
+			}
+			if c.state != nil && !j.ValidState(c.state) {
+				t.Fatalf("unique %d: Process made state %x of %x", j.unique, c.state, st)
+			}
+			if j.unique >= 0 {
+				continue
+			}
+			// Without unique, a pair with each record of the other side: count them walking the
+			// records back from the end, without the links.
+			others := 0
+			for end := uint32(len(st)); end > 0; {
+				e, _ := rjRead(st, end)
+				if e.side != side {
+					others++
+				}
+				end = e.start
+			}
+			if len(c.outs) != others {
+				t.Fatalf("Process on %x emitted %d pairs, want %d", st, len(c.outs), others)
+			}
+		}
+	})
+}
