@@ -176,6 +176,8 @@ func checkReadsResults(i int, op configs.Operator, up *configs.Operator) error {
 		w = op.Aggregate.Window
 	} else if op.Cogroup != nil {
 		w = op.Cogroup.Window
+	} else if op.Top != nil {
+		w = op.Top.Window
 	}
 	if w != nil && !timedResults(up) {
 		return &configs.Error{Key: key + ".window", Msg: fmt.Sprintf("event-time windows over the results of keyed operator %q need the finals of its windows (emit: final; not a session cogroup's), which carry their window's end as event time; its results carry the time they were emitted; leave the window out", up.Name)}
