@@ -482,7 +482,7 @@ type Top struct {
 	Input   string `koanf:"input" default:"required" doc:"A source or an earlier operator."`
 	N       int    `koanf:"n" default:"required" doc:"How many records each key keeps (1 to 32768): its rows, ranked 1 to n."`
 	By      string `koanf:"by" default:"required" doc:"The numeric field path the records are ranked by (exact decimals); a record without it is a dead letter."`
-	Order   string `koanf:"order" enum:"desc,asc" default:"desc" doc:"desc: the largest values rank first; asc: the smallest. Records of equal value rank in arrival order (the earlier first)."`
+	Order   string `koanf:"order" enum:"desc,asc" default:"desc" doc:"desc: the largest values rank first; asc: the smallest. Records of equal value rank in arrival order (the earlier first), or with ties: true share a rank."`
 	Rank    string `koanf:"rank" default:"rank" doc:"The name of the rank column added to each row (and to its Kafka key, {\"key\":\"<key>\",\"rank\":1})."`
 	GroupBy string `koanf:"group_by" default:"none" doc:"Field path (or several, separated by commas) to rank within instead of the input's key: records are re-keyed through the topic <group>-<name>-repartition, as an aggregate's group_by."`
 	// Window: a top per key and event-time window (Flink's window Top-N), emitted once per

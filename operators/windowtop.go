@@ -3,7 +3,6 @@ package operators
 import (
 	"encoding/binary"
 	"fmt"
-	"math"
 	"strconv"
 
 	"github.com/sluice-dev/sluice/configs"
@@ -30,7 +29,7 @@ import (
 // past it, real time after the record that moved the watermark there; a record never enters a
 // window closed at its own watermark, so both give the same windows and rows.
 //
-// State: a version byte, the number of windows (uint16), then per window in increasing start
+// State: a version byte, the number of windows (uint32, big-endian), then per window in increasing start
 // order its start (int64, big-endian), its row count (uint32) and its rows in rank order, each
 // its value as a decimal (16 bytes) and its record (uint32 length, bytes). Not safe for
 // concurrent use; Layout, ValidState and IsLate are.
@@ -210,9 +209,6 @@ func (w *WindowTop) store(ctx Context) error {
 		ctx.Delete()
 		return nil
 	}
-	if len(w.ws) > math.MaxUint16 {
-		return fmt.Errorf("operators: %s: %d open windows for one key", w.Name(), len(w.ws))
-	}
 	ctx.Put(w.encode())
 	ctx.SetTimer(w.win.Close(w.ws[0].start))
 	return nil
@@ -244,11 +240,13 @@ func (w *WindowTop) decode(b []byte) bool {
 	if len(b) == 0 {
 		return true
 	}
-	if len(b) < 3 || b[0] != windowTopVersion {
+	if len(b) < 5 || b[0] != windowTopVersion {
 		return false
 	}
-	n := int(binary.BigEndian.Uint16(b[1:]))
-	b = b[3:]
+	n := uint64(binary.BigEndian.Uint32(b[1:]))
+	if b = b[5:]; n > uint64(len(b)/12) {
+		return false
+	}
 	for range n {
 		if len(b) < 12 {
 			return false
@@ -280,7 +278,7 @@ func (w *WindowTop) decode(b []byte) bool {
 // encode writes w.ws into a new state (w.st, reused).
 func (w *WindowTop) encode() []byte {
 	st := append(w.st[:0], windowTopVersion)
-	st = binary.BigEndian.AppendUint16(st, uint16(len(w.ws)))
+	st = binary.BigEndian.AppendUint32(st, uint32(len(w.ws)))
 	for _, x := range w.ws {
 		st = binary.BigEndian.AppendUint64(st, uint64(x.start))
 		st = binary.BigEndian.AppendUint32(st, uint32(len(x.rows)))
