@@ -1,14 +1,19 @@
 package task
 
 import (
+	"cmp"
+	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math"
 	"math/big"
 	"math/rand/v2"
 	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -96,17 +101,18 @@ func genWindowTop(rng *rand.Rand, n int, w wtopSpec) ([]*kgo.Record, []wtopRec) 
 // including each record (largest event time - max_delay), a record's windows by plain window
 // arithmetic, late when all of them are closed, and after each record the windows the watermark
 // has reached closed. It returns the rows as "key window_start id rank" lines, sorted, the late
-// offsets and the keys with windows left open.
-func windowTopOracle(in []wtopRec, w wtopSpec, end bool) (rows []string, late map[int64]bool, open map[string]bool) {
+// offsets, and per key with windows left open what they must hold: "start:id,id,..." per window
+// in start order, the ids of the records whose rank is at most n, in rank order.
+func windowTopOracle(in []wtopRec, w wtopSpec, end bool) (rows []string, late map[int64]bool, open map[string][]string) {
 	type wkey struct {
 		key   string
 		start int64
 	}
 	wins := map[wkey][]wtopRec{}
-	late, open = map[int64]bool{}, map[string]bool{}
-	closeWin := func(k wkey) {
+	late, open = map[int64]bool{}, map[string][]string{}
+	// ranked returns a window's records of rank at most n, in rank order, and their ranks.
+	ranked := func(k wkey) (kept []wtopRec, ranks []int) {
 		recs := slices.Clone(wins[k])
-		delete(wins, k)
 		sort.SliceStable(recs, func(i, j int) bool {
 			c := recs[i].amount.Cmp(recs[j].amount)
 			return w.desc && c > 0 || !w.desc && c < 0
@@ -121,10 +127,17 @@ func windowTopOracle(in []wtopRec, w wtopSpec, end bool) (rows []string, late ma
 					}
 				}
 			}
-			if rank > w.n {
-				continue
+			if rank <= w.n {
+				kept, ranks = append(kept, r), append(ranks, rank)
 			}
-			rows = append(rows, fmt.Sprintf("%s %d %d %d", k.key, k.start, r.off, rank))
+		}
+		return kept, ranks
+	}
+	closeWin := func(k wkey) {
+		kept, ranks := ranked(k)
+		delete(wins, k)
+		for i, r := range kept {
+			rows = append(rows, fmt.Sprintf("%s %d %d %d", k.key, k.start, r.off, ranks[i]))
 		}
 	}
 	closeUpTo := func(wm int64) {
@@ -160,8 +173,14 @@ func windowTopOracle(in []wtopRec, w wtopSpec, end bool) (rows []string, late ma
 	if end {
 		closeUpTo(math.MaxInt64)
 	}
-	for k := range wins {
-		open[k.key] = true
+	starts := slices.SortedFunc(maps.Keys(wins), func(a, b wkey) int { return cmp.Compare(a.start, b.start) })
+	for _, k := range starts {
+		kept, _ := ranked(k)
+		ids := make([]string, len(kept))
+		for i, r := range kept {
+			ids[i] = strconv.FormatInt(r.off, 10)
+		}
+		open[k.key] = append(open[k.key], fmt.Sprintf("%d:%s", k.start, strings.Join(ids, ",")))
 	}
 	sort.Strings(rows)
 	return rows, late, open
@@ -182,6 +201,38 @@ func windowTopRows(t *testing.T, r runResult) []string {
 		out = append(out, fmt.Sprintf("%s %d %d", o.Key, m.ID, m.Rank))
 	}
 	sort.Strings(out)
+	return out
+}
+
+// windowTopState decodes a run's stored states (StateFormat of operators.WindowTop, after the
+// runtime's 9-byte timer) into the oracle's form: per key, "start:id,id,..." per window.
+func windowTopState(t *testing.T, r runResult) map[string][]string {
+	out := map[string][]string{}
+	for _, line := range r.state {
+		k, hexv, _ := strings.Cut(line, "=")
+		v, err := hex.DecodeString(hexv)
+		if err != nil || len(v) < 9+5 || v[9] != 1 {
+			t.Fatalf("%s: state %s", r.name, line)
+		}
+		b := v[9+5:]
+		for range binary.BigEndian.Uint32(v[10:]) {
+			start, rows := int64(binary.BigEndian.Uint64(b)), int(binary.BigEndian.Uint32(b[8:]))
+			b = b[12:]
+			var ids []string
+			for range rows {
+				l := int(binary.LittleEndian.Uint32(b[16:]))
+				var rec struct {
+					ID int64 `json:"id"`
+				}
+				if err := json.Unmarshal(b[20:20+l], &rec); err != nil {
+					t.Fatalf("%s: state %s: record %q: %v", r.name, line, b[20:20+l], err)
+				}
+				ids = append(ids, strconv.FormatInt(rec.ID, 10))
+				b = b[20+l:]
+			}
+			out[k] = append(out[k], fmt.Sprintf("%d:%s", start, strings.Join(ids, ",")))
+		}
+	}
 	return out
 }
 
@@ -252,8 +303,9 @@ func windowTopOneAnswer(t *testing.T, seed uint64) {
 		if got := windowTopRows(t, r); !slices.Equal(got, wantRows) {
 			t.Errorf("%s: rows differ from the oracle (%d got, %d want):\n%s", r.name, len(got), len(wantRows), diffRows(wantRows, got))
 		}
-		if len(r.state) != len(open) {
-			t.Errorf("%s: %d keys in state, want %d with open windows", r.name, len(r.state), len(open))
+		// Each open window holds exactly its records of rank at most n, nothing of the rest.
+		if got := windowTopState(t, r); !maps.EqualFunc(got, open, slices.Equal) {
+			t.Errorf("%s: open windows differ from the oracle's:\n got  %v\n want %v", r.name, got, open)
 		}
 		for off := range late {
 			if got := r.reasons[strconv.FormatInt(off, 10)]; got != "late" {
