@@ -54,7 +54,7 @@ var queries = []query{
 		"-q4-changes-output", "-q4-repartition", "-q4-output"}},
 	{name: "q5", reference: bidsOnly(refQ5), read: readQ5, settled: settledQ5, kills: true, internal: []string{"-counts-output",
 		"-hottest-repartition", "-hottest-output"}},
-	{name: "q7", reference: bidsOnly(refQ7), read: readQ7, settled: settledQ7, internal: []string{"-highest-repartition", "-highest-output"}},
+	{name: "q7", reference: bidsOnly(refQ7), read: readQ7, settled: settledQ7, kills: true, internal: []string{"-highest-repartition", "-highest-output"}},
 	{name: "q8", reference: refQ8, read: readQ8, settled: settledQ8, internal: []string{"-person_windows-repartition", "-person_windows-output",
 		"-p-repartition", "-seller_windows-repartition", "-seller_windows-output", "-a-repartition", "-q8-join-output"}},
 	{name: "q9", reference: refQ9, read: readQ9, upsert: true, kills: true, internal: []string{"-q9-join-output", "-winning-output"}},
