@@ -480,7 +480,7 @@ type Dedup struct {
 // Top keeps each key's n records with the largest (or smallest) value of a field.
 type Top struct {
 	Input   string `koanf:"input" default:"required" doc:"A source or an earlier operator."`
-	N       int    `koanf:"n" default:"required" doc:"How many records each key keeps (1 to 32768): its rows, ranked 1 to n."`
+	N       int    `koanf:"n" default:"required" doc:"How many records each key (with window: each key and window) keeps (1 to 32768): its rows, ranked 1 to n; with ties, also the records tied with the n-th."`
 	By      string `koanf:"by" default:"required" doc:"The numeric field path the records are ranked by (exact decimals); a record without it is a dead letter."`
 	Order   string `koanf:"order" enum:"desc,asc" default:"desc" doc:"desc: the largest values rank first; asc: the smallest. Records of equal value rank in arrival order (the earlier first), or with ties: true share a rank."`
 	Rank    string `koanf:"rank" default:"rank" doc:"The name of the rank column added to each row (and to its Kafka key, {\"key\":\"<key>\",\"rank\":1})."`
