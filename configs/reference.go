@@ -30,6 +30,7 @@ operators:
   - {name: rj, join: {left: s4, right: s5, unique: right}, output: o}
   - {name: d, dedup: {input: s, group_by: x}, output: o}
   - {name: tn, top: {input: s, n: 3, by: x}, output: o}
+  - {name: tw, top: {input: s, n: 1, by: x, ties: true, window: {tumbling: 1m}}, output: o}
   - {name: ds, distinct: {input: s, group_by: "x, y", flags: {n: "true"}}, output: o}
   - {name: rk, rekey: {input: s, by: x}, output: o}
   - {name: ch, changes: {input: tn}, output: o}

@@ -1038,6 +1038,18 @@ func checkTop(kp string, t *Top) *Error {
 			return errorf(kp+".group_by", "%s; or leave it out to rank within the input's key", msg)
 		}
 	}
+	if t.Window == nil {
+		if t.Ties {
+			return errorf(kp+".ties", "applies with window only (a top without window writes one row per key and rank, so ties rank in arrival order); add window: {tumbling: ...} or leave ties out")
+		}
+		return nil
+	}
+	if err := checkWindow(kp+".window", t.Window); err != nil {
+		return err
+	}
+	if t.Window.Session > 0 {
+		return errorf(kp+".window.session", "a top ranks within tumbling or hopping windows, not sessions; use window: {tumbling: ...} or {hopping: ..., advance: ...}")
+	}
 	return nil
 }
 

@@ -126,6 +126,8 @@ func timedResults(op *configs.Operator) bool {
 		if w.Kind() == "session" {
 			return false // its bound (Sessions.OutputLag) is not tested through a topic yet
 		}
+	case op.Top != nil:
+		w, emit = op.Top.Window, configs.EmitFinal // a top over windows writes their finals
 	}
 	return w.Kind() != "" && emit == configs.EmitFinal
 }
@@ -155,6 +157,8 @@ func checkReadsResults(i int, op configs.Operator, up *configs.Operator) error {
 			w = up.Aggregate.Window
 		case up.Cogroup != nil:
 			w = up.Cogroup.Window
+		case up.Top != nil && up.Top.Window != nil:
+			return &configs.Error{Key: key + ".input", Msg: fmt.Sprintf("%q is a top over windows: it writes each window's rows once, when it closes, not an upsert stream; a changes operator reads a top without window", up.Name)}
 		case up.Top != nil, up.Dedup != nil && up.Dedup.Keep == configs.KeepLast:
 		default:
 			return &configs.Error{Key: key + ".input", Msg: fmt.Sprintf("%q does not write an upsert stream (one row per Kafka key, the latest wins); a changes operator reads the results of an unwindowed aggregate or cogroup, a top, or a dedup with keep: last", up.Name)}
@@ -172,6 +176,8 @@ func checkReadsResults(i int, op configs.Operator, up *configs.Operator) error {
 		w = op.Aggregate.Window
 	} else if op.Cogroup != nil {
 		w = op.Cogroup.Window
+	} else if op.Top != nil {
+		w = op.Top.Window
 	}
 	if w != nil && !timedResults(up) {
 		return &configs.Error{Key: key + ".window", Msg: fmt.Sprintf("event-time windows over the results of keyed operator %q need the finals of its windows (emit: final; not a session cogroup's), which carry their window's end as event time; its results carry the time they were emitted; leave the window out", up.Name)}
@@ -182,6 +188,8 @@ func checkReadsResults(i int, op configs.Operator, up *configs.Operator) error {
 		emit = up.Aggregate.Emit
 	case up.Cogroup != nil:
 		emit = up.Cogroup.Emit
+	case up.Top != nil && up.Top.Window != nil:
+		emit = configs.EmitFinal // each window's rows once
 	case up.Dedup != nil && up.Dedup.Keep == configs.KeepLast, up.Top != nil:
 		emit = configs.EmitUpdates
 	default:
@@ -633,6 +641,14 @@ func (p *Plan) Describe(w io.Writer) {
 		} else if d := c.Keyed; d != nil && d.Distinct != nil {
 			fmt.Fprintf(w, "  -> distinct %s: a key's first record passing some flag goes on with the 0/1 columns %s (1: the key's first passing that flag), its other records are dropped; state: a bitmask per key, for ever; backlog replays each key's records in arrival order\n",
 				d.Name, strings.Join(sortedFlags(d.Distinct.Flags), ", "))
+		} else if t := c.Keyed; t != nil && t.Top != nil && t.Top.Window != nil {
+			win, _ := operators.NewWindows(t.Top.Window)
+			ranks := fmt.Sprintf("ranked 1 to %d, ties in arrival order", t.Top.N)
+			if t.Top.Ties {
+				ranks = fmt.Sprintf("with ties: every record of rank (1 + those strictly better) at most %d", t.Top.N)
+			}
+			fmt.Fprintf(w, "  -> top %s: per key and %s window the records with the %s %s (%s), written once with a %s column when the window closes, at its end - 1; state in Pebble: only those rows per open window, one timer per key; late records -> dead letters; backlog replays each key's records in arrival order\n",
+				t.Name, win, map[bool]string{true: "largest", false: "smallest"}[t.Top.Order != configs.OrderAsc], t.Top.By, ranks, t.Top.Rank)
 		} else if t := c.Keyed; t != nil && t.Top != nil {
 			fmt.Fprintf(w, "  -> top %s: each key's %d records with the %s %s (ties in arrival order), an upsert stream of rows keyed by key and %s, written at most once per row per commit; backlog replays each key's records in arrival order\n",
 				t.Name, t.Top.N, map[bool]string{true: "largest", false: "smallest"}[t.Top.Order != configs.OrderAsc], t.Top.By, t.Top.Rank)
@@ -821,6 +837,10 @@ func (c ChainPlan) Build(rows func(table string) operators.Rows, values operator
 	}
 	if c.Keyed != nil && c.Keyed.Dedup != nil {
 		ops.Kop, err = operators.NewDedup(c.Keyed.Name, *c.Keyed.Dedup)
+		return ops, err
+	}
+	if c.Keyed != nil && c.Keyed.Top != nil && c.Keyed.Top.Window != nil {
+		ops.Kop, err = operators.NewWindowTop(c.Keyed.Name, *c.Keyed.Top)
 		return ops, err
 	}
 	if c.Keyed != nil && c.Keyed.Top != nil {

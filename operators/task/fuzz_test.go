@@ -26,6 +26,7 @@ func FuzzRestoredState(f *testing.F) {
 		mustPlan(f, testConfig("never", 50, 10, 100)),
 		mustPlan(f, windowSpec{size: 60_000, advance: 20_000, grace: 1000, final: true}.config("never", 50, 10, 100, "0s")),
 		mustPlan(f, sessionSpec{gap: 30_000, grace: 1000}.config("never", 50, 10, 100, "0s")),
+		mustPlan(f, wtopSpec{n: 1, desc: true, ties: true, size: 60_000, advance: 20_000, grace: 1000}.config("never", 50, 10, 100, "0s")),
 	}
 	// Seeds: the states a real task stores for one record of c-1, for each plan.
 	for kind, plan := range plans {
@@ -77,7 +78,7 @@ func FuzzRestoredState(f *testing.F) {
 		}
 		defer tk.Close()
 		group := key
-		if kind%3 == 1 {
+		if int(kind)%len(plans) == 1 { // the windowed aggregate: window keys
 			group, _, _ = codec.SplitWindowKey(key)
 		}
 		rec := &kgo.Record{Topic: testTopic, Offset: 0, Key: group, Timestamp: time.UnixMilli(t0),

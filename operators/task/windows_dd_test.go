@@ -29,7 +29,9 @@ const ddRefunds = "refunds"
 //	           the input is the aggregate's window and emit lines (YAML); D is the source's
 //	           watermark.max_delay; starts a fresh task over an empty store. With cogroup the
 //	           operator is a cogroup of the inputs orders (n, total: count and sum of amount) and
-//	           refunds (r, refunded; max_delay D too), one task of both topics.
+//	           refunds (r, refunded; max_delay D too), one task of both topics. With top the
+//	           operator is a top over windows of orders and the input its lines (YAML: n, by,
+//	           ties, window, ...).
 //	mode m     m = backlog | realtime: the lag the next batches report (backlog: far behind;
 //	           realtime: caught up). A switch out of backlog folds at the next batch. In a
 //	           cogroup both inputs report the lag at once (Task.Observe), and a switch it causes
@@ -170,6 +172,15 @@ sinks:
 					prod, offsets, seen, lag = newFakeProducer(), map[string]int64{}, 0, 0
 					return "ok\n"
 				}
+				op := fmt.Sprintf(`aggregate:
+      input: orders
+      %s
+      fields: {n: {count: {}}, total: {sum: amount}}`, window)
+				if d.HasArg("top") {
+					op = fmt.Sprintf(`top:
+      input: orders
+      %s`, window)
+				}
 				doc := fmt.Sprintf(`
 kafka: {brokers: [127.0.0.1:9092]}
 group: %s
@@ -180,14 +191,11 @@ sources:
   orders: {topic: %s, key: customer_id, timestamp: ts, watermark: {max_delay: %s}}
 operators:
   - name: %s
-    aggregate:
-      input: orders
-      %s
-      fields: {n: {count: {}}, total: {sum: amount}}
+    %s
     output: out
 sinks:
   out: {topic: %s}
-`, testGroup, testTopic, d.CmdArgs[0].Vals[0], testOp, window, testSink)
+`, testGroup, testTopic, d.CmdArgs[0].Vals[0], testOp, op, testSink)
 				store, plan, loader = state.NewMem(), mustPlan(t, doc), 0
 				if d.HasArg("bulk") {
 					// A Pebble store on a crashable file system, and every switch a bulk load.
