@@ -252,7 +252,57 @@ func runBounded(ctx context.Context, t *testing.T, cfg *configs.Config) {
 // Each internal topic ends once the stage writing it has finished, so the run exits by itself
 // with every customer's total exact: every order is in exactly one final, all of which the end
 // of input closes. A second run over unchanged input writes nothing new.
-func TestRunBoundedStages(t *testing.T) {
+func TestRunBoundedStages(t *testing.T) { runBoundedStages(t, nil) }
+
+// TestRunBoundedStagesAborts is TestRunBoundedStages with checkpoints that abort: sluice's k-th
+// produce request (outputs, internal topics, changelogs) is refused with a non-retriable error, for k at several points of the run (before, around and after a stage's
+// end). The aborted checkpoint rewinds the tasks, which end their inputs again; every internal
+// topic must still end once its writers are done, and the run exit by itself with exact totals.
+func TestRunBoundedStagesAborts(t *testing.T) {
+	for k := 1; k <= 9; k++ {
+		t.Run(fmt.Sprintf("refuse=%d", k), func(t *testing.T) {
+			runBoundedStages(t, func(c *kfake.Cluster) {
+				var mu sync.Mutex
+				n, refused := 0, 0
+				c.ControlKey(kmsg.Produce.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
+					mu.Lock()
+					defer mu.Unlock()
+					c.KeepControl()
+					r := req.(*kmsg.ProduceRequest)
+					if r.TransactionID == nil { // the test's own input, not sluice's
+						return nil, nil, false
+					}
+					if n++; n != k {
+						return nil, nil, false
+					}
+					refused++
+					resp := r.ResponseKind().(*kmsg.ProduceResponse)
+					for _, tp := range r.Topics {
+						rt := kmsg.NewProduceResponseTopic()
+						rt.Topic = tp.Topic
+						for _, p := range tp.Partitions {
+							rp := kmsg.NewProduceResponseTopicPartition()
+							rp.Partition = p.Partition
+							rp.ErrorCode = kerr.InvalidRecord.Code
+							rt.Partitions = append(rt.Partitions, rp)
+						}
+						resp.Topics = append(resp.Topics, rt)
+					}
+					return resp, nil, true
+				})
+				t.Cleanup(func() {
+					mu.Lock()
+					defer mu.Unlock()
+					t.Logf("sluice's produce requests %d, refused %d", n, refused)
+				})
+			})
+		})
+	}
+}
+
+// runBoundedStages is TestRunBoundedStages with inject (if not nil) applied to its cluster
+// before the runs.
+func runBoundedStages(t *testing.T, inject func(*kfake.Cluster)) {
 	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "orders"))
 	if err != nil {
 		t.Fatal(err)
@@ -300,6 +350,9 @@ sinks:
 	cfg, err := configs.Parse([]byte(doc), nil)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if inject != nil {
+		inject(c)
 	}
 	runBounded(ctx, t, cfg)
 	got, err := workload.ReadTotals(ctx, brokers, "totals", "amount", "orders")
