@@ -131,6 +131,7 @@ func TestRegularJoinOneAnswerTwoModes(t *testing.T) {
 					t.Fatalf("run %d (%s): %d dead letters", run, mode, r.dead)
 				}
 			}
+			t.Logf("unique %q, select %v: %d pairs", unique, sel, len(want))
 		})
 	}
 }
