@@ -377,9 +377,12 @@ type Column struct {
 
 // Columns returns the columns of Select in order, skipping items that do not parse (Validate
 // reports those).
-func (m *Map) Columns() []Column {
-	cols := make([]Column, 0, len(m.Select))
-	for _, item := range m.Select {
+func (m *Map) Columns() []Column { return columns(m.Select) }
+
+// columns parses a select list, skipping items that do not parse.
+func columns(items []any) []Column {
+	cols := make([]Column, 0, len(items))
+	for _, item := range items {
 		if c, msg := parseColumn(item); msg == "" {
 			cols = append(cols, c)
 		}
@@ -557,7 +560,13 @@ type Join struct {
 	Type   string        `koanf:"type" enum:"inner,left,outer" default:"inner" doc:"inner: only matches; left: also each record of the stream (or left) side without a match, with null (for a stream-stream join, once its window has closed, never earlier); outer (stream-stream only): unmatched records of both sides."`
 	Unique string        `koanf:"unique" enum:"left,right" default:"none" doc:"Stream-stream join without within (a regular join): the side that has at most one record per key (an entity: an auction, a person). Its first record of a key joins every record of the other side, before or after it, and the key's state is that one record once it came (later records of the unique side for the key are ignored). Without it, a regular join keeps every record of both sides for ever."`
 	AsOf   string        `koanf:"as_of" enum:"processing,event_time" doc:"Stream-table join: processing, the latest row when the record is processed, after the table's snapshot has loaded; event_time, the row version valid at the record's event time, once the table's watermark has passed it (the table is then read as a stream of versions, with the task's other inputs)."`
+	// Select is the raw YAML list, as Map.Select: see Columns.
+	Select []any `koanf:"select" default:"none" doc:"Stream-stream joins and stream-table joins as_of event_time: the output's columns, as a map's select (a field name or name: expression), computed on each joined record, e.g. [{auction: bid.auction}, {seller: auction.seller}]; the join then writes these columns instead of the whole joined record (no map after it, no second write of each row through an internal topic). The expressions see the joined record as a map after the join would ({<left>: ..., <right>: ...}; a stream-table join's record with the table's member), and key; not ts (a joined record has no event time of its own). A column whose expression fails on a joined record (a wrong type, division by zero) is null in it: the record is made from the join's state, and a join emits either all of a record's pairs or none."`
 }
+
+// Columns returns the columns of Select in order, skipping items that do not parse (Validate
+// reports those).
+func (j *Join) Columns() []Column { return columns(j.Select) }
 
 // StreamStream reports whether the join is a windowed stream-stream join (left, right).
 func (j *Join) StreamStream() bool { return j.Left != "" || j.Right != "" }

@@ -599,6 +599,11 @@ func checkStreamJoin(kp string, j *Join) *Error {
 	if err := checkEnum(kp+".unique", j.Unique, SideLeft, SideRight); err != nil {
 		return err
 	}
+	if len(j.Select) > 0 {
+		if err := checkSelect(kp+".select", j.Select); err != nil {
+			return err
+		}
+	}
 	return checkEnum(kp+".type", j.Type, JoinInner, JoinLeft, JoinOuter)
 }
 
@@ -622,7 +627,16 @@ func (c *Config) checkJoin(kp string, j *Join) *Error {
 	if err := checkEnum(kp+".type", j.Type, JoinInner, JoinLeft); err != nil {
 		return err
 	}
-	return checkEnum(kp+".as_of", j.AsOf, "processing", "event_time")
+	if err := checkEnum(kp+".as_of", j.AsOf, "processing", "event_time"); err != nil {
+		return err
+	}
+	if len(j.Select) > 0 {
+		if j.AsOf != "event_time" {
+			return errorf(kp+".select", "applies to stream-stream joins and to stream-table joins with as_of: event_time; a join as of processing time runs in its input's chain, so a map after it (with this select) costs no second write")
+		}
+		return checkSelect(kp+".select", j.Select)
+	}
+	return nil
 }
 
 func (c *Config) tableList() string {

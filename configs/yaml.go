@@ -64,7 +64,8 @@ func toNode(v reflect.Value, flow bool) (*yaml.Node, error) {
 				continue // an operator without a sink
 			}
 			if (key == "group_by" && v.Field(i).String() == "") || (key == "tables" && v.Field(i).Len() == 0) ||
-				(v.Type() == mapType && (key == "set" || key == "select") && v.Field(i).Len() == 0) {
+				(v.Type() == mapType && (key == "set" || key == "select") && v.Field(i).Len() == 0) ||
+				(v.Type() == joinType && key == "select" && v.Field(i).Len() == 0) {
 				continue // optional, and absent
 			}
 			val, err := toNode(v.Field(i), flow)
@@ -127,6 +128,7 @@ func toNode(v reflect.Value, flow bool) (*yaml.Node, error) {
 var (
 	operatorType = reflect.TypeFor[Operator]()
 	mapType      = reflect.TypeFor[Map]()
+	joinType     = reflect.TypeFor[Join]()
 )
 
 func scalar(tag, value string) *yaml.Node {

@@ -33,6 +33,7 @@ type AsOfJoin struct {
 	left        bool
 	keep        int64 // versions: ms kept behind the watermark
 	field       []byte
+	sel         *PairSelect
 
 	vers []asofVersion
 	held []asofRecord
@@ -60,7 +61,11 @@ const (
 // NewAsOfJoin compiles a stream-table join as of event time; versions is how long the table
 // keeps superseded versions behind the watermark.
 func NewAsOfJoin(name string, cfg configs.Join, versions int64) (*AsOfJoin, error) {
-	j := &AsOfJoin{name: name, table: cfg.Table, keep: versions, field: jsonstr.AppendString(nil, cfg.Table)}
+	sel, err := NewPairSelect(name, cfg.Columns())
+	if err != nil {
+		return nil, err
+	}
+	j := &AsOfJoin{name: name, table: cfg.Table, keep: versions, field: jsonstr.AppendString(nil, cfg.Table), sel: sel}
 	switch cfg.Type {
 	case "", configs.JoinInner:
 	case configs.JoinLeft:
@@ -133,7 +138,9 @@ func (j *AsOfJoin) Process(ctx Context, key []byte, ts int64, in []byte) error {
 		}
 		j.vers = slices.Insert(j.vers, i, v)
 	} else if wm > ts {
-		j.emit(ctx, ts, in[1:])
+		if err := j.emit(ctx, key, ts, in[1:]); err != nil {
+			return err
+		}
 	} else {
 		r := asofRecord{ts: ts, value: in[1:]}
 		i, _ := slices.BinarySearchFunc(j.held, r, compareHeld)
@@ -152,7 +159,9 @@ func (j *AsOfJoin) OnTimer(ctx Context, key []byte, at int64) error {
 	n := 0
 	for _, r := range j.held {
 		if wm > r.ts {
-			j.emit(ctx, r.ts, r.value)
+			if err := j.emit(ctx, key, r.ts, r.value); err != nil {
+				return err
+			}
 			n++
 		}
 	}
@@ -161,8 +170,9 @@ func (j *AsOfJoin) OnTimer(ctx Context, key []byte, at int64) error {
 	return nil
 }
 
-// emit writes a stream record joined with the version valid at ts.
-func (j *AsOfJoin) emit(ctx Context, ts int64, value []byte) {
+// emit writes a stream record joined with the version valid at ts (its select's columns, with
+// one).
+func (j *AsOfJoin) emit(ctx Context, key []byte, ts int64, value []byte) error {
 	var row []byte
 	i, _ := slices.BinarySearchFunc(j.vers, asofVersion{ts: ts, value: nil}, func(a, b asofVersion) int {
 		if a.ts <= b.ts {
@@ -174,14 +184,14 @@ func (j *AsOfJoin) emit(ctx Context, ts int64, value []byte) {
 		row = j.vers[i-1].value
 	}
 	if row == nil && !j.left {
-		return
+		return nil
 	}
 	out := append(j.out[:0], '{')
 	var r Record
 	r.Value = value
 	idx, err := r.index()
 	if err != nil {
-		return // decoded before; cannot happen
+		return fmt.Errorf("operators: join %s: held record: %w", j.name, err) // decoded before
 	}
 	for _, m := range idx {
 		if nameEquals(value[m.ks:m.ke], m.esc, j.table) {
@@ -205,7 +215,7 @@ func (j *AsOfJoin) emit(ctx Context, ts int64, value []byte) {
 		out = append(out, row...)
 	}
 	j.out = append(out, '}')
-	ctx.Emit(j.out)
+	return emitJoined(ctx, j.sel, key, j.out)
 }
 
 // store prunes old versions, writes the state and sets the timer (the earliest held record).

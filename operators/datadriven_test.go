@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cockroachdb/datadriven"
 
@@ -29,6 +31,11 @@ import (
 //	                         prints each record's fate and folds the kept ones (after a
 //	                         distinct: prints what it emits, if anything, and the key's mask)
 //	render                   prints every key's state, in key order
+//	join left=L right=R [unique=SIDE] [within=DUR]
+//	                         a stream-stream join (resets its state); input: its select, one
+//	                         column a line ("name: expression" or a field name), none for none
+//	pairs                    input: "SIDE KEY TS VALUE" lines (SIDE 0 left, 1 right); prints
+//	                         what the join emits for each
 func TestDataDriven(t *testing.T) {
 	datadriven.Walk(t, "testdata", func(t *testing.T, path string) {
 		if strings.HasPrefix(filepath.ToSlash(path), "testdata/fuzz/") {
@@ -40,6 +47,8 @@ func TestDataDriven(t *testing.T) {
 			agg    *Aggregate
 			dist   *Distinct
 			states map[string][]byte
+			join   Keyed
+			jstate map[string]*sessCtx
 		)
 		datadriven.RunTest(t, path, func(t *testing.T, d *datadriven.TestData) string {
 			arg := func(key string) string {
@@ -137,6 +146,70 @@ func TestDataDriven(t *testing.T) {
 						out.WriteString(process(src, stages, agg, states, &r, key, []byte(f[2]), ts, &in))
 					}
 					out.WriteByte('\n')
+				}
+				return out.String()
+			case "join":
+				cfg := configs.Join{Left: arg("left"), Right: arg("right"), Unique: arg("unique")}
+				if w := arg("within"); w != "" {
+					var err error
+					if cfg.Within, err = time.ParseDuration(w); err != nil {
+						d.Fatalf(t, "bad within %q", w)
+					}
+				}
+				for _, line := range strings.Split(d.Input, "\n") {
+					name, e, ok := strings.Cut(line, ":")
+					switch {
+					case strings.TrimSpace(line) == "":
+					case ok:
+						cfg.Select = append(cfg.Select, map[string]any{strings.TrimSpace(name): strings.TrimSpace(e)})
+					default:
+						cfg.Select = append(cfg.Select, strings.TrimSpace(line))
+					}
+				}
+				var err error
+				join = nil
+				if cfg.Within > 0 {
+					var j *StreamJoin
+					if j, err = NewStreamJoin("j", cfg); err == nil {
+						join = j
+					}
+				} else {
+					var j *RegularJoin
+					if j, err = NewRegularJoin("j", cfg); err == nil {
+						join = j
+					}
+				}
+				jstate = map[string]*sessCtx{}
+				return errOrOK(err)
+			case "pairs":
+				if join == nil {
+					d.Fatalf(t, "pairs without a join")
+				}
+				var out strings.Builder
+				for _, line := range strings.Split(d.Input, "\n") {
+					f := strings.SplitN(line, " ", 4)
+					if len(f) != 4 || (f[0] != "0" && f[0] != "1") {
+						d.Fatalf(t, "bad pairs line %q", line)
+					}
+					ts, err := strconv.ParseInt(f[2], 10, 64)
+					if err != nil {
+						d.Fatalf(t, "bad timestamp in %q", line)
+					}
+					c := jstate[f[1]]
+					if c == nil {
+						c = &sessCtx{wm: math.MinInt64}
+						jstate[f[1]] = c
+					}
+					c.outs = nil
+					in := append([]byte{f[0][0] - '0'}, f[3]...)
+					if err := join.Process(c, []byte(f[1]), ts, in); err != nil {
+						fmt.Fprintf(&out, "%s: error: %v\n", line, err)
+						continue
+					}
+					fmt.Fprintf(&out, "%s %s: %d\n", f[0], f[1], len(c.outs))
+					for _, o := range c.outs {
+						fmt.Fprintf(&out, "  %s\n", o)
+					}
 				}
 				return out.String()
 			case "render":

@@ -494,6 +494,7 @@ type selectStage struct {
 type selectCol struct {
 	name  string
 	field string
+	path  path // a join's member path column (see NewPairSelect)
 	prog  *vm.Program
 }
 
@@ -534,10 +535,31 @@ func newSelect(name string, cols []configs.Column) (Stage, error) {
 func (s *selectStage) Name() string { return s.name }
 
 func (s *selectStage) Apply(r *Record) (bool, error) {
-	if err := s.env.fill(r); err != nil {
-		return false, &Error{Operator: s.name, Reason: err.Error()}
+	out, err := s.appendRow(append(r.scratchValue(), '{'), r, false)
+	if err != nil {
+		return false, err
 	}
-	out := append(r.scratchValue(), '{')
+	if err := r.setValue(out); err != nil {
+		return false, &Error{Operator: s.name, Reason: fmt.Sprintf("re-encoded value: %v", err)}
+	}
+	return true, nil
+}
+
+// appendRow appends the columns of r to dst (an object's opening brace) and closes the object.
+// With nullOnError, a column whose expression fails is null (and err is nil); otherwise the
+// first failure is an *Error.
+func (s *selectStage) appendRow(dst []byte, r *Record, nullOnError bool) ([]byte, error) {
+	out := dst
+	filled := true
+	if err := s.env.fill(r); err != nil {
+		if !nullOnError {
+			return out, &Error{Operator: s.name, Reason: err.Error()}
+		}
+		filled = false // the expressions' columns are null; the copied ones need a valid Value
+		if _, err := r.index(); err != nil {
+			return out, &Error{Operator: s.name, Reason: err.Error()}
+		}
+	}
 	for k, c := range s.cols {
 		if k > 0 {
 			out = append(out, ',')
@@ -545,26 +567,123 @@ func (s *selectStage) Apply(r *Record) (bool, error) {
 		out = jsonstr.AppendString(out, c.name)
 		out = append(out, ':')
 		if c.prog == nil {
-			raw, ok, _ := r.top(c.field) // fill indexed Value
+			var raw []byte
+			var ok bool
+			if c.path.parts != nil {
+				raw, ok, _ = r.lookup(c.path)
+			} else {
+				raw, ok, _ = r.top(c.field) // fill indexed Value
+			}
 			if !ok {
 				raw = nullJSON
 			}
 			out = append(out, raw...)
 			continue
 		}
+		if !filled {
+			out = append(out, nullJSON...)
+			continue
+		}
 		v, err := s.env.vm.Run(c.prog, s.env.vars)
 		if err != nil {
-			return false, &Error{Operator: s.name, Reason: fmt.Sprintf("select %s: %s", c.name, s.env.reason(err))}
+			if nullOnError {
+				out = append(out, nullJSON...)
+				continue
+			}
+			return out, &Error{Operator: s.name, Reason: fmt.Sprintf("select %s: %s", c.name, s.env.reason(err))}
 		}
+		mark := len(out)
 		if out, err = appendAnyJSON(out, v); err != nil {
-			return false, &Error{Operator: s.name, Reason: fmt.Sprintf("select %s: %v", c.name, err)}
+			if nullOnError {
+				out = append(out[:mark], nullJSON...)
+				continue
+			}
+			return out, &Error{Operator: s.name, Reason: fmt.Sprintf("select %s: %v", c.name, err)}
 		}
 	}
-	out = append(out, '}')
-	if err := r.setValue(out); err != nil {
-		return false, &Error{Operator: s.name, Reason: fmt.Sprintf("re-encoded value: %v", err)}
+	return append(out, '}'), nil
+}
+
+// PairSelect is a join's select (configs.Join.Select): the columns it writes of each joined
+// record instead of the record. It is not safe for concurrent use (one per operator); the row
+// Row returns is its own, valid until the next call.
+type PairSelect struct {
+	s   *selectStage
+	rec Record
+	out []byte
+}
+
+// NewPairSelect compiles the select of join name; it returns nil when cols is empty (the join
+// writes the joined record). Columns are a map's select columns, except that a column that is
+// only a member path (bids.auction, as a bare name is a member) copies that member's JSON text
+// as written, null when the record lacks it or it is not in an object, and that ts is refused:
+// a joined record has no event time of its own.
+func NewPairSelect(name string, cols []configs.Column) (*PairSelect, error) {
+	if len(cols) == 0 {
+		return nil, nil
 	}
-	return true, nil
+	st, err := newSelect(name, cols)
+	if err != nil {
+		return nil, err
+	}
+	s := st.(*selectStage)
+	for k := range s.cols {
+		c := &s.cols[k]
+		if c.prog == nil {
+			continue
+		}
+		if p, ok := memberPath(c.prog.Node()); ok {
+			c.prog, c.path = nil, newPath(p)
+		}
+	}
+	s.env = exprEnv{}
+	for _, c := range s.cols {
+		if c.prog == nil {
+			continue
+		}
+		s.env.addProgram(c.prog)
+		if s.env.ts {
+			return nil, fmt.Errorf("operators: %s: select %s: ts is not defined on a joined record (it has no event time of its own)", name, c.name)
+		}
+	}
+	return &PairSelect{s: s}, nil
+}
+
+// memberPath returns "a.b.c" when n is only that member access (a.b.c or a["b"]["c"], of a
+// member a other than key, ts and $env).
+func memberPath(n ast.Node) (string, bool) {
+	var parts []string
+	for {
+		switch x := n.(type) {
+		case *ast.MemberNode:
+			prop, ok := x.Property.(*ast.StringNode)
+			if !ok || x.Optional || x.Method || prop.Value == "" || strings.Contains(prop.Value, ".") {
+				return "", false
+			}
+			parts = append(parts, prop.Value)
+			n = x.Node
+			continue
+		case *ast.IdentifierNode:
+			if len(parts) == 0 || x.Value == "key" || x.Value == "ts" || x.Value == "$env" || strings.Contains(x.Value, ".") {
+				return "", false
+			}
+			parts = append(parts, x.Value)
+			slices.Reverse(parts)
+			return strings.Join(parts, "."), true
+		}
+		return "", false
+	}
+}
+
+// Row returns the columns of the joined record value under key. A column whose expression
+// fails is null; err is only a value that is not a JSON object (a join's own bug).
+func (p *PairSelect) Row(key, value []byte) ([]byte, error) {
+	p.rec.Release() // value may be a reused buffer of the length last indexed
+	p.rec.Key, p.rec.Value = key, value
+	out, err := p.s.appendRow(append(p.out[:0], '{'), &p.rec, true)
+	p.out = out
+	p.rec.Release()
+	return out, err
 }
 
 var nullJSON = []byte("null")

@@ -88,3 +88,21 @@ func (j *join) Apply(r *Record) (bool, error) {
 	}
 	return true, nil
 }
+
+// emitJoined emits a join's joined record, or with sel, its columns (a column that fails is
+// null, so a record's pairs are emitted all or none: they are made from the join's state, and
+// a dead letter of the record would leave those emitted before the failing one). An error is
+// a joined record that is not a JSON object, a bug of the join: the task fails and its
+// transaction, with the pairs emitted so far, aborts.
+func emitJoined(ctx Context, sel *PairSelect, key, joined []byte) error {
+	if sel == nil {
+		ctx.Emit(joined)
+		return nil
+	}
+	row, err := sel.Row(key, joined)
+	if err != nil {
+		return fmt.Errorf("operators: join: joined record: %w", err)
+	}
+	ctx.Emit(row)
+	return nil
+}

@@ -36,6 +36,7 @@ type RegularJoin struct {
 	name        string
 	left, right string // the input names: the output's member names
 	unique      int    // sideLeft, sideRight, or -1 (none)
+	sel         *PairSelect
 
 	ends []uint32 // scratch: the other side's records, by their ends, last first
 	out  []byte
@@ -61,7 +62,11 @@ func NewRegularJoin(name string, cfg configs.Join) (*RegularJoin, error) {
 	if cfg.Type != "" && cfg.Type != configs.JoinInner {
 		return nil, fmt.Errorf("operators: join %s: a regular join is inner (left and outer joins need within)", name)
 	}
-	j := &RegularJoin{name: name, left: cfg.Left, right: cfg.Right, unique: -1}
+	sel, err := NewPairSelect(name, cfg.Columns())
+	if err != nil {
+		return nil, err
+	}
+	j := &RegularJoin{name: name, left: cfg.Left, right: cfg.Right, unique: -1, sel: sel}
 	switch cfg.Unique {
 	case "":
 	case configs.SideLeft:
@@ -150,7 +155,9 @@ func (j *RegularJoin) Process(ctx Context, key []byte, _ int64, in []byte) error
 	for i := len(j.ends) - 1; i >= 0; i-- {
 		end := j.ends[i]
 		l := binary.BigEndian.Uint32(st[end-rjTrailer+1:])
-		j.emit(ctx, side, value, st[end-rjTrailer-l:end-rjTrailer])
+		if err := j.emit(ctx, key, side, value, st[end-rjTrailer-l:end-rjTrailer]); err != nil {
+			return err
+		}
 	}
 	switch {
 	case int(side) == j.unique:
@@ -189,8 +196,9 @@ func rjRead(st []byte, end uint32) (rjEntry, bool) {
 		lastOther: binary.BigEndian.Uint32(t[9:])}, true
 }
 
-// emit emits the pair of a record of side and a record of the other side.
-func (j *RegularJoin) emit(ctx Context, side byte, value, other []byte) {
+// emit emits the pair of a record of side and a record of the other side (its select's
+// columns, with one).
+func (j *RegularJoin) emit(ctx Context, key []byte, side byte, value, other []byte) error {
 	l, r := value, other
 	if side == sideRight {
 		l, r = other, value
@@ -199,7 +207,7 @@ func (j *RegularJoin) emit(ctx Context, side byte, value, other []byte) {
 	out = append(append(append(out, ':'), l...), ',')
 	out = jsonstr.AppendString(out, j.right)
 	j.out = append(append(append(out, ':'), r...), '}')
-	ctx.Emit(j.out)
+	return emitJoined(ctx, j.sel, key, j.out)
 }
 
 // OnTimer is never called (the operator sets no timer).

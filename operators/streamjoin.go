@@ -36,6 +36,7 @@ type StreamJoin struct {
 	emitLeft    bool   // left and outer joins: unmatched left records
 	emitRight   bool   // outer joins: unmatched right records
 	kind        string
+	sel         *PairSelect
 
 	recs []sjRecord // decoded state, scratch
 	out  []byte
@@ -61,7 +62,11 @@ func NewStreamJoin(name string, cfg configs.Join) (*StreamJoin, error) {
 	if cfg.Left == "" || cfg.Right == "" || cfg.Within <= 0 {
 		return nil, fmt.Errorf("operators: join %s: a stream-stream join needs left, right and within > 0", name)
 	}
-	j := &StreamJoin{name: name, left: cfg.Left, right: cfg.Right, within: cfg.Within.Milliseconds(), kind: cfg.Type}
+	sel, err := NewPairSelect(name, cfg.Columns())
+	if err != nil {
+		return nil, err
+	}
+	j := &StreamJoin{name: name, left: cfg.Left, right: cfg.Right, within: cfg.Within.Milliseconds(), kind: cfg.Type, sel: sel}
 	switch cfg.Type {
 	case "", configs.JoinInner:
 		j.kind = configs.JoinInner
@@ -133,10 +138,12 @@ func (j *StreamJoin) Process(ctx Context, key []byte, ts int64, in []byte) error
 		}
 		matched = matched || !r.matched
 		r.matched, nr.matched = true, true
-		if nr.side == sideLeft {
-			j.emitPair(ctx, nr.value, r.value)
-		} else {
-			j.emitPair(ctx, r.value, nr.value)
+		l, rv := nr.value, r.value
+		if nr.side == sideRight {
+			l, rv = r.value, nr.value
+		}
+		if err := j.emitPair(ctx, key, l, rv); err != nil {
+			return err
 		}
 	}
 	if matched {
@@ -162,11 +169,15 @@ func (j *StreamJoin) OnTimer(ctx Context, key []byte, at int64) error {
 			continue
 		}
 		if !r.matched {
+			var err error
 			switch {
 			case r.side == sideLeft && j.emitLeft:
-				j.emitPair(ctx, r.value, nil)
+				err = j.emitPair(ctx, key, r.value, nil)
 			case r.side == sideRight && j.emitRight:
-				j.emitPair(ctx, nil, r.value)
+				err = j.emitPair(ctx, key, nil, r.value)
+			}
+			if err != nil {
+				return err
 			}
 		}
 	}
@@ -175,8 +186,9 @@ func (j *StreamJoin) OnTimer(ctx Context, key []byte, at int64) error {
 	return nil
 }
 
-// emitPair emits {"<left>": l, "<right>": r}, null for a nil side.
-func (j *StreamJoin) emitPair(ctx Context, l, r []byte) {
+// emitPair emits {"<left>": l, "<right>": r}, null for a nil side (its select's columns, with
+// one).
+func (j *StreamJoin) emitPair(ctx Context, key, l, r []byte) error {
 	out := append(j.out[:0], '{')
 	out = jsonstr.AppendString(out, j.left)
 	out = append(out, ':')
@@ -194,7 +206,7 @@ func (j *StreamJoin) emitPair(ctx Context, l, r []byte) {
 		out = append(out, r...)
 	}
 	j.out = append(out, '}')
-	ctx.Emit(j.out)
+	return emitJoined(ctx, j.sel, key, j.out)
 }
 
 // store writes the records back (or deletes the key's state when none is left) and sets the

@@ -615,8 +615,8 @@ func (p *Plan) Describe(w io.Writer) {
 			if c.Input == 1 {
 				side = "table, read as versions"
 			}
-			fmt.Fprintf(w, "  -> join %s (%s side): %s join with table %s as of event time: a stream record waits until the watermark of both inputs has passed its time, then joins the row version valid then; table versions kept %v behind the watermark; late table versions -> dead letters; state in Pebble, one timer per key\n",
-				c.Keyed.Name, side, orDefault(c.AsOf.Type, "inner"), c.AsOf.Table, c.Versions)
+			fmt.Fprintf(w, "  -> join %s (%s side): %s join with table %s as of event time: a stream record waits until the watermark of both inputs has passed its time, then joins the row version valid then%s; table versions kept %v behind the watermark; late table versions -> dead letters; state in Pebble, one timer per key\n",
+				c.Keyed.Name, side, orDefault(c.AsOf.Type, "inner"), c.AsOf.Table, selectNote(c.AsOf), c.Versions)
 		} else if j := c.StreamJoin; j != nil && j.Within == 0 {
 			side := "left"
 			if c.Input == 1 {
@@ -626,16 +626,16 @@ func (p *Plan) Describe(w io.Writer) {
 			if j.Unique != "" {
 				state = fmt.Sprintf("per key the %s side's one record (once it came; the other side's records wait until then)", j.Unique)
 			}
-			fmt.Fprintf(w, "  -> regular join %s (%s side): inner join of %s and %s, every pair of one key once as {%q: ..., %q: ...}, whenever each arrived; state in Pebble: %s\n",
-				c.Keyed.Name, side, j.Left, j.Right, j.Left, j.Right, state)
+			fmt.Fprintf(w, "  -> regular join %s (%s side): inner join of %s and %s, every pair of one key once %s, whenever each arrived; state in Pebble: %s\n",
+				c.Keyed.Name, side, j.Left, j.Right, pairsAs(j), state)
 		} else if c.StreamJoin != nil {
 			j := c.StreamJoin
 			side := "left"
 			if c.Input == 1 {
 				side = "right"
 			}
-			fmt.Fprintf(w, "  -> stream-stream join %s (%s side): %s join of %s and %s within %v, pairs as {%q: ..., %q: ...}; a record is late once its input's watermark passes its time + within (dead letters); unmatched records only after their window closed; state in Pebble, one timer per key\n",
-				c.Keyed.Name, side, orDefault(j.Type, "inner"), j.Left, j.Right, j.Within, j.Left, j.Right)
+			fmt.Fprintf(w, "  -> stream-stream join %s (%s side): %s join of %s and %s within %v, pairs %s; a record is late once its input's watermark passes its time + within (dead letters); unmatched records only after their window closed; state in Pebble, one timer per key\n",
+				c.Keyed.Name, side, orDefault(j.Type, "inner"), j.Left, j.Right, j.Within, pairsAs(j))
 		} else if c.Keyed != nil && c.Keyed.Dedup != nil {
 			describeDedup(w, c.Keyed.Name, c.Keyed.Dedup, c.Source.Watermark.MaxDelay)
 		} else if d := c.Keyed; d != nil && d.Distinct != nil {
@@ -918,4 +918,29 @@ func describeDedup(w io.Writer, name string, d *configs.Dedup, maxDelay time.Dur
 		forget = fmt.Sprintf("a key forgets it once the watermark (max event time - %v) passes its time + %v, one timer per key in Pebble; records later than that -> dead letters", maxDelay, d.Within)
 	}
 	fmt.Fprintf(w, "  -> dedup %s: keep each key's first record, emitted once, drop the key's later ones; %s; backlog replays each key's records in arrival order\n", name, forget)
+}
+
+// pairsAs says what a stream-stream join writes of each pair: the pair, or its select's columns.
+func pairsAs(j *configs.Join) string {
+	if len(j.Select) == 0 {
+		return fmt.Sprintf("as {%q: ..., %q: ...}", j.Left, j.Right)
+	}
+	return "as the columns " + columnNames(j)
+}
+
+// selectNote says which columns a join with a select writes ("" without one).
+func selectNote(j *configs.Join) string {
+	if len(j.Select) == 0 {
+		return ""
+	}
+	return ", written as the columns " + columnNames(j)
+}
+
+func columnNames(j *configs.Join) string {
+	cols := j.Columns()
+	names := make([]string, len(cols))
+	for i, c := range cols {
+		names[i] = c.Name
+	}
+	return strings.Join(names, ", ") + " (select; a column that fails on a pair is null)"
 }

@@ -1,6 +1,7 @@
 package task
 
 import (
+	"encoding/json"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -22,7 +23,14 @@ import (
 // passed its time, with the last on-time version at or before it (in the table's log order
 // among equal times), null (left) or nothing (inner) if none or a tombstone.
 
-func asofConfig(mode, typ string, versions, maxDelay int64, cacheKeys int) string {
+// asofSelect is the select of the as-of join's metamorphic test: a member, a member path of the
+// row, the key, and a column that fails on a quarter of the records (null there).
+const asofSelect = `, select: [id, {region: customers.region}, {k: key}, {n: "id % 4 == 0 ? id % 0 : id + 1"}]`
+
+func asofConfig(mode, typ string, versions, maxDelay int64, cacheKeys int, sel bool) string {
+	if sel {
+		typ += asofSelect
+	}
 	return fmt.Sprintf(`
 kafka: {brokers: [127.0.0.1:9092]}
 group: meta
@@ -60,6 +68,7 @@ func asofOneAnswer(t *testing.T, seed uint64) {
 	maxDelay := []int64{0, 300, 2000}[rng.IntN(3)]
 	versions := []int64{0, 500, 100000}[rng.IntN(3)]
 	typ := []string{"inner", "left"}[rng.IntN(2)]
+	sel := rng.IntN(2) == 0
 	n := 150 + rng.IntN(700)
 	keys := 1 + rng.IntN([]int{3, 20}[rng.IntN(2)])
 	base := int64(1_767_225_600_000)
@@ -130,22 +139,39 @@ func asofOneAnswer(t *testing.T, seed uint64) {
 				row = v
 			}
 		}
-		if row == nil || row.tomb {
-			if typ == "left" {
-				want = append(want, o.key+" "+o.value[:len(o.value)-1]+`,"customers":null}`)
-			}
+		if (row == nil || row.tomb) && typ != "left" {
 			continue
 		}
-		want = append(want, o.key+" "+o.value[:len(o.value)-1]+`,"customers":`+row.value+`}`)
+		rowJSON := "null"
+		if row != nil && !row.tomb {
+			rowJSON = row.value
+		}
+		if !sel {
+			want = append(want, o.key+" "+o.value[:len(o.value)-1]+`,"customers":`+rowJSON+`}`)
+			continue
+		}
+		var x struct{ ID int64 }
+		var c struct{ Region *string }
+		if json.Unmarshal([]byte(o.value), &x) != nil || json.Unmarshal([]byte(rowJSON), &c) != nil {
+			t.Fatal("oracle: bad JSON")
+		}
+		region, n := "null", strconv.FormatInt(x.ID+1, 10)
+		if c.Region != nil {
+			region = strconv.Quote(*c.Region)
+		}
+		if x.ID%4 == 0 {
+			n = "null"
+		}
+		want = append(want, o.key+" "+fmt.Sprintf(`{"id":%d,"region":%s,"k":%q,"n":%s}`, x.ID, region, o.key, n))
 	}
 	sort.Strings(want)
 	for run, mode := range []string{"never", "always", "auto", "auto", "auto"} {
 		rr := rand.New(rand.NewPCG(seed, uint64(run)+20))
-		r := runTwoInputs(t, rr, run, func(cacheKeys int) string { return asofConfig(mode, typ, versions, maxDelay, cacheKeys) }, inputs[0], inputs[1])
+		r := runTwoInputs(t, rr, run, func(cacheKeys int) string { return asofConfig(mode, typ, versions, maxDelay, cacheKeys, sel) }, inputs[0], inputs[1])
 		got, dead, d, cacheKeys := r.got, r.dead, r.d, r.cacheKeys
 		if !slices.Equal(got, want) {
-			t.Fatalf("run %d (%s, %s, versions %d, max_delay %d, cache %d, aborts %d, backlog %v): outputs differ from the oracle (%d got, %d want):\n%s",
-				run, mode, typ, versions, maxDelay, cacheKeys, d.aborts, d.backlogBatches, len(got), len(want), lineDiff(want, got))
+			t.Fatalf("run %d (%s, %s, select %v, versions %d, max_delay %d, cache %d, aborts %d, backlog %v): outputs differ from the oracle (%d got, %d want):\n%s",
+				run, mode, typ, sel, versions, maxDelay, cacheKeys, d.aborts, d.backlogBatches, len(got), len(want), lineDiff(want, got))
 		}
 		if dead != late {
 			t.Fatalf("run %d (%s): %d dead letters, want %d late records", run, mode, dead, late)

@@ -21,10 +21,13 @@ import (
 // computes: per key, every order with every payment (unique: the key's first of that side with
 // every record of the other).
 
-func regularJoinConfig(mode, unique string, cacheKeys int) string {
+func regularJoinConfig(mode, unique string, cacheKeys int, sel bool) string {
 	u := ""
 	if unique != "" {
 		u = ", unique: " + unique
+	}
+	if sel {
+		u += pairSelect
 	}
 	return fmt.Sprintf(`
 kafka: {brokers: [127.0.0.1:9092]}
@@ -63,7 +66,7 @@ func genRegularJoin(rng *rand.Rand, n int) (left, right []*kgo.Record, recs [2][
 	return left, right, recs
 }
 
-func regularJoinOracle(recs [2][]sjRec, unique string) []string {
+func regularJoinOracle(recs [2][]sjRec, unique string, sel bool) []string {
 	// With a unique side, only its first record of each key pairs.
 	keep := [2]func(sjRec) bool{}
 	for side, name := range []string{"left", "right"} {
@@ -94,7 +97,7 @@ func regularJoinOracle(recs [2][]sjRec, unique string) []string {
 	for _, r := range rights {
 		for _, l := range lefts {
 			if l.key == r.key {
-				out = append(out, l.key+" "+fmt.Sprintf(`{"orders":%s,"payments":%s}`, l.value, r.value))
+				out = append(out, pairLine(l.key, l.value, r.value, sel))
 			}
 		}
 	}
@@ -114,19 +117,21 @@ func TestRegularJoinOneAnswerTwoModes(t *testing.T) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 20))
 			unique := []string{"", "right", "left"}[rng.IntN(3)]
+			sel := rng.IntN(2) == 0
 			left, right, recs := genRegularJoin(rng, 50+rng.IntN(600))
-			want := regularJoinOracle(recs, unique)
+			want := regularJoinOracle(recs, unique, sel)
 			for run, mode := range []string{"never", "always", "auto", "auto", "auto"} {
 				rr := rand.New(rand.NewPCG(seed, uint64(run)))
-				r := runTwoInputs(t, rr, run, func(cacheKeys int) string { return regularJoinConfig(mode, unique, cacheKeys) }, left, right)
+				r := runTwoInputs(t, rr, run, func(cacheKeys int) string { return regularJoinConfig(mode, unique, cacheKeys, sel) }, left, right)
 				if !slices.Equal(r.got, want) {
-					t.Fatalf("run %d (%s, unique %q, cache %d, aborts %d): pairs differ from the oracle (%d got, %d want):\n%s",
-						run, mode, unique, r.cacheKeys, r.d.aborts, len(r.got), len(want), diffLines(want, r.got))
+					t.Fatalf("run %d (%s, unique %q, select %v, cache %d, aborts %d): pairs differ from the oracle (%d got, %d want):\n%s",
+						run, mode, unique, sel, r.cacheKeys, r.d.aborts, len(r.got), len(want), diffLines(want, r.got))
 				}
 				if r.dead != 0 {
 					t.Fatalf("run %d (%s): %d dead letters", run, mode, r.dead)
 				}
 			}
+			t.Logf("unique %q, select %v: %d pairs", unique, sel, len(want))
 		})
 	}
 }
@@ -137,7 +142,7 @@ func TestRegularJoinOneAnswerTwoModes(t *testing.T) {
 // put until the fold, so a checkpoint after the switch would commit the pair without its
 // offset, and an abort before the fold would replay the record and write the pair again.
 func TestOutboxCheckpointsBeforeBacklog(t *testing.T) {
-	plan := mustPlan(t, regularJoinConfig("auto", "right", 100000))
+	plan := mustPlan(t, regularJoinConfig("auto", "right", 100000, false))
 	tk, err := NewGroup(plan, []string{cgOrders, cgRefunds}, 0, Deps{
 		Store: state.NewMem(), Budget: sorter.NewBudget(64 << 10), SortDir: t.TempDir(),
 		Clock: (&stepClock{}).Now, Logger: discardLogger(),

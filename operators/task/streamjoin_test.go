@@ -1,6 +1,7 @@
 package task
 
 import (
+	"encoding/json"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -22,7 +23,42 @@ import (
 
 const sjOp = "paid"
 
-func streamJoinConfig(mode, typ string, within, maxDelay int64, cacheKeys int) string {
+// pairSelect is the select of the joins' metamorphic tests: member paths (copied), an
+// expression over both sides, the key, and a column that fails on a third of the pairs (and on
+// every record without a partner), null there.
+const pairSelect = `, select: [{o: orders.id}, {p: payments.id}, {sum: "orders.id + payments.id"}, {k: key}, {odd: "payments.id % 3 == 0 ? orders.id % 0 : orders.id * 2"}]`
+
+// pairLine is the oracle's output line of a pair (l or r "null" without a partner): the joined
+// record, or with sel the columns of pairSelect, computed here from the records' ids.
+func pairLine(key, l, r string, sel bool) string {
+	if !sel {
+		return key + " " + fmt.Sprintf(`{"orders":%s,"payments":%s}`, l, r)
+	}
+	id := func(v string) (int64, bool) {
+		var x struct{ ID int64 }
+		if v == "null" || json.Unmarshal([]byte(v), &x) != nil {
+			return 0, false
+		}
+		return x.ID, true
+	}
+	o, okO := id(l)
+	p, okP := id(r)
+	col := func(v int64, ok bool) string {
+		if !ok {
+			return "null"
+		}
+		return strconv.FormatInt(v, 10)
+	}
+	odd := col(o*2, okO && okP && p%3 != 0)
+	return key + " " + fmt.Sprintf(`{"o":%s,"p":%s,"sum":%s,"k":%q,"odd":%s}`,
+		col(o, okO), col(p, okP), col(o+p, okO && okP), key, odd)
+}
+
+func streamJoinConfig(mode, typ string, within, maxDelay int64, cacheKeys int, sel bool) string {
+	s := ""
+	if sel {
+		s = pairSelect
+	}
 	return fmt.Sprintf(`
 kafka: {brokers: [127.0.0.1:9092]}
 group: meta
@@ -34,11 +70,11 @@ sources:
   payments: {topic: %s, key: customer_id, timestamp: ts, watermark: {max_delay: %dms}}
 operators:
   - name: %s
-    join: {left: orders, right: payments, within: %dms, type: %s}
+    join: {left: orders, right: payments, within: %dms, type: %s%s}
     output: out
 sinks:
   out: {topic: %s}
-`, cacheKeys, mode, cgOrders, maxDelay, cgRefunds, maxDelay, sjOp, within, typ, cgSink)
+`, cacheKeys, mode, cgOrders, maxDelay, cgRefunds, maxDelay, sjOp, within, typ, s, cgSink)
 }
 
 type sjRec struct {
@@ -71,7 +107,7 @@ func genStreamJoin(rng *rand.Rand, n int, within int64) (left, right []*kgo.Reco
 }
 
 // sjOracle returns the outputs (key + value lines) and the number of late records.
-func sjOracle(recs [2][]sjRec, within, maxDelay int64, typ string) (out []string, late int) {
+func sjOracle(recs [2][]sjRec, within, maxDelay int64, typ string, sel bool) (out []string, late int) {
 	var kept [2][]sjRec
 	final := [2]int64{math.MinInt64, math.MinInt64}
 	for side := range 2 {
@@ -91,7 +127,7 @@ func sjOracle(recs [2][]sjRec, within, maxDelay int64, typ string) (out []string
 	for i, l := range kept[0] {
 		for j, r := range kept[1] {
 			if l.key == r.key && absI(l.ts-r.ts) <= within {
-				out = append(out, l.key+" "+fmt.Sprintf(`{"orders":%s,"payments":%s}`, l.value, r.value))
+				out = append(out, pairLine(l.key, l.value, r.value, sel))
 				matched[0][i], matched[1][j] = true, true
 			}
 		}
@@ -105,9 +141,9 @@ func sjOracle(recs [2][]sjRec, within, maxDelay int64, typ string) (out []string
 				continue
 			}
 			if side == 0 {
-				out = append(out, r.key+" "+fmt.Sprintf(`{"orders":%s,"payments":null}`, r.value))
+				out = append(out, pairLine(r.key, r.value, "null", sel))
 			} else {
-				out = append(out, r.key+" "+fmt.Sprintf(`{"orders":null,"payments":%s}`, r.value))
+				out = append(out, pairLine(r.key, "null", r.value, sel))
 			}
 		}
 	}
@@ -140,19 +176,20 @@ func streamJoinOneAnswer(t *testing.T, seed uint64) {
 	within := int64(1000)
 	maxDelay := []int64{0, 500, 3000}[rng.IntN(3)]
 	typ := []string{"inner", "left", "outer"}[rng.IntN(3)]
+	sel := rng.IntN(2) == 0
 	left, right, recs := genStreamJoin(rng, 100+rng.IntN(800), within)
-	want, wantLate := sjOracle(recs, within, maxDelay, typ)
+	want, wantLate := sjOracle(recs, within, maxDelay, typ, sel)
 	for run, mode := range []string{"never", "always", "auto", "auto", "auto"} {
 		rr := rand.New(rand.NewPCG(seed, uint64(run)))
-		r := runTwoInputs(t, rr, run, func(cacheKeys int) string { return streamJoinConfig(mode, typ, within, maxDelay, cacheKeys) }, left, right)
+		r := runTwoInputs(t, rr, run, func(cacheKeys int) string { return streamJoinConfig(mode, typ, within, maxDelay, cacheKeys, sel) }, left, right)
 		got, late, d, cacheKeys := r.got, r.dead, r.d, r.cacheKeys
 		if !slices.Equal(got, want) {
-			t.Fatalf("run %d (%s, %s join, max_delay %d, cache %d, aborts %d, backlog batches %v): outputs differ from the oracle (%d got, %d want):\n%s",
-				run, mode, typ, maxDelay, cacheKeys, d.aborts, d.backlogBatches, len(got), len(want), diffLines(want, got))
+			t.Fatalf("run %d (%s, %s join, select %v, max_delay %d, cache %d, aborts %d, backlog batches %v): outputs differ from the oracle (%d got, %d want):\n%s",
+				run, mode, typ, sel, maxDelay, cacheKeys, d.aborts, d.backlogBatches, len(got), len(want), diffLines(want, got))
 		}
 		if late != wantLate {
 			t.Fatalf("run %d (%s): %d dead letters, want %d late records", run, mode, late, wantLate)
 		}
 	}
-	t.Logf("%s join, max_delay %d: %d outputs, %d late", typ, maxDelay, len(want), wantLate)
+	t.Logf("%s join, select %v, max_delay %d: %d outputs, %d late", typ, sel, maxDelay, len(want), wantLate)
 }
