@@ -32,27 +32,9 @@ import (
 // idle since the last commit is not re-read); the consumer today rewinds such a table to the
 // start of its snapshot (TestJoinAbortedNamesEveryTable).
 func TestJoinOneAnswerTwoModes(t *testing.T) {
-	seeds := 30
-	if *flagLong {
-		seeds = 600
-	}
-	if testing.Short() {
-		seeds = 8
-	}
-	base := uint64(time.Now().UnixNano())
-	if *flagSeed != 0 {
-		base, seeds = *flagSeed, 1
-	}
-	t.Logf("base seed %d (rerun one seed with -seed=N)", base)
-	for i := range seeds {
-		seed := base + uint64(i)
-		ok := t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
-			joinAnswer(t, seed, i == 0)
-		})
-		if !ok {
-			t.Fatalf("seed %d failed; rerun with: go test ./operators/task -run TestJoinOneAnswerTwoModes -seed=%d -v", seed, seed)
-		}
-	}
+	eachSeed(t, seedCounts{normal: 30, short: 8, long: 600, slowUnderRace: false}, func(t *testing.T, seed uint64, i int) {
+		joinAnswer(t, seed, i == 0)
+	})
 }
 
 // genTable is a random customers topic for the keys of in: most keys get a row (some updated,

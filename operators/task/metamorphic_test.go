@@ -291,12 +291,32 @@ func runMode(t *testing.T, seed uint64, ms modeSpec, in genInput) runResult {
 // random batch sizes, checkpoints and aborts followed by a rewind), must leave byte-identical
 // state, identical last outputs per key, the same dead letters, and everything committed.
 func TestOneAnswerTwoModes(t *testing.T) {
-	seeds := 50
+	eachSeed(t, seedCounts{normal: 50, short: 10, long: 1000, slowUnderRace: false}, func(t *testing.T, seed uint64, i int) {
+		oneAnswer(t, seed, i == 0)
+	})
+}
+
+func oneAnswer(t *testing.T, seed uint64, pebble bool) { oneAnswerWith(t, seed, pebble, nil) }
+
+// seedCounts are how many seeds a metamorphic test runs: normally, with -short (and, when
+// slowUnderRace, under the race detector without -long: a seed is ~10x slower there), and with
+// -long.
+type seedCounts struct {
+	normal, short, long int
+	slowUnderRace       bool
+}
+
+// eachSeed runs fn as a subtest for each of consecutive seeds from a random base (one seed, N,
+// with -seed=N; i counts from 0) and stops at the first that fails, with the command that
+// reruns it.
+func eachSeed(t *testing.T, n seedCounts, fn func(t *testing.T, seed uint64, i int)) {
+	t.Helper()
+	seeds := n.normal
 	if *flagLong {
-		seeds = 1000
+		seeds = n.long
 	}
-	if testing.Short() {
-		seeds = 10
+	if testing.Short() || n.slowUnderRace && raceEnabled && !*flagLong {
+		seeds = n.short
 	}
 	base := uint64(time.Now().UnixNano())
 	if *flagSeed != 0 {
@@ -305,16 +325,11 @@ func TestOneAnswerTwoModes(t *testing.T) {
 	t.Logf("base seed %d (rerun one seed with -seed=N)", base)
 	for i := range seeds {
 		seed := base + uint64(i)
-		ok := t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
-			oneAnswer(t, seed, i == 0)
-		})
-		if !ok {
-			t.Fatalf("seed %d failed; rerun with: go test ./operators/task -run TestOneAnswerTwoModes -seed=%d -v", seed, seed)
+		if !t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) { fn(t, seed, i) }) {
+			t.Fatalf("seed %d failed; rerun with: go test ./operators/task -run '%s$' -seed=%d -v", seed, t.Name(), seed)
 		}
 	}
 }
-
-func oneAnswer(t *testing.T, seed uint64, pebble bool) { oneAnswerWith(t, seed, pebble, nil) }
 
 // oneAnswerWith is oneAnswer over the pipeline cfg writes (nil: testConfigEvery's), which must
 // hold testConfigEvery's aggregate; it returns the three runs.
@@ -522,30 +537,12 @@ func testConfigFields(mode string, enter, exit int64, cacheKeys int, every strin
 // TestOneAnswerFields is TestOneAnswerTwoModes over testConfigFields: where filters and string
 // min and max give one answer in every mode and under random switches, the oracle's.
 func TestOneAnswerFields(t *testing.T) {
-	seeds := 30
-	if *flagLong {
-		seeds = 500
-	}
-	if testing.Short() {
-		seeds = 5
-	}
-	base := uint64(time.Now().UnixNano())
-	if *flagSeed != 0 {
-		base, seeds = *flagSeed, 1
-	}
-	t.Logf("base seed %d (rerun one seed with -seed=N)", base)
 	if !strings.Contains(testConfigFields("never", 1, 0, 1, "0s"), "cheap_hi") {
 		t.Fatal("testConfigFields did not add its fields")
 	}
-	for i := range seeds {
-		seed := base + uint64(i)
-		ok := t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
-			oneAnswerChecked(t, seed, i == 0, testConfigFields, checkFields)
-		})
-		if !ok {
-			t.Fatalf("seed %d failed; rerun with: go test ./operators/task -run TestOneAnswerFields -seed=%d -v", seed, seed)
-		}
-	}
+	eachSeed(t, seedCounts{normal: 30, short: 5, long: 500}, func(t *testing.T, seed uint64, i int) {
+		oneAnswerChecked(t, seed, i == 0, testConfigFields, checkFields)
+	})
 }
 
 // checkFields checks testConfigFields' extra fields in each key's last output against the

@@ -11,7 +11,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -193,25 +192,9 @@ func sessionTable(t *testing.T, r runResult) (table []string, retractions int) {
 // those with open sessions. With emit: updates, the table a consumer builds from the updates
 // and retractions must hold exactly the oracle's closed and open sessions, in every mode.
 func TestSessionsOneAnswerTwoModes(t *testing.T) {
-	seeds := 40
-	if *flagLong {
-		seeds = 600
-	}
-	if testing.Short() || raceEnabled && !*flagLong {
-		seeds = 10 // the race detector makes a seed ~10x slower; -long runs them all
-	}
-	base := uint64(time.Now().UnixNano())
-	if *flagSeed != 0 {
-		base, seeds = *flagSeed, 1
-	}
-	t.Logf("base seed %d (rerun one seed with -seed=N)", base)
-	for i := range seeds {
-		seed := base + uint64(i)
-		ok := t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) { sessionsOneAnswer(t, seed, i%3 == 0) })
-		if !ok {
-			t.Fatalf("seed %d failed; rerun with: go test ./operators/task -run TestSessionsOneAnswerTwoModes -seed=%d -v", seed, seed)
-		}
-	}
+	eachSeed(t, seedCounts{normal: 40, short: 10, long: 600, slowUnderRace: true}, func(t *testing.T, seed uint64, i int) {
+		sessionsOneAnswer(t, seed, i%3 == 0)
+	})
 }
 
 func sessionsOneAnswer(t *testing.T, seed uint64, pebble bool) {

@@ -134,25 +134,9 @@ func genWindowInput(rng *rand.Rand, n int, w windowSpec) winInput {
 // same records to the dead-letter topic (late ones with sluice.error=late), and leave the same
 // state: the windows still open.
 func TestWindowsOneAnswerTwoModes(t *testing.T) {
-	seeds := 40
-	if *flagLong {
-		seeds = 600
-	}
-	if testing.Short() || raceEnabled && !*flagLong {
-		seeds = 10 // the race detector makes a seed ~10x slower; -long runs them all
-	}
-	base := uint64(time.Now().UnixNano())
-	if *flagSeed != 0 {
-		base, seeds = *flagSeed, 1
-	}
-	t.Logf("base seed %d (rerun one seed with -seed=N)", base)
-	for i := range seeds {
-		seed := base + uint64(i)
-		ok := t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) { windowsOneAnswer(t, seed, i%3 == 0) })
-		if !ok {
-			t.Fatalf("seed %d failed; rerun with: go test ./operators/task -run TestWindowsOneAnswerTwoModes -seed=%d -v", seed, seed)
-		}
-	}
+	eachSeed(t, seedCounts{normal: 40, short: 10, long: 600, slowUnderRace: true}, func(t *testing.T, seed uint64, i int) {
+		windowsOneAnswer(t, seed, i%3 == 0)
+	})
 }
 
 func windowsOneAnswer(t *testing.T, seed uint64, pebble bool) {

@@ -253,24 +253,9 @@ func dropStart(rows []string) []string {
 }
 
 func TestWindowTopOneAnswerTwoModes(t *testing.T) {
-	seeds := 30
-	if *flagLong {
-		seeds = 500
-	}
-	if testing.Short() || raceEnabled && !*flagLong {
-		seeds = 8
-	}
-	base := uint64(time.Now().UnixNano())
-	if *flagSeed != 0 {
-		base, seeds = *flagSeed, 1
-	}
-	t.Logf("base seed %d (rerun one seed with -seed=N)", base)
-	for i := range seeds {
-		seed := base + uint64(i)
-		if !t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) { windowTopOneAnswer(t, seed) }) {
-			t.Fatalf("seed %d failed; rerun with: go test ./operators/task -run TestWindowTopOneAnswerTwoModes -seed=%d -v", seed, seed)
-		}
-	}
+	eachSeed(t, seedCounts{normal: 30, short: 8, long: 500, slowUnderRace: true}, func(t *testing.T, seed uint64, i int) {
+		windowTopOneAnswer(t, seed)
+	})
 }
 
 func windowTopOneAnswer(t *testing.T, seed uint64) {
