@@ -23,6 +23,7 @@ targets=(
   "./operators FuzzChangesState"    # stored changes states (decode, ValidState, Process, Flush)
   "./operators FuzzDistinctState"   # stored distinct states (refused or kept valid, flags only added)
   "./operators FuzzWindowTopState"  # stored window top states (decode, ValidState, Process, OnTimer)
+  "./operators FuzzRegularJoinState" # stored regular join states (records with links: decode, ValidState, Process)
   "./changelog/codec FuzzWindowKey" # window keys
   "./changelog/codec FuzzDecoders"  # every decoder of the codec: no panic, what decodes re-encodes to the same bytes
   "./operators/task FuzzRestoredState" # a task over any state the restore accepts
