@@ -5,6 +5,7 @@ import (
 	"image/png"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 )
@@ -102,5 +103,93 @@ func TestNiceStep(t *testing.T) {
 		if got := niceStep(c.raw); math.Abs(got-c.want) > 1e-9 {
 			t.Errorf("niceStep(%v) = %v, want %v", c.raw, got, c.want)
 		}
+	}
+}
+
+func TestParseVariants(t *testing.T) {
+	got, err := parseVariants("10ms, 10ms+catchup,1s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []variant{{10 * time.Millisecond, false}, {10 * time.Millisecond, true}, {time.Second, false}}
+	if len(got) != len(want) {
+		t.Fatalf("got %+v, want %+v", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("variant %d: got %+v, want %+v", i, got[i], want[i])
+		}
+	}
+	if n := got[1].name(); n != "sluice-auto-10ms-catchup" {
+		t.Errorf("name = %q", n)
+	}
+	for _, bad := range []string{"", "10", "1500us", "0ms", "10ms,10ms", "10ms+fast"} {
+		if _, err := parseVariants(bad); err == nil {
+			t.Errorf("parseVariants(%q) succeeded, want an error", bad)
+		}
+	}
+}
+
+func TestParseFlagsLatencySweep(t *testing.T) {
+	c, err := parseFlags([]string{"-brokers", "127.0.0.1:19092", "-latency-sweep", "20000, 50000", "-sluice-variants", "50ms+catchup",
+		"-sluice-commit-interval", "10ms", "-latency-runs", "3"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.sweepRates) != 2 || c.sweepRates[0] != 20000 || c.sweepRates[1] != 50000 || c.latRuns != 3 ||
+		c.commitInterval != 10*time.Millisecond || len(c.variants) != 1 || !c.variants[0].catchUp || c.sweepLimit != time.Second {
+		t.Fatalf("parsed %+v", c)
+	}
+	for _, args := range [][]string{
+		{"-latency-sweep", "20000,x"}, {"-latency-sweep", "0"}, {"-latency-runs", "0"}, {"-sluice-commit-interval", "0s"},
+		{"-latency-sweep", "20000", "-workload", "windows"},
+	} {
+		if _, err := parseFlags(append([]string{"-brokers", "127.0.0.1:19092"}, args...)); err == nil {
+			t.Errorf("parseFlags(%q) succeeded, want an error", args)
+		}
+	}
+}
+
+func TestSluiceConfigCommitSettings(t *testing.T) {
+	c := &config{brokers: "127.0.0.1:1", sortMemory: "256MiB", commitInterval: 100 * time.Millisecond}
+	y := sluiceConfig(c, launch{in: "orders", out: "g-out", group: "g"}, "auto", "/tmp/s", 9464)
+	if !strings.Contains(y, "commit_interval: 100ms, commit_on_catch_up: false,") {
+		t.Errorf("default commit settings missing:\n%s", y)
+	}
+	y = sluiceConfig(c, launch{in: "orders", out: "g-out", group: "g", commit: variant{50 * time.Millisecond, true}}, "auto", "/tmp/s", 9464)
+	if !strings.Contains(y, "commit_interval: 50ms, commit_on_catch_up: true,") {
+		t.Errorf("the variant's commit settings missing:\n%s", y)
+	}
+}
+
+func TestSweepVerdicts(t *testing.T) {
+	run := func(rate int, produced, seen int64, achieved float64, p99 time.Duration, err string) latencyRun {
+		return latencyRun{name: "sluice-auto", rate: rate, round: 1, err: err,
+			stats: &latencyStats{produced: produced, seen: seen, rate: achieved, p99: p99}}
+	}
+	runs := []latencyRun{
+		{name: floorName, rate: 20000, stats: &latencyStats{p99: 3 * time.Millisecond}},
+		run(20000, 400000, 400000, 19990, 150*time.Millisecond, ""),
+		run(50000, 1000000, 1000000, 49900, 900*time.Millisecond, ""),
+		run(80000, 1600000, 1600000, 70000, 300*time.Millisecond, ""),          // rate not reached
+		run(100000, 2000000, 1999000, 99000, 2*time.Second, "1000 of 2000000"), // records lost, p99 over
+	}
+	limit := time.Second
+	want := []string{"yes", "yes", "no: rate not reached (70000 rec/s)", "no: 1000 of 2000000; p99 2000 ms"}
+	_, rows := sweepRows(runs, limit)
+	if len(rows) != len(want) {
+		t.Fatalf("%d rows, want %d (the floor is a column, not a row)", len(rows), len(want))
+	}
+	for i, w := range want {
+		if got := rows[i][len(rows[i])-1]; got != w {
+			t.Errorf("row %d: sustained = %q, want %q", i, got, w)
+		}
+	}
+	if rows[0][8] != "3 ms" || rows[1][8] != "-" {
+		t.Errorf("floor p99 column: %q, %q", rows[0][8], rows[1][8])
+	}
+	best := highestSustained([]contender{{name: "sluice-auto"}}, runs, limit)
+	if len(best) != 1 || !strings.Contains(best[0], "highest sustained rate 50000 rec/s") {
+		t.Errorf("highestSustained = %q", best)
 	}
 }
