@@ -38,15 +38,24 @@ type launch struct {
 }
 
 // variant is one setting of sluice's commits: processing.commit_interval and
-// processing.commit_on_catch_up.
+// processing.commit_on_catch_up, and the backlog.mode it runs with.
 type variant struct {
 	interval time.Duration
 	catchUp  bool
+	never    bool // backlog.mode never (pure streaming) instead of auto
 }
 
-// name is the variant's contender name: sluice-auto-<interval>[-catchup].
+// mode is the variant's backlog.mode.
+func (v variant) mode() string {
+	if v.never {
+		return "never"
+	}
+	return "auto"
+}
+
+// name is the variant's contender name: sluice-<mode>-<interval>[-catchup].
 func (v variant) name() string {
-	n := "sluice-auto-" + yamlDuration(v.interval)
+	n := "sluice-" + v.mode() + "-" + yamlDuration(v.interval)
 	if v.catchUp {
 		n += "-catchup"
 	}
@@ -59,17 +68,18 @@ func (v variant) String() string {
 }
 
 // parseVariants parses -sluice-variants: comma-separated commit intervals, each optionally
-// followed by +catchup.
+// preceded by never: (backlog.mode never) and followed by +catchup.
 func parseVariants(s string) ([]variant, error) {
 	var out []variant
 	for _, f := range strings.Split(s, ",") {
 		f = strings.TrimSpace(f)
-		iv, catchUp := strings.CutSuffix(f, "+catchup")
+		iv, never := strings.CutPrefix(f, "never:")
+		iv, catchUp := strings.CutSuffix(iv, "+catchup")
 		d, err := time.ParseDuration(iv)
 		if err != nil || d < time.Millisecond || d%time.Millisecond != 0 {
-			return nil, fmt.Errorf("%q: want a whole number of milliseconds (10ms, 1s), optionally +catchup", f)
+			return nil, fmt.Errorf("%q: want a whole number of milliseconds (10ms, 1s), optionally never: before and +catchup after", f)
 		}
-		v := variant{interval: d, catchUp: catchUp}
+		v := variant{interval: d, catchUp: catchUp, never: never}
 		if slices.Contains(out, v) {
 			return nil, fmt.Errorf("%q given twice", f)
 		}
@@ -238,13 +248,17 @@ func (h *harness) contenders() []contender {
 		},
 	}
 	for _, v := range c.variants {
+		setup := fmt.Sprintf("%sbacklog.mode=auto (enter_lag %d, exit_lag %d, sort_memory %s; latency phase: enter_lag %d, exit_lag %d), exactly_once, %s",
+			sluiceWhat, c.enterLag, c.exitLag, c.sortMemory, c.latEnterLag, c.latExitLag, v)
+		if v.never {
+			setup = fmt.Sprintf("%sbacklog.mode=never, exactly_once, %s", sluiceWhat, v)
+		}
 		all = append(all, contender{
-			name: v.name(),
-			setup: fmt.Sprintf("%sbacklog.mode=auto (enter_lag %d, exit_lag %d, sort_memory %s; latency phase: enter_lag %d, exit_lag %d), exactly_once, %s",
-				sluiceWhat, c.enterLag, c.exitLag, c.sortMemory, c.latEnterLag, c.latExitLag, v),
+			name:    v.name(),
+			setup:   setup,
 			done:    doneGroup,
 			latency: true,
-			argv:    sluice("auto", v),
+			argv:    sluice(v.mode(), v),
 		})
 	}
 	return all

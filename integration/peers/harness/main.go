@@ -150,7 +150,8 @@ func parseFlags(args []string) (*config, error) {
 	fs.DurationVar(&c.commitInterval, "sluice-commit-interval", 100*time.Millisecond, "sluice processing.commit_interval")
 	fs.BoolVar(&c.commitOnCatchUp, "sluice-commit-on-catch-up", false, "sluice processing.commit_on_catch_up")
 	variants := fs.String("sluice-variants", "", "comma-separated commit settings, each an extra sluice-auto contender (in the catch-up runs and the "+
-		"latency phase): a commit_interval, +catchup for commit_on_catch_up (e.g. 10ms,10ms+catchup,100ms); without -contenders only these run")
+		"latency phase): a commit_interval, +catchup for commit_on_catch_up, never: before it for backlog.mode never "+
+		"(e.g. 10ms,10ms+catchup,never:100ms); without -contenders only these run")
 	fs.DurationVar(&c.latWarmup, "latency-warmup", 10*time.Second, "latency phase: live load at the same rate before the measured one, not counted (smoke 2s; 0: none)")
 	fs.StringVar(&c.sluiceBin, "sluice", "bin/sluice", "sluice binary")
 	fs.StringVar(&c.kstreamsDir, "kstreams-dir", "integration/peers/kstreams", "built Kafka Streams app (target/classes, target/lib)")
@@ -369,7 +370,7 @@ func run(ctx context.Context, cfg *config) (bool, error) {
 	all := h.contenders()
 	switch {
 	case cfg.only == "" && len(cfg.variants) > 0:
-		selected = slices.DeleteFunc(all, func(c contender) bool { return !strings.HasPrefix(c.name, "sluice-auto-") })
+		selected = all[len(all)-len(cfg.variants):]
 	case cfg.only == "" && len(cfg.sweepRates) > 0:
 		selected = slices.DeleteFunc(all, func(c contender) bool { return c.name != "sluice-auto" })
 	case cfg.only == "":

@@ -107,11 +107,12 @@ func TestNiceStep(t *testing.T) {
 }
 
 func TestParseVariants(t *testing.T) {
-	got, err := parseVariants("10ms, 10ms+catchup,1s")
+	got, err := parseVariants("10ms, 10ms+catchup,1s,never:50ms+catchup")
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []variant{{10 * time.Millisecond, false}, {10 * time.Millisecond, true}, {time.Second, false}}
+	want := []variant{{10 * time.Millisecond, false, false}, {10 * time.Millisecond, true, false}, {time.Second, false, false},
+		{50 * time.Millisecond, true, true}}
 	if len(got) != len(want) {
 		t.Fatalf("got %+v, want %+v", got, want)
 	}
@@ -123,7 +124,10 @@ func TestParseVariants(t *testing.T) {
 	if n := got[1].name(); n != "sluice-auto-10ms-catchup" {
 		t.Errorf("name = %q", n)
 	}
-	for _, bad := range []string{"", "10", "1500us", "0ms", "10ms,10ms", "10ms+fast"} {
+	if n, m := got[3].name(), got[3].mode(); n != "sluice-never-50ms-catchup" || m != "never" {
+		t.Errorf("name, mode = %q, %q", n, m)
+	}
+	for _, bad := range []string{"", "10", "1500us", "0ms", "10ms,10ms", "10ms+fast", "auto:10ms"} {
 		if _, err := parseVariants(bad); err == nil {
 			t.Errorf("parseVariants(%q) succeeded, want an error", bad)
 		}
@@ -156,7 +160,7 @@ func TestSluiceConfigCommitSettings(t *testing.T) {
 	if !strings.Contains(y, "commit_interval: 100ms, commit_on_catch_up: false,") {
 		t.Errorf("default commit settings missing:\n%s", y)
 	}
-	y = sluiceConfig(c, launch{in: "orders", out: "g-out", group: "g", commit: variant{50 * time.Millisecond, true}}, "auto", "/tmp/s", 9464)
+	y = sluiceConfig(c, launch{in: "orders", out: "g-out", group: "g", commit: variant{50 * time.Millisecond, true, false}}, "auto", "/tmp/s", 9464)
 	if !strings.Contains(y, "commit_interval: 50ms, commit_on_catch_up: true,") {
 		t.Errorf("the variant's commit settings missing:\n%s", y)
 	}
