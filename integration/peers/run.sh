@@ -33,7 +33,8 @@ while [[ $# -gt 0 ]]; do
     --keep) KEEP=1; shift ;;
     --smoke) HARNESS_ARGS+=(-smoke); shift ;;
     --records|--keys|--contenders|--timeout|--latency-rate|--latency-duration|--latency-backlog|--java-heap|--seed|\
-    --runs|--latency-warmup|--java-heap-tuned|\
+    --runs|--latency-warmup|--java-heap-tuned|--latency-runs|--latency-sweep|--latency-sweep-limit|\
+    --sluice-commit-interval|--sluice-variants|--partitions|\
     --workload|--window-span|--window-size|--kstreams-emit-interval|--table-topic|--customers-ts|--kstreams-idle)
       HARNESS_ARGS+=("-${1#--}" "$2"); shift 2 ;;
     --*=*) HARNESS_ARGS+=("-${1#--}"); shift ;;

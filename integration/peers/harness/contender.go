@@ -5,8 +5,10 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/sluice-dev/sluice/cmd/sluice/workload"
 )
@@ -30,6 +32,60 @@ type launch struct {
 	dir     string // a fresh directory for this run's state and config
 	// enterLag and exitLag are sluice's backlog.enter_lag and exit_lag for this run.
 	enterLag, exitLag int64
+	// commit is sluice's commit settings for this run; zero: -sluice-commit-interval and
+	// -sluice-commit-on-catch-up.
+	commit variant
+}
+
+// variant is one setting of sluice's commits: processing.commit_interval and
+// processing.commit_on_catch_up, and the backlog.mode it runs with.
+type variant struct {
+	interval time.Duration
+	catchUp  bool
+	never    bool // backlog.mode never (pure streaming) instead of auto
+}
+
+// mode is the variant's backlog.mode.
+func (v variant) mode() string {
+	if v.never {
+		return "never"
+	}
+	return "auto"
+}
+
+// name is the variant's contender name: sluice-<mode>-<interval>[-catchup].
+func (v variant) name() string {
+	n := "sluice-" + v.mode() + "-" + yamlDuration(v.interval)
+	if v.catchUp {
+		n += "-catchup"
+	}
+	return n
+}
+
+// String is the variant's settings, for the report.
+func (v variant) String() string {
+	return fmt.Sprintf("commit_interval %s, commit_on_catch_up %t", yamlDuration(v.interval), v.catchUp)
+}
+
+// parseVariants parses -sluice-variants: comma-separated commit intervals, each optionally
+// preceded by never: (backlog.mode never) and followed by +catchup.
+func parseVariants(s string) ([]variant, error) {
+	var out []variant
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		iv, never := strings.CutPrefix(f, "never:")
+		iv, catchUp := strings.CutSuffix(iv, "+catchup")
+		d, err := time.ParseDuration(iv)
+		if err != nil || d < time.Millisecond || d%time.Millisecond != 0 {
+			return nil, fmt.Errorf("%q: want a whole number of milliseconds (10ms, 1s), optionally never: before and +catchup after", f)
+		}
+		v := variant{interval: d, catchUp: catchUp, never: never}
+		if slices.Contains(out, v) {
+			return nil, fmt.Errorf("%q given twice", f)
+		}
+		out = append(out, v)
+	}
+	return out, nil
 }
 
 // contender is one system under test.
@@ -82,8 +138,9 @@ func (h *harness) contenders() []contender {
 			return argv, nil, nil
 		}
 	}
-	sluice := func(mode string) func(l launch) ([]string, []string, error) {
+	sluice := func(mode string, v variant) func(l launch) ([]string, []string, error) {
 		return func(l launch) ([]string, []string, error) {
+			l.commit = v
 			if _, err := os.Stat(c.sluiceBin); err != nil {
 				return nil, nil, fmt.Errorf("sluice binary not built: %w", err)
 			}
@@ -105,7 +162,7 @@ func (h *harness) contenders() []contender {
 		}
 	}
 	if c.workload == "join" {
-		return h.joinContenders(javaCP(c.kstreamsDir), sluice("auto"))
+		return h.joinContenders(javaCP(c.kstreamsDir), sluice("auto", variant{}))
 	}
 	self, _ := os.Executable()
 	heapNote := "heap " + c.javaHeap
@@ -121,7 +178,12 @@ func (h *harness) contenders() []contender {
 		flinkWhat = fmt.Sprintf("event-time TumblingEventTimeWindows(%s), forMonotonousTimestamps on ts, ", yamlDuration(c.windowSize))
 		sluiceWhat = fmt.Sprintf("window {tumbling: %s, grace: 0s}, emit: final, watermark max_delay 0s, ", yamlDuration(c.windowSize))
 	}
-	return []contender{
+	base := variant{interval: c.commitInterval, catchUp: c.commitOnCatchUp}
+	commit := fmt.Sprintf("commit %d ms", c.commitInterval.Milliseconds())
+	if c.commitOnCatchUp {
+		commit += " and on catch-up"
+	}
+	all := []contender{
 		{
 			name:  "ceiling",
 			setup: "franz-go group consumer, read_committed, reads and discards",
@@ -172,19 +234,34 @@ func (h *harness) contenders() []contender {
 		},
 		{
 			name:  "sluice-never",
-			setup: sluiceWhat + "backlog.mode=never, exactly_once, commit 100 ms",
+			setup: sluiceWhat + "backlog.mode=never, exactly_once, " + commit,
 			done:  doneGroup,
-			argv:  sluice("never"),
+			argv:  sluice("never", base),
 		},
 		{
 			name: "sluice-auto",
-			setup: fmt.Sprintf("%sbacklog.mode=auto (enter_lag %d, exit_lag %d, sort_memory %s; latency phase: enter_lag %d, exit_lag %d), exactly_once, commit 100 ms",
-				sluiceWhat, c.enterLag, c.exitLag, c.sortMemory, c.latEnterLag, c.latExitLag),
+			setup: fmt.Sprintf("%sbacklog.mode=auto (enter_lag %d, exit_lag %d, sort_memory %s; latency phase: enter_lag %d, exit_lag %d), exactly_once, %s",
+				sluiceWhat, c.enterLag, c.exitLag, c.sortMemory, c.latEnterLag, c.latExitLag, commit),
 			done:    doneGroup,
 			latency: true,
-			argv:    sluice("auto"),
+			argv:    sluice("auto", base),
 		},
 	}
+	for _, v := range c.variants {
+		setup := fmt.Sprintf("%sbacklog.mode=auto (enter_lag %d, exit_lag %d, sort_memory %s; latency phase: enter_lag %d, exit_lag %d), exactly_once, %s",
+			sluiceWhat, c.enterLag, c.exitLag, c.sortMemory, c.latEnterLag, c.latExitLag, v)
+		if v.never {
+			setup = fmt.Sprintf("%sbacklog.mode=never, exactly_once, %s", sluiceWhat, v)
+		}
+		all = append(all, contender{
+			name:    v.name(),
+			setup:   setup,
+			done:    doneGroup,
+			latency: true,
+			argv:    sluice(v.mode(), v),
+		})
+	}
+	return all
 }
 
 // tuning is the settings of the throughput-tuned Java contenders (issue 21).
@@ -283,14 +360,21 @@ func (h *harness) joinContenders(kstreamsCP string, sluiceAuto func(l launch) ([
 // joined with the customers table).
 func sluiceConfig(c *config, l launch, mode, stateDir string, httpPort int) string {
 	brokers := strings.Split(c.brokers, ",")
+	v := l.commit
+	if v.interval <= 0 {
+		v = variant{interval: c.commitInterval, catchUp: c.commitOnCatchUp}
+	}
+	if v.interval <= 0 {
+		v.interval = 100 * time.Millisecond
+	}
 	head := fmt.Sprintf(`kafka:
   brokers: [%s]
 group: %s
 instance_id: peers-0
-processing: {guarantee: exactly_once, commit_interval: 100ms, state_dir: %s}
+processing: {guarantee: exactly_once, commit_interval: %s, commit_on_catch_up: %t, state_dir: %s}
 backlog: {enter_lag: %d, exit_lag: %d, sort_memory: %s, checkpoint_interval: 0s, mode: %s}
 http: {listen: 127.0.0.1:%d}
-`, strings.Join(brokers, ", "), l.group, stateDir, l.enterLag, l.exitLag, c.sortMemory, mode, httpPort)
+`, strings.Join(brokers, ", "), l.group, yamlDuration(v.interval), v.catchUp, stateDir, l.enterLag, l.exitLag, c.sortMemory, mode, httpPort)
 	switch c.workload {
 	case "windows":
 		return head + windowsPipeline(l.in, l.out, c.windowSize)

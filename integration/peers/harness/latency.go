@@ -32,6 +32,12 @@ type sent struct {
 	at    time.Time
 }
 
+// observation is one live record seen: when it became visible and its latency.
+type observation struct {
+	at  time.Time
+	lat time.Duration
+}
+
 // tracker matches outputs to produced records. An output {"key":k,"orders":n} makes visible
 // every record of k whose count is at most n, whichever contender emitted it and whether it
 // carries headers or not. Safe for concurrent use.
@@ -40,7 +46,7 @@ type tracker struct {
 		sync.Mutex
 		pending map[string][]sent // per key, in count order
 		waiting int64             // records in pending
-		lat     []time.Duration
+		seen    []observation     // in the order they became visible
 	}
 }
 
@@ -63,7 +69,7 @@ func (t *tracker) visible(key string, count int64, at time.Time) {
 	q := t.mu.pending[key]
 	i := 0
 	for ; i < len(q) && q[i].count <= count; i++ {
-		t.mu.lat = append(t.mu.lat, at.Sub(q[i].at))
+		t.mu.seen = append(t.mu.seen, observation{at: at, lat: at.Sub(q[i].at)})
 	}
 	if i == 0 {
 		return
@@ -84,16 +90,62 @@ func (t *tracker) outstanding() int64 {
 
 func (t *tracker) stats() latencyStats {
 	t.mu.Lock()
-	lat := slices.Clone(t.mu.lat)
-	t.mu.Unlock()
-	slices.Sort(lat)
-	s := latencyStats{seen: int64(len(lat))}
-	if len(lat) > 0 {
-		s.p50 = lat[len(lat)*50/100]
-		s.p99 = lat[min(len(lat)-1, len(lat)*99/100)]
-		s.max = lat[len(lat)-1]
+	lat := make([]time.Duration, len(t.mu.seen))
+	for i, o := range t.mu.seen {
+		lat[i] = o.lat
 	}
+	t.mu.Unlock()
+	s := latencyStats{seen: int64(len(lat))}
+	s.p50, s.p99, s.max = quantiles(lat)
 	return s
+}
+
+// observations returns a copy of every record seen so far, in the order they became visible.
+func (t *tracker) observations() []observation {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return slices.Clone(t.mu.seen)
+}
+
+// quantiles sorts lat in place and returns its p50, p99 and maximum (zero when empty): the
+// elements at len*50/100 and len*99/100 of the sorted slice.
+func quantiles(lat []time.Duration) (p50, p99, most time.Duration) {
+	if len(lat) == 0 {
+		return 0, 0, 0
+	}
+	slices.Sort(lat)
+	return lat[len(lat)*50/100], lat[min(len(lat)-1, len(lat)*99/100)], lat[len(lat)-1]
+}
+
+// point is the latency of the records that became visible in one second of a phase.
+type point struct {
+	second        int // [second, second+1) s after the phase began
+	records       int // records that became visible in that second; 0: no figures
+	p50, p99, max time.Duration
+}
+
+// bucket groups obs by the second of the phase (begun at start) in which they became
+// visible: one point per second from 0 to the last second with a record, a second without
+// records included with records 0. Records seen before start are left out.
+func bucket(obs []observation, start time.Time) []point {
+	var per [][]time.Duration
+	for _, o := range obs {
+		d := o.at.Sub(start)
+		if d < 0 {
+			continue
+		}
+		sec := int(d / time.Second)
+		for len(per) <= sec {
+			per = append(per, nil)
+		}
+		per[sec] = append(per[sec], o.lat)
+	}
+	pts := make([]point, len(per))
+	for i, lat := range per {
+		pts[i] = point{second: i, records: len(lat)}
+		pts[i].p50, pts[i].p99, pts[i].max = quantiles(lat)
+	}
+	return pts
 }
 
 // watchOutputs consumes topic from the given offsets with read_committed and reports every

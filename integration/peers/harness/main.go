@@ -63,6 +63,10 @@ type config struct {
 	latBacklog  int64
 	latContends string
 	latWarmup   time.Duration // a live load before the measured one, not counted
+	latRuns     int           // rounds of the latency phase, interleaved
+	sweepRates  []int         // -latency-sweep: the rates of the sweep, in order; none: no sweep
+	sweepFloor  bool          // -latency-sweep: measure the floor at every rate too
+	sweepLimit  time.Duration // -latency-sweep: a rate is sustained while p99 stays under it
 
 	sluiceBin        string
 	kstreamsDir      string
@@ -77,6 +81,9 @@ type config struct {
 	latEnterLag      int64
 	latExitLag       int64
 	sortMemory       string
+	commitInterval   time.Duration // sluice processing.commit_interval
+	commitOnCatchUp  bool          // sluice processing.commit_on_catch_up
+	variants         []variant     // -sluice-variants: extra sluice-auto contenders
 	ksEmitInterval   int64
 }
 
@@ -134,6 +141,17 @@ func parseFlags(args []string) (*config, error) {
 	fs.IntVar(&c.latRate, "latency-rate", 20_000, "live records per second in the latency phase")
 	fs.DurationVar(&c.latDur, "latency-duration", 30*time.Second, "length of the latency phase")
 	fs.Int64Var(&c.latBacklog, "latency-backlog", -1, "records caught up before the latency phase (default min(records, 200k))")
+	fs.IntVar(&c.latRuns, "latency-runs", 1, "rounds of the latency phase (floor and every latency contender, interleaved); the table gives medians")
+	sweep := fs.String("latency-sweep", "", "comma-separated rates (records/s): instead of the catch-up table, run the latency phase of the "+
+		"latency contenders (default sluice-auto) at each rate in turn and report which rates are sustained (p99 under -latency-sweep-limit, "+
+		"every record seen, the rate reached); stops after two rates in a row that no contender sustains")
+	fs.BoolVar(&c.sweepFloor, "latency-sweep-floor", true, "-latency-sweep: measure the no-processing floor at every rate too")
+	fs.DurationVar(&c.sweepLimit, "latency-sweep-limit", time.Second, "-latency-sweep: the p99 a sustained rate stays under")
+	fs.DurationVar(&c.commitInterval, "sluice-commit-interval", 100*time.Millisecond, "sluice processing.commit_interval")
+	fs.BoolVar(&c.commitOnCatchUp, "sluice-commit-on-catch-up", false, "sluice processing.commit_on_catch_up")
+	variants := fs.String("sluice-variants", "", "comma-separated commit settings, each an extra sluice-auto contender (in the catch-up runs and the "+
+		"latency phase): a commit_interval, +catchup for commit_on_catch_up, never: before it for backlog.mode never "+
+		"(e.g. 10ms,10ms+catchup,never:100ms); without -contenders only these run")
 	fs.DurationVar(&c.latWarmup, "latency-warmup", 10*time.Second, "latency phase: live load at the same rate before the measured one, not counted (smoke 2s; 0: none)")
 	fs.StringVar(&c.sluiceBin, "sluice", "bin/sluice", "sluice binary")
 	fs.StringVar(&c.kstreamsDir, "kstreams-dir", "integration/peers/kstreams", "built Kafka Streams app (target/classes, target/lib)")
@@ -190,6 +208,21 @@ func parseFlags(args []string) (*config, error) {
 		}
 		c.latency = false
 	}
+	if *sweep != "" {
+		for _, f := range strings.Split(*sweep, ",") {
+			r, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || r <= 0 {
+				return nil, fmt.Errorf("-latency-sweep %q: want positive records/s", f)
+			}
+			c.sweepRates = append(c.sweepRates, r)
+		}
+	}
+	if *variants != "" {
+		var err error
+		if c.variants, err = parseVariants(*variants); err != nil {
+			return nil, fmt.Errorf("-sluice-variants: %w", err)
+		}
+	}
 	switch *customersTS {
 	case "start":
 	case "after":
@@ -212,8 +245,12 @@ func parseFlags(args []string) (*config, error) {
 		return nil, errors.New("-latency-rate and -latency-duration must be positive")
 	case c.latWarmup < 0:
 		return nil, errors.New("-latency-warmup must not be negative")
-	case c.runs < 1:
-		return nil, errors.New("-runs must be at least 1")
+	case c.runs < 1 || c.latRuns < 1:
+		return nil, errors.New("-runs and -latency-runs must be at least 1")
+	case len(c.sweepRates) > 0 && c.workload != "orders":
+		return nil, errors.New("-latency-sweep needs -workload orders")
+	case c.commitInterval < time.Millisecond || c.commitInterval%time.Millisecond != 0:
+		return nil, errors.New("-sluice-commit-interval must be a positive whole number of milliseconds")
 	case c.workload != "orders" && c.workload != "windows" && c.workload != "join":
 		return nil, fmt.Errorf("-workload %q: want orders, windows or join", c.workload)
 	case c.workload == "join" && (c.tableTopic == "" || c.tableTopic == c.topic):
@@ -256,6 +293,10 @@ type harness struct {
 	joinCust []int32                   // join: the customer of every order (order i+1 at i)
 	floor    *latencyStats             // the broker's own produce-to-consume latency at the live rate
 	floorErr string
+	// latRuns is every latency run (floor included) in the order they ran; sweep the sweep's.
+	latRuns     []latencyRun
+	sweep       []latencyRun
+	seriesFiles []string // the per-second series written (CSV, PNG)
 }
 
 // result is one contender's catch-up measurement.
@@ -327,9 +368,14 @@ func run(ctx context.Context, cfg *config) (bool, error) {
 
 	var selected []contender
 	all := h.contenders()
-	if cfg.only == "" {
+	switch {
+	case cfg.only == "" && len(cfg.variants) > 0:
+		selected = all[len(all)-len(cfg.variants):]
+	case cfg.only == "" && len(cfg.sweepRates) > 0:
+		selected = slices.DeleteFunc(all, func(c contender) bool { return c.name != "sluice-auto" })
+	case cfg.only == "":
 		selected = all
-	} else {
+	default:
 		for _, name := range strings.Split(cfg.only, ",") {
 			found := false
 			for _, c := range all {
@@ -345,6 +391,9 @@ func run(ctx context.Context, cfg *config) (bool, error) {
 	}
 
 	logf("work dir %s; run id %s; load average %s", cfg.workDir, h.runID, loadavg())
+	if len(cfg.sweepRates) > 0 {
+		return h.runSweep(ctx, selected)
+	}
 	t0 := time.Now()
 	if err := h.prefill(ctx); err != nil {
 		return false, err
@@ -390,27 +439,8 @@ func run(ctx context.Context, cfg *config) (bool, error) {
 			logf("%-18s %d runs: %s", selected[i].name, cfg.runs, results[i].summary())
 		}
 	}
-	if cfg.latency && slices.ContainsFunc(selected, func(c contender) bool { return c.latency }) {
-		h.floorPhase(ctx)
-	}
 	if cfg.latency {
-		for i, c := range selected {
-			if !c.latency || ctx.Err() != nil {
-				continue
-			}
-			if r := results[i]; !r.ok() && r.status != "DISAGREES" {
-				r.latErr = "skipped: the catch-up run failed"
-				logf("%-18s latency: %s", c.name, r.latErr)
-				continue
-			}
-			h.latencyPhase(ctx, c, results[i])
-			if r := results[i]; r.lat != nil {
-				logf("%-18s latency p50 %s p99 %s max %s (%d/%d live records seen, %.0f rec/s produced)",
-					c.name, ms(r.lat.p50), ms(r.lat.p99), ms(r.lat.max), r.lat.seen, r.lat.produced, r.lat.rate)
-			} else {
-				logf("%-18s latency: %s", c.name, r.latErr)
-			}
-		}
+		h.realTime(ctx, selected, results)
 	}
 	if ctx.Err() != nil {
 		return false, ctx.Err()
@@ -701,169 +731,6 @@ func (h *harness) verifyFinals(ctx context.Context, topic string) (diff []string
 			return nil, time.Time{}, err
 		}
 	}
-}
-
-// latencyPhase runs c on its own topic: catch up a small backlog, then a steady live load,
-// measuring produce-to-visible latency; the final totals are verified too.
-func (h *harness) latencyPhase(ctx context.Context, c contender, r *result) {
-	cfg := h.cfg
-	fail := func(format string, args ...any) { r.latErr = fmt.Sprintf(format, args...) }
-	group := "peers-" + h.runID + "-" + c.name + "-lat"
-	l := launch{
-		in: group + "-in", out: group + "-out", group: group, dir: filepath.Join(cfg.workDir, c.name+"-lat"),
-		enterLag: cfg.latEnterLag, exitLag: cfg.latExitLag,
-	}
-	spec := workload.Spec{Records: cfg.latBacklog, Keys: cfg.keys, Partitions: int32(cfg.partitions), Seed: cfg.seed + 1}
-	if err := createTopic(ctx, h.adm, l.in, int32(cfg.partitions), false); err != nil {
-		fail("%v", err)
-		return
-	}
-	if spec.Records > 0 {
-		if err := workload.Produce(ctx, h.cl, l.in, spec); err != nil {
-			fail("prefilling: %v", err)
-			return
-		}
-	}
-	want := spec.Expected()
-	end, err := endOffsets(ctx, h.adm, l.in)
-	if err != nil {
-		fail("%v", err)
-		return
-	}
-	p, logPath, err := h.start(ctx, c, l)
-	if err != nil {
-		fail("%v", err)
-		return
-	}
-	defer p.stop(30 * time.Second)
-	if _, err := h.waitCaughtUp(ctx, c, p, l, end); err != nil {
-		fail("catching up: %v: %s", err, tail(logPath, 800))
-		return
-	}
-	live, err := kgo.NewClient(kgo.SeedBrokers(h.seeds...), kgo.ProducerLinger(0))
-	if err != nil {
-		fail("live producer: %v", err)
-		return
-	}
-	defer live.Close()
-	if cfg.latWarmup > 0 {
-		// The process is new (not the catch-up run's): warm its JIT and caches with the same
-		// live load first, wait until it has caught up with it, and measure only what follows.
-		warm := spec
-		warm.Seed += 1000
-		t0 := time.Now()
-		n, _, err := liveLoad(ctx, live, l.in, warm, cfg.latRate, cfg.latWarmup, want, newTracker())
-		if err != nil {
-			fail("warm-up: %v", err)
-			return
-		}
-		end, err := endOffsets(ctx, h.adm, l.in)
-		if err != nil {
-			fail("%v", err)
-			return
-		}
-		if _, err := h.waitCaughtUp(ctx, c, p, l, end); err != nil {
-			fail("catching up the warm-up: %v: %s", err, tail(logPath, 800))
-			return
-		}
-		logf("%-18s latency warm-up: %d live records over %s, caught up after %.1fs (not counted)",
-			c.name, n, cfg.latWarmup, time.Since(t0).Seconds())
-	}
-	outEnd, err := endOffsets(ctx, h.adm, l.out)
-	if err != nil {
-		fail("%v", err)
-		return
-	}
-	t := newTracker()
-	wctx, stopWatch := context.WithCancel(ctx)
-	watchErr := make(chan error, 1)
-	go func() { watchErr <- watchOutputs(wctx, h.seeds, l.out, outEnd, t, false) }()
-	defer func() {
-		stopWatch()
-		<-watchErr
-	}()
-
-	n, achieved, err := liveLoad(ctx, live, l.in, spec, cfg.latRate, cfg.latDur, want, t)
-	if err != nil {
-		fail("%v", err)
-		return
-	}
-	// Wait (bounded) until an output has covered every live record.
-	drain := time.Now().Add(30 * time.Second)
-	for t.outstanding() > 0 && time.Now().Before(drain) && !p.done() {
-		if err := pause(ctx, 50*time.Millisecond); err != nil {
-			fail("%v", err)
-			return
-		}
-	}
-	s := t.stats()
-	s.produced, s.rate = n, achieved
-	r.lat = &s
-	if p.done() {
-		fail("exited during the live load: %v", p.exitError())
-		return
-	}
-	if s.seen < n {
-		fail("%d of %d live records never became visible", n-s.seen, n)
-	}
-	diff, err := h.verify(ctx, l.out, want)
-	switch {
-	case err != nil:
-		fail("verifying: %v", err)
-	case len(diff) > 0:
-		fail("final totals disagree: %s", strings.Join(diff, "; "))
-	}
-}
-
-// floorPhase measures the latency floor: the live load produced to a fresh topic and read back
-// from that same topic with read_committed, with no processing in between.
-func (h *harness) floorPhase(ctx context.Context) {
-	cfg := h.cfg
-	topic := "peers-" + h.runID + "-floor"
-	if err := createTopic(ctx, h.adm, topic, int32(cfg.partitions), false); err != nil {
-		h.floorErr = err.Error()
-		return
-	}
-	from, err := endOffsets(ctx, h.adm, topic)
-	if err != nil {
-		h.floorErr = err.Error()
-		return
-	}
-	t := newTracker()
-	wctx, stopWatch := context.WithCancel(ctx)
-	watchErr := make(chan error, 1)
-	go func() { watchErr <- watchOutputs(wctx, h.seeds, topic, from, t, true) }()
-	defer func() {
-		stopWatch()
-		<-watchErr
-	}()
-	live, err := kgo.NewClient(kgo.SeedBrokers(h.seeds...), kgo.ProducerLinger(0))
-	if err != nil {
-		h.floorErr = err.Error()
-		return
-	}
-	defer live.Close()
-	spec := workload.Spec{Keys: cfg.keys, Partitions: int32(cfg.partitions), Seed: cfg.seed + 2}
-	n, achieved, err := liveLoad(ctx, live, topic, spec, cfg.latRate, cfg.latDur, map[string]workload.Total{}, t)
-	if err != nil {
-		h.floorErr = err.Error()
-		return
-	}
-	drain := time.Now().Add(30 * time.Second)
-	for t.outstanding() > 0 && time.Now().Before(drain) {
-		if err := pause(ctx, 50*time.Millisecond); err != nil {
-			h.floorErr = err.Error()
-			return
-		}
-	}
-	s := t.stats()
-	s.produced, s.rate = n, achieved
-	h.floor = &s
-	if s.seen < n {
-		h.floorErr = fmt.Sprintf("%d of %d live records never read back", n-s.seen, n)
-	}
-	logf("%-18s latency p50 %s p99 %s max %s (%d/%d live records seen, %.0f rec/s produced)",
-		"floor", ms(s.p50), ms(s.p99), ms(s.max), s.seen, s.produced, s.rate)
 }
 
 func (r *result) summary() string {

@@ -79,8 +79,12 @@ func (h *harness) report(results []*result) report {
 	var t strings.Builder
 	t.WriteString(plain(header, rows))
 	if len(latRows) > 0 {
-		fmt.Fprintf(&t, "\nreal-time latency (produce to visible, read_committed; %d rec/s for %s after a %d-record catch-up and a %s warm-up):\n",
+		fmt.Fprintf(&t, "\nreal-time latency (produce to visible, read_committed; %d rec/s for %s after a %d-record catch-up and a %s warm-up",
 			h.cfg.latRate, h.cfg.latDur, h.cfg.latBacklog, h.cfg.latWarmup)
+		if h.cfg.latRuns > 1 {
+			fmt.Fprintf(&t, "; median of %d rounds", h.cfg.latRuns)
+		}
+		t.WriteString("):\n")
 		t.WriteString(plain(latHeader, latRows))
 	}
 	crit := h.criteria(byName)
@@ -156,7 +160,7 @@ func (h *harness) report(results []*result) report {
 		fmt.Fprintf(&m, "Every contender ran %d times, interleaved round by round (each round runs every contender once, "+
 			"in the order of the table), each run with a fresh output topic, group and state. Medians and ranges "+
 			"(min–max) are over the runs that were timed; `runs ok` counts the runs that agreed exactly. "+
-			"Ratios are of median records/s. The latency phase runs once per contender.\n\n", h.cfg.runs)
+			"Ratios are of median records/s. The latency phase runs -latency-runs times per contender (below).\n\n", h.cfg.runs)
 	}
 	m.WriteString(markdown(header, rows))
 	if h.cfg.runs > 1 {
@@ -182,9 +186,22 @@ func (h *harness) report(results []*result) report {
 		fmt.Fprintf(&m, "\n## Real-time latency\n\nEach contender first catches up a %d-record backlog on its own "+
 			"topic, %s; then %d records/s are produced for %s (keys uniform over the workload's %d); a record's "+
 			"latency is from its produce call to the first read_committed output of its key whose count covers it. "+
-			"Commit interval 100 ms for both. The floor row is the same load read back from its own topic with "+
+			"Each contender's commit settings are in Settings above. The floor row is the same load read back from its own topic with "+
 			"no processing: what the broker, the client and this machine cost by themselves.\n\n", h.cfg.latBacklog, warm, h.cfg.latRate, h.cfg.latDur, h.cfg.keys)
+		if h.cfg.latRuns > 1 {
+			fmt.Fprintf(&m, "The phase ran %d times, interleaved round by round (the floor, then every contender); the table "+
+				"gives the median p50, p99 and max over the rounds, the records summed.\n\n", h.cfg.latRuns)
+		}
 		m.WriteString(markdown(latHeader, latRows))
+		if len(h.latRuns) > 0 {
+			rh, rr := latencyRows(h.latRuns)
+			m.WriteString("\nEvery latency run, in the order they ran (load average when it began):\n\n")
+			m.WriteString(markdown(rh, rr))
+		}
+		if len(h.seriesFiles) > 0 {
+			m.WriteString("\nPer second of the measured load, the p50/p99/max of the records that became visible in that second " +
+				"(CSV, every run) and the p99 per second (PNG): " + strings.Join(h.seriesFiles, ", ") + "\n")
+		}
 	}
 	if len(crit) > 0 {
 		m.WriteString("\n## Issue 4 criteria\n\n")
