@@ -44,6 +44,11 @@ func TestBenchScaleOut(t *testing.T) {
 	if testing.Short() {
 		t.Skip("short: builds the sluice binary and runs four child processes")
 	}
+	if os.Getenv("SLUICE_TEST_SCALEOUT") == "" {
+		// Once in CI a child of two on the embedded broker did not stop within a minute of
+		// SIGTERM; until that is understood, this runs on request only.
+		t.Skip("set SLUICE_TEST_SCALEOUT=1 to run (a child once did not stop on SIGTERM)")
+	}
 	buildBenchBinary(t)
 	tmp := t.TempDir()
 	t.Setenv("TMPDIR", tmp)
