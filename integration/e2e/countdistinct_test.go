@@ -190,4 +190,3 @@ func diffDistinctRows(want map[string]*distinctRow, recs []*kgo.Record, limit in
 	slices.Sort(bad)
 	return bad[:min(len(bad), limit)]
 }
-
