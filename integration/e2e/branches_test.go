@@ -135,7 +135,7 @@ sinks:
 		t.Fatalf("the hourly finals:\n%s", strings.Join(d, "\n"))
 	}
 	// The filter's sink: each big order exactly once.
-	kept, lost, dup := checkKept(ctx, t, brokers, big, bigOrder, s)
+	kept, lost, dup := checkKept(ctx, t, brokers, big, bigOrder, nil, s)
 	if lost+dup > 0 {
 		t.Fatalf("the filter's sink: %d big orders missing, %d duplicated or not big (of %d)", lost, dup, kept)
 	}
@@ -147,9 +147,19 @@ sinks:
 // of at least minCents, and counts, by order id (ids repeat across specs: they are counted),
 // the orders it should hold, those missing, and the records beyond them (a duplicate or an
 // order it should not have kept).
-func checkKept(ctx context.Context, t *testing.T, brokers, topic string, minCents int64, specs ...workload.Spec) (kept, lost, dup int) {
+func checkKept(ctx context.Context, t *testing.T, brokers, topic string, minCents int64, copies []inputCopy, specs ...workload.Spec) (kept, lost, dup int) {
 	t.Helper()
 	want := map[string]int{}
+	for _, c := range copies { // each copy in the input is kept like its original
+		cents, err := orderCents(c.value)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cents >= minCents {
+			v, _ := fastjson.ParseBytes(c.value)
+			want[string(v.GetStringBytes("order_id"))]++
+		}
+	}
 	for _, s := range specs {
 		if err := s.Each(func(_, value []byte, _ int64) error {
 			v, err := fastjson.ParseBytes(value)

@@ -87,8 +87,9 @@ type pipeline struct {
 	env     []string      // extra SLUICE_* settings for every instance
 	keys    workload.Spec // key space of the workload (Keys, Partitions), for nudge records
 
-	nudged map[string]workload.Total // totals of the nudge records produced so far
-	nudges int64
+	nudged    map[string]workload.Total // totals of the nudge records produced so far
+	nudges    int64
+	nudgeRecs [][2][]byte // key and value of each nudge record
 }
 
 // pipelineOpts tunes newPipeline.
@@ -230,7 +231,7 @@ func (p *pipeline) newInstance(id string, withHTTP bool) *instance {
 			<-r.done
 		}
 		if p.t.Failed() {
-			p.t.Logf("=== logs of instance %s (last 60 lines) ===\n%s", id, in.tail(60))
+			p.t.Logf("=== logs of instance %s (last 60 lines; whole log%s) ===\n%s", id, in.saveLogs(), in.tail(60))
 		}
 	})
 	return in
@@ -622,6 +623,7 @@ func (p *pipeline) nudge(ctx context.Context, part int32) error {
 	if rec.Partition != part {
 		return fmt.Errorf("nudge record for partition %d landed on %d", part, rec.Partition)
 	}
+	p.nudgeRecs = append(p.nudgeRecs, [2][]byte{key, []byte(val)})
 	tot := p.nudged[string(key)]
 	tot.SumCents++
 	tot.Count++
@@ -642,6 +644,24 @@ func (p *pipeline) expected(specs ...workload.Spec) map[string]workload.Total {
 	return out
 }
 
+// produced enumerates the records the test wrote to the input: the orders of specs and the
+// nudge records (for inputCopies).
+func (p *pipeline) produced(specs ...workload.Spec) func(yield func(key, value []byte) error) error {
+	return func(yield func(key, value []byte) error) error {
+		for _, s := range specs {
+			if err := s.Each(func(key, value []byte, _ int64) error { return yield(key, value) }); err != nil {
+				return err
+			}
+		}
+		for _, r := range p.nudgeRecs {
+			if err := yield(r[0], r[1]); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+}
+
 // verify reads the sink with read_committed and demands exact totals, and that none of the
 // given instances' transactional ids has a transaction open.
 func (p *pipeline) verify(ctx context.Context, want map[string]workload.Total, instanceIDs ...string) {
@@ -653,6 +673,7 @@ func (p *pipeline) verify(ctx context.Context, want map[string]workload.Total, i
 		t.Fatalf("reading totals: %v", err)
 	}
 	if d := workload.Diff(want, got, 20); d != nil {
+		diagnoseTotals(ctx, t, p.brokers, p.topic, want, got)
 		t.Fatalf("totals differ from expected (%d keys expected, %d read):\n%s", len(want), len(got), strings.Join(d, "\n"))
 	}
 	t.Logf("verified %d keys exactly", len(want))

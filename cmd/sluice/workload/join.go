@@ -119,6 +119,13 @@ func (j Joined) String() string {
 // customer_id and Region). Order ids restart at 1 in each spec, so an id is expected once per
 // spec that has it.
 func VerifyJoined(ctx context.Context, brokers []string, topic, table string, specs ...Spec) (Joined, error) {
+	return VerifyJoinedCopies(ctx, brokers, topic, table, nil, specs...)
+}
+
+// VerifyJoinedCopies is VerifyJoined for an input that holds some orders of specs twice (a
+// producer's resend across a leader change): copies has the order id of each extra copy, and
+// each is expected once more in the output.
+func VerifyJoinedCopies(ctx context.Context, brokers []string, topic, table string, copies []string, specs ...Spec) (Joined, error) {
 	var most int64
 	for _, s := range specs {
 		most = max(most, s.Records)
@@ -128,6 +135,13 @@ func VerifyJoined(ctx context.Context, brokers []string, topic, table string, sp
 		for i := range s.Records {
 			want[i]++
 		}
+	}
+	for _, id := range copies {
+		n, err := strconv.ParseInt(strings.TrimPrefix(id, "o-"), 10, 64)
+		if err != nil || n < 1 || n > most {
+			return Joined{}, fmt.Errorf("workload: copied order id %q is not one of the specs'", id)
+		}
+		want[n-1]++
 	}
 	got := make([]int32, most)
 	var (
