@@ -741,8 +741,8 @@ func (k *benchKid) exitedEarly() bool {
 	}
 }
 
-// stop sends SIGTERM and waits for the child (a minute at most, then kills it); it returns Wait's
-// error, and the same on later calls.
+// stop sends SIGTERM and waits for the child (a minute at most, then SIGQUIT, which dumps its
+// goroutines to its log, and SIGKILL); it returns Wait's error, and the same on later calls.
 func (k *benchKid) stop() error {
 	if k.stopped {
 		return k.stopErr
@@ -760,9 +760,16 @@ func (k *benchKid) stop() error {
 	case <-k.exited:
 		k.stopErr = k.err
 	case <-time.After(time.Minute):
-		k.cmd.Process.Kill()
-		<-k.exited
-		k.stopErr = errors.New("did not stop within a minute of SIGTERM; killed")
+		// SIGQUIT makes the Go runtime write every goroutine's stack to the child's log before
+		// it exits: where it hung.
+		k.cmd.Process.Signal(syscall.SIGQUIT)
+		select {
+		case <-k.exited:
+		case <-time.After(5 * time.Second):
+			k.cmd.Process.Kill()
+			<-k.exited
+		}
+		k.stopErr = fmt.Errorf("did not stop within a minute of SIGTERM; killed after SIGQUIT (its goroutines are in %s)", k.log)
 	}
 	return k.stopErr
 }
