@@ -308,8 +308,8 @@ func (e *Engine) Run(ctx context.Context) error {
 	e.stopAll()
 	if errors.Is(err, producer.ErrSessionLost) {
 		e.sess.Abandon()
-	} else {
-		e.sess.Close(closeCtx)
+	} else if !e.sess.Close(closeCtx) {
+		e.log.Warn("the Kafka client had not left the group within 5s (a rebalance in flight waits for a member that has stopped); exiting without waiting: the transaction has ended")
 	}
 	return err
 }

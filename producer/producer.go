@@ -393,15 +393,36 @@ func (s *Session) Abandon() {
 	s.cl.Close()
 }
 
-// Close leaves the group and closes the client (aborting an open transaction).
-func (s *Session) Close(ctx context.Context) {
-	if s.txn != nil {
-		if s.open {
-			_, _ = s.txn.End(ctx, kgo.TryAbort)
-			s.open = false
-		}
-		s.txn.Close()
-		return
+// closeWait bounds how long Close waits for the client to leave the group.
+const closeWait = 5 * time.Second
+
+// Close leaves the group and closes the client (aborting an open transaction). It reports
+// false if the client had not closed within closeWait: franz-go's close waits for a JoinGroup or
+// SyncGroup in flight, which a coordinator holds until every member has rejoined (a static
+// member stopped a moment earlier counts until its session times out; franz-go's embedded broker
+// waits up to the rebalance timeout, 5 minutes). By then the transaction has ended and the
+// tasks have stopped, so the process loses nothing by exiting without that answer; the client's
+// goroutines finish when it comes.
+func (s *Session) Close(ctx context.Context) bool {
+	if s.txn != nil && s.open {
+		_, _ = s.txn.End(ctx, kgo.TryAbort)
+		s.open = false
 	}
-	s.cl.Close()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if s.txn != nil {
+			s.txn.Close()
+			return
+		}
+		s.cl.Close()
+	}()
+	t := time.NewTimer(closeWait)
+	defer t.Stop()
+	select {
+	case <-done:
+		return true
+	case <-t.C:
+		return false
+	}
 }

@@ -39,15 +39,13 @@ func TestBench(t *testing.T) {
 
 // TestBenchScaleOut runs the orders workload as two child processes per run in one group, with
 // the results as the aggregate's changelog: both runs are equivalent to the produced totals,
-// and each child wrote its own log.
+// and each child wrote its own log. The children stop one after the other while the group may
+// still be rebalancing: in about one run in five the second child's JoinGroup waited for the
+// first (gone) member for the embedded broker's 5-minute rebalance timeout, and the child did not
+// exit on SIGTERM (producer.Session.Close now bounds that wait).
 func TestBenchScaleOut(t *testing.T) {
 	if testing.Short() {
 		t.Skip("short: builds the sluice binary and runs four child processes")
-	}
-	if os.Getenv("SLUICE_TEST_SCALEOUT") == "" {
-		// Once in CI a child of two on the embedded broker did not stop within a minute of
-		// SIGTERM; until that is understood, this runs on request only.
-		t.Skip("set SLUICE_TEST_SCALEOUT=1 to run (a child once did not stop on SIGTERM)")
 	}
 	buildBenchBinary(t)
 	tmp := t.TempDir()
