@@ -1,7 +1,11 @@
 -- Nexmark q16, channel statistics report per (channel, day) (nexmark-flink queries/q16.sql): q15
 -- per channel, with the day's latest minute as max(DATE_FORMAT(dateTime, 'HH:mm')), a max over
 -- strings; an updating result: an upsert sink keyed by (channel, day). Flink's planner
--- defaults, as in q15.sql: no split of the distinct aggregates, no mini-batch.
+-- defaults, as in q15.sql; uncomment the SET lines for nexmark-flink's split and mini-batch.
+-- SET 'table.optimizer.distinct-agg.split.enabled' = 'true';
+-- SET 'table.exec.mini-batch.enabled' = 'true';
+-- SET 'table.exec.mini-batch.allow-latency' = '2s';
+-- SET 'table.exec.mini-batch.size' = '50000';
 CREATE TABLE nexmark_q16 (
   channel STRING, `day` STRING, `minute` STRING,
   total_bids BIGINT, rank1_bids BIGINT, rank2_bids BIGINT, rank3_bids BIGINT,
