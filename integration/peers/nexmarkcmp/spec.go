@@ -22,6 +22,9 @@ const (
 	str   kind = 's' // a string as it is
 	ts    kind = 't' // epoch ms: a number, or an ISO-8601 / SQL timestamp string in UTC
 	trunc kind = 'a' // a decimal truncated toward zero (Flink's AVG of a BIGINT is a BIGINT)
+	// quo: sluice's exact average, rounded half to even to 9 places. On the Flink side the
+	// column's name is "SUM/COUNT", two columns whose exact quotient is rounded the same way (q4).
+	quo kind = 'q'
 )
 
 type col struct {
@@ -90,6 +93,9 @@ var specs = map[string]spec{
 	"q1": {cols: same("nnnts", "auction", "bidder", "price", "dateTime", "extra")},
 	"q2": {cols: same("nn", "auction", "price")},
 	"q3": {cols: same("sssn", "name", "city", "state", "id")},
+	// q4: Flink's own AVG(final) (truncated) against sluice's final truncated, and sluice's exact
+	// final against the exact quotient of the SUM and COUNT Flink's AVG divides.
+	"q4": {cols: []col{{"id", "category", num}, {"final", "final", trunc}, {"final_sum/final_count", "final", quo}}, flinkUpsert: true, sluiceUpsert: true},
 	"q5": {cols: []col{{"auction", "auction", num}, {"num", "num", num}, {"starttime", "window_start", ts}, {"endtime", "window_end", ts}}, flinkUpsert: true},
 	"q7": {cols: same("nnnts", "auction", "bidder", "price", "dateTime", "extra")},
 	"q8": {cols: same("nst", "id", "name", "starttime")},
@@ -99,6 +105,10 @@ var specs = map[string]spec{
 	"q12": {cols: same("nn", "bidder", "bid_count"), sumBy: true},
 	"q13": {cols: same("nnnts", "auction", "bidder", "price", "dateTime", "value")},
 	"q14": {cols: same("nnnstsn", "auction", "bidder", "price", "bidTimeType", "dateTime", "extra", "c_counts")},
+	"q15": {cols: same("snnnnnnnnnnnn", "day", "total_bids", "rank1_bids", "rank2_bids", "rank3_bids", "total_bidders", "rank1_bidders", "rank2_bidders", "rank3_bidders",
+		"total_auctions", "rank1_auctions", "rank2_auctions", "rank3_auctions"), flinkUpsert: true, sluiceUpsert: true},
+	"q16": {cols: same("sssnnnnnnnnnnnn", "channel", "day", "minute", "total_bids", "rank1_bids", "rank2_bids", "rank3_bids", "total_bidders", "rank1_bidders", "rank2_bidders", "rank3_bidders",
+		"total_auctions", "rank1_auctions", "rank2_auctions", "rank3_auctions"), flinkUpsert: true, sluiceUpsert: true},
 	"q17": {cols: same("nsnnnnnnan", "auction", "day", "total_bids", "rank1_bids", "rank2_bids", "rank3_bids", "min_price", "max_price", "avg_price", "sum_price"), flinkUpsert: true, sluiceUpsert: true},
 	// q18: of a pair's bids with the same dateTime, sluice keeps the last to arrive.
 	"q18": {cols: same("nnnssts", "auction", "bidder", "price", "channel", "url", "dateTime", "extra"), flinkUpsert: true, sluiceUpsert: true,
@@ -158,7 +168,14 @@ func relation(ctx context.Context, brokers []string, topic string, s spec, flink
 			if flink {
 				name = c.flink
 			}
-			f, err := normalize(v.Get(name), c.kind)
+			var f string
+			var err error
+			if c.kind == quo && flink {
+				nd := strings.SplitN(name, "/", 2)
+				f, err = quotient(v.Get(nd[0]), v.Get(nd[1]), 9)
+			} else {
+				f, err = normalize(v.Get(name), c.kind)
+			}
 			if err != nil {
 				return fmt.Errorf("%s partition %d offset %d: column %s: %w", topic, r.Partition, r.Offset, name, err)
 			}
@@ -223,7 +240,7 @@ func normalize(v *fastjson.Value, k kind) (string, error) {
 	switch k {
 	case str:
 		return text, nil
-	case num, trunc:
+	case num, trunc, quo:
 		x, ok := new(big.Rat).SetString(text)
 		if !ok {
 			return "", fmt.Errorf("%q is not a number", text)
@@ -252,4 +269,45 @@ func normalize(v *fastjson.Value, k kind) (string, error) {
 		return "", fmt.Errorf("%q is not a time", text)
 	}
 	return "", fmt.Errorf("unknown kind %c", k)
+}
+
+// quotient returns num/den, each normalized as an exact decimal, rounded half to even to scale
+// decimal places, normalized as normalize does a number ("null" when either is null).
+func quotient(numv, denv *fastjson.Value, scale int) (string, error) {
+	ns, err := normalize(numv, num)
+	if err != nil {
+		return "", err
+	}
+	ds, err := normalize(denv, num)
+	if err != nil {
+		return "", err
+	}
+	if ns == "null" || ds == "null" {
+		return "null", nil
+	}
+	n, _ := new(big.Rat).SetString(ns)
+	d, _ := new(big.Rat).SetString(ds)
+	if d.Sign() == 0 {
+		return "", fmt.Errorf("%s / 0", ns)
+	}
+	return roundHalfEven(n.Quo(n, d), scale).RatString(), nil
+}
+
+// roundHalfEven returns x rounded half to even to scale decimal places.
+func roundHalfEven(x *big.Rat, scale int) *big.Rat {
+	pow := new(big.Int).Exp(big.NewInt(10), big.NewInt(int64(scale)), nil)
+	n := new(big.Int).Mul(new(big.Int).Abs(x.Num()), pow)
+	q, r := new(big.Int).QuoRem(n, x.Denom(), new(big.Int))
+	switch r.Lsh(r, 1).Cmp(x.Denom()) {
+	case 1:
+		q.Add(q, big.NewInt(1))
+	case 0:
+		if q.Bit(0) == 1 {
+			q.Add(q, big.NewInt(1))
+		}
+	}
+	if x.Sign() < 0 {
+		q.Neg(q)
+	}
+	return new(big.Rat).SetFrac(q, pow)
 }

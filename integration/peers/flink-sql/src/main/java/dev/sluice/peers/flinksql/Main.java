@@ -6,6 +6,8 @@ import java.nio.file.Path;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
 
 import org.apache.flink.api.common.JobExecutionResult;
 import org.apache.flink.configuration.CheckpointingOptions;
@@ -32,7 +34,9 @@ import org.apache.flink.table.functions.ScalarFunction;
  * ddl_kafka.sql and ddl_views.sql do. The UDF count_char (q14) is Nexmark's CountChar.
  *
  * <p>The query file holds the sink table and the INSERT (and any table of its own, with
- * ${TOPIC_PREFIX} and ${BROKERS} replaced). The sink's WITH clause is ${KAFKA_SINK}
+ * ${TOPIC_PREFIX} and ${BROKERS} replaced), and may set table options with SET 'key' = 'value'
+ * (which TableEnvironment.executeSql refuses: Main applies it to the table config, before the
+ * statements after it are planned). The sink's WITH clause is ${KAFKA_SINK}
  * (an append-only Kafka table, JSON) or ${UPSERT_SINK} (upsert-kafka: the primary key as the JSON
  * key, deletes as tombstones) over the output topic. STREAMING runs with heap state, checkpoints
  * every checkpointMs and an exactly-once (transactional) sink; the bounded job ends after the
@@ -77,6 +81,9 @@ public final class Main {
         + "  'json.fail-on-missing-field' = 'false',\n"
         + "  'json.ignore-parse-errors' = 'false'\n)";
   }
+
+  /** A query file's option: SET 'key' = 'value'. */
+  static final Pattern SET = Pattern.compile("(?is)SET\\s+'([^']+)'\\s*=\\s*'([^']*)'\\s*");
 
   static final String RT = "  rt AS CAST(TO_TIMESTAMP_LTZ(`dateTime`, 3) AS TIMESTAMP(3))";
 
@@ -191,7 +198,11 @@ public final class Main {
     TableResult insert = null;
     try {
       for (String s : stmts) {
-        if (s.strip().toUpperCase().startsWith("INSERT")) {
+        Matcher set = SET.matcher(s.strip());
+        if (set.matches()) {
+          tEnv.getConfig().set(set.group(1), set.group(2));
+          System.err.printf("flink-sql: set %s = %s%n", set.group(1), set.group(2));
+        } else if (s.strip().toUpperCase().startsWith("INSERT")) {
           insert = tEnv.executeSql(s);
         } else {
           tEnv.executeSql(s);
