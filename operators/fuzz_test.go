@@ -109,12 +109,7 @@ func FuzzAggregateState(f *testing.F) {
 	f.Add(foldValues(f, agg, `{"amount":1.5}`, `{"amount":-2}`))
 	f.Add(foldValues(f, agg, `{"amount":170141183460469231731687303715.884105727}`, `{"amount":170141183460469231731687303715.884105727}`))
 	f.Add([]byte{1, 2, 3})
-	var r Record
-	src := mustSource(f, configs.Source{Topic: "t"})
-	if err := src.Decode([]byte("c-1"), []byte(`{"amount":-3.25}`), 7, &r); err != nil {
-		f.Fatal(err)
-	}
-	in, err := agg.Project(&r, nil)
+	in, err := agg.Project(decoded(f, "c-1", `{"amount":-3.25}`, 7), nil)
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -148,12 +143,7 @@ func FuzzAggregateFieldsState(f *testing.F) {
 	f.Add(foldValues(f, agg, `{"price":150,"name":""}`))
 	f.Add([]byte{2, 1, 0})
 	other := foldValues(f, agg, `{"price":3,"name":"zz"}`, `{"price":300,"name":"a"}`)
-	var r Record
-	src := mustSource(f, configs.Source{Topic: "t"})
-	if err := src.Decode([]byte("c-1"), []byte(`{"price":-3.25,"name":"m"}`), 7, &r); err != nil {
-		f.Fatal(err)
-	}
-	in, err := agg.Project(&r, nil)
+	in, err := agg.Project(decoded(f, "c-1", `{"price":-3.25,"name":"m"}`, 7), nil)
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -214,12 +204,7 @@ func FuzzSessionState(f *testing.F) {
 		}
 		ops = append(ops, s)
 	}
-	var r Record
-	src := mustSource(f, configs.Source{Topic: "t"})
-	if err := src.Decode([]byte("c-1"), []byte(`{"amount":2.5}`), 7, &r); err != nil {
-		f.Fatal(err)
-	}
-	in, err := ops[0].Project(0, &r, nil)
+	in, err := ops[0].Project(0, decoded(f, "c-1", `{"amount":2.5}`, 7), nil)
 	if err != nil {
 		f.Fatal(err)
 	}
