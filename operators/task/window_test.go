@@ -19,6 +19,14 @@ import (
 	"github.com/sluice-dev/sluice/state"
 )
 
+// windowFlow is a tumbling (advance = size) or hopping window as a YAML flow mapping, in ms.
+func windowFlow(size, advance, grace int64) string {
+	if advance != size {
+		return fmt.Sprintf("{hopping: %dms, advance: %dms, grace: %dms}", size, advance, grace)
+	}
+	return fmt.Sprintf("{tumbling: %dms, grace: %dms}", size, grace)
+}
+
 // windowSpec is one random windowed pipeline.
 type windowSpec struct {
 	size, advance, grace, maxDelay int64 // ms
@@ -26,10 +34,7 @@ type windowSpec struct {
 }
 
 func (w windowSpec) config(mode string, enter, exit int64, cacheKeys int, every string) string {
-	win := fmt.Sprintf("{tumbling: %dms, grace: %dms}", w.size, w.grace)
-	if w.advance != w.size {
-		win = fmt.Sprintf("{hopping: %dms, advance: %dms, grace: %dms}", w.size, w.advance, w.grace)
-	}
+	win := windowFlow(w.size, w.advance, w.grace)
 	emit := "updates"
 	if w.final {
 		emit = "final"

@@ -36,10 +36,7 @@ type wtopSpec struct {
 }
 
 func (w wtopSpec) config(mode string, enter, exit int64, cacheKeys int, every string) string {
-	win := fmt.Sprintf("{tumbling: %dms, grace: %dms}", w.size, w.grace)
-	if w.advance != w.size {
-		win = fmt.Sprintf("{hopping: %dms, advance: %dms, grace: %dms}", w.size, w.advance, w.grace)
-	}
+	win := windowFlow(w.size, w.advance, w.grace)
 	order := "asc"
 	if w.desc {
 		order = "desc"
