@@ -309,7 +309,7 @@ func (e *Engine) Run(ctx context.Context) error {
 	if errors.Is(err, producer.ErrSessionLost) {
 		e.sess.Abandon()
 	} else if !e.sess.Close(closeCtx) {
-		e.log.Warn("the Kafka client had not left the group within 5s (a rebalance in flight waits for a member that has stopped); exiting without waiting: the transaction has ended")
+		e.log.Warn("the Kafka client had not left the group in time (a rebalance in flight waits for a member that has stopped); exiting without waiting: the transaction has ended", "waited", producer.CloseWait)
 	}
 	return err
 }

@@ -393,11 +393,11 @@ func (s *Session) Abandon() {
 	s.cl.Close()
 }
 
-// closeWait bounds how long Close waits for the client to leave the group.
-const closeWait = 5 * time.Second
+// CloseWait bounds how long Close waits for the client to leave the group.
+const CloseWait = 5 * time.Second
 
 // Close leaves the group and closes the client (aborting an open transaction). It reports
-// false if the client had not closed within closeWait: franz-go's close waits for a JoinGroup or
+// false if the client had not closed within CloseWait: franz-go's close waits for a JoinGroup or
 // SyncGroup in flight, which a coordinator holds until every member has rejoined (a static
 // member stopped a moment earlier counts until its session times out; franz-go's embedded broker
 // waits up to the rebalance timeout, 5 minutes). By then the transaction has ended and the
@@ -417,7 +417,7 @@ func (s *Session) Close(ctx context.Context) bool {
 		}
 		s.cl.Close()
 	}()
-	t := time.NewTimer(closeWait)
+	t := time.NewTimer(CloseWait)
 	defer t.Stop()
 	select {
 	case <-done:

@@ -447,14 +447,8 @@ func run(ctx context.Context, cfg *config) (bool, error) {
 	}
 	rep := h.report(results)
 	fmt.Println(rep.table)
-	if cfg.out != "" {
-		if err := os.MkdirAll(filepath.Dir(cfg.out), 0o755); err != nil {
-			return false, err
-		}
-		if err := os.WriteFile(cfg.out, []byte(rep.markdown), 0o644); err != nil {
-			return false, fmt.Errorf("writing report: %w", err)
-		}
-		logf("report written to %s", cfg.out)
+	if err := writeReport(cfg.out, rep.markdown); err != nil {
+		return false, err
 	}
 	allOK := true
 	for _, r := range results {
@@ -773,4 +767,19 @@ func (r *result) summary() string {
 
 func logf(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, "harness: "+format+"\n", args...)
+}
+
+// writeReport writes the report's markdown to out (nothing when out is empty) and says where.
+func writeReport(out, markdown string) error {
+	if out == "" {
+		return nil
+	}
+	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(out, []byte(markdown), 0o644); err != nil {
+		return fmt.Errorf("writing report: %w", err)
+	}
+	logf("report written to %s", out)
+	return nil
 }

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -64,14 +62,8 @@ func (h *harness) runSweep(ctx context.Context, selected []contender) (bool, err
 	}
 	rep := h.sweepReport(cs)
 	fmt.Println(rep.table)
-	if cfg.out != "" {
-		if err := os.MkdirAll(filepath.Dir(cfg.out), 0o755); err != nil {
-			return false, err
-		}
-		if err := os.WriteFile(cfg.out, []byte(rep.markdown), 0o644); err != nil {
-			return false, fmt.Errorf("writing report: %w", err)
-		}
-		logf("report written to %s", cfg.out)
+	if err := writeReport(cfg.out, rep.markdown); err != nil {
+		return false, err
 	}
 	return ok, nil
 }
