@@ -98,39 +98,30 @@ sinks:
 		t.Helper()
 		runBounded(ctx, t, cfg)
 	}
+	// The sink read back to its end offsets (read_committed, workload.ReadEach): a reader that
+	// stopped after a few empty polls missed partitions not fetched yet on a loaded machine.
 	finals := func() map[string][2]int64 {
 		t.Helper()
-		cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics("minute-totals"),
-			kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+		got := map[string][2]int64{}
+		err := workload.ReadEach(ctx, brokers, "minute-totals", func(r *kgo.Record) error {
+			var v struct {
+				Key         string `json:"key"`
+				WindowStart int64  `json:"window_start"`
+				Amount      int64  `json:"amount"`
+				Orders      int64  `json:"orders"`
+			}
+			if err := json.Unmarshal(r.Value, &v); err != nil {
+				return fmt.Errorf("output %s: %w", r.Value, err)
+			}
+			k := fmt.Sprintf("%s@%d", v.Key, v.WindowStart)
+			if _, dup := got[k]; dup {
+				t.Errorf("window %s emitted twice", k)
+			}
+			got[k] = [2]int64{v.Amount, v.Orders}
+			return nil
+		})
 		if err != nil {
 			t.Fatal(err)
-		}
-		defer cl.Close()
-		got := map[string][2]int64{}
-		for idle := 0; idle < 3; {
-			pctx, pcancel := context.WithTimeout(ctx, 300*time.Millisecond)
-			fs := cl.PollFetches(pctx)
-			pcancel()
-			if fs.NumRecords() == 0 {
-				idle++
-				continue
-			}
-			fs.EachRecord(func(r *kgo.Record) {
-				var v struct {
-					Key         string `json:"key"`
-					WindowStart int64  `json:"window_start"`
-					Amount      int64  `json:"amount"`
-					Orders      int64  `json:"orders"`
-				}
-				if err := json.Unmarshal(r.Value, &v); err != nil {
-					t.Fatalf("output %s: %v", r.Value, err)
-				}
-				k := fmt.Sprintf("%s@%d", v.Key, v.WindowStart)
-				if _, dup := got[k]; dup {
-					t.Errorf("window %s emitted twice", k)
-				}
-				got[k] = [2]int64{v.Amount, v.Orders}
-			})
 		}
 		return got
 	}
