@@ -147,6 +147,8 @@ type Processing struct {
 	CommitOnCatchUp bool   `koanf:"commit_on_catch_up" doc:"Also checkpoint as soon as a fetch that reached the end of every partition it read has been processed, instead of waiting for commit_interval: a caught-up sluice makes its outputs visible about one fetch and one transaction after their inputs arrive. Under load (a fetch that leaves records behind) checkpoints stay commit_interval apart. Each checkpoint is a transaction, so on a busy machine more of them can cost more than they save (BENCHMARKS.md, Latency). false: only every commit_interval."`
 	StateDir        string `koanf:"state_dir" doc:"Directory of the Pebble state (pebble/) and the sort spill files (sort/). Keep it on a persistent volume: without it a task restores its state from the changelog."`
 	CacheKeys       int    `koanf:"cache_keys" doc:"Per task: write-back cache entries in real-time mode, keys pre-aggregated in memory in backlog mode (beyond them records are sorted). At least 1."`
+	// CombineBeforeRekey: see operators/task/combine.go.
+	CombineBeforeRekey bool `koanf:"combine_before_rekey" doc:"A re-keying step (group_by, rekey) whose records only an aggregate or cogroup without windows or retractions reads combines them per key before the repartition topic: one partial state per key and checkpoint (for at most cache_keys keys; the others go as they are) instead of each record. Before a distinct it passes on only the records that set a flag it has not yet passed for their key. The same results with fewer records through Kafka (Flink's local-global aggregation). false: every record goes through."`
 	// MaxCheckpointFailures is the rule of consumer/failure.go for a record that cannot be
 	// produced.
 	// MinFreeSpace is the free space the state store keeps (state.Options.MinFreeBytes).
@@ -827,6 +829,8 @@ func defaults() Config {
 			CommitInterval: 100 * time.Millisecond,
 			StateDir:       "./data",
 			CacheKeys:      100000,
+
+			CombineBeforeRekey: true,
 
 			MaxCheckpointFailures: 100,
 			MinFreeSpace:          64 * MiB,

@@ -91,25 +91,9 @@ func (d *Distinct) ValidState(b []byte) bool {
 // value without the members named as flags (Process adds them). A record without a key, or one
 // on which a flag fails (a missing field compared), is an *Error.
 func (d *Distinct) Project(_ int, r *Record, dst []byte) ([]byte, error) {
-	if r.Key == nil {
-		return dst, &Error{Operator: d.name, Reason: reasonNoKey}
-	}
-	if err := d.env.fill(r); err != nil {
-		return dst, &Error{Operator: d.name, Reason: err.Error()}
-	}
-	var mask uint64
-	for i, p := range d.progs {
-		out, err := d.env.vm.Run(p, d.env.vars)
-		if err != nil {
-			return dst, &Error{Operator: d.name, Reason: fmt.Sprintf("flag %s: %s", d.flags[i], d.env.reason(err))}
-		}
-		pass, ok := out.(bool)
-		if !ok {
-			return dst, &Error{Operator: d.name, Reason: fmt.Sprintf("flag %s: result is %T, want bool", d.flags[i], out)}
-		}
-		if pass {
-			mask |= 1 << i
-		}
+	mask, err := d.Mask(r)
+	if err != nil {
+		return dst, err
 	}
 	dst = binary.BigEndian.AppendUint64(dst, mask)
 	idx, _ := r.index() // fill succeeded, so Value is indexed
@@ -129,6 +113,32 @@ func (d *Distinct) Project(_ int, r *Record, dst []byte) ([]byte, error) {
 		dst = append(dst, v[m.vs:m.ve]...)
 	}
 	return append(dst, '}'), nil
+}
+
+// Mask evaluates the flags on r: bit i is set when flags[i] passes. A record without a key, or
+// one on which a flag fails (a missing field compared), is an *Error.
+func (d *Distinct) Mask(r *Record) (uint64, error) {
+	if r.Key == nil {
+		return 0, &Error{Operator: d.name, Reason: reasonNoKey}
+	}
+	if err := d.env.fill(r); err != nil {
+		return 0, &Error{Operator: d.name, Reason: err.Error()}
+	}
+	var mask uint64
+	for i, p := range d.progs {
+		out, err := d.env.vm.Run(p, d.env.vars)
+		if err != nil {
+			return 0, &Error{Operator: d.name, Reason: fmt.Sprintf("flag %s: %s", d.flags[i], d.env.reason(err))}
+		}
+		pass, ok := out.(bool)
+		if !ok {
+			return 0, &Error{Operator: d.name, Reason: fmt.Sprintf("flag %s: result is %T, want bool", d.flags[i], out)}
+		}
+		if pass {
+			mask |= 1 << i
+		}
+	}
+	return mask, nil
 }
 
 // IsLate: never (a key remembers its flags for ever).

@@ -22,6 +22,7 @@ func TestHeaderKeys(t *testing.T) {
 		HeaderWatermark:         "sluice.watermark",
 		HeaderBacklog:           "sluice.backlog",
 		HeaderWriter:            "sluice.writer",
+		HeaderPartial:           "sluice.partial",
 		IdleMark:                "idle",
 		HeaderError:             "sluice.error",
 		HeaderOperator:          "sluice.operator",
@@ -224,6 +225,20 @@ func TestChangelogHeaders(t *testing.T) {
 		if got := ValidWatermarkRecord([]byte(tc.key), []byte(tc.val)); got != tc.want {
 			t.Errorf("ValidWatermarkRecord(%q, %d bytes) = %v", tc.key, len(tc.val), got)
 		}
+	}
+}
+
+func TestPartialHeaders(t *testing.T) {
+	h := PartialHeaders("fp-1")
+	if len(h) != 1 || h[0].Key != "sluice.partial" || string(h[0].Value) != "fp-1" {
+		t.Fatalf("PartialHeaders = %v", h)
+	}
+	plain, _ := ChangelogHeaders("x")
+	if fp, ok := PartialOf(append(plain, h...)); !ok || fp != "fp-1" {
+		t.Errorf("PartialOf = %q, %v; want fp-1, true", fp, ok)
+	}
+	if _, ok := PartialOf(plain[:1]); ok {
+		t.Errorf("PartialOf a changelog record's headers: ok")
 	}
 }
 

@@ -42,6 +42,8 @@
 //	                                 + HeaderBacklog "true"/"false" (ModeHeaders)    (announce)            (ParseAttribute)
 //	                                 or HeaderWatermark decimal / IdleMark
 //	                                 (MarkHeaders)
+//	partial state record             the group key; a Mergeable state;               task combining        task reader
+//	(repartition topic)              HeaderPartial (fingerprint): PartialHeaders     writer (flush)        (PartialOf)
 //	dead letter                      the input's key and value (cut); HeaderError,   task                  users; task
 //	                                 HeaderOperator, HeaderSource*, HeaderOriginal*                        (DeadLetterSource)
 //	                                 sizes; a late record's HeaderWatermark

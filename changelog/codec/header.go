@@ -35,6 +35,28 @@ const (
 	HeaderWriter = "sluice.writer"
 )
 
+// HeaderPartial marks a record of a repartition topic whose value is a partial state of the
+// operator that reads it (an aggregate's or a cogroup's state, merged in as a whole) rather
+// than a record to fold: a combining writer's (operators/task/combine.go). Its value is the
+// state layout's fingerprint, which the reader checks against its own.
+const HeaderPartial = "sluice.partial"
+
+// PartialHeaders returns the headers of a partial state written under the layout fingerprint.
+func PartialHeaders(fingerprint string) []kgo.RecordHeader {
+	return []kgo.RecordHeader{{Key: HeaderPartial, Value: []byte(fingerprint)}}
+}
+
+// PartialOf returns the layout fingerprint of a record carrying a partial state; ok is false for
+// any other record.
+func PartialOf(headers []kgo.RecordHeader) (fingerprint string, ok bool) {
+	for _, h := range headers {
+		if h.Key == HeaderPartial {
+			return string(h.Value), true
+		}
+	}
+	return "", false
+}
+
 // IdleMark is the value of HeaderWatermark on the attribute record of a writer whose inputs
 // are idle.
 const IdleMark = "idle"

@@ -46,6 +46,11 @@ type ChainPlan struct {
 	Rekey           string           // the group_by field path the records are re-keyed by ("" = none); SinkTopic is then the repartition topic
 	RekeyFor        string           // with Rekey: the aggregate the records are re-keyed for
 	Output          bool             // Keyed's results go to its output topic (SinkTopic), which later operators read
+	// Combine: with Rekey, the one chain that reads the repartition topic, when the writer
+	// combines its records for that chain's operator (processing.combine_before_rekey; see
+	// combines): partial states for an aggregate or cogroup, new flags only for a distinct.
+	// nil: every record goes as it is.
+	Combine *ChainPlan
 	// TimedOutput: the chain's records in its internal topic carry their event time as record
 	// timestamp and the chain announces its output watermark there (attributes.go). With
 	// Output, Keyed's results are the finals of windows (tumbling, hopping or session), each at its
@@ -421,6 +426,24 @@ func NewPlan(cfg *configs.Config) (*Plan, error) {
 	if len(p.Chains) == 0 {
 		return nil, &configs.Error{Key: "operators", Msg: "no operator reads any source"}
 	}
+	if cfg.Processing.CombineBeforeRekey {
+		for i := range p.Chains {
+			w := &p.Chains[i]
+			if w.Rekey == "" {
+				continue
+			}
+			var readers []*ChainPlan
+			for j := range p.Chains {
+				if p.Chains[j].Source.Topic == w.SinkTopic {
+					readers = append(readers, &p.Chains[j])
+				}
+			}
+			if len(readers) == 1 && combines(readers[0]) {
+				r := *readers[0]
+				w.Combine = &r
+			}
+		}
+	}
 	// Compile everything once now, so a bad expression is a config error, not a runtime one.
 	for _, c := range p.Chains {
 		if _, err := c.Build(nil, nil); err != nil {
@@ -428,6 +451,25 @@ func NewPlan(cfg *configs.Config) (*Plan, error) {
 		}
 	}
 	return p, nil
+}
+
+// combines reports whether the writers of r's repartition topic may combine their records
+// for r's operator, r being its only reader and running no stage before it: an aggregate or a
+// cogroup without windows or retractions takes partial states (operators.Mergeable.Merge: a
+// state depends only on the multiset of its inputs), and a distinct needs only the records that
+// set a flag their writer has not yet passed for their key (the others it drops anyway).
+func combines(r *ChainPlan) bool {
+	if r.Keyed == nil || len(r.Stages) > 0 || r.Tombstones || r.StreamJoin != nil || r.AsOf != nil {
+		return false
+	}
+	if r.Cogroup != nil {
+		return r.Cogroup.Window == nil
+	}
+	if r.Keyed.Distinct != nil {
+		return true
+	}
+	a := r.Keyed.Aggregate
+	return a != nil && a.Window == nil && !a.Retractions
 }
 
 // fieldError turns an aggregate field's compile error (its where) into a config error naming
@@ -609,6 +651,12 @@ func (p *Plan) Describe(w io.Writer) {
 		}
 		if c.Rekey != "" {
 			fmt.Fprintf(w, "  -> re-key by %s -> repartition topic %s (in the transaction of the input offsets)\n", c.Rekey, c.SinkTopic)
+			switch {
+			case c.Combine != nil && c.Combine.Keyed.Distinct != nil:
+				fmt.Fprintf(w, "     combined for distinct %s: only a record that sets a flag not yet passed for its key goes on (processing.combine_before_rekey)\n", c.Combine.Keyed.Name)
+			case c.Combine != nil:
+				fmt.Fprintf(w, "     combined for %s: one partial state per key and checkpoint, for up to cache_keys keys; beyond them records go as they are (processing.combine_before_rekey)\n", c.Combine.Keyed.Name)
+			}
 		}
 		if c.AsOf != nil {
 			side := "stream"
@@ -751,6 +799,9 @@ type Ops struct {
 	Agg   operators.Mergeable
 	Kop   operators.Keyed
 	Rekey *operators.Rekey // group_by: the key of the repartition topic's records
+	// Combine: with Rekey, the operators of the chain the writer combines its records for
+	// (ChainPlan.Combine): its Agg or its Kop (a distinct).
+	Combine *Ops
 }
 
 // Operator is the keyed operator the chain ends in, whatever its capability (nil: none).
@@ -786,6 +837,11 @@ func (c ChainPlan) Build(rows func(table string) operators.Rows, values operator
 	ops := &Ops{Src: src}
 	if c.Rekey != "" {
 		if ops.Rekey, err = operators.NewRekey(c.RekeyFor, c.Rekey); err != nil {
+			return nil, err
+		}
+	}
+	if c.Combine != nil {
+		if ops.Combine, err = c.Combine.Build(nil, values); err != nil {
 			return nil, err
 		}
 	}

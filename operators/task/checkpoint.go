@@ -155,6 +155,7 @@ func (t *Task) checkpointChain(c *chain, p Producer, pd *Pending) error {
 		pd.records++
 	}
 	c.outbox = nil
+	pd.records += t.flushCombined(c, p, pd.promise)
 	if c.ops.Keyed() && c.primary && !foldedIn(pd, c) {
 		var err error
 		switch {

@@ -63,6 +63,9 @@ func (c *chain) rewindAnnouncements() {
 // rewind sets c's working progress back to its last commit's after an abort.
 func (c *chain) rewind() {
 	c.rewindAnnouncements()
+	if c.comb != nil {
+		c.comb.reset()
+	}
 	if c.tracksTime() {
 		// The watermark goes back with the offset: a re-keying writer would otherwise announce
 		// the watermark of records it has not written again yet, and its readers would take the

@@ -100,6 +100,7 @@ type chain struct {
 
 	rec     operators.Record
 	scratch []byte
+	comb    *combiner // a re-keying writer's combining for its reader (combine.go); nil: none
 
 	observed bool // the chain has seen a batch since it started or was rewound (BeforeBatch)
 
@@ -366,6 +367,9 @@ func (t *Task) addChain(cp plan.ChainPlan, g groupBuild) error {
 	if ops.Agg != nil {
 		c.assign = func(sk []byte) error { return t.apply(c, sk, c.next-1, c.scratch) }
 	}
+	if c.comb, err = newCombiner(cp.Combine, ops.Combine, t.cacheCap); err != nil {
+		return err
+	}
 	t.chains = append(t.chains, c)
 	t.byTopic[cp.Source.Topic] = append(t.byTopic[cp.Source.Topic], c)
 	return nil
@@ -473,6 +477,14 @@ func (t *Task) processChain(c *chain, recs []*kgo.Record, now time.Time) error {
 			continue // a writer's mode (attributes.go), not data
 		}
 		c.recordsIn++
+		if c.upstream != nil && len(kr.Headers) > 0 {
+			if fp, ok := codec.PartialOf(kr.Headers); ok {
+				if err := t.applyPartial(c, kr, fp); err != nil {
+					return err
+				}
+				continue
+			}
+		}
 		if ok, err := t.decode(c, kr); err != nil || !ok {
 			if err != nil {
 				return err
@@ -570,6 +582,9 @@ func (t *Task) applyRecord(c *chain, kr *kgo.Record, wmPrev int64) error {
 			t.deadLetter(c, kr, ops.Rekey.Name(), err)
 			return nil
 		}
+		if c.comb != nil && c.comb.take(&c.rec, key) {
+			return nil // combined into a partial state, or dropped before a distinct
+		}
 		out := &kgo.Record{Topic: c.plan.SinkTopic, Key: bytes.Clone(key), Value: bytes.Clone(c.rec.Value), Partition: -1, Timestamp: time.UnixMilli(c.rec.Time)}
 		t.d.Producer.Produce(out, t.out.promise)
 		c.recordsOut++
@@ -603,13 +618,19 @@ func (t *Task) applyRecord(c *chain, kr *kgo.Record, wmPrev int64) error {
 	if err != nil {
 		return err
 	}
+	t.countBacklog(c)
+	return nil
+}
+
+// countBacklog counts a record taken into a backlog, asking for a backlog checkpoint when one
+// is due.
+func (t *Task) countBacklog(c *chain) {
 	if c.inBack {
 		c.backRecords++
 		if t.backlogCheckpointDue(c) {
 			t.needCkpt = true
 		}
 	}
-	return nil
 }
 
 // fireDue fires, in real-time mode, the timers of an event-time chain that its watermark has
@@ -621,15 +642,19 @@ func (t *Task) fireDue(c *chain) error {
 	return t.fireTimers(c)
 }
 
-// apply folds one projected input (after its tag byte) into key's state: in backlog, into the
-// key's pre-aggregated partial while the table has room for it, else into the sorter; in
-// real-time, into the key's cache entry.
+// apply folds one projected input (after its tag byte; tagPartial: a partial state, merged)
+// into key's state: in backlog, into the key's pre-aggregated partial while the table has room
+// for it, else into the sorter; in real-time, into the key's cache entry.
 func (t *Task) apply(c *chain, key []byte, offset int64, in []byte) error {
 	agg := c.ops.Agg
+	fold := agg.Fold
+	if in[0] == tagPartial {
+		fold = agg.Merge
+	}
 	if c.inBack {
 		// Keys that fit the table are aggregated in memory; the rest are sorted.
 		if i, st, ok := c.part.slot(key, agg.InitState); ok {
-			c.part.set(i, st, agg.Fold(st, in[1:]))
+			c.part.set(i, st, fold(st, in[1:]))
 			return nil
 		}
 		if c.part.bypass && c.part.len() > 0 {
@@ -647,7 +672,7 @@ func (t *Task) apply(c *chain, key []byte, offset int64, in []byte) error {
 	if err != nil {
 		return fmt.Errorf("task %d: state: %w", t.partition, err)
 	}
-	e.state = agg.Fold(e.state, in[1:])
+	e.state = fold(e.state, in[1:])
 	if !e.dirty {
 		e.dirty = true
 		c.dirty = append(c.dirty, e)

@@ -1,0 +1,312 @@
+package task
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sluice-dev/sluice/changelog/codec"
+	"github.com/sluice-dev/sluice/sorter"
+	"github.com/sluice-dev/sluice/state"
+)
+
+// The operators a re-keying writer combines for (combine.go), each grouped by a field of the
+// orders, so that their records cross the repartition topic meta-totals-repartition.
+const (
+	combineAggregate = `  - name: totals
+    aggregate:
+      input: orders
+      group_by: region
+      fields:
+        n: {count: {}}
+        total: {sum: amount}
+        cheap: {count: {}, where: "amount < 100"}
+        top_id: {max: order_id, type: string}
+        low: {min: amount}
+    output: out
+`
+	combineDistinct = `  - name: totals
+    distinct:
+      input: orders
+      group_by: region, customer_id
+      flags: {any: "true", cheap: "amount < 100", big: "amount >= 500"}
+    output: out
+`
+)
+
+func combineConfig(op, mode string, combine bool, cacheKeys int) string {
+	return fmt.Sprintf(`kafka: {brokers: [127.0.0.1:9092]}
+group: %s
+instance_id: i-0
+processing: {guarantee: exactly_once, commit_interval: 100ms, state_dir: ./data, cache_keys: %d, combine_before_rekey: %v}
+backlog: {enter_lag: 20, exit_lag: 5, sort_memory: 1MiB, mode: %s, progress_interval: 0s}
+sources:
+  orders: {topic: %s, format: json, key: customer_id, timestamp: ts}
+operators:
+%ssinks:
+  out: {topic: %s, format: json}
+`, testGroup, cacheKeys, combine, mode, testTopic, op, testSink)
+}
+
+// genCombineOrders returns n orders of partition 0 over a few regions and customers, some of
+// them without a region (dead letters of the re-key) or without an amount (dead letters of the
+// aggregate's projection, which a combining writer leaves to the reader).
+func genCombineOrders(rng *rand.Rand, n int) []*kgo.Record {
+	recs := make([]*kgo.Record, n)
+	for i := range recs {
+		cust := fmt.Sprintf("c%d", rng.IntN(12))
+		ts := int64(1_700_000_000_000 + i*10)
+		region := fmt.Sprintf(`"region":"r%d",`, rng.IntN(5))
+		amount := fmt.Sprintf(`"amount":%d.%02d,`, rng.IntN(900), rng.IntN(100))
+		switch rng.IntN(40) {
+		case 0:
+			region = ""
+		case 1:
+			amount = ""
+		}
+		recs[i] = &kgo.Record{Topic: testTopic, Offset: int64(i), Key: []byte(cust), Timestamp: time.UnixMilli(ts),
+			Value: fmt.Appendf(nil, `{%s%s"order_id":"o%05d","customer_id":%q,"ts":%d}`, region, amount, rng.IntN(100000), cust, ts)}
+	}
+	return recs
+}
+
+// combineRun is what a run committed: the sink's records in order, the dead letters (sorted),
+// and how many records the repartition topic got, how many of them partial states.
+type combineRun struct {
+	out      []string
+	dlq      []string
+	repart   int
+	partials int
+}
+
+// runCombine runs orders through a writer task (orders, partition 0) and its reader task (the
+// repartition topic), playing the consumer of one process: random batches of either, lags that
+// move the tasks in and out of backlog (mode auto), and checkpoints of both into one
+// transaction that abort at random (both tasks rewind: records the writer produced since the
+// last commit die with it). It ends when everything is read and committed.
+func runCombine(t *testing.T, seed uint64, doc string, orders []*kgo.Record) combineRun {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(seed, 7))
+	pl := mustPlan(t, doc)
+	store, prod := state.NewMem(), newFakeProducer()
+	repart := testGroup + "-totals-repartition"
+	newTask := func(topic string) *Task {
+		clk := &stepClock{now: time.Unix(1_700_000_000, 0)}
+		tk, err := New(pl, topic, 0, Deps{Store: store, Budget: sorter.NewBudget(1 << 20), SortDir: t.TempDir(), Producer: prod,
+			Clock: clk.Now, Logger: discardLogger(), InternalPartitions: map[string]int32{repart: 1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(tk.Close)
+		return tk
+	}
+	w, r := newTask(testTopic), newTask(repart)
+	var wNext, rNext int64 // the next offset each task reads
+	// checkpoint checkpoints both tasks into one transaction and commits it (again while either
+	// asks for it), or with mayAbort aborts one in five; it reports whether it committed.
+	checkpoint := func(mayAbort bool) bool {
+		for range 3 {
+			var pds []*Pending
+			failed := false
+			for _, tk := range []*Task{w, r} {
+				if tk.WantsFold() {
+					if err := tk.Prepare(t.Context(), prod); err != nil {
+						t.Fatal(err)
+					}
+				}
+				pd, err := tk.Checkpoint(prod)
+				if err != nil {
+					t.Fatal(err)
+				}
+				failed = failed || pd.Err() != nil
+				pds = append(pds, pd)
+			}
+			if failed || mayAbort && rng.IntN(5) == 0 {
+				prod.abort()
+				wNext, rNext = w.Aborted(pds[0])[testTopic], 0
+				if off, ok := r.Aborted(pds[1])[repart]; ok {
+					rNext = off
+				}
+				return false
+			}
+			prod.commit()
+			for i, tk := range []*Task{w, r} {
+				if err := tk.Committed(pds[i]); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if !w.NeedsCheckpoint() && !r.NeedsCheckpoint() && !w.WantsFold() && !r.WantsFold() {
+				break
+			}
+		}
+		return true
+	}
+	feed := func(tk *Task, topic string, recs []*kgo.Record, lag int64) {
+		if topic == repart {
+			tk.ReadAttributes(topic, recs)
+		}
+		if tk.BeforeBatch(topic, Lag{Before: lag, After: lag - int64(len(recs))}) {
+			checkpoint(false)
+		}
+		if err := tk.Process(topic, recs); err != nil {
+			t.Fatal(err)
+		}
+		tk.AfterBatch(topic, Lag{After: lag - int64(len(recs))})
+	}
+	for clean := false; ; {
+		var in []*kgo.Record // the committed repartition records from rNext
+		for _, rec := range prod.committed(repart) {
+			if rec.Offset >= rNext {
+				in = append(in, rec)
+			}
+		}
+		switch {
+		case int(wNext) == len(orders) && len(in) == 0:
+			if clean {
+				goto done
+			}
+			clean = checkpoint(false)
+			continue
+		case int(wNext) < len(orders) && (len(in) == 0 || rng.IntN(2) == 0):
+			n := min(1+rng.IntN(30), len(orders)-int(wNext))
+			if rng.IntN(4) == 0 {
+				wNext = max(0, wNext-int64(rng.IntN(5))) // a fetch again from before the task's next: it skips what it has done
+			}
+			batch := orders[wNext : int(wNext)+n]
+			feed(w, testTopic, batch, int64(len(orders))-wNext)
+			wNext += int64(len(batch))
+		default:
+			n := min(1+rng.IntN(20), len(in))
+			feed(r, repart, in[:n], int64(len(in)))
+			rNext = in[n-1].Offset + 1
+		}
+		clean = false
+		if rng.IntN(3) == 0 {
+			clean = checkpoint(true)
+		}
+	}
+done:
+	var res combineRun
+	for _, rec := range prod.committed(testSink) {
+		res.out = append(res.out, fmt.Sprintf("%s %s", rec.Key, rec.Value))
+	}
+	for _, rec := range prod.committed(testGroup + "-dlq") {
+		// By operator and record: a dead letter of the reader has another offset when the
+		// repartition topic holds partial states before it.
+		res.dlq = append(res.dlq, fmt.Sprintf("%s %s: %s", hdr(rec, codec.HeaderOperator), rec.Key, rec.Value))
+	}
+	slices.Sort(res.dlq)
+	for _, rec := range prod.committed(repart) {
+		if rec.Key == nil && rec.Value == nil {
+			continue // an attribute record
+		}
+		res.repart++
+		if _, ok := codec.PartialOf(rec.Headers); ok {
+			res.partials++
+		}
+	}
+	return res
+}
+
+// lastPerKey is each key's last output: an aggregate's final result.
+func lastPerKey(out []string) []string {
+	m := map[string]string{}
+	for _, line := range out {
+		k, _, _ := strings.Cut(line, " ")
+		m[k] = line
+	}
+	var lines []string
+	for _, l := range m {
+		lines = append(lines, l)
+	}
+	slices.Sort(lines)
+	return lines
+}
+
+// perKey is the records of each key in their order, keys sorted: a distinct's outputs, whose
+// order across keys is its mode's (arrival in real time, key order from a sorted backlog).
+func perKey(out []string) []string {
+	out = slices.Clone(out)
+	slices.SortStableFunc(out, func(a, b string) int {
+		ka, _, _ := strings.Cut(a, " ")
+		kb, _, _ := strings.Cut(b, " ")
+		return strings.Compare(ka, kb)
+	})
+	return out
+}
+
+// TestCombineOneAnswer: a writer that combines gives the answer of one that does not, in every
+// mode, with aborts on both sides of the repartition topic and with a table smaller than the
+// keys (some records go as they are): an aggregate's final results (counts, exact sums,
+// filtered counts, string and number extremes), a distinct's records (the same, in the same
+// order per key) and the same dead letters; and fewer records cross the repartition topic.
+func TestCombineOneAnswer(t *testing.T) {
+	eachSeed(t, seedCounts{normal: 8, short: 3, long: 60}, func(t *testing.T, seed uint64, _ int) {
+		orders := genCombineOrders(rand.New(rand.NewPCG(seed, 1)), 400)
+		for _, op := range []struct {
+			name, doc string
+			final     func([]string) []string
+		}{
+			{"aggregate", combineAggregate, lastPerKey},
+			{"distinct", combineDistinct, perKey},
+		} {
+			for _, mode := range []string{"never", "always", "auto"} {
+				want := runCombine(t, seed, combineConfig(op.doc, mode, false, 1000), orders)
+				if len(want.out) == 0 || len(want.dlq) == 0 {
+					t.Fatalf("%s: the plain run wrote %d results and %d dead letters", op.name, len(want.out), len(want.dlq))
+				}
+				for _, cacheKeys := range []int{1000, 2} {
+					name := fmt.Sprintf("%s mode=%s cache_keys=%d", op.name, mode, cacheKeys)
+					got := runCombine(t, seed, combineConfig(op.doc, mode, true, cacheKeys), orders)
+					if g, w := op.final(got.out), op.final(want.out); !slices.Equal(g, w) {
+						t.Errorf("seed %d, %s: results differ from the plain run's:\n%s", seed, name, diffOutputs(w, g))
+					}
+					if !slices.Equal(got.dlq, want.dlq) {
+						t.Errorf("seed %d, %s: dead letters differ from the plain run's:\n%s", seed, name, diffOutputs(want.dlq, got.dlq))
+					}
+					if got.repart >= want.repart {
+						t.Errorf("seed %d, %s: %d records crossed the repartition topic, as many as without combining (%d)", seed, name, got.repart, want.repart)
+					}
+					if op.name == "aggregate" && got.partials == 0 {
+						t.Errorf("seed %d, %s: no partial state crossed the repartition topic", seed, name)
+					}
+				}
+			}
+		}
+	})
+}
+
+// diffOutputs lists the lines only one of want and got holds (-: want's, +: got's), at most 10.
+func diffOutputs(want, got []string) string {
+	var lines []string
+	count := func(ls []string) map[string]int {
+		m := map[string]int{}
+		for _, l := range ls {
+			m[l]++
+		}
+		return m
+	}
+	wm, gm := count(want), count(got)
+	for _, l := range want {
+		if gm[l] < wm[l] {
+			lines = append(lines, "- "+l)
+			gm[l]++
+		}
+	}
+	wm = count(want)
+	for _, l := range got {
+		if wm[l] < count(got)[l] {
+			lines = append(lines, "+ "+l)
+			wm[l]++
+		}
+	}
+	if len(lines) > 10 {
+		lines = append(lines[:10], fmt.Sprintf("... %d more", len(lines)-10))
+	}
+	return fmt.Sprintf("%d lines against %d:\n%s", len(got), len(want), strings.Join(lines, "\n"))
+}
