@@ -77,7 +77,20 @@ func (c ChainPlan) ID() string {
 	switch {
 	case c.Keyed != nil:
 		return c.Keyed.Name
-	case len(c.Stages) > 0:
+	case c.Rekey != "":
+		// Forks that share their stages re-key for different operators, and a combining one
+		// holds its progress while the others go on (operators/task/combine.go). No name has
+		// a colon.
+		return "rekey:" + c.RekeyFor
+	}
+	return c.LegacyID()
+}
+
+// LegacyID is the ID a re-keying chain had before "rekey:<operator>": its last stage or its
+// source, which forks sharing their stages shared (harmless then: such chains were always at
+// one progress). Commits of that sluice name it so.
+func (c ChainPlan) LegacyID() string {
+	if len(c.Stages) > 0 {
 		return c.Stages[len(c.Stages)-1].Name
 	}
 	return c.SourceName

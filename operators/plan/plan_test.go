@@ -3,6 +3,8 @@ package plan
 import (
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -46,4 +48,37 @@ func TestPlan(t *testing.T) {
 		t.Fatalf("unknown command %q", d.Cmd)
 		return ""
 	})
+}
+
+// TestChainIDsUnique: the chains reading one topic have IDs of their own (a commit's metadata
+// gives each its progress by ID), forks that share their stages and re-key for different
+// operators included (Nexmark q15 and q16 re-key the same map three ways), in every shipped
+// config.
+func TestChainIDsUnique(t *testing.T) {
+	files, err := filepath.Glob("../../configs/*/*.yaml")
+	if err != nil || len(files) < 20 {
+		t.Fatalf("configs: %v, %d files", err, len(files))
+	}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := configs.Parse(b, nil)
+		if err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		p, err := NewPlan(cfg)
+		if err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		seen := map[string]string{}
+		for _, c := range p.Chains {
+			k := c.Source.Topic + " " + c.ID()
+			if first, ok := seen[k]; ok {
+				t.Errorf("%s: chains from %s and %s of topic %s share the ID %q", f, first, c.SourceName, c.Source.Topic, c.ID())
+			}
+			seen[k] = c.SourceName
+		}
+	}
 }

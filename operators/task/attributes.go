@@ -160,10 +160,14 @@ func (t *Task) announceInputWatermark(c *chain, pd *Pending) int {
 		c.idleSaid = true
 		return t.announceMark(c, []byte(codec.IdleMark), pd)
 	}
-	if c.iwm == math.MinInt64 || c.iwm <= c.wmSaid && !c.idleSaid {
+	wm := c.iwm
+	if c.held() {
+		wm = c.comb.fromWM // a combining writer holding records: the watermark before them
+	}
+	if wm == math.MinInt64 || wm <= c.wmSaid && !c.idleSaid {
 		return 0
 	}
-	c.wmSaid, c.idleSaid = max(c.wmSaid, c.iwm), false
+	c.wmSaid, c.idleSaid = max(c.wmSaid, wm), false
 	return t.announceMark(c, codec.AppendMark(nil, c.wmSaid), pd)
 }
 

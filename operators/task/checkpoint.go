@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -135,6 +136,9 @@ func (t *Task) checkpointAll(p Producer, pd *Pending) error {
 		pd.records += t.announceWatermark(c, pd)
 		if c.plan.Rekey != "" && !c.timed() {
 			pd.next[c].wm, pd.next[c].iwm = c.wm, c.iwm // a re-keying writer's, committed with its offset (rewind)
+			if c.held() {
+				pd.next[c].wm, pd.next[c].iwm = c.comb.fromWM, c.comb.fromWM // as of its held offset
+			}
 		}
 	}
 	return nil
@@ -180,7 +184,11 @@ func (t *Task) checkpointChain(c *chain, p Producer, pd *Pending) error {
 	// A chain's progress moves only when nothing before it is still waiting in a sorter; its
 	// dead letters go out with it (while it stays put, a rewind produces them again).
 	n := pd.nextProgress(c, c.done.off)
-	if c.buffered() == 0 || foldedIn(pd, c) {
+	if c.held() {
+		// A combining writer holding its table: the records from its first on are read
+		// again after a rewind, and their dead letters written again (combine.go).
+		n.off = max(c.comb.from, c.done.off)
+	} else if c.buffered() == 0 || foldedIn(pd, c) {
 		n.off = max(c.next, c.done.off)
 		for _, r := range c.dlq {
 			p.Produce(r, pd.promise)
@@ -589,10 +597,16 @@ func (s *pendingScan) close() {
 // progressPrefix starts the offset-commit metadata that carries Pending.Progress.
 const progressPrefix = "sluice-progress:"
 
+// progressIDs, an entry of every progress EncodeProgress writes, says that its re-keying
+// chains go by their own IDs (plan.ChainPlan.ID), not by LegacyID. No name has a colon.
+const progressIDs = "ids:2"
+
 // EncodeProgress writes a topic partition's Pending.Progress as offset-commit metadata (JSON
-// after progressPrefix), committed in the transaction with the offset.
+// after progressPrefix, with progressIDs), committed in the transaction with the offset.
 func EncodeProgress(progress map[string]int64) string {
-	b, _ := json.Marshal(progress) // a map of strings to numbers always marshals
+	m := maps.Clone(progress)
+	m[progressIDs] = 2
+	b, _ := json.Marshal(m) // a map of strings to numbers always marshals
 	return progressPrefix + string(b)
 }
 

@@ -20,12 +20,21 @@ import (
 //   - For an aggregate or a cogroup without windows or retractions, it folds each record into a
 //     partial state of its group key, with the reader's own operator, projected as the reader
 //     would project it (the record as the reader decodes it: the group key, the value, the event
-//     time), in a table of at most cache_keys keys (partials, as the backlog's). Each checkpoint
+//     time), in a table of at most cache_keys keys (partials, as the backlog's). A checkpoint
 //     writes every key's partial state once, with codec.HeaderPartial, into its transaction
 //     (flushCombined), and the reader merges it (Mergeable.Merge) where it would have folded
 //     the records one by one (applyPartial): a state depends only on the multiset of its
-//     inputs, so the results are the same bytes. Records of keys beyond the table, and records
-//     the projection refuses (the reader dead-letters them), go as they are.
+//     inputs, so the results are the same bytes. In real time every checkpoint flushes; records
+//     of keys beyond the table, and records the projection refuses (the reader dead-letters
+//     them), go as they are.
+//   - While the writer reads a backlog it holds its table across checkpoints, as a keyed
+//     operator holds its sorted backlog: the chain's progress stays at the offset of the
+//     table's first record (from), and with it its dead letters and the watermark it announces
+//     and commits (fromWM), so that a rewind reads again exactly what the table holds. A full
+//     table, or a record that must go as it is, first releases the table into the open
+//     transaction (with the dead letters before it), and the table starts again from that
+//     record. Leaving backlog, or the end of a bounded input, flushes it at the next checkpoint.
+//     One partial state per key per backlog, then, not per checkpoint.
 //   - For a distinct, it remembers per key the flags it has passed on (at most cache_keys keys;
 //     then it forgets them all and starts again) and drops a record that sets none besides: the
 //     record that set them is before it in the same partition of the repartition topic,
@@ -42,6 +51,10 @@ type combiner struct {
 	ts      int64 // the latest event time folded into part: the partials' record timestamp
 	headers []kgo.RecordHeader
 	in      []byte // scratch: a projected input
+	// from is the offset of the first record in the table and fromWM the writer's input
+	// watermark before it; mixed: a record went as it is after it (the table cannot be held).
+	from, fromWM int64
+	mixed        bool
 
 	dist  *operators.Distinct
 	seen  map[string]uint64 // a distinct's flags passed on, by key
@@ -65,9 +78,11 @@ func newCombiner(cp *plan.ChainPlan, ops *plan.Ops, limit int) (*combiner, error
 	return &combiner{dist: d, seen: map[string]uint64{}, limit: limit}, nil
 }
 
-// take combines the chain's current record, re-keyed to key, and reports whether it is done
-// with it; false: the record goes to the repartition topic as it is.
-func (cb *combiner) take(r *operators.Record, key []byte) bool {
+// combine combines the chain's current record (kr, re-keyed to key; wmPrev the input watermark
+// before it) and reports whether it is done with it; false: the record goes to the repartition
+// topic as it is.
+func (t *Task) combine(c *chain, kr *kgo.Record, key []byte, wmPrev int64) bool {
+	cb, r := c.comb, &c.rec
 	orig := r.Key
 	r.Key = key // as the reader decodes it
 	defer func() { r.Key = orig }()
@@ -86,33 +101,92 @@ func (cb *combiner) take(r *operators.Record, key []byte) bool {
 		cb.seen[string(key)] = seen | mask
 		return false
 	}
+	hold := c.holding()
 	in, err := cb.agg.ProjectInput(cb.input, r, cb.in[:0])
 	if err != nil {
+		t.passOn(c, kr.Offset, hold)
 		return false // the reader dead-letters it
 	}
 	cb.in = in
+	if cb.part.len() == 0 && len(c.dlq) > 0 {
+		t.release(c, kr.Offset) // the dead letters before the table's first record go now
+	}
 	i, st, ok := cb.part.slot(key, cb.agg.InitState)
-	if !ok {
+	if !ok && !hold {
+		t.passOn(c, kr.Offset, hold)
 		return false // beyond the table's keys
+	}
+	if !ok {
+		t.release(c, kr.Offset) // full: the table starts again from this record
+		i, st, _ = cb.part.slot(key, cb.agg.InitState)
+	}
+	if cb.part.len() == 1 && cb.ts == math.MinInt64 { // the table's first record
+		cb.from, cb.fromWM, cb.mixed = kr.Offset, wmPrev, false
 	}
 	cb.part.set(i, st, cb.agg.Fold(st, in))
 	cb.ts = max(cb.ts, r.Time)
 	return true
 }
 
+// passOn prepares the table for a record at offset off that goes as it is: while holding, the
+// table is released first (the record must not reach the topic before what the table holds of
+// the records before it commits with it); otherwise the table can no longer be held.
+func (t *Task) passOn(c *chain, off int64, hold bool) {
+	cb := c.comb
+	if cb.part.len() == 0 {
+		return
+	}
+	if hold {
+		t.release(c, off)
+	} else {
+		cb.mixed = true
+	}
+}
+
+// holding reports whether the writer c holds its table across checkpoints: it reads a backlog
+// whose input has not ended.
+func (c *chain) holding() bool { return c.writerBacklog() && !c.ended }
+
+// held reports whether the combiner holds records at a checkpoint: its table is not empty and
+// may stay so (holding, and no record went as it is after its first).
+func (c *chain) held() bool {
+	cb := c.comb
+	return cb != nil && cb.part != nil && cb.part.len() > 0 && !cb.mixed && c.holding()
+}
+
+// release writes the table's partial states and the chain's dead letters into the open
+// transaction, before the record at offset off, from which the table starts again.
+func (t *Task) release(c *chain, off int64) {
+	t.writePartials(c, t.d.Producer, t.out.promise)
+	for _, r := range c.dlq {
+		t.d.Producer.Produce(r, t.out.promise)
+	}
+	c.dlq = nil
+	c.comb.from = off
+}
+
 // reset forgets what the combiner holds (an abort: the records it came from are read again).
 func (cb *combiner) reset() {
 	if cb.part != nil {
 		cb.part.reset()
-		cb.ts = math.MinInt64
+		cb.ts, cb.mixed = math.MinInt64, false
 	}
 	clear(cb.seen)
 }
 
-// flushCombined writes the partial state of each key the writer c combined since its last
-// checkpoint to its repartition topic through p and empties the table; it returns the number
-// of records written.
+// flushCombined writes, at a checkpoint, the partial state of each key the writer c holds to
+// its repartition topic through p and empties the table, unless it is held (held); it returns
+// the number of records written.
 func (t *Task) flushCombined(c *chain, p Producer, promise func(*kgo.Record, error)) int {
+	if c.held() {
+		return 0
+	}
+	return t.writePartials(c, p, promise)
+}
+
+// writePartials writes the partial state of each key of c's table through p, in key order, and
+// empties the table; it returns the number of records written.
+func (t *Task) writePartials(c *chain, p Producer, promise func(*kgo.Record, error)) int {
 	cb := c.comb
 	if cb == nil || cb.part == nil || cb.part.len() == 0 {
 		return 0

@@ -2,6 +2,7 @@ package task
 
 import (
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -309,4 +310,44 @@ func diffOutputs(want, got []string) string {
 		lines = append(lines[:10], fmt.Sprintf("... %d more", len(lines)-10))
 	}
 	return fmt.Sprintf("%d lines against %d:\n%s", len(got), len(want), strings.Join(lines, "\n"))
+}
+
+// TestRekeyProgressIDs: forks that re-key one input for different operators resume each from
+// its own progress (a combining one holds its offset while the others go on), and a commit of
+// a sluice before their own IDs (both named by their source then, at one progress) still
+// gives them theirs.
+func TestRekeyProgressIDs(t *testing.T) {
+	pl := mustPlan(t, combineConfig(combineAggregate+`  - name: firsts
+    distinct:
+      input: orders
+      group_by: region, customer_id
+      flags: {any: "true"}
+    output: out
+`, "auto", true, 1000))
+	next := func(progress map[string]int64) map[string]int64 {
+		tk, err := New(pl, testTopic, 0, Deps{Store: state.NewMem(), Producer: newFakeProducer(), Logger: discardLogger(),
+			InternalPartitions: map[string]int32{testGroup + "-totals-repartition": 1, testGroup + "-firsts-repartition": 1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tk.Close()
+		tk.SetProgress(testTopic, 10, progress)
+		out := map[string]int64{}
+		for _, c := range tk.chains {
+			if c.plan.Source.Topic == testTopic {
+				out[c.plan.ID()] = c.next
+			}
+		}
+		return out
+	}
+	meta, err := DecodeProgress(EncodeProgress(map[string]int64{"rekey:totals": 20}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := next(meta), map[string]int64{"rekey:totals": 20, "rekey:firsts": 10}; !maps.Equal(got, want) {
+		t.Errorf("progress %v: chains at %v, want %v", meta, got, want)
+	}
+	if got, want := next(map[string]int64{"orders": 20}), map[string]int64{"rekey:totals": 20, "rekey:firsts": 20}; !maps.Equal(got, want) {
+		t.Errorf("legacy progress: chains at %v, want %v", got, want)
+	}
 }

@@ -402,7 +402,11 @@ func (t *Task) SetProgress(topic string, committed int64, progress map[string]in
 	t.must("SetProgress", phaseIdle)
 	for _, c := range t.byTopic[topic] {
 		off := committed
-		if p, ok := progress[c.plan.ID()]; ok {
+		p, ok := progress[c.plan.ID()]
+		if _, ids := progress[progressIDs]; !ok && !ids && c.plan.Rekey != "" {
+			p, ok = progress[c.plan.LegacyID()] // a commit of a sluice before the re-keying chains' own IDs
+		}
+		if ok {
 			off = max(off, p)
 		}
 		if off > c.next {
@@ -582,7 +586,7 @@ func (t *Task) applyRecord(c *chain, kr *kgo.Record, wmPrev int64) error {
 			t.deadLetter(c, kr, ops.Rekey.Name(), err)
 			return nil
 		}
-		if c.comb != nil && c.comb.take(&c.rec, key) {
+		if c.comb != nil && t.combine(c, kr, key, wmPrev) {
 			return nil // combined into a partial state, or dropped before a distinct
 		}
 		out := &kgo.Record{Topic: c.plan.SinkTopic, Key: bytes.Clone(key), Value: bytes.Clone(c.rec.Value), Partition: -1, Timestamp: time.UnixMilli(c.rec.Time)}
