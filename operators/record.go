@@ -51,6 +51,15 @@ func (r *Record) Release() {
 	r.Key, r.Value, r.idxPtr, r.idxLen, r.idxErr = nil, nil, nil, 0, nil
 }
 
+// Set makes r the record key, t, value, as another Record held it after Decode and stages (a
+// task's fork starts from what an earlier chain made of the record): r keeps no index of its
+// earlier Value, and reads key and value, which the caller leaves unchanged until r's next
+// Decode, Set or Release.
+func (r *Record) Set(key []byte, t int64, value []byte) {
+	r.Release()
+	r.Key, r.Time, r.Value = key, t, value
+}
+
 // setIndexed records that members describe v.
 func (r *Record) setIndexed(v []byte, err error) {
 	r.idxPtr, r.idxLen, r.idxErr = unsafe.SliceData(v), len(v), err

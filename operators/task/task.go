@@ -69,6 +69,7 @@ type Task struct {
 	dlq       []*kgo.Record     // tables' dead letters not yet produced (held until the next checkpoint without a backlog)
 	cacheCap  int
 	needCkpt  bool
+	batches   uint64 // Process calls (a provider's snapshots hold one: fork.go)
 	log       *slog.Logger
 	out       *errTracker // produce results of records sent outside a checkpoint (stateless outputs)
 	prep      *Pending    // folds done by Prepare, completed by the next Checkpoint
@@ -100,7 +101,9 @@ type chain struct {
 
 	rec     operators.Record
 	scratch []byte
-	comb    *combiner // a re-keying writer's combining for its reader (combine.go); nil: none
+	comb    *combiner   // a re-keying writer's combining for its reader (combine.go); nil: none
+	snaps   []*snapshot // what came of a batch's records after some stages, for forks (fork.go)
+	from    *snapshot   // a fork's: its provider's snapshot it starts from (fork.go); nil: none
 
 	observed bool // the chain has seen a batch since it started or was rewound (BeforeBatch)
 
@@ -372,6 +375,7 @@ func (t *Task) addChain(cp plan.ChainPlan, g groupBuild) error {
 	}
 	t.chains = append(t.chains, c)
 	t.byTopic[cp.Source.Topic] = append(t.byTopic[cp.Source.Topic], c)
+	t.linkFork(c)
 	return nil
 }
 
@@ -444,6 +448,7 @@ func (t *Task) Process(topic string, recs []*kgo.Record) error {
 		}
 	}
 	now := t.d.Clock() // once per batch: the inputs' idleness (window.go)
+	t.batches++
 	for _, c := range t.byTopic[topic] {
 		c.lastSeen = now
 		if err := t.processChain(c, recs, now); err != nil {
@@ -461,7 +466,8 @@ func (t *Task) Process(topic string, recs []*kgo.Record) error {
 func (t *Task) processChain(c *chain, recs []*kgo.Record, now time.Time) error {
 	defer c.rec.Release() // do not pin the batch's fetch response (operators.Record.Release)
 	c.batchUp = false     // the batch runs now: AfterBatch judges by what the writers said last
-	for _, kr := range recs {
+	c.beginSnapshots(t.batches, len(recs))
+	for i, kr := range recs {
 		// The timers the watermark of the previous record reached fire after it, whatever
 		// became of it: a record dropped by a filter, dead-lettered or late moves the
 		// watermark too, and a timer it reached must fire before the next record is applied,
@@ -489,15 +495,8 @@ func (t *Task) processChain(c *chain, recs []*kgo.Record, now time.Time) error {
 				continue
 			}
 		}
-		if ok, err := t.decode(c, kr); err != nil || !ok {
-			if err != nil {
-				return err
-			}
-			continue
-		}
 		wmPrev := c.wm
-		c.observeTime(c.rec.Time, now)
-		if keep, err := t.applyStages(c, kr); err != nil || !keep {
+		if keep, err := t.decodeStages(c, i, kr, now); err != nil || !keep {
 			if err != nil {
 				return err
 			}
@@ -541,10 +540,47 @@ func (t *Task) decode(c *chain, kr *kgo.Record) (bool, error) {
 	return true, nil
 }
 
-// applyStages runs the chain's stateless stages on c.rec: false when one dropped it or made it
-// a dead letter.
-func (t *Task) applyStages(c *chain, kr *kgo.Record) (bool, error) {
-	t.tap(c, -1)
+// decodeStages decodes record i of the batch, kr, into c.rec and runs the chain's stateless
+// stages on it (a fork: from its provider's snapshot, where it has the record), advancing the
+// chain's input time: false when it could not be decoded, or a stage dropped it or made it a
+// dead letter.
+func (t *Task) decodeStages(c *chain, i int, kr *kgo.Record, now time.Time) (bool, error) {
+	if e := c.snapFor(t.batches, i); e != nil {
+		if e.state != snapKept {
+			if e.state == snapDropped {
+				c.observeTime(e.srcTime, now)
+			}
+			if len(c.snaps) > 0 {
+				c.snapMark(i, -1, e.state, e.srcTime) // deeper than its own start (linkFork)
+			}
+			return false, nil
+		}
+		c.observeTime(e.srcTime, now)
+		c.useSnap(e)
+		return t.applyStages(c, kr, i, c.from.depth, e.srcTime)
+	}
+	snap := len(c.snaps) > 0 && kr.Value != nil
+	if ok, err := t.decode(c, kr); err != nil || !ok {
+		if snap && err == nil {
+			c.snapMark(i, -1, snapBad, 0)
+		}
+		return false, err
+	}
+	c.observeTime(c.rec.Time, now)
+	if !snap {
+		i = -1
+	}
+	return t.applyStages(c, kr, i, 0, c.rec.Time)
+}
+
+// applyStages runs the chain's stateless stages from the from-th on c.rec: false when one
+// dropped it or made it a dead letter. i >= 0: the record's index in the batch, for the
+// chain's snapshots (fork.go), and srcTime its decoded time.
+func (t *Task) applyStages(c *chain, kr *kgo.Record, i, from int, srcTime int64) (bool, error) {
+	if i >= 0 {
+		c.snapKeep(i, from, srcTime)
+	}
+	t.tap(c, from-1)
 	if c.rec.Value == nil && c.plan.Tombstones && !c.ops.Keyed() {
 		// A deleted row of an upsert stream: no stage has a row to read; the deletion goes on
 		// to the sink under its key.
@@ -554,8 +590,12 @@ func (t *Task) applyStages(c *chain, kr *kgo.Record) (bool, error) {
 		}
 		return false, nil
 	}
-	for si, st := range c.ops.Stages {
+	for si := from; si < len(c.ops.Stages); si++ {
+		st := c.ops.Stages[si]
 		keep, err := st.Apply(&c.rec)
+		if (err != nil || !keep) && i >= 0 {
+			c.snapMark(i, si, snapDropped, srcTime)
+		}
 		if err != nil {
 			var rerr *operators.Error
 			if !errors.As(err, &rerr) {
@@ -570,6 +610,9 @@ func (t *Task) applyStages(c *chain, kr *kgo.Record) (bool, error) {
 			return false, nil
 		}
 		t.tap(c, si)
+		if i >= 0 {
+			c.snapKeep(i, si+1, srcTime)
+		}
 	}
 	return true, nil
 }
