@@ -115,15 +115,7 @@ func runCombine(t *testing.T, seed uint64, doc string, orders []*kgo.Record) com
 			var pds []*Pending
 			failed := false
 			for _, tk := range []*Task{w, r} {
-				if tk.WantsFold() {
-					if err := tk.Prepare(t.Context(), prod); err != nil {
-						t.Fatal(err)
-					}
-				}
-				pd, err := tk.Checkpoint(prod)
-				if err != nil {
-					t.Fatal(err)
-				}
+				pd := checkpointTask(t, tk, prod)
 				failed = failed || pd.Err() != nil
 				pds = append(pds, pd)
 			}

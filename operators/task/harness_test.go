@@ -317,6 +317,21 @@ func (d *driver) end() {
 	}
 }
 
+// checkpointTask folds tk's due switch, if any, and checkpoints it into prod's open transaction.
+func checkpointTask(t testing.TB, tk *Task, prod *fakeProducer) *Pending {
+	t.Helper()
+	if tk.WantsFold() {
+		if err := tk.Prepare(t.Context(), prod); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pd, err := tk.Checkpoint(prod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pd
+}
+
 // scanState returns the task namespace's state as "key=hex(value)" lines.
 func scanState(t testing.TB, s state.Store) []string {
 	t.Helper()

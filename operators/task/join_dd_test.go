@@ -419,15 +419,7 @@ func ddCheckpoint(t testing.TB, tk *Task, prod *fakeProducer, abort bool) (*Pend
 	t.Helper()
 	var first *Pending
 	for range 3 {
-		if tk.WantsFold() {
-			if err := tk.Prepare(t.Context(), prod); err != nil {
-				t.Fatal(err)
-			}
-		}
-		pd, err := tk.Checkpoint(prod)
-		if err != nil {
-			t.Fatal(err)
-		}
+		pd := checkpointTask(t, tk, prod)
 		if abort || pd.Err() != nil {
 			prod.abort()
 			return pd, tk.Aborted(pd)

@@ -97,15 +97,7 @@ func TestWindowsDataDriven(t *testing.T) {
 		}
 		checkpoint := func() {
 			for range 3 {
-				if tk.WantsFold() {
-					if err := tk.Prepare(t.Context(), prod); err != nil {
-						t.Fatal(err)
-					}
-				}
-				pd, err := tk.Checkpoint(prod)
-				if err != nil {
-					t.Fatal(err)
-				}
+				pd := checkpointTask(t, tk, prod)
 				prod.commit()
 				if err := tk.Committed(pd); err != nil {
 					t.Fatal(err)
