@@ -3,11 +3,15 @@ package task
 import (
 	"fmt"
 	"maps"
+	"math/big"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/valyala/fastjson"
 
 	"github.com/sluice-dev/sluice/sorter"
 	"github.com/sluice-dev/sluice/state"
@@ -121,6 +125,7 @@ func TestForkSnapshots(t *testing.T) {
 						return lag
 					}}
 				d.run()
+				checkForkOracle(t, mode, snapshots, in, d.prod)
 				// Each topic's records: stateless outputs and repartitioned records (not the
 				// announcements between them) in order, dead letters sorted (each chain holds its
 				// own until a checkpoint) and windows' finals sorted, an aggregate's results the
@@ -226,4 +231,58 @@ func diffRecords(want, got []string) string {
 		}
 	}
 	return b.String()
+}
+
+// checkForkOracle checks two forks of testConfigForks against the input itself: sevens (a fork
+// of none of the first chain's stages) writes, in offset order and once each, every record the
+// source can decode whose order id ends in 7; threes (a fork sharing two stages, and a fork of
+// a fork) every good record's order id that ends in 3 with an amount of at least 100.
+func checkForkOracle(t *testing.T, mode string, snapshots bool, in genInput, prod *fakeProducer) {
+	t.Helper()
+	undecodable := map[string]bool{"json": true, "no-ts": true, "mismatch": true, "nokey": true, "no-key-field": true}
+	var wantSevens, wantThrees []string
+	for i, r := range in.recs {
+		kind := in.bad[int64(i)]
+		id := fmt.Sprintf("o-%d", i)
+		if !undecodable[kind] && strings.HasSuffix(id, "7") {
+			wantSevens = append(wantSevens, id)
+		}
+		if kind != "" || !strings.HasSuffix(id, "3") {
+			continue
+		}
+		v, err := fastjson.ParseBytes(r.Value)
+		if err != nil {
+			t.Fatal(err)
+		}
+		amount, ok := new(big.Rat).SetString(v.Get("amount").String())
+		if !ok {
+			t.Fatalf("amount of %s: %s", id, r.Value)
+		}
+		if amount.Cmp(big.NewRat(100, 1)) >= 0 {
+			wantThrees = append(wantThrees, id)
+		}
+	}
+	ids := func(topic string, keep func(id string) bool) []string {
+		var out []string
+		for _, r := range prod.committed(topic) {
+			v, err := fastjson.ParseBytes(r.Value)
+			if err != nil {
+				t.Fatalf("%s: %q: %v", topic, r.Value, err)
+			}
+			if id := string(v.GetStringBytes("order_id")); keep(id) {
+				out = append(out, id)
+			}
+		}
+		return out
+	}
+	good := func(id string) bool {
+		off, _ := strconv.ParseInt(strings.TrimPrefix(id, "o-"), 10, 64)
+		return in.bad[off] == "" // a bad record with an amount may pass the filter or not: not judged
+	}
+	if got := ids("sevens", func(string) bool { return true }); !slices.Equal(got, wantSevens) {
+		t.Errorf("mode %s, snapshots %v: sevens wrote %d ids, want %d:\n%s", mode, snapshots, len(got), len(wantSevens), diffRecords(wantSevens, got))
+	}
+	if got := ids("threes", good); !slices.Equal(got, wantThrees) {
+		t.Errorf("mode %s, snapshots %v: threes wrote %d ids of good records, want %d:\n%s", mode, snapshots, len(got), len(wantThrees), diffRecords(wantThrees, got))
+	}
 }
