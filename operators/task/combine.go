@@ -60,7 +60,8 @@ type combiner struct {
 	seen  *flagSet // a distinct's flags passed on, by key
 	limit int
 	// The distinct's filter pays its way only when it drops many records (Nexmark q15: over
-	// 80%, and the run takes 0.6 of the CPU; q16: about 30%, and the run takes a quarter more):
+	// 80%, and the run takes 0.6 of the CPU; q16: about 30%, where examining every record cost
+	// more than it saved):
 	// it counts the records of a window (filterWindow) and those it dropped, and below half
 	// it lets records through unexamined for skipWindows windows, then looks again.
 	looked, dropped int64

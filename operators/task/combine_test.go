@@ -3,6 +3,7 @@ package task
 import (
 	"fmt"
 	"maps"
+	"math/big"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/valyala/fastjson"
 
 	"github.com/sluice-dev/sluice/changelog/codec"
 	"github.com/sluice-dev/sluice/sorter"
@@ -246,6 +248,7 @@ func withFilterWindow[T any](w int64, f func() T) T {
 // keys (some records go as they are): an aggregate's final results (counts, exact sums,
 // filtered counts, string and number extremes), a distinct's records (the same, in the same
 // order per key) and the same dead letters; and fewer records cross the repartition topic.
+// The aggregate's results are also checked against the orders themselves (checkCombineOracle).
 func TestCombineOneAnswer(t *testing.T) {
 	eachSeed(t, seedCounts{normal: 8, short: 3, long: 60}, func(t *testing.T, seed uint64, _ int) {
 		orders := genCombineOrders(rand.New(rand.NewPCG(seed, 1)), 400)
@@ -281,6 +284,9 @@ func TestCombineOneAnswer(t *testing.T) {
 					if strict := v.cacheKeys > 2 && v.window == filterWindow; got.repart > want.repart || strict && got.repart == want.repart {
 						t.Errorf("seed %d, %s: %d records crossed the repartition topic, as many as without combining (%d)", seed, name, got.repart, want.repart)
 					}
+					if op.name == "aggregate" {
+						checkCombineOracle(t, name, orders, lastPerKey(got.out))
+					}
 					if op.name == "aggregate" && got.partials == 0 {
 						t.Errorf("seed %d, %s: no partial state crossed the repartition topic", seed, name)
 					}
@@ -290,28 +296,95 @@ func TestCombineOneAnswer(t *testing.T) {
 	})
 }
 
-// diffOutputs lists the lines only one of want and got holds (-: want's, +: got's), at most 10.
+// checkCombineOracle checks combineAggregate's final results (lastPerKey lines) against the
+// orders themselves: per region, over the orders with a region and an amount, the count, the
+// exact sum, the count under 100, the largest order id and the smallest amount.
+func checkCombineOracle(t *testing.T, name string, orders []*kgo.Record, finals []string) {
+	t.Helper()
+	type agg struct {
+		n, cheap int
+		total    *big.Rat
+		low      *big.Rat
+		top      string
+	}
+	want := map[string]*agg{}
+	for _, r := range orders {
+		v, err := fastjson.ParseBytes(r.Value)
+		if err != nil {
+			t.Fatal(err)
+		}
+		region, amt := v.GetStringBytes("region"), v.Get("amount")
+		if region == nil || amt == nil {
+			continue // a dead letter of the re-key or of the aggregate
+		}
+		a, ok := new(big.Rat).SetString(amt.String())
+		if !ok {
+			t.Fatalf("amount %s", amt)
+		}
+		w := want[string(region)]
+		if w == nil {
+			w = &agg{total: new(big.Rat), low: a}
+			want[string(region)] = w
+		}
+		w.n++
+		w.total.Add(w.total, a)
+		if a.Cmp(big.NewRat(100, 1)) < 0 {
+			w.cheap++
+		}
+		if a.Cmp(w.low) < 0 {
+			w.low = a
+		}
+		w.top = max(w.top, string(v.GetStringBytes("order_id")))
+	}
+	if len(finals) != len(want) {
+		t.Errorf("%s: %d regions in the results, want %d", name, len(finals), len(want))
+	}
+	for _, line := range finals {
+		key, val, _ := strings.Cut(line, " ")
+		v, err := fastjson.Parse(val)
+		if err != nil {
+			t.Fatalf("%s: %s: %v", name, line, err)
+		}
+		w := want[key]
+		if w == nil {
+			t.Errorf("%s: a result for region %q, which no good order has", name, key)
+			continue
+		}
+		total, _ := new(big.Rat).SetString(v.Get("total").String())
+		low, _ := new(big.Rat).SetString(v.Get("low").String())
+		if v.GetInt("n") != w.n || v.GetInt("cheap") != w.cheap || total == nil || total.Cmp(w.total) != 0 ||
+			low == nil || low.Cmp(w.low) != 0 || string(v.GetStringBytes("top_id")) != w.top {
+			t.Errorf("%s: region %s: %s, want n %d, total %s, cheap %d, top_id %s, low %s", name, key, val,
+				w.n, w.total.FloatString(2), w.cheap, w.top, w.low.FloatString(2))
+		}
+	}
+}
+
+// diffOutputs lists the lines only one of want and got holds (-: want's, +: got's), at most 10,
+// or, when they hold the same lines, the first place their order differs.
 func diffOutputs(want, got []string) string {
-	var lines []string
-	count := func(ls []string) map[string]int {
-		m := map[string]int{}
-		for _, l := range ls {
-			m[l]++
-		}
-		return m
-	}
-	wm, gm := count(want), count(got)
+	n := map[string]int{}
 	for _, l := range want {
-		if gm[l] < wm[l] {
+		n[l]++
+	}
+	for _, l := range got {
+		n[l]--
+	}
+	var lines []string
+	for _, l := range slices.Sorted(maps.Keys(n)) {
+		for ; n[l] > 0; n[l]-- {
 			lines = append(lines, "- "+l)
-			gm[l]++
+		}
+		for ; n[l] < 0; n[l]++ {
+			lines = append(lines, "+ "+l)
 		}
 	}
-	wm = count(want)
-	for _, l := range got {
-		if wm[l] < count(got)[l] {
-			lines = append(lines, "+ "+l)
-			wm[l]++
+	if len(lines) == 0 {
+		for i := range min(len(want), len(got)) {
+			if want[i] != got[i] {
+				lines = append(lines, fmt.Sprintf("first out of order at %d:", i), "- "+want[i], "+ "+got[i])
+				break
+			}
 		}
 	}
 	if len(lines) > 10 {

@@ -173,7 +173,7 @@ func TestForkSnapshots(t *testing.T) {
 				t.Errorf("mode %s: no fork started from a snapshot", mode)
 			}
 			if !slices.Equal(got, want) {
-				t.Errorf("mode %s: forks from snapshots committed otherwise (%d records, want %d):\n%s", mode, len(got), len(want), diffRecords(want, got))
+				t.Errorf("mode %s: forks from snapshots committed otherwise (%d records, want %d):\n%s", mode, len(got), len(want), diffOutputs(want, got))
 			}
 		}
 	})
@@ -201,36 +201,6 @@ func TestForkLinks(t *testing.T) {
 	if !maps.Equal(got, want) {
 		t.Errorf("forks start from %v, want %v", got, want)
 	}
-}
-
-// diffRecords returns the lines only one of want and got has (-: want's, +: got's), or, when
-// they hold the same lines, the first place their order differs.
-func diffRecords(want, got []string) string {
-	n := map[string]int{}
-	for _, l := range want {
-		n[l]++
-	}
-	for _, l := range got {
-		n[l]--
-	}
-	var b strings.Builder
-	for _, l := range slices.Sorted(maps.Keys(n)) {
-		for ; n[l] > 0; n[l]-- {
-			fmt.Fprintf(&b, "- %s\n", l)
-		}
-		for ; n[l] < 0; n[l]++ {
-			fmt.Fprintf(&b, "+ %s\n", l)
-		}
-	}
-	if b.Len() == 0 {
-		for i := range min(len(want), len(got)) {
-			if want[i] != got[i] {
-				fmt.Fprintf(&b, "first out of order at %d:\n- %s\n+ %s\n", i, want[i], got[i])
-				break
-			}
-		}
-	}
-	return b.String()
 }
 
 // checkForkOracle checks two forks of testConfigForks against the input itself: sevens (a fork
@@ -280,9 +250,9 @@ func checkForkOracle(t *testing.T, mode string, snapshots bool, in genInput, pro
 		return in.bad[off] == "" // a bad record with an amount may pass the filter or not: not judged
 	}
 	if got := ids("sevens", func(string) bool { return true }); !slices.Equal(got, wantSevens) {
-		t.Errorf("mode %s, snapshots %v: sevens wrote %d ids, want %d:\n%s", mode, snapshots, len(got), len(wantSevens), diffRecords(wantSevens, got))
+		t.Errorf("mode %s, snapshots %v: sevens wrote %d ids, want %d:\n%s", mode, snapshots, len(got), len(wantSevens), diffOutputs(wantSevens, got))
 	}
 	if got := ids("threes", good); !slices.Equal(got, wantThrees) {
-		t.Errorf("mode %s, snapshots %v: threes wrote %d ids of good records, want %d:\n%s", mode, snapshots, len(got), len(wantThrees), diffRecords(wantThrees, got))
+		t.Errorf("mode %s, snapshots %v: threes wrote %d ids of good records, want %d:\n%s", mode, snapshots, len(got), len(wantThrees), diffOutputs(wantThrees, got))
 	}
 }
