@@ -26,6 +26,11 @@ import (
 // no other field, stats-by is left out; with one distinct value and no other field, stats is an
 // aggregate with group_by over the distinct itself. Each internal operator has its own state,
 // changelog and topics, named after it.
+//
+// With a tumbling window, the distinct and the cogroup (or the aggregate over the distinct) take
+// the aggregate's window: the distinct marks first records per (group, value) and window, and
+// writes each with its window's end - 1 as event time, which the cogroup's window of the same
+// size puts back into that window; a window's flags are forgotten once it closes.
 
 // distinctName is the internal distinct's name for value path v of aggregate op.
 func distinctName(op, v string) string {
@@ -114,14 +119,14 @@ func expandAggregate(op Operator) []Operator {
 	if len(values) == 1 && len(plain) == 0 {
 		// The distinct's results, summed per group by the aggregate itself.
 		d := distinctName(op.Name, values[0])
-		ops = append(ops, mark(Operator{Name: d, Distinct: &Distinct{Input: a.Input, GroupBy: groups + ", " + values[0], Flags: flags[values[0]]}}))
+		ops = append(ops, mark(Operator{Name: d, Distinct: &Distinct{Input: a.Input, GroupBy: groups + ", " + values[0], Flags: flags[values[0]], Window: a.Window}}))
 		fields := map[string]map[string]any{}
 		for name := range flags[values[0]] {
 			fields[name] = map[string]any{"sum": name}
 		}
-		return append(ops, Operator{Name: op.Name, Output: op.Output, Aggregate: &Aggregate{Input: d, GroupBy: a.GroupBy, Fields: fields, Emit: a.Emit}})
+		return append(ops, Operator{Name: op.Name, Output: op.Output, Aggregate: &Aggregate{Input: d, GroupBy: a.GroupBy, Fields: fields, Emit: a.Emit, Window: a.Window}})
 	}
-	cg := &Cogroup{Fields: map[string]map[string]any{}, Emit: a.Emit, KeyColumns: len(splitFields(a.GroupBy)) > 1}
+	cg := &Cogroup{Fields: map[string]map[string]any{}, Emit: a.Emit, KeyColumns: len(splitFields(a.GroupBy)) > 1, Window: a.Window}
 	if len(plain) > 0 {
 		by := op.Name + "-by"
 		ops = append(ops, mark(Operator{Name: by, Rekey: &Rekey{Input: a.Input, By: a.GroupBy}}))
@@ -138,7 +143,7 @@ func expandAggregate(op Operator) []Operator {
 	for _, v := range values {
 		d := distinctName(op.Name, v)
 		ops = append(ops,
-			mark(Operator{Name: d, Distinct: &Distinct{Input: a.Input, GroupBy: groups + ", " + v, Flags: flags[v]}}),
+			mark(Operator{Name: d, Distinct: &Distinct{Input: a.Input, GroupBy: groups + ", " + v, Flags: flags[v], Window: a.Window}}),
 			mark(Operator{Name: d + "-by", Rekey: &Rekey{Input: d, By: a.GroupBy}}))
 		cg.Inputs = append(cg.Inputs, d+"-by")
 		for name := range flags[v] {

@@ -3,6 +3,7 @@ package configs
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 const expandDoc = `kafka: {brokers: [127.0.0.1:9092]}
@@ -108,5 +109,53 @@ func TestExpandCountDistinct(t *testing.T) {
 	before := len(c.Operators)
 	if err := c.expandCountDistinct(); err != nil || len(c.Operators) != before {
 		t.Fatalf("a second expansion: %v, %d operators, want %d", err, len(c.Operators), before)
+	}
+}
+
+// With a tumbling window, the distincts and the cogroup take the aggregate's window (the
+// distincts' firsts are per window and carry its end - 1); with one value and no other field,
+// the aggregate over the distinct takes it too.
+func TestExpandCountDistinctWindow(t *testing.T) {
+	for _, fields := range []string{
+		`{bids: {count: {}}, bidders: {count_distinct: bidder}}`,
+		`{bidders: {count_distinct: bidder}}`,
+	} {
+		doc := strings.Replace(expandDoc, `      group_by: "day, channel"
+      fields:
+        bids: {count: {}}
+        top: {max: price, where: "price < 10"}
+        bidders: {count_distinct: bidder}
+        rank1_bidders: {count_distinct: bidder, where: "price < 10"}
+        auctions: {count_distinct: auction}
+        last_bidder: {max: bidder, type: string}`, `      group_by: channel
+      window: {tumbling: 1m, grace: 5s}
+      emit: final
+      fields: `+fields, 1)
+		doc = strings.Replace(doc, "bids: {topic: bids, key: auction}", "bids: {topic: bids, key: auction, timestamp: dateTime}", 1)
+		c, err := Parse([]byte(doc), nil)
+		if err != nil {
+			t.Fatalf("%s: %v", fields, err)
+		}
+		windows := 0
+		for _, op := range c.Operators {
+			var w *Window
+			switch {
+			case op.Distinct != nil:
+				w = op.Distinct.Window
+			case op.Cogroup != nil:
+				w = op.Cogroup.Window
+			case op.Aggregate != nil:
+				w = op.Aggregate.Window
+			default:
+				continue
+			}
+			if w == nil || w.Tumbling != time.Minute || w.Grace != 5*time.Second {
+				t.Errorf("%s: %s %s: window %+v, want the aggregate's", fields, op.Kind(), op.Name, w)
+			}
+			windows++
+		}
+		if windows != 2 {
+			t.Errorf("%s: %d windowed operators, want a distinct and the operator named q15", fields, windows)
+		}
 	}
 }

@@ -31,7 +31,7 @@ operators:
   - {name: d, dedup: {input: s, group_by: x}, output: o}
   - {name: tn, top: {input: s, n: 3, by: x}, output: o}
   - {name: tw, top: {input: s, n: 1, by: x, ties: true, window: {tumbling: 1m}}, output: o}
-  - {name: ds, distinct: {input: s, group_by: "x, y", flags: {n: "true"}}, output: o}
+  - {name: ds, distinct: {input: s, group_by: "x, y", flags: {n: "true"}, window: {tumbling: 1m}}, output: o}
   - {name: rk, rekey: {input: s, by: x}, output: o}
   - {name: ch, changes: {input: tn}, output: o}
   - {name: ao, aggregate: {input: s, fields: {n: {count: {}}}, changelog: topic}, output: z}

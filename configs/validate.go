@@ -1091,12 +1091,26 @@ func checkDistinct(kp string, d *Distinct) *Error {
 			return errorf(kp+".group_by", "%s; or leave it out to mark the first records of the input's key", msg)
 		}
 	}
+	if d.Window != nil {
+		if err := checkWindow(kp+".window", d.Window); err != nil {
+			return err
+		}
+		if d.Window.Session > 0 {
+			return errorf(kp+".window.session", "a distinct marks first records per tumbling or hopping window, not per session; use window: {tumbling: ...} or {hopping: ..., advance: ...}")
+		}
+		for _, c := range []string{"window_start", "window_end"} {
+			if _, ok := d.Flags[c]; ok {
+				return errorf(kp+".flags."+c, "is a column the windows write; name the flag otherwise")
+			}
+		}
+	}
 	return nil
 }
 
 // checkCountDistinct checks an aggregate's count_distinct fields: they run as a distinct keyed
 // by the group and the value (expandCountDistinct), so the group must be fields of the record
-// (group_by), and a distinct has neither windows nor retractions.
+// (group_by); its windows are tumbling ones (the distinct's records for a window carry its end
+// - 1, which falls in that window alone), and a distinct takes no retractions.
 func checkCountDistinct(kp string, a *Aggregate) *Error {
 	perValue := map[string]int{}
 	for _, sp := range a.Specs() {
@@ -1107,8 +1121,8 @@ func checkCountDistinct(kp string, a *Aggregate) *Error {
 		switch {
 		case a.GroupBy == "":
 			return errorf(key, "count_distinct needs group_by (its distinct values are kept per group and value, both fields of the record); group by the field the input is keyed by, e.g. group_by: auction")
-		case a.Window != nil:
-			return errorf(key, "count_distinct is not supported with a window yet (its distinct values are remembered for ever); leave the window out, or group by a column holding the window (e.g. a map's date_format)")
+		case a.Window.Kind() == "hopping" || a.Window.Kind() == "session":
+			return errorf(key, "count_distinct takes tumbling windows only (a value seen in several overlapping windows is not summed apart yet); use window: {tumbling: ...}, or group by a column holding the window (e.g. a map's date_format)")
 		case a.Retractions:
 			return errorf(key, "count_distinct cannot take a retraction back (a value's first record may be the one retracted); use it over rows that never change")
 		case slices.Contains(splitFields(a.GroupBy), sp.Field):

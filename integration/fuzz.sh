@@ -22,6 +22,7 @@ targets=(
   "./operators FuzzSessionState"    # stored session-window states (decode, ValidState)
   "./operators FuzzChangesState"    # stored changes states (decode, ValidState, Process, Flush)
   "./operators FuzzDistinctState"   # stored distinct states (refused or kept valid, flags only added)
+  "./operators FuzzDistinctWindowsState" # stored windowed distinct states (refused or kept valid, closed windows forgotten)
   "./operators FuzzWindowTopState"  # stored window top states (decode, ValidState, Process, OnTimer)
   "./operators FuzzRegularJoinState" # stored regular join states (records with links: decode, ValidState, Process)
   "./changelog/codec FuzzWindowKey" # window keys

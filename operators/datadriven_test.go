@@ -26,7 +26,9 @@ import (
 //	aggregate [emit=final]   input: "name: func [field] [type=string] [where EXPR]" lines
 //	                         (resets state)
 //	layout                   prints the aggregate's layout
-//	distinct                 input: "column: expression" lines, the flags (resets state)
+//	distinct [window=DUR [advance=DUR]]
+//	                         input: "column: expression" lines, the flags (resets state); with
+//	                         window, tumbling (or with advance hopping) windows, watermark 0
 //	records                  input: "KAFKAKEY KAFKATS VALUE" lines (KAFKAKEY "-" = null);
 //	                         prints each record's fate and folds the kept ones (after a
 //	                         distinct: prints what it emits, if anything, and the key's mask)
@@ -116,8 +118,23 @@ func TestDataDriven(t *testing.T) {
 					name, e, _ := strings.Cut(line, ":")
 					flags[strings.TrimSpace(name)] = strings.TrimSpace(e)
 				}
+				cfg := configs.Distinct{Input: "orders", Flags: flags}
+				if w := arg("window"); w != "" {
+					size, err := time.ParseDuration(w)
+					if err != nil {
+						d.Fatalf(t, "window: %v", err)
+					}
+					cfg.Window = &configs.Window{Tumbling: size}
+					if a := arg("advance"); a != "" {
+						adv, err := time.ParseDuration(a)
+						if err != nil {
+							d.Fatalf(t, "advance: %v", err)
+						}
+						cfg.Window = &configs.Window{Hopping: size, Advance: adv}
+					}
+				}
 				var err error
-				dist, err = NewDistinct("firsts", configs.Distinct{Input: "orders", Flags: flags})
+				dist, err = NewDistinct("firsts", cfg)
 				states = map[string][]byte{}
 				if err != nil {
 					return err.Error() + "\n"

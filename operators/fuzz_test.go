@@ -330,3 +330,69 @@ func FuzzDistinctState(f *testing.F) {
 		}
 	})
 }
+
+// FuzzDistinctWindowsState: any stored bytes are a windowed distinct's state or not (ValidState,
+// the restore's check); Process refuses bytes not laid out as windows with an error; on a valid
+// state, Process and OnTimer keep it valid, Process emits one JSON object (the amount, the three
+// flag columns, window_start and window_end) per window it adds a flag to and none otherwise, and
+// OnTimer leaves no window the watermark has closed.
+func FuzzDistinctWindowsState(f *testing.F) {
+	d, err := NewDistinct("firsts", configs.Distinct{Input: "orders", Flags: map[string]string{
+		"all": "true", "cheap": "amount < 10", "dear": "amount >= 100"},
+		Window: &configs.Window{Hopping: 30 * time.Millisecond, Advance: 10 * time.Millisecond, Grace: 5 * time.Millisecond}})
+	if err != nil {
+		f.Fatal(err)
+	}
+	win := []byte{2, 0, 0, 0, 0, 0, 0, 0, 10, 0, 0, 0, 0, 0, 0, 0, 3}
+	f.Add([]byte{}, int64(5), int64(25), int64(0))
+	f.Add(win, int64(500), int64(25), int64(40))
+	f.Add(win, int64(5), int64(-7), int64(-100))
+	f.Add([]byte{1, 0, 0, 0, 0, 0, 0, 0, 3}, int64(5), int64(5), int64(0))
+	f.Fuzz(func(t *testing.T, st []byte, amount, ts, wm int64) {
+		var r Record
+		src, _ := NewSource("orders", configs.Source{Topic: "orders"})
+		if err := src.Decode([]byte("c-1"), fmt.Appendf(nil, `{"amount":%d,"window_end":"x"}`, amount), ts, &r); err != nil {
+			t.Fatal(err)
+		}
+		in, err := d.Project(0, &r, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := &sessCtx{state: bytes.Clone(st)}
+		if len(st) == 0 {
+			c.state = nil
+		}
+		laidOut := len(st) == 0 || st[0] == distinctWindowsVersion && (len(st)-1)%16 == 0
+		valid := len(st) == 0 || d.ValidState(st)
+		err = d.Process(c.at(wm), []byte("c-1"), ts, in)
+		switch {
+		case !laidOut && err == nil:
+			t.Fatalf("Process accepted state %x, which is not laid out as windows", st)
+		case valid && err != nil:
+			t.Fatalf("Process on a valid state %x: %v", st, err)
+		case !valid:
+			return // decodable but not valid: the restore refuses it; Process must only not panic
+		}
+		if c.state != nil && !d.ValidState(c.state) {
+			t.Fatalf("Process made state %x of %x", c.state, st)
+		}
+		if added := !bytes.Equal(c.state, st) && !(c.state == nil && len(st) == 0); added != (len(c.outs) > 0) {
+			t.Fatalf("state %x to %x, outputs %q", st, c.state, c.outs)
+		}
+		for _, o := range c.outs {
+			var v map[string]any
+			if err := json.Unmarshal(o, &v); err != nil || len(v) != 6 {
+				t.Fatalf("output %q: %v (want amount, the three flag columns and the window's)", o, err)
+			}
+		}
+		if err := d.OnTimer(c.at(wm), []byte("c-1"), wm); err != nil {
+			t.Fatalf("OnTimer: %v", err)
+		}
+		if c.state != nil && !d.ValidState(c.state) {
+			t.Fatalf("OnTimer made state %x", c.state)
+		}
+		if c.state != nil && d.win.Close(int64(binary.BigEndian.Uint64(c.state[1:]))) <= wm {
+			t.Fatalf("OnTimer at %d kept a closed window: %x", wm, c.state)
+		}
+	})
+}

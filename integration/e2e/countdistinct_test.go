@@ -26,7 +26,7 @@ import (
 func TestCountDistinctKill9(t *testing.T) {
 	brokers := kafkatest.Brokers(t)
 	for _, mode := range []string{"auto", "never", "always"} {
-		t.Run(mode, func(t *testing.T) { countDistinctScenario(t, brokers, mode, 40_000, true) })
+		t.Run(mode, func(t *testing.T) { countDistinctScenario(t, brokers, mode, 40_000, true, false) })
 	}
 }
 
@@ -35,10 +35,33 @@ func TestCountDistinctKill9(t *testing.T) {
 func TestCountDistinctFake(t *testing.T) {
 	for _, mode := range []string{"auto", "never", "always"} {
 		t.Run(mode, func(t *testing.T) {
-			countDistinctScenario(t, kafkatest.Fake(t, countDistinctParts), mode, 10_000, mode == "auto")
+			countDistinctScenario(t, kafkatest.Fake(t, countDistinctParts), mode, 10_000, mode == "auto", false)
 		})
 	}
 }
+
+// TestCountDistinctWindowsKill9 is the scenario over tumbling windows of 5 s (emit: final), in
+// mode auto with kills, on the real broker: each (product, window) final exactly once, with the
+// oracle's counts for that window alone. The distincts mark firsts per window and write them at
+// the window's end - 1, which the cogroup's window puts back into it; after the orders, one per
+// partition far ahead in event time closes every window.
+func TestCountDistinctWindowsKill9(t *testing.T) {
+	countDistinctScenario(t, kafkatest.Brokers(t), "auto", 40_000, true, true)
+}
+
+// TestCountDistinctWindowsFake is TestCountDistinctWindowsKill9 against kfake, smaller, in every
+// mode, the kills in mode auto only.
+func TestCountDistinctWindowsFake(t *testing.T) {
+	for _, mode := range []string{"auto", "never", "always"} {
+		t.Run(mode, func(t *testing.T) {
+			countDistinctScenario(t, kafkatest.Fake(t, countDistinctParts), mode, 10_000, mode == "auto", true)
+		})
+	}
+}
+
+// countDistinctWindowMS is the tumbling window of the windowed scenario; the orders are 1 ms
+// apart in event time.
+const countDistinctWindowMS = 5000
 
 const countDistinctParts = 4
 
@@ -48,20 +71,25 @@ type distinctRow struct {
 	lastBuyer                          string
 }
 
-func countDistinctScenario(t *testing.T, brokers, mode string, n int, kills bool) {
+func countDistinctScenario(t *testing.T, brokers, mode string, n int, kills, windowed bool) {
 	ctx, cancel := context.WithTimeout(t.Context(), 170*time.Second)
 	defer cancel()
 	began := time.Now()
 	seed, rng := scenarioSeed(t)
+	window, watermark := "", ""
+	if windowed {
+		window = fmt.Sprintf("\n      window: {tumbling: %dms, grace: 500ms}\n      emit: final", countDistinctWindowMS)
+		watermark = ", watermark: {max_delay: 0s}"
+	}
 	p := configuredPipeline(t, brokers, countDistinctParts, "per_product", "commit_interval: 100ms",
 		"enter_lag: 1000, exit_lag: 100, checkpoint_interval: 0s", func(p *pipeline) string {
 			return fmt.Sprintf(`sources:
-  orders: {topic: %s, format: json, key: customer_id, timestamp: ts}
+  orders: {topic: %s, format: json, key: customer_id, timestamp: ts%s}
 operators:
   - name: per_product
     aggregate:
       input: orders
-      group_by: product
+      group_by: product%s
       fields:
         orders: {count: {}}
         cheap: {count: {}, where: "amount < 30"}
@@ -71,7 +99,7 @@ operators:
     output: out
 sinks:
   out: {topic: %s, format: json}
-`, p.topic, p.sink)
+`, p.topic, watermark, window, p.sink)
 		})
 	p.env = []string{"SLUICE_BACKLOG__MODE=" + mode}
 
@@ -79,8 +107,8 @@ sinks:
 	// so byte order is not numeric order.
 	gen := rand.New(rand.NewPCG(uint64(seed), 0xd157))
 	recs := make([]*kgo.Record, n)
-	want := map[string]*distinctRow{}
-	buyers, cheapBuyers := map[string]map[string]bool{}, map[string]map[string]bool{}
+	want := map[winKey]*distinctRow{} // without windows, start 0
+	buyers, cheapBuyers := map[winKey]map[string]bool{}, map[winKey]map[string]bool{}
 	for i := range recs {
 		customer := fmt.Sprintf("c-%d", gen.IntN(300))
 		product := fmt.Sprintf("p-%02d", gen.IntN(60))
@@ -88,24 +116,39 @@ sinks:
 		ts := workload.DefaultStartTS + int64(i)
 		recs[i] = &kgo.Record{Key: []byte(customer), Partition: int32(gen.IntN(countDistinctParts)), Timestamp: time.UnixMilli(ts),
 			Value: fmt.Appendf(nil, `{"customer_id":%q,"product":%q,"amount":%d,"ts":%d}`, customer, product, amount, ts)}
-		w := want[product]
+		k := winKey{key: product}
+		if windowed {
+			k.start = ts - ts%countDistinctWindowMS
+		}
+		w := want[k]
 		if w == nil {
 			w = &distinctRow{}
-			want[product] = w
-			buyers[product], cheapBuyers[product] = map[string]bool{}, map[string]bool{}
+			want[k] = w
+			buyers[k], cheapBuyers[k] = map[string]bool{}, map[string]bool{}
 		}
 		w.orders++
-		buyers[product][customer] = true
+		buyers[k][customer] = true
 		w.lastBuyer = max(w.lastBuyer, customer)
 		if amount < 30 {
 			w.cheap++
-			cheapBuyers[product][customer] = true
+			cheapBuyers[k][customer] = true
 		}
 	}
-	for product, w := range want {
-		w.buyers, w.cheapBuyers = int64(len(buyers[product])), int64(len(cheapBuyers[product]))
+	for k, w := range want {
+		w.buyers, w.cheapBuyers = int64(len(buyers[k])), int64(len(cheapBuyers[k]))
 	}
 	first, second := recs[:n/2], recs[n/2:]
+	// Windowed: one order per partition far ahead in event time, on a product of its own (left
+	// out of the oracle): the watermark it brings closes every window of the others.
+	var closing []*kgo.Record
+	for part := range int32(countDistinctParts) {
+		if !windowed {
+			break
+		}
+		ts := workload.DefaultStartTS + int64(n) + 10*countDistinctWindowMS
+		closing = append(closing, &kgo.Record{Key: []byte("c-closing"), Partition: part, Timestamp: time.UnixMilli(ts),
+			Value: fmt.Appendf(nil, `{"customer_id":"c-closing","product":"zz-closing","amount":1,"ts":%d}`, ts)})
+	}
 
 	prod := kafkatest.Client(t, p.brokers, append(workload.ProducerOpts(), kgo.RecordPartitioner(kgo.ManualPartitioner()))...)
 	if err := produceRecords(ctx, prod, p.topic, first); err != nil {
@@ -130,6 +173,9 @@ sinks:
 	if err := <-produced; err != nil {
 		t.Fatal(err)
 	}
+	if err := produceRecords(ctx, prod, p.topic, closing); err != nil {
+		t.Fatal(err)
+	}
 
 	var diff []string
 	pollf(ctx, t, func() string { return "the rows per product to be the oracle's: " + strings.Join(diff, "; ") }, 500*time.Millisecond, func() (bool, error) {
@@ -140,11 +186,20 @@ sinks:
 		if err != nil {
 			return false, err
 		}
-		diff = diffDistinctRows(want, got, 5)
+		diff = diffDistinctRows(want, got, windowed, 5)
 		return diff == nil, nil
 	})
 	ids := termAll(ins)
 	p.checkTransactions(ctx, ids...)
+	if windowed { // and no final written twice once every instance has stopped
+		got, err := readCommitted(ctx, p.brokers, p.sink)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := diffDistinctRows(want, got, windowed, 5); d != nil {
+			t.Errorf("after the instances stopped: %s", strings.Join(d, "; "))
+		}
+	}
 	dlq, err := readCommitted(ctx, p.brokers, p.group+"-dlq")
 	if err != nil {
 		t.Fatal(err)
@@ -153,16 +208,21 @@ sinks:
 		t.Errorf("%d dead letters, want none; the first: %s %v", len(dlq), dlq[0].Value, dlq[0].Headers)
 	}
 	if !t.Failed() {
-		t.Logf("mode %s: %d orders, %d products verified (counts, where, count_distinct, max over strings); %d kills; took %v",
-			mode, n, len(want), k.kills, time.Since(began).Round(time.Millisecond))
+		what := "products"
+		if windowed {
+			what = "(product, window) finals"
+		}
+		t.Logf("mode %s: %d orders, %d %s verified (counts, where, count_distinct, max over strings); %d kills; took %v",
+			mode, n, len(want), what, k.kills, time.Since(began).Round(time.Millisecond))
 	}
 }
 
-// diffDistinctRows compares the latest row per product read from the sink with the oracle's; it
+// diffDistinctRows compares the latest row per product (windowed: every final per product and
+// window, each read once, with its window's end) read from the sink with the oracle's; it
 // returns at most limit differences (nil: equal).
-func diffDistinctRows(want map[string]*distinctRow, recs []*kgo.Record, limit int) []string {
+func diffDistinctRows(want map[winKey]*distinctRow, recs []*kgo.Record, windowed bool, limit int) []string {
 	var parser fastjson.Parser
-	got := map[string]distinctRow{}
+	got := map[winKey]distinctRow{}
 	var bad []string
 	for _, r := range recs { // one product's rows are in one partition, in order
 		v, err := parser.ParseBytes(r.Value)
@@ -170,21 +230,34 @@ func diffDistinctRows(want map[string]*distinctRow, recs []*kgo.Record, limit in
 			bad = append(bad, fmt.Sprintf("undecodable row %q: %v", r.Value, err))
 			continue
 		}
-		got[string(v.GetStringBytes("key"))] = distinctRow{
+		k := winKey{key: string(v.GetStringBytes("key"))}
+		if windowed {
+			if k.key == "zz-closing" {
+				continue
+			}
+			k.start = v.GetInt64("window_start")
+			if end := v.GetInt64("window_end"); end != k.start+countDistinctWindowMS {
+				bad = append(bad, fmt.Sprintf("%s@%d: window_end %d", k.key, k.start, end))
+			}
+			if _, dup := got[k]; dup {
+				bad = append(bad, fmt.Sprintf("%s@%d read twice", k.key, k.start))
+			}
+		}
+		got[k] = distinctRow{
 			orders: v.GetInt64("orders"), cheap: v.GetInt64("cheap"), buyers: v.GetInt64("buyers"),
 			cheapBuyers: v.GetInt64("cheap_buyers"), lastBuyer: string(v.GetStringBytes("last_buyer")),
 		}
 	}
-	for product, w := range want {
-		if g, ok := got[product]; !ok {
-			bad = append(bad, product+" missing")
+	for k, w := range want {
+		if g, ok := got[k]; !ok {
+			bad = append(bad, fmt.Sprintf("%s@%d missing", k.key, k.start))
 		} else if g != *w {
-			bad = append(bad, fmt.Sprintf("%s: got %+v, want %+v", product, g, *w))
+			bad = append(bad, fmt.Sprintf("%s@%d: got %+v, want %+v", k.key, k.start, g, *w))
 		}
 	}
-	for product := range got {
-		if want[product] == nil {
-			bad = append(bad, product+" not expected")
+	for k := range got {
+		if want[k] == nil {
+			bad = append(bad, fmt.Sprintf("%s@%d not expected", k.key, k.start))
 		}
 	}
 	slices.Sort(bad)

@@ -131,8 +131,9 @@ func outputSource(cfg *configs.Config, op string) configs.Source {
 }
 
 // timedResults reports whether keyed operator op's results carry an event time: the finals of
-// its windows (emit: final; tumbling, hopping or session, but not a session cogroup's), each at
-// its window's end - 1, with the output watermark its writers announce (attributes.go).
+// its windows (emit: final; tumbling, hopping or session, but not a session cogroup's), or a
+// windowed distinct's firsts, each at its window's end - 1, with the output watermark its
+// writers announce (attributes.go).
 func timedResults(op *configs.Operator) bool {
 	var w *configs.Window
 	var emit string
@@ -146,6 +147,8 @@ func timedResults(op *configs.Operator) bool {
 		}
 	case op.Top != nil:
 		w, emit = op.Top.Window, configs.EmitFinal // a top over windows writes their finals
+	case op.Distinct != nil:
+		w, emit = op.Distinct.Window, configs.EmitFinal // each first once per window, at its end - 1
 	}
 	return w.Kind() != "" && emit == configs.EmitFinal
 }
@@ -479,7 +482,7 @@ func combines(r *ChainPlan) bool {
 		return r.Cogroup.Window == nil
 	}
 	if r.Keyed.Distinct != nil {
-		return true
+		return r.Keyed.Distinct.Window == nil // a writer's flags passed would be per window
 	}
 	a := r.Keyed.Aggregate
 	return a != nil && a.Window == nil && !a.Retractions
@@ -699,6 +702,10 @@ func (p *Plan) Describe(w io.Writer) {
 				c.Keyed.Name, side, orDefault(j.Type, "inner"), j.Left, j.Right, j.Within, pairsAs(j))
 		} else if c.Keyed != nil && c.Keyed.Dedup != nil {
 			describeDedup(w, c.Keyed.Name, c.Keyed.Dedup, c.Source.Watermark.MaxDelay)
+		} else if d := c.Keyed; d != nil && d.Distinct != nil && d.Distinct.Window != nil {
+			win, _ := operators.NewWindows(d.Distinct.Window)
+			fmt.Fprintf(w, "  -> distinct %s: per key and %s window, a key's first record passing some flag goes on once per window with the 0/1 columns %s, window_start and window_end, at the window's end - 1; its other records are dropped; state: a bitmask per key and open window, forgotten when the window closes, one timer per key; late records -> dead letters; backlog replays each key's records in arrival order\n",
+				d.Name, win, strings.Join(sortedFlags(d.Distinct.Flags), ", "))
 		} else if d := c.Keyed; d != nil && d.Distinct != nil {
 			fmt.Fprintf(w, "  -> distinct %s: a key's first record passing some flag goes on with the 0/1 columns %s (1: the key's first passing that flag), its other records are dropped; state: a bitmask per key, for ever; backlog replays each key's records in arrival order\n",
 				d.Name, strings.Join(sortedFlags(d.Distinct.Flags), ", "))
