@@ -27,10 +27,11 @@ import (
 // aggregate with group_by over the distinct itself. Each internal operator has its own state,
 // changelog and topics, named after it.
 //
-// With a tumbling window, the distinct and the cogroup (or the aggregate over the distinct) take
-// the aggregate's window: the distinct marks first records per (group, value) and window, and
-// writes each with its window's end - 1 as event time, which the cogroup's window of the same
-// size puts back into that window; a window's flags are forgotten once it closes.
+// With a tumbling or hopping window, the distinct and the cogroup (or the aggregate over the
+// distinct) take the aggregate's window: the distinct marks first records per (group, value) and
+// window, and writes each once per window with its window's end - 1 as event time, which the
+// cogroup puts back into that window alone (window_finals: the distinct's inputs); a window's
+// flags are forgotten once it closes.
 
 // distinctName is the internal distinct's name for value path v of aggregate op.
 func distinctName(op, v string) string {
@@ -124,7 +125,7 @@ func expandAggregate(op Operator) []Operator {
 		for name := range flags[values[0]] {
 			fields[name] = map[string]any{"sum": name}
 		}
-		return append(ops, Operator{Name: op.Name, Output: op.Output, Aggregate: &Aggregate{Input: d, GroupBy: a.GroupBy, Fields: fields, Emit: a.Emit, Window: a.Window}})
+		return append(ops, Operator{Name: op.Name, Output: op.Output, Aggregate: &Aggregate{Input: d, GroupBy: a.GroupBy, Fields: fields, Emit: a.Emit, Window: a.Window, WindowFinals: a.Window != nil}})
 	}
 	cg := &Cogroup{Fields: map[string]map[string]any{}, Emit: a.Emit, KeyColumns: len(splitFields(a.GroupBy)) > 1, Window: a.Window}
 	if len(plain) > 0 {
@@ -146,6 +147,9 @@ func expandAggregate(op Operator) []Operator {
 			mark(Operator{Name: d, Distinct: &Distinct{Input: a.Input, GroupBy: groups + ", " + v, Flags: flags[v], Window: a.Window}}),
 			mark(Operator{Name: d + "-by", Rekey: &Rekey{Input: d, By: a.GroupBy}}))
 		cg.Inputs = append(cg.Inputs, d+"-by")
+		if a.Window != nil {
+			cg.WindowFinals = append(cg.WindowFinals, d+"-by")
+		}
 		for name := range flags[v] {
 			cg.Fields[name] = map[string]any{"sum": name, "from": d + "-by"}
 		}

@@ -1,6 +1,7 @@
 package configs
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -112,9 +113,10 @@ func TestExpandCountDistinct(t *testing.T) {
 	}
 }
 
-// With a tumbling window, the distincts and the cogroup take the aggregate's window (the
-// distincts' firsts are per window and carry its end - 1); with one value and no other field,
-// the aggregate over the distinct takes it too.
+// With a window, the distincts and the cogroup take the aggregate's window (the distincts'
+// firsts are per window and carry its end - 1) and the cogroup folds the distincts' records
+// each into its own window (window_finals); with one value and no other field, the aggregate
+// over the distinct takes both.
 func TestExpandCountDistinctWindow(t *testing.T) {
 	for _, fields := range []string{
 		`{bids: {count: {}}, bidders: {count_distinct: bidder}}`,
@@ -144,8 +146,14 @@ func TestExpandCountDistinctWindow(t *testing.T) {
 				w = op.Distinct.Window
 			case op.Cogroup != nil:
 				w = op.Cogroup.Window
+				if !slices.Equal(op.Cogroup.WindowFinals, []string{"q15-distinct-bidder-by"}) {
+					t.Errorf("%s: cogroup window_finals %v, want the distinct's input alone", fields, op.Cogroup.WindowFinals)
+				}
 			case op.Aggregate != nil:
 				w = op.Aggregate.Window
+				if !op.Aggregate.WindowFinals {
+					t.Errorf("%s: the aggregate over the distinct lacks window_finals", fields)
+				}
 			default:
 				continue
 			}

@@ -24,8 +24,8 @@ operators:
   - {name: f, filter: {input: s, expr: "true"}}
   - {name: m, map: {input: f, set: {x: "1"}}}
   - {name: j, join: {stream: m, table: t}}
-  - {name: a, aggregate: {input: j, fields: {n: {count: {}}}, window: {tumbling: 1m}, group_by: t.region}, output: o}
-  - {name: c, cogroup: {inputs: [s2, s3], fields: {n: {count: {}, from: s2}}, window: {tumbling: 1m}}, output: o}
+  - {name: a, aggregate: {input: j, fields: {n: {count: {}}}, window: {tumbling: 1m}, window_finals: true, group_by: t.region}, output: o}
+  - {name: c, cogroup: {inputs: [s2, s3], fields: {n: {count: {}, from: s2}}, window: {tumbling: 1m}, window_finals: [s3]}, output: o}
   - {name: p, join: {left: s4, right: s5, within: 1m, type: inner}, output: o}
   - {name: rj, join: {left: s4, right: s5, unique: right}, output: o}
   - {name: d, dedup: {input: s, group_by: x}, output: o}

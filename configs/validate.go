@@ -786,6 +786,9 @@ func checkAggregate(kp string, a *Aggregate) *Error {
 			}
 		}
 	}
+	if a.WindowFinals && (a.Window.Kind() == "" || a.Window.Kind() == "session") {
+		return errorf(kp+".window_finals", "puts each record into its own window of a tumbling or hopping window; add window: {hopping: ..., advance: ...} or leave window_finals out")
+	}
 	if a.Window == nil {
 		if a.Emit == EmitFinal {
 			return errorf(kp+".emit", `"final" needs a window (a result per key without a window never closes); add window: {tumbling: 1m} or use emit: updates`)
@@ -811,6 +814,14 @@ func checkCogroup(kp string, cg *Cogroup) *Error {
 	}
 	if err := checkAggregate(kp, cg.Aggregate()); err != nil {
 		return err
+	}
+	for _, in := range cg.WindowFinals {
+		switch {
+		case !slices.Contains(cg.Inputs, in):
+			return errorf(kp+".window_finals", "%q is not an input of the cogroup (%s)", in, strings.Join(cg.Inputs, ", "))
+		case cg.Window.Kind() == "" || cg.Window.Kind() == "session":
+			return errorf(kp+".window_finals", "puts each record of an input into its own window of a tumbling or hopping window; add window: {hopping: ..., advance: ...} or leave window_finals out")
+		}
 	}
 	for _, name := range sortedKeys(cg.Fields) {
 		from, ok := cg.Fields[name]["from"].(string)
@@ -1109,8 +1120,9 @@ func checkDistinct(kp string, d *Distinct) *Error {
 
 // checkCountDistinct checks an aggregate's count_distinct fields: they run as a distinct keyed
 // by the group and the value (expandCountDistinct), so the group must be fields of the record
-// (group_by); its windows are tumbling ones (the distinct's records for a window carry its end
-// - 1, which falls in that window alone), and a distinct takes no retractions.
+// (group_by); its windows are tumbling or hopping ones (the distinct's records for a window
+// carry its end - 1, window_finals puts each back into that window alone), and a distinct takes
+// no retractions.
 func checkCountDistinct(kp string, a *Aggregate) *Error {
 	perValue := map[string]int{}
 	for _, sp := range a.Specs() {
@@ -1121,8 +1133,8 @@ func checkCountDistinct(kp string, a *Aggregate) *Error {
 		switch {
 		case a.GroupBy == "":
 			return errorf(key, "count_distinct needs group_by (its distinct values are kept per group and value, both fields of the record); group by the field the input is keyed by, e.g. group_by: auction")
-		case a.Window.Kind() == "hopping" || a.Window.Kind() == "session":
-			return errorf(key, "count_distinct takes tumbling windows only (a value seen in several overlapping windows is not summed apart yet); use window: {tumbling: ...}, or group by a column holding the window (e.g. a map's date_format)")
+		case a.Window.Kind() == "session":
+			return errorf(key, "count_distinct takes tumbling or hopping windows, not sessions (a value's sessions merge); use window: {tumbling: ...}, or group by a column holding the window (e.g. a map's date_format)")
 		case a.Retractions:
 			return errorf(key, "count_distinct cannot take a retraction back (a value's first record may be the one retracted); use it over rows that never change")
 		case slices.Contains(splitFields(a.GroupBy), sp.Field):

@@ -65,7 +65,8 @@ func toNode(v reflect.Value, flow bool) (*yaml.Node, error) {
 			}
 			if (key == "group_by" && v.Field(i).String() == "") || (key == "tables" && v.Field(i).Len() == 0) ||
 				(v.Type() == mapType && (key == "set" || key == "select") && v.Field(i).Len() == 0) ||
-				(v.Type() == joinType && key == "select" && v.Field(i).Len() == 0) {
+				(v.Type() == joinType && key == "select" && v.Field(i).Len() == 0) ||
+				(key == "window_finals" && v.Field(i).Kind() == reflect.Slice && v.Field(i).Len() == 0) {
 				continue // optional, and absent
 			}
 			val, err := toNode(v.Field(i), flow)

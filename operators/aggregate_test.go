@@ -10,7 +10,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/sluice-dev/sluice/changelog/codec"
 	"github.com/sluice-dev/sluice/configs"
 )
 
@@ -590,5 +592,61 @@ func TestFieldsWhereErrors(t *testing.T) {
 	var fe *FieldError
 	if !errors.As(err, &fe) || fe.Field != "n" || fe.Part != "where" {
 		t.Fatalf("NewAggregate = %v", err)
+	}
+}
+
+// AssignFinal folds a window's final (at its end - 1) into that window alone, where Assign puts
+// it into every hopping window containing its time; it is late once that window is closed.
+func TestAssignFinal(t *testing.T) {
+	cfg := ordersAgg()
+	cfg.Window = &configs.Window{Hopping: 30 * time.Millisecond, Advance: 10 * time.Millisecond, Grace: 5 * time.Millisecond}
+	a := mustAggregate(t, cfg)
+	starts := func(final bool, ts, wm int64) (out []int64, late bool) {
+		assign := a.Assign
+		if final {
+			assign = a.AssignFinal
+		}
+		_, late, err := assign(nil, []byte("k"), ts, wm, func(sk []byte) error {
+			_, start, ok := codec.SplitWindowKey(sk)
+			if !ok {
+				t.Fatalf("not a window key: %x", sk)
+			}
+			out = append(out, start)
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out, late
+	}
+	for _, c := range []struct {
+		final    bool
+		ts, wm   int64
+		want     []int64
+		wantLate bool
+		what     string
+	}{
+		{false, 29, 0, []int64{0, 10, 20}, false, "a record: every window containing it"},
+		{true, 29, 0, []int64{0}, false, "the final of [0, 30): that window alone"},
+		{true, 39, 0, []int64{10}, false, "the final of [10, 40)"},
+		{true, -1, -100, []int64{-30}, false, "before the epoch: the final of [-30, 0)"},
+		{true, 29, 34, []int64{0}, false, "[0, 30) closes at 35"},
+		{true, 29, 35, nil, true, "[0, 30) closed: late"},
+		{false, 29, 35, []int64{10, 20}, false, "a record: its later windows still open"},
+	} {
+		got, late := starts(c.final, c.ts, c.wm)
+		if !slices.Equal(got, c.want) || late != c.wantLate {
+			t.Errorf("%s: windows %v late %v, want %v %v", c.what, got, late, c.want, c.wantLate)
+		}
+	}
+	// Tumbling windows: the same window either way.
+	cfg.Window = &configs.Window{Tumbling: 10 * time.Millisecond}
+	a = mustAggregate(t, cfg)
+	for ts := int64(-25); ts < 25; ts++ {
+		x, lx := starts(false, ts, -100)
+		y, ly := starts(true, ts, -100)
+		if !slices.Equal(x, y) || lx != ly {
+			t.Fatalf("tumbling, ts %d: Assign %v %v, AssignFinal %v %v", ts, x, lx, y, ly)
+		}
 	}
 }

@@ -48,6 +48,10 @@ type Mergeable interface {
 	// the record is late: it has windows, all of them closed.
 	// It returns dst grown, to be passed again.
 	Assign(dst, key []byte, ts, wm int64, fn func(sk []byte) error) (grown []byte, late bool, err error)
+	// AssignFinal is Assign for a record that is the final of one of the operator's windows, at
+	// its end - 1 (a windowed distinct's first): it folds into that window alone, the earliest
+	// containing ts, not into every hopping window containing ts.
+	AssignFinal(dst, key []byte, ts, wm int64, fn func(sk []byte) error) (grown []byte, late bool, err error)
 	// Closes reports whether state keys close (windows); CloseAt is the watermark at which sk
 	// closes (ok false: sk is not a state key that closes).
 	Closes() bool
@@ -81,6 +85,20 @@ func (a *Aggregate) Assign(dst, key []byte, ts, wm int64, fn func(sk []byte) err
 		err = fn(dst)
 	})
 	return dst, open == 0 && err == nil, err
+}
+
+// AssignFinal: the key itself, unwindowed; windowed, the window key of the earliest window
+// containing ts (for a record at a window's end - 1, that window), late if it is closed.
+func (a *Aggregate) AssignFinal(dst, key []byte, ts, wm int64, fn func(sk []byte) error) ([]byte, bool, error) {
+	if a.windows == nil {
+		return dst, false, fn(key)
+	}
+	start := floorDiv(ts, a.windows.Advance)*a.windows.Advance - a.windows.Size + a.windows.Advance
+	if a.windows.Close(start) <= wm {
+		return dst, true, nil
+	}
+	dst = codec.AppendWindowKey(dst[:0], key, start)
+	return dst, false, fn(dst)
 }
 
 // Closes reports whether the aggregate is windowed (tumbling or hopping).

@@ -26,7 +26,7 @@ import (
 func TestCountDistinctKill9(t *testing.T) {
 	brokers := kafkatest.Brokers(t)
 	for _, mode := range []string{"auto", "never", "always"} {
-		t.Run(mode, func(t *testing.T) { countDistinctScenario(t, brokers, mode, 40_000, true, false) })
+		t.Run(mode, func(t *testing.T) { countDistinctScenario(t, brokers, mode, 40_000, true, "") })
 	}
 }
 
@@ -35,33 +35,42 @@ func TestCountDistinctKill9(t *testing.T) {
 func TestCountDistinctFake(t *testing.T) {
 	for _, mode := range []string{"auto", "never", "always"} {
 		t.Run(mode, func(t *testing.T) {
-			countDistinctScenario(t, kafkatest.Fake(t, countDistinctParts), mode, 10_000, mode == "auto", false)
+			countDistinctScenario(t, kafkatest.Fake(t, countDistinctParts), mode, 10_000, mode == "auto", "")
 		})
 	}
 }
 
-// TestCountDistinctWindowsKill9 is the scenario over tumbling windows of 5 s (emit: final), in
-// mode auto with kills, on the real broker: each (product, window) final exactly once, with the
-// oracle's counts for that window alone. The distincts mark firsts per window and write them at
-// the window's end - 1, which the cogroup's window puts back into it; after the orders, one per
-// partition far ahead in event time closes every window.
+// TestCountDistinctWindowsKill9 is the scenario over windows of 5 s (emit: final), tumbling and
+// hopping every second, in mode auto with kills, on the real broker: each (product, window)
+// final exactly once, with the oracle's counts for that window alone. The distincts mark firsts
+// per window and write them once per window at its end - 1, which the cogroup puts back into
+// that window alone (window_finals); after the orders, one per partition far ahead in event
+// time closes every window.
 func TestCountDistinctWindowsKill9(t *testing.T) {
-	countDistinctScenario(t, kafkatest.Brokers(t), "auto", 40_000, true, true)
+	brokers := kafkatest.Brokers(t)
+	for _, window := range []string{"tumbling", "hopping"} {
+		t.Run(window, func(t *testing.T) { countDistinctScenario(t, brokers, "auto", 40_000, true, window) })
+	}
 }
 
 // TestCountDistinctWindowsFake is TestCountDistinctWindowsKill9 against kfake, smaller, in every
 // mode, the kills in mode auto only.
 func TestCountDistinctWindowsFake(t *testing.T) {
 	for _, mode := range []string{"auto", "never", "always"} {
-		t.Run(mode, func(t *testing.T) {
-			countDistinctScenario(t, kafkatest.Fake(t, countDistinctParts), mode, 10_000, mode == "auto", true)
-		})
+		for _, window := range []string{"tumbling", "hopping"} {
+			t.Run(mode+"/"+window, func(t *testing.T) {
+				countDistinctScenario(t, kafkatest.Fake(t, countDistinctParts), mode, 10_000, mode == "auto", window)
+			})
+		}
 	}
 }
 
-// countDistinctWindowMS is the tumbling window of the windowed scenario; the orders are 1 ms
-// apart in event time.
-const countDistinctWindowMS = 5000
+// The windows of the windowed scenarios (tumbling, or hopping by countDistinctAdvanceMS); the
+// orders are 1 ms apart in event time.
+const (
+	countDistinctWindowMS  = 5000
+	countDistinctAdvanceMS = 1000
+)
 
 const countDistinctParts = 4
 
@@ -71,7 +80,12 @@ type distinctRow struct {
 	lastBuyer                          string
 }
 
-func countDistinctScenario(t *testing.T, brokers, mode string, n int, kills, windowed bool) {
+func countDistinctScenario(t *testing.T, brokers, mode string, n int, kills bool, windowKind string) {
+	windowed := windowKind != ""
+	advance := int64(countDistinctWindowMS)
+	if windowKind == "hopping" {
+		advance = countDistinctAdvanceMS
+	}
 	ctx, cancel := context.WithTimeout(t.Context(), 170*time.Second)
 	defer cancel()
 	began := time.Now()
@@ -79,6 +93,9 @@ func countDistinctScenario(t *testing.T, brokers, mode string, n int, kills, win
 	window, watermark := "", ""
 	if windowed {
 		window = fmt.Sprintf("\n      window: {tumbling: %dms, grace: 500ms}\n      emit: final", countDistinctWindowMS)
+		if windowKind == "hopping" {
+			window = fmt.Sprintf("\n      window: {hopping: %dms, advance: %dms, grace: 500ms}\n      emit: final", countDistinctWindowMS, countDistinctAdvanceMS)
+		}
 		watermark = ", watermark: {max_delay: 0s}"
 	}
 	p := configuredPipeline(t, brokers, countDistinctParts, "per_product", "commit_interval: 100ms",
@@ -116,22 +133,29 @@ sinks:
 		ts := workload.DefaultStartTS + int64(i)
 		recs[i] = &kgo.Record{Key: []byte(customer), Partition: int32(gen.IntN(countDistinctParts)), Timestamp: time.UnixMilli(ts),
 			Value: fmt.Appendf(nil, `{"customer_id":%q,"product":%q,"amount":%d,"ts":%d}`, customer, product, amount, ts)}
-		k := winKey{key: product}
+		starts := []int64{0} // without windows, one result per product
 		if windowed {
-			k.start = ts - ts%countDistinctWindowMS
+			last := ts - ts%advance
+			starts = starts[:0]
+			for start := last - countDistinctWindowMS + advance; start <= last; start += advance {
+				starts = append(starts, start)
+			}
 		}
-		w := want[k]
-		if w == nil {
-			w = &distinctRow{}
-			want[k] = w
-			buyers[k], cheapBuyers[k] = map[string]bool{}, map[string]bool{}
-		}
-		w.orders++
-		buyers[k][customer] = true
-		w.lastBuyer = max(w.lastBuyer, customer)
-		if amount < 30 {
-			w.cheap++
-			cheapBuyers[k][customer] = true
+		for _, start := range starts {
+			k := winKey{key: product, start: start}
+			w := want[k]
+			if w == nil {
+				w = &distinctRow{}
+				want[k] = w
+				buyers[k], cheapBuyers[k] = map[string]bool{}, map[string]bool{}
+			}
+			w.orders++
+			buyers[k][customer] = true
+			w.lastBuyer = max(w.lastBuyer, customer)
+			if amount < 30 {
+				w.cheap++
+				cheapBuyers[k][customer] = true
+			}
 		}
 	}
 	for k, w := range want {

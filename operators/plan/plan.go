@@ -60,6 +60,10 @@ type ChainPlan struct {
 	// watermark is the smallest of its writers' announced ones, not its records' times minus
 	// max_delay.
 	TimedOutput, TimedInput bool
+	// WindowFinals: the chain's records are each the final of a window of its operator's size
+	// and advance, at the window's end - 1 (configs.Aggregate.WindowFinals, Cogroup.WindowFinals):
+	// each folds into that window alone (operators.Mergeable.AssignFinal).
+	WindowFinals bool
 	// Tombstones: the chain reads an upsert stream whose tombstones (null values) it passes on
 	// rather than dead-letters: to its changes operator (which it reads with no stage before
 	// it), or past its stages to its sink (the results of an aggregate with retractions).
@@ -334,6 +338,7 @@ func NewPlan(cfg *configs.Config) (*Plan, error) {
 					c.Keyed, c.Cogroup = cogroups[op.Name], op.Cogroup
 					c.Input = slices.Index(op.Cogroup.Inputs, cur)
 					c.Changelog = cfg.ChangelogTopic(op.Name)
+					c.WindowFinals = slices.Contains(op.Cogroup.WindowFinals, cur)
 				} else if streamJoin {
 					c.Keyed, c.StreamJoin = cogroups[op.Name], op.Join
 					if cur == op.Join.Right {
@@ -343,6 +348,7 @@ func NewPlan(cfg *configs.Config) (*Plan, error) {
 				} else if op.Keyed() {
 					c.Keyed = &cfg.Operators[i]
 					c.Changelog = cfg.ChangelogTopic(op.Name)
+					c.WindowFinals = op.Aggregate != nil && op.Aggregate.WindowFinals
 					c.Tombstones = op.Changes != nil && len(c.Stages) == 0
 				} else if op.Rekey != nil {
 					// Nothing more: the chain now reads the re-keyed records (above).
@@ -759,8 +765,12 @@ func (p *Plan) Describe(w io.Writer) {
 					sw.Session, sw.Grace, wmIs)
 			}
 			if win, _ := operators.NewWindows(c.Keyed.Aggregate.Window); win != nil {
-				fmt.Fprintf(w, "     window %s; watermark = %s; timers: one per open (key, window) at end+grace, in Pebble; late records -> dead letters\n",
-					win, wmIs)
+				finals := ""
+				if c.WindowFinals {
+					finals = "; its records are finals of windows (window_finals), each folded into its own window alone"
+				}
+				fmt.Fprintf(w, "     window %s%s; watermark = %s; timers: one per open (key, window) at end+grace, in Pebble; late records -> dead letters\n",
+					win, finals, wmIs)
 			}
 		}
 		if c.Output && c.TimedOutput {

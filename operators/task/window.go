@@ -166,12 +166,17 @@ func (c *chain) ownWatermark() int64 {
 }
 
 // applyMergeable folds the current record's projected input (c.scratch) into each state key
-// the operator assigns it (the key; a window key per window still open at the watermark); a
-// record whose windows are all closed is late and becomes a dead letter.
+// the operator assigns it (the key; a window key per window still open at the watermark, or
+// for the finals of windows, plan.ChainPlan.WindowFinals, their own window); a record whose
+// windows are all closed is late and becomes a dead letter.
 func (t *Task) applyMergeable(c *chain, kr *kgo.Record) error {
 	var late bool
 	var err error
-	c.wk, late, err = c.ops.Agg.Assign(c.wk, c.rec.Key, c.rec.Time, c.ownWatermark(), c.assign)
+	if c.plan.WindowFinals {
+		c.wk, late, err = c.ops.Agg.AssignFinal(c.wk, c.rec.Key, c.rec.Time, c.ownWatermark(), c.assign)
+	} else {
+		c.wk, late, err = c.ops.Agg.Assign(c.wk, c.rec.Key, c.rec.Time, c.ownWatermark(), c.assign)
+	}
 	if late {
 		t.lateRecord(c, kr)
 	}
