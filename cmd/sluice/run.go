@@ -48,8 +48,13 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	return runPipeline(ctx, cfg, newLogger(cfg, stderr), runOpts{bounded: *bounded})
 }
 
-// memAllowance is the memory beyond backlog.sort_memory the process plans for (GOMEMLIMIT).
-const memAllowance = 128 << 20
+// memAllowance is the memory beyond backlog.sort_memory the process plans for (GOMEMLIMIT): the
+// fetch buffers of every input (up to kafka.fetch_max_bytes each in flight and buffered), the
+// records being decoded and produced, the re-keying tables. At 128 MiB a pipeline of several
+// inputs (Nexmark q16: the bids and five internal topics) kept its live heap at the limit beside
+// a full sort budget, and the collector ran back to back: 24% of its CPU, the whole run 1.5x
+// the CPU it takes with 256 MiB (BENCHMARKS.md, "The memory limit's allowance").
+const memAllowance = 256 << 20
 
 // runOpts are the hooks demo and tests use around a pipeline run.
 type runOpts struct {
