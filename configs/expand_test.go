@@ -122,18 +122,23 @@ func TestExpandCountDistinctWindow(t *testing.T) {
 		`{bids: {count: {}}, bidders: {count_distinct: bidder}}`,
 		`{bidders: {count_distinct: bidder}}`,
 	} {
-		doc := strings.Replace(expandDoc, `      group_by: "day, channel"
-      fields:
-        bids: {count: {}}
-        top: {max: price, where: "price < 10"}
-        bidders: {count_distinct: bidder}
-        rank1_bidders: {count_distinct: bidder, where: "price < 10"}
-        auctions: {count_distinct: auction}
-        last_bidder: {max: bidder, type: string}`, `      group_by: channel
+		doc := `kafka: {brokers: [127.0.0.1:9092]}
+group: shop
+instance_id: pod-0
+sources:
+  bids: {topic: bids, key: auction, timestamp: dateTime}
+operators:
+  - name: q15
+    aggregate:
+      input: bids
+      group_by: channel
       window: {tumbling: 1m, grace: 5s}
       emit: final
-      fields: `+fields, 1)
-		doc = strings.Replace(doc, "bids: {topic: bids, key: auction}", "bids: {topic: bids, key: auction, timestamp: dateTime}", 1)
+      fields: ` + fields + `
+    output: out
+sinks:
+  out: {topic: stats}
+`
 		c, err := Parse([]byte(doc), nil)
 		if err != nil {
 			t.Fatalf("%s: %v", fields, err)

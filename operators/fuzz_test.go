@@ -283,21 +283,9 @@ func FuzzDistinctState(f *testing.F) {
 	f.Add([]byte{1, 0, 0, 0, 0, 0, 0, 0, 8}, int64(5))
 	f.Add([]byte{2, 0, 0, 0, 0, 0, 0, 0, 0}, int64(5))
 	f.Fuzz(func(t *testing.T, st []byte, amount int64) {
-		var r Record
-		src, _ := NewSource("orders", configs.Source{Topic: "orders"})
-		if err := src.Decode([]byte("c-1"), fmt.Appendf(nil, `{"amount":%d,"all":"x"}`, amount), 0, &r); err != nil {
-			t.Fatal(err)
-		}
-		in, err := d.Project(0, &r, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		c := &sessCtx{state: bytes.Clone(st)}
-		if len(st) == 0 {
-			c.state = nil
-		}
+		in, c := distinctFuzzInput(t, d, fmt.Appendf(nil, `{"amount":%d,"all":"x"}`, amount), 0, st)
 		valid := len(st) == 0 || d.ValidState(st)
-		err = d.Process(c, []byte("c-1"), 0, in)
+		err := d.Process(c, []byte("c-1"), 0, in)
 		switch {
 		case !valid && err == nil:
 			t.Fatalf("Process accepted state %x", st)
@@ -331,6 +319,25 @@ func FuzzDistinctState(f *testing.F) {
 	})
 }
 
+// distinctFuzzInput decodes value (key c-1, time ts) and projects it for d; the context holds a
+// copy of st as the key's state (none when st is empty).
+func distinctFuzzInput(t *testing.T, d *Distinct, value []byte, ts int64, st []byte) ([]byte, *sessCtx) {
+	var r Record
+	src, _ := NewSource("orders", configs.Source{Topic: "orders"})
+	if err := src.Decode([]byte("c-1"), value, ts, &r); err != nil {
+		t.Fatal(err)
+	}
+	in, err := d.Project(0, &r, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &sessCtx{state: bytes.Clone(st)}
+	if len(st) == 0 {
+		c.state = nil
+	}
+	return in, c
+}
+
 // FuzzDistinctWindowsState: any stored bytes are a windowed distinct's state or not (ValidState,
 // the restore's check); Process refuses bytes not laid out as windows with an error; on a valid
 // state, Process and OnTimer keep it valid, Process emits one JSON object (the amount, the three
@@ -349,22 +356,10 @@ func FuzzDistinctWindowsState(f *testing.F) {
 	f.Add(win, int64(5), int64(-7), int64(-100))
 	f.Add([]byte{1, 0, 0, 0, 0, 0, 0, 0, 3}, int64(5), int64(5), int64(0))
 	f.Fuzz(func(t *testing.T, st []byte, amount, ts, wm int64) {
-		var r Record
-		src, _ := NewSource("orders", configs.Source{Topic: "orders"})
-		if err := src.Decode([]byte("c-1"), fmt.Appendf(nil, `{"amount":%d,"window_end":"x"}`, amount), ts, &r); err != nil {
-			t.Fatal(err)
-		}
-		in, err := d.Project(0, &r, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		c := &sessCtx{state: bytes.Clone(st)}
-		if len(st) == 0 {
-			c.state = nil
-		}
+		in, c := distinctFuzzInput(t, d, fmt.Appendf(nil, `{"amount":%d,"window_end":"x"}`, amount), ts, st)
 		laidOut := len(st) == 0 || st[0] == distinctWindowsVersion && (len(st)-1)%16 == 0
 		valid := len(st) == 0 || d.ValidState(st)
-		err = d.Process(c.at(wm), []byte("c-1"), ts, in)
+		err := d.Process(c.at(wm), []byte("c-1"), ts, in)
 		switch {
 		case !laidOut && err == nil:
 			t.Fatalf("Process accepted state %x, which is not laid out as windows", st)

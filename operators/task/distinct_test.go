@@ -108,16 +108,7 @@ func distinctOracle(in []distinctRec) (outs []string, dead int) {
 }
 
 func TestDistinctOneAnswerTwoModes(t *testing.T) {
-	seeds := 20
-	if *flagLong {
-		seeds = 400
-	}
-	for seed := range uint64(seeds) {
-		if *flagSeed != 0 && seed != *flagSeed {
-			continue
-		}
-		t.Run(fmt.Sprint(seed), func(t *testing.T) { distinctOneAnswer(t, seed) })
-	}
+	eachSeed(t, seedCounts{normal: 20, short: 5, long: 400}, func(t *testing.T, seed uint64, _ int) { distinctOneAnswer(t, seed) })
 }
 
 func distinctOneAnswer(t *testing.T, seed uint64) {
@@ -128,20 +119,27 @@ func distinctOneAnswer(t *testing.T, seed uint64) {
 		ms.config = distinctConfig
 		r := runMode(t, seed, ms, genInput{recs: recs})
 		what := fmt.Sprintf("%s (%s)", ms.name, r.summary)
-		if r.offset != int64(len(recs)) {
-			t.Fatalf("%s: committed offset %d, want %d", what, r.offset, len(recs))
-		}
-		if len(r.dead) != wantDead {
-			t.Fatalf("%s: %d dead letters, want %d", what, len(r.dead), wantDead)
-		}
-		var got []string
-		for _, o := range r.outs {
-			got = append(got, string(o.Key)+" "+string(o.Value))
-		}
-		sort.Strings(got)
-		if !slices.Equal(got, want) {
-			t.Fatalf("%s: outputs differ from the oracle (%d got, %d want):\n%s", what, len(got), len(want), diffLines(want, got))
-		}
+		checkDistinctRun(t, what, r, len(recs), want, wantDead)
+	}
+}
+
+// checkDistinctRun checks a run of n records: every offset committed, wantDead dead letters, and
+// the committed outputs, as sorted "key value" lines, the oracle's.
+func checkDistinctRun(t *testing.T, what string, r runResult, n int, want []string, wantDead int) {
+	t.Helper()
+	if r.offset != int64(n) {
+		t.Fatalf("%s: committed offset %d, want %d", what, r.offset, n)
+	}
+	if len(r.dead) != wantDead {
+		t.Fatalf("%s: %d dead letters, want %d", what, len(r.dead), wantDead)
+	}
+	var got []string
+	for _, o := range r.outs {
+		got = append(got, string(o.Key)+" "+string(o.Value))
+	}
+	sort.Strings(got)
+	if !slices.Equal(got, want) {
+		t.Fatalf("%s: outputs differ from the oracle (%d got, %d want):\n%s", what, len(got), len(want), diffLines(want, got))
 	}
 }
 
@@ -218,16 +216,7 @@ func distinctWindowOracle(in []distinctRec, ts []int64, size, advance, grace, ma
 }
 
 func TestDistinctWindowsOneAnswerTwoModes(t *testing.T) {
-	seeds := 20
-	if *flagLong {
-		seeds = 400
-	}
-	for seed := range uint64(seeds) {
-		if *flagSeed != 0 && seed != *flagSeed {
-			continue
-		}
-		t.Run(fmt.Sprint(seed), func(t *testing.T) { distinctWindowsOneAnswer(t, seed) })
-	}
+	eachSeed(t, seedCounts{normal: 20, short: 5, long: 400}, func(t *testing.T, seed uint64, _ int) { distinctWindowsOneAnswer(t, seed) })
 }
 
 func distinctWindowsOneAnswer(t *testing.T, seed uint64) {
@@ -257,20 +246,7 @@ func distinctWindowsOneAnswer(t *testing.T, seed uint64) {
 		ms.config = distinctWindowConfig(window, maxDelay)
 		r := runMode(t, seed, ms, genInput{recs: recs})
 		what := fmt.Sprintf("%s (window %s, max_delay %d, jitter %d; %s)", ms.name, window, maxDelay, jitter, r.summary)
-		if r.offset != int64(len(recs)) {
-			t.Fatalf("%s: committed offset %d, want %d", what, r.offset, len(recs))
-		}
-		if len(r.dead) != wantDead {
-			t.Fatalf("%s: %d dead letters, want %d", what, len(r.dead), wantDead)
-		}
-		var got []string
-		for _, o := range r.outs {
-			got = append(got, string(o.Key)+" "+string(o.Value))
-		}
-		sort.Strings(got)
-		if !slices.Equal(got, want) {
-			t.Fatalf("%s: outputs differ from the oracle (%d got, %d want):\n%s", what, len(got), len(want), diffLines(want, got))
-		}
+		checkDistinctRun(t, what, r, len(recs), want, wantDead)
 		// What is left in state: only windows the final watermark has not closed.
 		for _, kv := range r.state {
 			_, v, _ := strings.Cut(kv, "=")
