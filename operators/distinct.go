@@ -25,8 +25,9 @@ import (
 // flags are per window: a record goes on once for each of its windows (still open at its
 // watermark) in which it is the key's first for some flag, with that window's columns,
 // window_start and window_end, and with the window's end - 1 as its event time (TimedResults),
-// as an aggregate's finals: a later tumbling window of the same size sums them into the same
-// window (COUNT(DISTINCT value) per group and window, expandCountDistinct). A window's flags
+// as an aggregate's finals: a later aggregate or cogroup over the same windows that reads them
+// as window finals (configs.Aggregate.WindowFinals) sums each into its own window alone
+// (COUNT(DISTINCT value) per group and window, expandCountDistinct). A window's flags
 // are forgotten once the watermark reaches its end + grace; a record whose every window is
 // closed is late (dead-letter topic).
 //
@@ -185,8 +186,8 @@ func (d *Distinct) store(ctx Context) {
 }
 
 // Project evaluates the flags and appends their mask (8 bytes, big-endian) and the record's
-// value without the members named as flags, or with windows as the window's columns (Process
-// adds them). A record without a key, or one
+// value without the members named as flags (and, with windows, as the window's columns), which
+// Process adds. A record without a key, or one
 // on which a flag fails (a missing field compared), is an *Error.
 func (d *Distinct) Project(_ int, r *Record, dst []byte) ([]byte, error) {
 	mask, err := d.Mask(r)
