@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"slices"
 	"sort"
 	"strconv"
 	"testing"
@@ -134,12 +133,7 @@ func dedupOneAnswer(t *testing.T, seed uint64) {
 		ms.config = cfg
 		r := runMode(t, seed, ms, genInput{recs: recs})
 		what := fmt.Sprintf("%s (keep %s, within %d, max_delay %d; %s)", ms.name, keep, within, maxDelay, r.summary)
-		if r.offset != int64(len(recs)) {
-			t.Fatalf("%s: committed offset %d, want %d", what, r.offset, len(recs))
-		}
-		if len(r.dead) != wantDead {
-			t.Fatalf("%s: %d dead letters, want %d", what, len(r.dead), wantDead)
-		}
+		checkCommitted(t, what, r, len(recs), wantDead)
 		if keep == "last" {
 			if !mapsEqual(r.last, wantLast) {
 				t.Fatalf("%s: last record per key differs from the oracle:\n%s", what, diffMaps(wantLast, r.last))
@@ -149,14 +143,7 @@ func dedupOneAnswer(t *testing.T, seed uint64) {
 			}
 			continue
 		}
-		var got []string
-		for _, o := range r.outs {
-			got = append(got, string(o.Key)+" "+string(o.Value))
-		}
-		sort.Strings(got)
-		if !slices.Equal(got, wantFirst) {
-			t.Fatalf("%s: outputs differ from the oracle (%d got, %d want):\n%s", what, len(got), len(wantFirst), diffLines(wantFirst, got))
-		}
+		checkOutputLines(t, what, r, wantFirst)
 	}
 }
 
