@@ -1,6 +1,7 @@
 package operators
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/sluice-dev/sluice/configs"
@@ -129,6 +130,36 @@ func BenchmarkMap(b *testing.B) {
 			b.Fatal(err)
 		}
 		if _, err := m.Apply(&h.r); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkPairSelect is a join's select over a Nexmark q9 pair: fifteen member paths of a bid
+// (about 100 bytes, as the generator sizes them) and its auction (about 500), as the regular
+// join emits it.
+func BenchmarkPairSelect(b *testing.B) {
+	var cols []configs.Column
+	for _, f := range []string{"id", "itemName", "description", "initialBid", "reserve", "dateTime", "expires", "seller", "category", "extra"} {
+		cols = append(cols, configs.Column{Name: f, Expr: "auction." + f})
+	}
+	for _, f := range []string{"auction", "bidder", "price", "dateTime", "extra"} {
+		cols = append(cols, configs.Column{Name: "bid_" + f, Expr: "bid." + f})
+	}
+	sel, err := NewPairSelect("q9-join", cols)
+	if err != nil {
+		b.Fatal(err)
+	}
+	auction := `{"id":1042,"itemName":"wkx mgee","description":"eaxrt lqwhi onr cfmub ijc qksv","initialBid":1876,` +
+		`"reserve":2342,"dateTime":1436918400123,"expires":1436918410123,"seller":1027,"category":12,"extra":"` +
+		strings.Repeat("nrfkr qzrd ", 33) + `"}`
+	bid := `{"auction":1042,"bidder":1009,"price":5521,"channel":"Google","url":"https://www.nexmark.com/vkg/abc/item.htm?query=1",` +
+		`"dateTime":1436918401123,"extra":"zzqk"}`
+	bidB, auctionB := []byte(bid), []byte(auction)
+	b.SetBytes(int64(len(bid) + len(auction)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := sel.pair(bidB[11:15], "bid", bidB, "auction", auctionB); err != nil {
 			b.Fatal(err)
 		}
 	}

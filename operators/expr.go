@@ -487,15 +487,30 @@ type selectStage struct {
 	name string
 	cols []selectCol
 	env  exprEnv
+	// The objects the member path columns read (auction of auction.id), each indexed once per
+	// row rather than scanned once per column: a wide side of a join is read in one pass.
+	parents []parentObject
+}
+
+// parentObject is the first member of some member path columns, as the current row has it.
+type parentObject struct {
+	name    string
+	raw     []byte   // its value, when it is an object
+	members []member // raw's members, valid when indexed
+	seen    bool     // looked up in this row
+	indexed bool     // raw is an object and members index it
 }
 
 // selectCol is one output column: a member copied as written (field) or an expression's
 // result (prog).
 type selectCol struct {
 	name  string
+	head  []byte // "name": as the row writes it
 	field string
 	path  path // a join's member path column (see NewPairSelect)
-	prog  *vm.Program
+	// parent is the index in parents of path's first member.
+	parent int
+	prog   *vm.Program
 }
 
 // newSelect compiles a map's select. A column written as a bare name, or whose expression is
@@ -529,6 +544,9 @@ func newSelect(name string, cols []configs.Column) (Stage, error) {
 		s.cols = append(s.cols, selectCol{name: c.Name, prog: p})
 		s.env.addProgram(p)
 	}
+	for k := range s.cols {
+		s.cols[k].head = append(jsonstr.AppendString(nil, s.cols[k].name), ':')
+	}
 	return s, nil
 }
 
@@ -560,17 +578,20 @@ func (s *selectStage) appendRow(dst []byte, r *Record, nullOnError bool) ([]byte
 			return out, &Error{Operator: s.name, Reason: err.Error()}
 		}
 	}
+	for k := range s.parents {
+		s.parents[k].seen = false
+	}
+	defer s.forgetParents()
 	for k, c := range s.cols {
 		if k > 0 {
 			out = append(out, ',')
 		}
-		out = jsonstr.AppendString(out, c.name)
-		out = append(out, ':')
+		out = append(out, c.head...)
 		if c.prog == nil {
 			var raw []byte
 			var ok bool
 			if c.path.parts != nil {
-				raw, ok, _ = r.lookup(c.path)
+				raw, ok = s.lookupPath(r, &s.cols[k])
 			} else {
 				raw, ok, _ = r.top(c.field) // fill indexed Value
 			}
@@ -604,13 +625,47 @@ func (s *selectStage) appendRow(dst []byte, r *Record, nullOnError bool) ([]byte
 	return append(out, '}'), nil
 }
 
+// lookupPath returns the raw JSON of path column c's member (as Record.lookup finds it), from
+// the index of its first member's object, made at the row's first column that reads it.
+func (s *selectStage) lookupPath(r *Record, c *selectCol) ([]byte, bool) {
+	o := &s.parents[c.parent]
+	if !o.seen {
+		o.seen, o.indexed, o.raw = true, false, nil
+		raw, ok, _ := r.top(o.name)
+		if ok && len(raw) > 0 && raw[0] == '{' {
+			var err error
+			o.members, err = indexObject(raw, o.members)
+			o.raw, o.indexed = raw, err == nil
+		}
+	}
+	if !o.indexed {
+		return nil, false
+	}
+	raw, ok := memberOf(o.raw, o.members, c.path.parts[1])
+	for _, part := range c.path.parts[2:] {
+		if !ok || len(raw) == 0 || raw[0] != '{' {
+			return nil, false
+		}
+		raw, ok = findMember(raw, part)
+	}
+	return raw, ok
+}
+
+// forgetParents drops the row's parent objects, so they pin no record's memory.
+func (s *selectStage) forgetParents() {
+	for k := range s.parents {
+		s.parents[k].raw = nil
+	}
+}
+
 // PairSelect is a join's select (configs.Join.Select): the columns it writes of each joined
 // record instead of the record. It is not safe for concurrent use (one per operator); the row
 // Row returns is its own, valid until the next call.
 type PairSelect struct {
-	s   *selectStage
-	rec Record
-	out []byte
+	s      *selectStage
+	rec    Record
+	out    []byte
+	joined []byte // the joined record pair writes
 }
 
 // NewPairSelect compiles the select of join name; it returns nil when cols is empty (the join
@@ -634,6 +689,11 @@ func NewPairSelect(name string, cols []configs.Column) (*PairSelect, error) {
 		}
 		if p, ok := memberPath(c.prog.Node()); ok {
 			c.prog, c.path = nil, newPath(p)
+			c.parent = slices.IndexFunc(s.parents, func(o parentObject) bool { return o.name == c.path.parts[0] })
+			if c.parent < 0 {
+				c.parent = len(s.parents)
+				s.parents = append(s.parents, parentObject{name: c.path.parts[0]})
+			}
 		}
 	}
 	s.env = exprEnv{}
@@ -680,6 +740,19 @@ func memberPath(n ast.Node) (string, bool) {
 func (p *PairSelect) Row(key, value []byte) ([]byte, error) {
 	p.rec.Release() // value may be a reused buffer of the length last indexed
 	p.rec.Key, p.rec.Value = key, value
+	out, err := p.s.appendRow(append(p.out[:0], '{'), &p.rec, true)
+	p.out = out
+	p.rec.Release()
+	return out, err
+}
+
+// pair returns the columns of the pair {left: l, right: r} (a nil side is null) under key, as
+// Row returns those of that joined record, whose index it makes as it writes it.
+func (p *PairSelect) pair(key []byte, left string, l []byte, right string, r []byte) ([]byte, error) {
+	p.rec.Release()
+	p.joined, p.rec.members = appendPair(p.joined[:0], p.rec.members, left, l, right, r)
+	p.rec.Key, p.rec.Value = key, p.joined
+	p.rec.setIndexed(p.joined, nil)
 	out, err := p.s.appendRow(append(p.out[:0], '{'), &p.rec, true)
 	p.out = out
 	p.rec.Release()

@@ -1,6 +1,7 @@
 package operators
 
 import (
+	"bytes"
 	"fmt"
 
 	"github.com/sluice-dev/sluice/configs"
@@ -87,6 +88,50 @@ func (j *join) Apply(r *Record) (bool, error) {
 		return false, &Error{Operator: j.name, Reason: fmt.Sprintf("joined value: %v", err)}
 	}
 	return true, nil
+}
+
+// appendPair appends the joined record {left: l, right: r} of a stream-stream join to dst (a
+// nil side is null) and returns it with idx, the index of its two members.
+func appendPair(dst []byte, idx []member, left string, l []byte, right string, r []byte) ([]byte, []member) {
+	idx = idx[:0]
+	out := append(dst, '{')
+	for side, name := range [2]string{left, right} {
+		v := l
+		if side == 1 {
+			out, v = append(out, ','), r
+		}
+		var m member
+		m.ks = int32(len(out) + 1)
+		out = jsonstr.AppendString(out, name)
+		m.ke = int32(len(out) - 1)
+		m.esc = bytes.IndexByte(out[m.ks:m.ke], '\\') >= 0
+		out = append(out, ':')
+		m.vs = int32(len(out))
+		if v == nil {
+			out = append(out, "null"...)
+		} else {
+			out = append(out, v...)
+		}
+		m.ve = int32(len(out))
+		idx = append(idx, m)
+	}
+	return append(out, '}'), idx
+}
+
+// emitPair emits the pair {left: l, right: r} as emitJoined does, building the joined record in
+// *buf; with sel, its index comes with it, so the columns are read without parsing it again.
+func emitPair(ctx Context, sel *PairSelect, buf *[]byte, key []byte, left string, l []byte, right string, r []byte) error {
+	if sel == nil {
+		*buf, _ = appendPair((*buf)[:0], nil, left, l, right, r)
+		ctx.Emit(*buf)
+		return nil
+	}
+	row, err := sel.pair(key, left, l, right, r)
+	if err != nil {
+		return fmt.Errorf("operators: join: joined record: %w", err)
+	}
+	ctx.Emit(row)
+	return nil
 }
 
 // emitJoined emits a join's joined record, or with sel, its columns (a column that fails is

@@ -83,18 +83,24 @@ func (r *Record) top(name string) (raw []byte, ok bool, err error) {
 	if err != nil {
 		return nil, false, err
 	}
-	v := r.Value
+	raw, ok = memberOf(r.Value, idx, name)
+	return raw, ok, nil
+}
+
+// memberOf returns the raw value of member name of the object v whose members idx indexes
+// (later duplicates win).
+func memberOf(v []byte, idx []member, name string) (raw []byte, ok bool) {
 	for k := len(idx) - 1; k >= 0; k-- {
 		m := &idx[k]
 		if m.esc {
 			if nameEquals(v[m.ks:m.ke], true, name) {
-				return v[m.vs:m.ve], true, nil
+				return v[m.vs:m.ve], true
 			}
 		} else if int(m.ke-m.ks) == len(name) && string(v[m.ks:m.ke]) == name {
-			return v[m.vs:m.ve], true, nil
+			return v[m.vs:m.ve], true
 		}
 	}
-	return nil, false, nil
+	return nil, false
 }
 
 // path is a compiled field path: "a.b" is member b of the object in member a.

@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	"github.com/sluice-dev/sluice/configs"
-	"github.com/sluice-dev/sluice/operators/internal/jsonstr"
 )
 
 // RegularJoin is the unbounded (regular) inner stream-stream join (configs.Join with left and
@@ -203,11 +202,7 @@ func (j *RegularJoin) emit(ctx Context, key []byte, side byte, value, other []by
 	if side == sideRight {
 		l, r = other, value
 	}
-	out := jsonstr.AppendString(append(j.out[:0], '{'), j.left)
-	out = append(append(append(out, ':'), l...), ',')
-	out = jsonstr.AppendString(out, j.right)
-	j.out = append(append(append(out, ':'), r...), '}')
-	return emitJoined(ctx, j.sel, key, j.out)
+	return emitPair(ctx, j.sel, &j.out, key, j.left, l, j.right, r)
 }
 
 // OnTimer is never called (the operator sets no timer).

@@ -9,7 +9,6 @@ import (
 	"strconv"
 
 	"github.com/sluice-dev/sluice/configs"
-	"github.com/sluice-dev/sluice/operators/internal/jsonstr"
 )
 
 // StreamJoin is the windowed stream-stream join (configs.Join with left, right and within): per
@@ -189,24 +188,7 @@ func (j *StreamJoin) OnTimer(ctx Context, key []byte, at int64) error {
 // emitPair emits {"<left>": l, "<right>": r}, null for a nil side (its select's columns, with
 // one).
 func (j *StreamJoin) emitPair(ctx Context, key, l, r []byte) error {
-	out := append(j.out[:0], '{')
-	out = jsonstr.AppendString(out, j.left)
-	out = append(out, ':')
-	if l == nil {
-		out = append(out, "null"...)
-	} else {
-		out = append(out, l...)
-	}
-	out = append(out, ',')
-	out = jsonstr.AppendString(out, j.right)
-	out = append(out, ':')
-	if r == nil {
-		out = append(out, "null"...)
-	} else {
-		out = append(out, r...)
-	}
-	j.out = append(out, '}')
-	return emitJoined(ctx, j.sel, key, j.out)
+	return emitPair(ctx, j.sel, &j.out, key, j.left, l, j.right, r)
 }
 
 // store writes the records back (or deletes the key's state when none is left) and sets the
