@@ -21,7 +21,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluice-dev/sluice/cmd/sluice/workload"
+	"github.com/sluice-dev/sluice/configs"
 	"github.com/sluice-dev/sluice/integration/kafkatest"
+	"github.com/sluice-dev/sluice/operators/plan"
 )
 
 // sluiceBin is the sluice binary TestMain builds once (when a real broker is configured), or
@@ -493,4 +495,35 @@ func queryNamed(name string) (query, bool) {
 		}
 	}
 	return query{}, false
+}
+
+// TestInternalTopicsOfPlans: each query's internal topics are those its plan's later chains
+// read (a name missing would let an unbounded run be judged caught up too early; a name the
+// plan has not would wait for a topic that never comes).
+func TestInternalTopicsOfPlans(t *testing.T) {
+	for _, q := range queries {
+		b, err := os.ReadFile(filepath.Join(moduleDir, "configs", "nexmark", q.name+".yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := configs.Parse(b, nil)
+		if err != nil {
+			t.Fatalf("%s: %v", q.name, err)
+		}
+		p, err := plan.NewPlan(cfg)
+		if err != nil {
+			t.Fatalf("%s: %v", q.name, err)
+		}
+		var read []string
+		for _, c := range p.Chains {
+			if s, ok := strings.CutPrefix(c.Source.Topic, cfg.Group); ok && !slices.Contains(read, s) {
+				read = append(read, s)
+			}
+		}
+		slices.Sort(read)
+		want := slices.Sorted(slices.Values(q.internal))
+		if !slices.Equal(read, want) {
+			t.Errorf("%s: the plan's later chains read %v; the query lists %v", q.name, read, want)
+		}
+	}
 }

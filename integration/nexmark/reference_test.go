@@ -67,13 +67,13 @@ var queries = []query{
 	{name: "q22", reference: bidsOnly(refQ22), read: readQ22},
 	{name: "q23", reference: refQ23, read: readQ23, kills: true, internal: []string{"-by_seller-repartition", "-sellers-output",
 		"-by_bidder-repartition"}},
-	{name: "q17", reference: bidsOnly(refQ17), read: readQ17, upsert: true, internal: []string{"-q17-repartition", "-q17-output"}},
-	{name: "q18", reference: bidsOnly(refQ18), read: readQ18, upsert: true, kills: true, internal: []string{"-q18-repartition"}},
+	{name: "q17", reference: bidsOnly(refQ17), read: readQ17, upsert: true, internal: []string{"-q17-output"}},
+	{name: "q18", reference: bidsOnly(refQ18), read: readQ18, upsert: true, kills: true},
 	{name: "q19", reference: bidsOnly(refQ19), read: readQ19, upsert: true, kills: true},
 	{name: "q15", reference: bidsOnly(refQ15), read: readQ15, upsert: true, kills: true, internal: []string{"-q15-by-repartition", "-q15-distinct-bidder-repartition",
-		"-q15-distinct-bidder-output", "-q15-distinct-bidder-by-repartition", "-q15-distinct-auction-repartition", "-q15-distinct-auction-output", "-q15-distinct-auction-by-repartition", "-q15-output"}},
+		"-q15-distinct-bidder-output", "-q15-distinct-bidder-by-repartition", "-q15-distinct-auction-output", "-q15-distinct-auction-by-repartition", "-q15-output"}},
 	{name: "q16", reference: bidsOnly(refQ16), read: readQ16, upsert: true, kills: true, internal: []string{"-q16-by-repartition", "-q16-distinct-bidder-repartition",
-		"-q16-distinct-bidder-output", "-q16-distinct-bidder-by-repartition", "-q16-distinct-auction-repartition", "-q16-distinct-auction-output", "-q16-distinct-auction-by-repartition", "-q16-output"}},
+		"-q16-distinct-bidder-output", "-q16-distinct-bidder-by-repartition", "-q16-distinct-auction-output", "-q16-distinct-auction-by-repartition", "-q16-output"}},
 }
 
 // events are the generated events a reference computes from.

@@ -44,6 +44,11 @@ type ChainPlan struct {
 	Taps            []Tap            // stages whose records also go to a sink as they leave them
 	Input           int              // a cogroup's chain: the index of its input
 	Rekey           string           // the group_by field path the records are re-keyed by ("" = none); SinkTopic is then the repartition topic
+	// LocalKey: Keyed's group_by, whose records stay in their input's partition (one of its
+	// fields is the source's key, unchanged by the stages: processing.local_rekey; see
+	// keepsPartition): the chain sets each record's key to it before Keyed, and no repartition
+	// topic is written. "" = none.
+	LocalKey string
 	RekeyFor        string           // with Rekey: the aggregate the records are re-keyed for
 	Output          bool             // Keyed's results go to its output topic (SinkTopic), which later operators read
 	// Combine: with Rekey, the one chain that reads the repartition topic, when the writer
@@ -73,6 +78,50 @@ type ChainPlan struct {
 	// taps, this one skips them. Each chain's progress is committed with the offsets.
 	Fork         bool
 	SharedStages int
+}
+
+// windowed reports whether op keeps event-time windows.
+func windowed(op *configs.Operator) bool {
+	switch {
+	case op.Aggregate != nil:
+		return op.Aggregate.Window.Kind() != ""
+	case op.Top != nil:
+		return op.Top.Window.Kind() != ""
+	case op.Distinct != nil:
+		return op.Distinct.Window.Kind() != ""
+	}
+	return false
+}
+
+// keepsPartition reports whether a group_by over records that went through stages keeps them in
+// their input partition: the source's key is a field (key), one of the group_by's paths is
+// that field, and every stage leaves it as it is (a filter; a map's select that copies it by
+// name, a map's set that does not assign it). The input is partitioned by its key (as every
+// keyed operator reading a source assumes), so all the records of one group key are in one
+// partition. A stream-table join adds a member and is not looked into: false.
+func keepsPartition(stages []configs.Operator, key, groupBy string) bool {
+	if key == "" || !slices.Contains(operators.SplitGroupBy(groupBy), key) {
+		return false
+	}
+	top, _, _ := strings.Cut(key, ".")
+	for _, s := range stages {
+		switch {
+		case s.Filter != nil:
+		case s.Map != nil && len(s.Map.Select) > 0:
+			if !slices.ContainsFunc(s.Map.Columns(), func(c configs.Column) bool { return c.Name == top && strings.TrimSpace(c.Expr) == top }) {
+				return false
+			}
+		case s.Map != nil:
+			for f := range s.Map.Set {
+				if f == top || strings.HasPrefix(f, top+".") {
+					return false
+				}
+			}
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 // ID names the chain among those reading its topic: its keyed operator or its last stage (the
@@ -316,7 +365,14 @@ func NewPlan(cfg *configs.Config) (*Plan, error) {
 						return nil, err
 					}
 				}
-				if op.GroupBy() != "" {
+				if op.GroupBy() != "" && cfg.Processing.LocalRekey && op.Keyed() && !windowed(&op) && st.upstream == nil &&
+					c.Source.Topic == st.src.Topic && keepsPartition(c.Stages, st.src.Key, op.GroupBy()) {
+					// The group key holds the source's key: its records are in one partition
+					// of the input already, and the operator runs there. Not with windows:
+					// behind a repartition topic their lateness is judged by the watermark of
+					// every input partition (the smallest), here it would be by one's.
+					c.LocalKey = op.GroupBy()
+				} else if op.GroupBy() != "" {
 					// Re-keying: this chain ends at the repartition topic; the keyed operator's
 					// chain (or, for a rekey, the chain of the operators after it) reads it.
 					// Event time crosses it as the writers' announcements (TimedOutput,
@@ -671,6 +727,9 @@ func (p *Plan) Describe(w io.Writer) {
 				fmt.Fprintf(w, "     (and on to sink %s, topic %s)\n", tap.Sink, tap.SinkTopic)
 			}
 		}
+		if c.LocalKey != "" {
+			fmt.Fprintf(w, "  -> key by %s in the input's partition (it holds the source's key %s: no repartition topic; processing.local_rekey)\n", c.LocalKey, c.Source.Key)
+		}
 		if c.Rekey != "" {
 			fmt.Fprintf(w, "  -> re-key by %s -> repartition topic %s (in the transaction of the input offsets)\n", c.Rekey, c.SinkTopic)
 			switch {
@@ -829,6 +888,8 @@ type Ops struct {
 	Agg   operators.Mergeable
 	Kop   operators.Keyed
 	Rekey *operators.Rekey // group_by: the key of the repartition topic's records
+	// LocalKey: ChainPlan.LocalKey, the key the chain gives each record before its operator.
+	LocalKey *operators.Rekey
 	// Combine: with Rekey, the operators of the chain the writer combines its records for
 	// (ChainPlan.Combine): its Agg or its Kop (a distinct).
 	Combine *Ops
@@ -867,6 +928,11 @@ func (c ChainPlan) Build(rows func(table string) operators.Rows, values operator
 	ops := &Ops{Src: src}
 	if c.Rekey != "" {
 		if ops.Rekey, err = operators.NewRekey(c.RekeyFor, c.Rekey); err != nil {
+			return nil, err
+		}
+	}
+	if c.LocalKey != "" {
+		if ops.LocalKey, err = operators.NewRekey(c.Keyed.Name, c.LocalKey); err != nil {
 			return nil, err
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"sort"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -21,12 +22,19 @@ import (
 // within the watermark including it has passed is late); keep last, each key's latest record as
 // its last output; every bad and late record one dead letter.
 
-func dedupConfig(keep string, within, maxDelay int64) func(mode string, enter, exit int64, cacheKeys int, every string) string {
+func dedupConfig(keep string, within, maxDelay int64, local bool) func(mode string, enter, exit int64, cacheKeys int, every string) string {
 	w := ""
 	if within > 0 {
 		w = fmt.Sprintf(", within: %dms", within)
 	}
+	if local {
+		w += `, group_by: "shard, customer_id"`
+	}
 	return func(mode string, enter, exit int64, cacheKeys int, every string) string {
+		h := testHeader(mode, enter, exit, cacheKeys, every)
+		if local {
+			h = localRekey(h)
+		}
 		return fmt.Sprintf(`
 %ssources:
   orders: {topic: %s, format: json, key: customer_id, timestamp: ts, watermark: {max_delay: %dms}}
@@ -36,7 +44,23 @@ operators:
     output: out
 sinks:
   out: {topic: %s, format: json}
-`, testHeader(mode, enter, exit, cacheKeys, every), testTopic, maxDelay, testOp, keep, w, testSink)
+`, h, testTopic, maxDelay, testOp, keep, w, testSink)
+	}
+}
+
+// localRekey turns processing.local_rekey on in a test header.
+func localRekey(header string) string {
+	return strings.Replace(header, "processing: {", "processing: {local_rekey: true, ", 1)
+}
+
+// addShard gives each record a member shard (0-2) before its others, and the oracle's records
+// the key a dedup by (shard, customer_id) gives them.
+func addShard(recs []*kgo.Record, in []dedupRec) {
+	for i, r := range recs {
+		shard := i % 3
+		r.Value = append([]byte(fmt.Sprintf(`{"shard":%d,`, shard)), r.Value[min(1, len(r.Value)):]...)
+		in[i].value = string(r.Value)
+		in[i].key = fmt.Sprintf(`{"shard":%d,"customer_id":%q}`, shard, in[i].key)
 	}
 }
 
@@ -114,11 +138,21 @@ func TestDedupOneAnswerTwoModes(t *testing.T) {
 		if *flagSeed != 0 && seed != *flagSeed {
 			continue
 		}
-		t.Run(fmt.Sprint(seed), func(t *testing.T) { dedupOneAnswer(t, seed) })
+		t.Run(fmt.Sprint(seed), func(t *testing.T) { dedupOneAnswer(t, seed, false) })
 	}
 }
 
-func dedupOneAnswer(t *testing.T, seed uint64) {
+// TestDedupLocalRekey is the dedup's metamorphic test by a composite key that holds the
+// source's key, (shard, customer_id), with processing.local_rekey: the operator runs in the
+// source's partition under that key (one chain, no repartition topic) and gives the oracle's
+// answer in every mode.
+func TestDedupLocalRekey(t *testing.T) {
+	eachSeed(t, seedCounts{normal: 20, short: 5, long: 400}, func(t *testing.T, seed uint64, _ int) {
+		dedupOneAnswer(t, seed, true)
+	})
+}
+
+func dedupOneAnswer(t *testing.T, seed uint64, local bool) {
 	rng := rand.New(rand.NewPCG(seed, 18))
 	keep := []string{"first", "last"}[rng.IntN(2)]
 	var within int64
@@ -127,8 +161,14 @@ func dedupOneAnswer(t *testing.T, seed uint64) {
 	}
 	maxDelay := []int64{0, 500}[rng.IntN(2)]
 	recs, in := genDedup(rng, []int{1, 50, 500, 2000}[rng.IntN(4)])
+	if local {
+		addShard(recs, in)
+	}
 	wantFirst, wantLast, wantDead := dedupOracle(in, keep, within, maxDelay)
-	cfg := dedupConfig(keep, within, maxDelay)
+	cfg := dedupConfig(keep, within, maxDelay, local)
+	if p := mustPlan(t, cfg("auto", 50, 10, 1, "0s")); len(p.Chains) != 1 || (p.Chains[0].LocalKey != "") != local {
+		t.Fatalf("local_rekey %v: want one chain, keyed locally as local_rekey says, got %+v", local, p.Chains)
+	}
 	for _, ms := range keyedModes(rng) {
 		ms.config = cfg
 		r := runMode(t, seed, ms, genInput{recs: recs})

@@ -248,11 +248,37 @@ func stateSizes(ops *plan.Ops) string {
 
 // spec returns the chain's state spec: the aggregate's, or a Keyed operator's with the timer
 // prefix the runtime stores before its states.
+//
+// An operator keyed in its input's partitions (plan.Ops.LocalKey) has its keys in other
+// partitions than with a repartition topic: its layout says so (inputPartitioned), so that a
+// state written the other way is refused rather than read in the wrong partition.
 func spec(ops *plan.Ops) stateSpec {
+	var s stateSpec = ops.Agg
 	if ops.Kop != nil {
-		return keyedState{layout: ops.Kop.Layout(), valid: ops.Kop.ValidState}
+		s = keyedState{layout: ops.Kop.Layout(), valid: ops.Kop.ValidState}
 	}
-	return ops.Agg
+	if ops.LocalKey != nil {
+		return inputPartitioned{s}
+	}
+	return s
+}
+
+// inputPartitioned is the state spec of an operator keyed in its input's partitions: its
+// operator's, with the layout part "partitions=input".
+type inputPartitioned struct{ stateSpec }
+
+func (s inputPartitioned) Layout() operators.Layout {
+	l := s.stateSpec.Layout()
+	l.Parts = append(slices.Clip(l.Parts), "partitions=input")
+	return l
+}
+
+// specOf returns the operator's own spec under an inputPartitioned one.
+func specOf(s stateSpec) stateSpec {
+	if p, ok := s.(inputPartitioned); ok {
+		return p.stateSpec
+	}
+	return s
 }
 
 // NewStateChecks compiles the plan's keyed operators for restore checks.
@@ -288,7 +314,7 @@ type resultsLog interface {
 // for an aggregate whose results are its changelog, the state rebuilt from its result. For
 // changelog.Restorer.Decode.
 func (s StateChecks) Decode(op string, key, val []byte) ([]byte, error) {
-	if r, ok := s[op].(resultsLog); ok && r.OutputChangelog() {
+	if r, ok := specOf(s[op]).(resultsLog); ok && r.OutputChangelog() {
 		return r.StateOf(key, val, nil)
 	}
 	return val, nil

@@ -114,6 +114,42 @@ func TestLayoutChangeRefused(t *testing.T) {
 	}
 }
 
+// TestLayoutLocalRekeyRefused: an aggregate grouped by its source's key field keeps its keys in
+// other partitions with processing.local_rekey than through a repartition topic, so its layout
+// says which: state written one way refuses to start the other way (and back), naming the
+// part, and leaves the state alone.
+func TestLayoutLocalRekeyRefused(t *testing.T) {
+	store := state.NewMem()
+	local := mustPlan(t, localAggConfig("never", 1000, 100, 1000, "0s"))
+	tk, err := openTask(t, local, store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream(t, tk, newFakeProducer(), order(0, "c-1", "10"), order(1, "c-2", "1"))
+	tk.Close()
+	before := scanState(t, store)
+	// The chain that reads the repartition topic: the aggregate's, partition 0 of it.
+	repart := mustPlan(t, strings.Replace(localAggConfig("never", 1000, 100, 1000, "0s"), "local_rekey: true", "local_rekey: false", 1))
+	if len(repart.Chains) != 2 || repart.Chains[1].Keyed == nil {
+		t.Fatalf("local_rekey false: want the re-keying chain and the aggregate's, got %+v", repart.Chains)
+	}
+	repart.Chains = repart.Chains[1:]
+	_, err = New(repart, repart.Chains[0].Source.Topic, 0, Deps{
+		Store: store, Budget: sorter.NewBudget(1 << 20), SortDir: t.TempDir(),
+		Clock: (&stepClock{now: time.Unix(1_700_000_000, 0)}).Now, Logger: discardLogger(),
+	})
+	var le *LayoutError
+	if !errors.As(err, &le) || !strings.Contains(err.Error(), "removed partitions=input") {
+		t.Fatalf("New without local_rekey over its state = %v, want a *LayoutError that names partitions=input", err)
+	}
+	if after := scanState(t, store); !slices.Equal(before, after) {
+		t.Fatalf("the refused start changed the state:\n%s", diffLines(before, after))
+	}
+	if _, err := openTask(t, local, store); err != nil {
+		t.Fatalf("reopening with local_rekey: %v", err)
+	}
+}
+
 // TestLayoutLegacyState: state of a sluice that stored no layout is accepted when a sampled state
 // is valid under the config's layout (and the layout is stored from then on), and refused when
 // it is not.

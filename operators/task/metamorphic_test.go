@@ -572,3 +572,22 @@ func checkFields(t *testing.T, r runResult, in genInput) {
 		}
 	}
 }
+
+// TestAggregateLocalRekey is the aggregate's metamorphic test grouped by its source's key field
+// with processing.local_rekey: one chain, which sets each record's key from the field before
+// the aggregate (no repartition topic), with the oracle's answer in every mode.
+func TestAggregateLocalRekey(t *testing.T) {
+	if p := mustPlan(t, localAggConfig("auto", 50, 10, 1, "0s")); len(p.Chains) != 1 || p.Chains[0].LocalKey != "customer_id" {
+		t.Fatalf("want one chain keyed locally by customer_id, got %+v", p.Chains)
+	}
+	eachSeed(t, seedCounts{normal: 20, short: 5, long: 400, slowUnderRace: true}, func(t *testing.T, seed uint64, i int) {
+		oneAnswerWith(t, seed, i == 0, localAggConfig)
+	})
+}
+
+// localAggConfig is testConfigEvery's aggregate with group_by its source's key field and
+// processing.local_rekey.
+func localAggConfig(mode string, enter, exit int64, cacheKeys int, every string) string {
+	return strings.Replace(localRekey(testConfigEvery(mode, enter, exit, cacheKeys, every)),
+		"      input: orders\n", "      input: orders\n      group_by: customer_id\n", 1)
+}

@@ -645,6 +645,16 @@ func (t *Task) applyRecord(c *chain, kr *kgo.Record, wmPrev int64) error {
 		}
 		return nil
 	}
+	if ops.LocalKey != nil {
+		// A group key that keeps the input's partition (plan.keepsPartition): the record
+		// stays here under it.
+		key, err := ops.LocalKey.Key(&c.rec)
+		if err != nil {
+			t.deadLetter(c, kr, ops.LocalKey.Name(), err)
+			return nil
+		}
+		c.rec.Key = key
+	}
 	var in []byte
 	var err error
 	if ops.Kop != nil {
