@@ -44,13 +44,13 @@ type ChainPlan struct {
 	Taps            []Tap            // stages whose records also go to a sink as they leave them
 	Input           int              // a cogroup's chain: the index of its input
 	Rekey           string           // the group_by field path the records are re-keyed by ("" = none); SinkTopic is then the repartition topic
+	RekeyFor        string           // with Rekey: the aggregate the records are re-keyed for
+	Output          bool             // Keyed's results go to its output topic (SinkTopic), which later operators read
 	// LocalKey: Keyed's group_by, whose records stay in their input's partition (one of its
 	// fields is the source's key, unchanged by the stages: processing.local_rekey; see
 	// keepsPartition): the chain sets each record's key to it before Keyed, and no repartition
 	// topic is written. "" = none.
 	LocalKey string
-	RekeyFor        string           // with Rekey: the aggregate the records are re-keyed for
-	Output          bool             // Keyed's results go to its output topic (SinkTopic), which later operators read
 	// Combine: with Rekey, the one chain that reads the repartition topic, when the writer
 	// combines its records for that chain's operator (processing.combine_before_rekey; see
 	// combines): partial states for an aggregate or cogroup, new flags only for a distinct.
