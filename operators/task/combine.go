@@ -115,22 +115,7 @@ func (t *Task) combine(c *chain, kr *kgo.Record, key []byte, wmPrev int64) bool 
 	r.Key = key // as the reader decodes it
 	defer func() { r.Key = orig }()
 	if cb.agg == nil {
-		if !cb.filtering() {
-			return false
-		}
-		mask, err := cb.dist.Mask(r)
-		if err != nil {
-			return false // the distinct dead-letters it
-		}
-		if mask&^cb.seen.mask(key) == 0 {
-			cb.dropped++
-			return true // no new flag: the distinct drops it
-		}
-		if cb.seen.len() >= cb.limit {
-			cb.seen.reset()
-		}
-		cb.seen.add(key, mask)
-		return false
+		return cb.dropsFlagless(key, r)
 	}
 	hold := c.holding()
 	in, err := cb.agg.ProjectInput(cb.input, r, cb.in[:0])
@@ -157,6 +142,39 @@ func (t *Task) combine(c *chain, kr *kgo.Record, key []byte, wmPrev int64) bool 
 	cb.part.set(i, st, cb.agg.Fold(st, in))
 	cb.ts = max(cb.ts, r.Time)
 	return true
+}
+
+// dropsFlagless reports whether the distinct's filter cb drops r, under key: it sets no flag
+// cb has not passed on for key yet (the record that set them comes before it to the distinct,
+// which would drop r too).
+func (cb *combiner) dropsFlagless(key []byte, r *operators.Record) bool {
+	if !cb.filtering() {
+		return false
+	}
+	mask, err := cb.dist.Mask(r)
+	if err != nil {
+		return false // the distinct dead-letters it
+	}
+	if mask&^cb.seen.mask(key) == 0 {
+		cb.dropped++
+		return true // no new flag: the distinct drops it
+	}
+	if cb.seen.len() >= cb.limit {
+		cb.seen.reset()
+	}
+	cb.seen.add(key, mask)
+	return false
+}
+
+// newFlagFilter returns the filter of a distinct's own chain keyed in its input's partition
+// (plan.Ops.LocalKey): the combiner's for a distinct, before the operator rather than before a
+// repartition topic; nil for another operator.
+func newFlagFilter(ops *plan.Ops, limit int) *combiner {
+	d, ok := ops.Kop.(*operators.Distinct)
+	if !ok || ops.LocalKey == nil {
+		return nil
+	}
+	return &combiner{dist: d, seen: newFlagSet(), limit: limit}
 }
 
 // passOn prepares the table for a record at offset off that goes as it is: while holding, the

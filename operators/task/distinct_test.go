@@ -108,15 +108,35 @@ func distinctOracle(in []distinctRec) (outs []string, dead int) {
 }
 
 func TestDistinctOneAnswerTwoModes(t *testing.T) {
-	eachSeed(t, seedCounts{normal: 20, short: 5, long: 400}, func(t *testing.T, seed uint64, _ int) { distinctOneAnswer(t, seed) })
+	eachSeed(t, seedCounts{normal: 20, short: 5, long: 400}, func(t *testing.T, seed uint64, _ int) { distinctOneAnswer(t, seed, false) })
 }
 
-func distinctOneAnswer(t *testing.T, seed uint64) {
+// TestDistinctLocalRekey is the distinct's metamorphic test grouped by its source's key field
+// with processing.local_rekey: keyed in the source's partition, behind the filter that drops the
+// records setting no new flag (newFlagFilter), which an abort must forget with the records.
+func TestDistinctLocalRekey(t *testing.T) {
+	eachSeed(t, seedCounts{normal: 20, short: 5, long: 400}, func(t *testing.T, seed uint64, _ int) { distinctOneAnswer(t, seed, true) })
+}
+
+// localDistinctConfig is distinctConfig grouped by customer_id, with processing.local_rekey.
+func localDistinctConfig(mode string, enter, exit int64, cacheKeys int, every string) string {
+	return strings.Replace(localRekey(distinctConfig(mode, enter, exit, cacheKeys, every)),
+		"      input: orders\n", "      input: orders\n      group_by: customer_id\n", 1)
+}
+
+func distinctOneAnswer(t *testing.T, seed uint64, local bool) {
 	rng := rand.New(rand.NewPCG(seed, 15))
 	recs, in := genDistinct(rng, []int{1, 50, 500, 2000}[rng.IntN(4)])
 	want, wantDead := distinctOracle(in)
+	cfg := distinctConfig
+	if local {
+		cfg = localDistinctConfig
+		if p := mustPlan(t, cfg("auto", 50, 10, 1, "0s")); len(p.Chains) != 1 || p.Chains[0].LocalKey == "" {
+			t.Fatalf("want one chain keyed locally, got %+v", p.Chains)
+		}
+	}
 	for _, ms := range keyedModes(rng) {
-		ms.config = distinctConfig
+		ms.config = cfg
 		r := runMode(t, seed, ms, genInput{recs: recs})
 		what := fmt.Sprintf("%s (%s)", ms.name, r.summary)
 		checkCommitted(t, what, r, len(recs), wantDead)

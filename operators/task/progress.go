@@ -66,6 +66,9 @@ func (c *chain) rewind() {
 	if c.comb != nil {
 		c.comb.reset()
 	}
+	if c.flags != nil {
+		c.flags.reset()
+	}
 	if c.tracksTime() {
 		// The watermark goes back with the offset: a re-keying writer would otherwise announce
 		// the watermark of records it has not written again yet, and its readers would take the

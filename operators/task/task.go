@@ -102,6 +102,7 @@ type chain struct {
 	rec     operators.Record
 	scratch []byte
 	comb    *combiner   // a re-keying writer's combining for its reader (combine.go); nil: none
+	flags   *combiner   // a distinct keyed in its input's partition: the combiner's filter before it (newFlagFilter); nil: none
 	snaps   []*snapshot // what came of a batch's records after some stages, for forks (fork.go)
 	from    *snapshot   // a fork's: its provider's snapshot it starts from (fork.go); nil: none
 
@@ -373,6 +374,7 @@ func (t *Task) addChain(cp plan.ChainPlan, g groupBuild) error {
 	if c.comb, err = newCombiner(cp.Combine, ops.Combine, t.cacheCap); err != nil {
 		return err
 	}
+	c.flags = newFlagFilter(ops, t.cacheCap)
 	t.chains = append(t.chains, c)
 	t.byTopic[cp.Source.Topic] = append(t.byTopic[cp.Source.Topic], c)
 	t.linkFork(c)
@@ -654,6 +656,9 @@ func (t *Task) applyRecord(c *chain, kr *kgo.Record, wmPrev int64) error {
 			return nil
 		}
 		c.rec.Key = key
+		if c.flags != nil && c.flags.dropsFlagless(key, &c.rec) {
+			return nil
+		}
 	}
 	var in []byte
 	var err error
