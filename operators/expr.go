@@ -1,6 +1,7 @@
 package operators
 
 import (
+	"bytes"
 	"cmp"
 	"encoding/json"
 	"fmt"
@@ -357,7 +358,8 @@ type mapStage struct {
 	progs  []*vm.Program
 	env    exprEnv
 	vals   []any
-	last   []int // per field: index of the member it replaces, or -1
+	last   []int    // per field: index of the member it replaces, or -1
+	idx    []member // the index of the value it writes, made as it writes it (swapped with the record's)
 }
 
 // NewMap compiles cfg.Set (member name -> expression). Every expression sees the input record
@@ -427,49 +429,56 @@ func (m *mapStage) Apply(r *Record) (bool, error) {
 			}
 		}
 	}
+	// The new value's index is made as it is written (each member's offsets), not by parsing
+	// it again: its members are the input's, valid, and the values appendAnyJSON writes.
 	out := append(r.scratchValue(), '{')
-	first := true
-	sep := func() {
-		if !first {
-			out = append(out, ',')
-		}
-		first = false
-	}
+	nidx := m.idx[:0]
 	var err error
 	for j, mem := range idx {
 		k := slices.Index(m.last, j)
-		if k < 0 {
-			if m.isSet(val[mem.ks:mem.ke], mem.esc) {
-				continue // an earlier duplicate of a member being set
-			}
-			sep()
-			out = append(out, val[mem.ks-1:mem.ke+1]...)
-			out = append(out, ':')
-			out = append(out, val[mem.vs:mem.ve]...)
-			continue
+		if k < 0 && m.isSet(val[mem.ks:mem.ke], mem.esc) {
+			continue // an earlier duplicate of a member being set
 		}
-		sep()
+		if len(nidx) > 0 {
+			out = append(out, ',')
+		}
+		nm := member{ks: int32(len(out) + 1), esc: mem.esc}
 		out = append(out, val[mem.ks-1:mem.ke+1]...)
+		nm.ke = int32(len(out) - 1)
 		out = append(out, ':')
-		if out, err = appendAnyJSON(out, m.vals[k]); err != nil {
+		nm.vs = int32(len(out))
+		if k < 0 {
+			out = append(out, val[mem.vs:mem.ve]...)
+		} else if out, err = appendAnyJSON(out, m.vals[k]); err != nil {
 			return false, &Error{Operator: m.name, Reason: fmt.Sprintf("set %s: %v", m.fields[k], err)}
 		}
+		nm.ve = int32(len(out))
+		nidx = append(nidx, nm)
 	}
 	for k, f := range m.fields {
 		if m.last[k] >= 0 {
 			continue
 		}
-		sep()
+		if len(nidx) > 0 {
+			out = append(out, ',')
+		}
+		nm := member{ks: int32(len(out) + 1)}
 		out = jsonstr.AppendString(out, f)
+		nm.ke = int32(len(out) - 1)
+		nm.esc = bytes.IndexByte(out[nm.ks:nm.ke], '\\') >= 0
 		out = append(out, ':')
+		nm.vs = int32(len(out))
 		if out, err = appendAnyJSON(out, m.vals[k]); err != nil {
 			return false, &Error{Operator: m.name, Reason: fmt.Sprintf("set %s: %v", m.fields[k], err)}
 		}
+		nm.ve = int32(len(out))
+		nidx = append(nidx, nm)
 	}
 	out = append(out, '}')
-	if err := r.setValue(out); err != nil {
-		return false, &Error{Operator: m.name, Reason: fmt.Sprintf("re-encoded value: %v", err)}
+	if len(out) > 1<<31-1 {
+		return false, &Error{Operator: m.name, Reason: "re-encoded value: value too large"}
 	}
+	m.idx = r.setIndexedValue(out, nidx)
 	return true, nil
 }
 

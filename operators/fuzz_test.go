@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 	"math/big"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -69,6 +70,16 @@ func FuzzStages(f *testing.F) {
 			}
 			if !keep {
 				return
+			}
+			if st == set {
+				// The index the map made as it wrote the value is the value's.
+				want, err := indexObject(r.Value, nil)
+				if err != nil {
+					t.Fatalf("map output %q is not a JSON object: %v", r.Value, err)
+				}
+				if got, _ := r.index(); !slices.Equal(got, want) {
+					t.Fatalf("map output %q: its index %v, parsed %v", r.Value, got, want)
+				}
 			}
 		}
 		if _, err := indexObject(r.Value, nil); err != nil {

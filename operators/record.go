@@ -111,6 +111,18 @@ type path struct {
 
 func newPath(s string) path { return path{text: s, parts: strings.Split(s, ".")} }
 
+// setIndexedValue installs a rewritten Value built in the buffer from scratchValue, with idx,
+// the index of its members the writer made, and returns the index slice it replaced, for the
+// writer's next value.
+func (r *Record) setIndexedValue(v []byte, idx []member) []member {
+	r.valBuf[r.valCur] = v
+	r.Value = v
+	old := r.members
+	r.members = idx
+	r.setIndexed(v, nil)
+	return old
+}
+
 // lookup returns the raw JSON of the field at p. ok is false when a member is missing or an
 // intermediate value is not an object. err is non-nil when Value is not a valid JSON object.
 func (r *Record) lookup(p path) (raw []byte, ok bool, err error) {
