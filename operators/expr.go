@@ -1,7 +1,6 @@
 package operators
 
 import (
-	"bytes"
 	"cmp"
 	"encoding/json"
 	"fmt"
@@ -462,12 +461,8 @@ func (m *mapStage) Apply(r *Record) (bool, error) {
 		if len(nidx) > 0 {
 			out = append(out, ',')
 		}
-		nm := member{ks: int32(len(out) + 1)}
-		out = jsonstr.AppendString(out, f)
-		nm.ke = int32(len(out) - 1)
-		nm.esc = bytes.IndexByte(out[nm.ks:nm.ke], '\\') >= 0
-		out = append(out, ':')
-		nm.vs = int32(len(out))
+		var nm member
+		out, nm = appendMemberName(out, f)
 		if out, err = appendAnyJSON(out, m.vals[k]); err != nil {
 			return false, &Error{Operator: m.name, Reason: fmt.Sprintf("set %s: %v", m.fields[k], err)}
 		}
@@ -749,6 +744,11 @@ func memberPath(n ast.Node) (string, bool) {
 func (p *PairSelect) Row(key, value []byte) ([]byte, error) {
 	p.rec.Release() // value may be a reused buffer of the length last indexed
 	p.rec.Key, p.rec.Value = key, value
+	return p.row()
+}
+
+// row writes the columns of p.rec, which Row or pair set, and releases it.
+func (p *PairSelect) row() ([]byte, error) {
 	out, err := p.s.appendRow(append(p.out[:0], '{'), &p.rec, true)
 	p.out = out
 	p.rec.Release()
@@ -762,10 +762,7 @@ func (p *PairSelect) pair(key []byte, left string, l []byte, right string, r []b
 	p.joined, p.rec.members = appendPair(p.joined[:0], p.rec.members, left, l, right, r)
 	p.rec.Key, p.rec.Value = key, p.joined
 	p.rec.setIndexed(p.joined, nil)
-	out, err := p.s.appendRow(append(p.out[:0], '{'), &p.rec, true)
-	p.out = out
-	p.rec.Release()
-	return out, err
+	return p.row()
 }
 
 var nullJSON = []byte("null")

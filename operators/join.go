@@ -1,7 +1,6 @@
 package operators
 
 import (
-	"bytes"
 	"fmt"
 
 	"github.com/sluice-dev/sluice/configs"
@@ -101,12 +100,7 @@ func appendPair(dst []byte, idx []member, left string, l []byte, right string, r
 			out, v = append(out, ','), r
 		}
 		var m member
-		m.ks = int32(len(out) + 1)
-		out = jsonstr.AppendString(out, name)
-		m.ke = int32(len(out) - 1)
-		m.esc = bytes.IndexByte(out[m.ks:m.ke], '\\') >= 0
-		out = append(out, ':')
-		m.vs = int32(len(out))
+		out, m = appendMemberName(out, name)
 		if v == nil {
 			out = append(out, "null"...)
 		} else {

@@ -23,7 +23,9 @@ import (
 // read its results, to its output topic: Output). An aggregate with group_by
 // splits its chain in two: the first ends by writing its records, re-keyed by the group_by
 // field, to the aggregate's repartition topic (Rekey), and the second reads that topic as its
-// source.
+// source; unless the group_by keeps the input's partition (processing.local_rekey,
+// keepsPartition): then one chain gives each record its group key (LocalKey) before the
+// operator.
 type ChainPlan struct {
 	SourceName string
 	Source     configs.Source
