@@ -518,7 +518,7 @@ func NewPlan(cfg *configs.Config) (*Plan, error) {
 					readers = append(readers, &p.Chains[j])
 				}
 			}
-			if len(readers) == 1 && combines(readers[0]) {
+			if len(readers) == 1 && combines(readers[0], cfg.Processing.Guarantee == configs.ExactlyOnce) {
 				r := *readers[0]
 				w.Combine = &r
 			}
@@ -537,10 +537,16 @@ func NewPlan(cfg *configs.Config) (*Plan, error) {
 // for r's operator, r being its only reader and running no stage before it: an aggregate or a
 // cogroup without windows or retractions takes partial states (operators.Mergeable.Merge: a
 // state depends only on the multiset of its inputs), and a distinct needs only the records that
-// set a flag their writer has not yet passed for their key (the others it drops anyway).
-func combines(r *ChainPlan) bool {
+// set a flag their writer has not yet passed for their key (the others it drops anyway), and a
+// top (of n at most operators.TopBoundMaxN) only those that may still enter it: for a top over
+// windows, only under exactly_once, whose commits carry what a writer announced of its
+// watermark to its next owner (a bound of what the reader knows).
+func combines(r *ChainPlan, exactlyOnce bool) bool {
 	if r.Keyed == nil || len(r.Stages) > 0 || r.Tombstones || r.StreamJoin != nil || r.AsOf != nil {
 		return false
+	}
+	if t := r.Keyed.Top; t != nil {
+		return t.N <= operators.TopBoundMaxN && (t.Window == nil || exactlyOnce)
 	}
 	if r.Cogroup != nil {
 		return r.Cogroup.Window == nil
@@ -735,6 +741,12 @@ func (p *Plan) Describe(w io.Writer) {
 		if c.Rekey != "" {
 			fmt.Fprintf(w, "  -> re-key by %s -> repartition topic %s (in the transaction of the input offsets)\n", c.Rekey, c.SinkTopic)
 			switch {
+			case c.Combine != nil && c.Combine.Keyed.Top != nil:
+				of := "its key"
+				if c.Combine.Keyed.Top.Window != nil {
+					of = "its key in a window the writer's watermark has not closed"
+				}
+				fmt.Fprintf(w, "     combined for top %s: a record the writer's own earlier records for %s leave no rank in the top does not go on (processing.combine_before_rekey)\n", c.Combine.Keyed.Name, of)
 			case c.Combine != nil && c.Combine.Keyed.Distinct != nil:
 				fmt.Fprintf(w, "     combined for distinct %s: only a record that sets a flag not yet passed for its key goes on (processing.combine_before_rekey)\n", c.Combine.Keyed.Name)
 			case c.Combine != nil:

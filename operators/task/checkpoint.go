@@ -119,15 +119,15 @@ func (t *Task) Checkpoint(p Producer) (pd *Pending, err error) {
 	return pd, nil
 }
 
-// checkpointAll writes each chain's part of a checkpoint, then the topics' offsets, the tables'
-// and the watermarks.
+// checkpointAll writes each chain's part of a checkpoint, then the tables' offsets, the
+// watermarks, and the topics' offsets (after the announcements of the watermarks, which a
+// top's filtering writer commits with them: topicOffsets).
 func (t *Task) checkpointAll(p Producer, pd *Pending) error {
 	for _, c := range t.chains {
 		if err := t.checkpointChain(c, p, pd); err != nil {
 			return err
 		}
 	}
-	t.topicOffsets(pd)
 	t.tableOffsets(p, pd)
 	for _, c := range t.chains {
 		if err := t.checkpointWatermark(c, p, pd); err != nil {
@@ -141,6 +141,7 @@ func (t *Task) checkpointAll(p Producer, pd *Pending) error {
 			}
 		}
 	}
+	t.topicOffsets(pd)
 	return nil
 }
 
@@ -201,27 +202,52 @@ func (t *Task) checkpointChain(c *chain, p Producer, pd *Pending) error {
 
 // topicOffsets sets each topic's offset: the smallest progress of its chains (several
 // operators reading one input: each chain skips what it has done already, Progress). It is
-// committed when any of them moved.
+// committed when any of them moved, or when a writer that filters for a top over windows
+// announced something new of its watermark: its Progress holds what it announced last
+// (saidPrefix, idlePrefix), which its next owner needs (SetProgress, combiner.dropsBeaten).
 func (t *Task) topicOffsets(pd *Pending) {
 	for topic, cs := range t.byTopic {
 		off, moved := int64(math.MaxInt64), false
 		for _, c := range cs {
 			off = min(off, pd.next[c].off)
-			moved = moved || pd.next[c].off > c.done.off
+			moved = moved || pd.next[c].off > c.done.off ||
+				c.keepsSaid() && (c.wmSaid != c.done.wmSaid || c.idleSaid != c.done.idleSaid)
 		}
 		if !moved || off < 0 {
 			continue
 		}
 		pd.Offsets[topic] = off
-		if len(cs) > 1 {
-			pd.Progress[topic] = map[string]int64{}
-			for _, c := range cs {
-				if pd.next[c].off > off {
-					pd.Progress[topic][c.plan.ID()] = pd.next[c].off
+		progress := map[string]int64{}
+		for _, c := range cs {
+			if len(cs) > 1 && pd.next[c].off > off {
+				progress[c.plan.ID()] = pd.next[c].off
+			}
+			if c.keepsSaid() && c.wmSaid != math.MinInt64 {
+				progress[saidPrefix+c.plan.ID()] = c.wmSaid
+				if c.idleSaid {
+					progress[idlePrefix+c.plan.ID()] = 1
 				}
 			}
 		}
+		if len(cs) > 1 || len(progress) > 0 {
+			pd.Progress[topic] = progress
+		}
 	}
+}
+
+// What a writer filtering for a top over windows (chain.keepsSaid) last announced, in its
+// topic's committed Progress: saidPrefix and its ID, its watermark (chain.wmSaid); idlePrefix
+// and its ID, 1 if it announced idle after it. No operator name has a colon, so no chain ID
+// (an operator's name, or rekey:<name>) starts with either.
+const (
+	saidPrefix = "said:"
+	idlePrefix = "idle:"
+)
+
+// keepsSaid reports whether c is a writer whose filter rests on what it announced of its
+// watermark (a top's over windows, combiner.dropsBeaten), which it commits with its offsets.
+func (c *chain) keepsSaid() bool {
+	return c.comb != nil && c.comb.bound != nil && c.comb.bound.Windowed()
 }
 
 // tableOffsets writes the tables' dead letters and offsets once no chain holds a backlog (a

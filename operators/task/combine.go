@@ -40,6 +40,11 @@ import (
 //     record that set them is before it in the same partition of the repartition topic,
 //     committed or in the same transaction, so the distinct has those flags for the key and
 //     would drop it too.
+//   - For a top of n at most operators.TopBoundMaxN, it keeps per key (and window) the n best
+//     values it has passed on and drops a record they leave no rank (operators.TopBound): the
+//     top reads them before it and would drop it too. Over windows only in windows the writer's
+//     watermark leaves open, which bounds the reader's (dropsBeaten); the writer commits what it
+//     announced with its offsets for the partition's next owner (topicOffsets, SetProgress).
 //
 // The same in both modes: in real time a partial covers one checkpoint's records, which the
 // reader sees no earlier than the commit of that checkpoint anyway (read_committed). An abort
@@ -59,6 +64,10 @@ type combiner struct {
 	dist  *operators.Distinct
 	seen  *flagSet // a distinct's flags passed on, by key
 	limit int
+
+	bound       *operators.TopBound // a top's: the best values passed on, per key and window
+	best        *slotSet            // bound's slots (operators.TopBound.SlotSize each)
+	slot, slotN func([]byte) []byte // best.slot and best.add
 	// The distinct's filter pays its way only when it drops many records (Nexmark q15: over
 	// 80%, and the run takes 0.6 of the CPU; q16: about 30%, where examining every record cost
 	// more than it saved):
@@ -99,12 +108,29 @@ func newCombiner(cp *plan.ChainPlan, ops *plan.Ops, limit int) (*combiner, error
 		return &combiner{agg: ops.Agg, input: cp.Input, part: newPartials(ops.Agg.StateSize(), limit), ts: math.MinInt64,
 			headers: codec.PartialHeaders(ops.Agg.Layout().Fingerprint())}, nil
 	}
-	d, ok := ops.Kop.(*operators.Distinct)
-	if !ok {
-		return nil, fmt.Errorf("task: %s combines its records for %s, which is neither a mergeable operator nor a distinct", cp.SourceName, ops.Operator().Name())
+	var b *operators.TopBound
+	switch op := ops.Kop.(type) {
+	case *operators.Distinct:
+		return &combiner{dist: op, seen: newFlagSet(), limit: limit}, nil
+	case *operators.Top:
+		b = op.Bound()
+	case *operators.WindowTop:
+		b = op.Bound()
 	}
-	return &combiner{dist: d, seen: newFlagSet(), limit: limit}, nil
+	if b == nil {
+		return nil, fmt.Errorf("task: %s combines its records for %s, which is neither a mergeable operator, a distinct nor a top of n at most %d", cp.SourceName, ops.Operator().Name(), operators.TopBoundMaxN)
+	}
+	cb := &combiner{bound: b, best: newSlotSet(b.SlotSize()), limit: limit}
+	cb.slot, cb.slotN = cb.best.slot, cb.best.add
+	return cb, nil
 }
+
+// boundedRecord is the size (key and value) up to which a filter (a distinct's or a top's)
+// counts a record it passes on: one that might be too large for the repartition topic
+// (sizelimit.go) becomes a dead letter instead of reaching the reader, so what the filter
+// knows of the reader must not rest on it. A topic accepts 8 KiB unless it is set below any
+// broker's default by far.
+const boundedRecord = 8 << 10
 
 // combine combines the chain's current record (kr, re-keyed to key; wmPrev the input watermark
 // before it) and reports whether it is done with it; false: the record goes to the repartition
@@ -114,7 +140,13 @@ func (t *Task) combine(c *chain, kr *kgo.Record, key []byte, wmPrev int64) bool 
 	orig := r.Key
 	r.Key = key // as the reader decodes it
 	defer func() { r.Key = orig }()
-	if cb.agg == nil {
+	switch {
+	case cb.agg != nil:
+	case len(key)+len(r.Value) > boundedRecord:
+		return false
+	case cb.bound != nil:
+		return cb.dropsBeaten(c, key, r, wmPrev)
+	default:
 		return cb.dropsFlagless(key, r)
 	}
 	hold := c.holding()
@@ -163,6 +195,30 @@ func (cb *combiner) dropsFlagless(key []byte, r *operators.Record) bool {
 		cb.seen.reset()
 	}
 	cb.seen.add(key, mask)
+	return false
+}
+
+// dropsBeaten reports whether the top's bound cb drops r, under key, in the writer c (wmPrev
+// its watermark before r): the records c passed on before it, which its reader reads before it
+// in the same partition, leave it no rank in any of its windows (operators.TopBound). The
+// reader's watermark when it reads r (over windows) is the smallest of its writers' latest
+// announcements, c's among them: so the largest watermark c announced (chain.wmSaid) or will
+// announce (its input's) bounds it, unless c announced that it is idle and has not announced a
+// watermark since (the reader then leaves c out of the smallest). c commits what it announced
+// with its offsets, and its next owner takes it up (SetProgress); until c has a committed
+// announcement of a watermark (the reader may have heard only "idle"), or while it is idle, the
+// filter lets records go unexamined.
+func (cb *combiner) dropsBeaten(c *chain, key []byte, r *operators.Record, wmPrev int64) bool {
+	if cb.bound.Windowed() && (c.idleSaid || c.done.wmSaid == math.MinInt64) || !cb.filtering() {
+		return false
+	}
+	if cb.best.len() >= cb.limit {
+		cb.best.reset()
+	}
+	if cb.bound.Admit(key, r, max(wmPrev, c.iwm, c.wmSaid), cb.slot, cb.slotN) {
+		cb.dropped++
+		return true
+	}
 	return false
 }
 
@@ -222,6 +278,9 @@ func (cb *combiner) reset() {
 	}
 	if cb.seen != nil {
 		cb.seen.reset()
+	}
+	if cb.best != nil {
+		cb.best.reset()
 	}
 }
 

@@ -40,6 +40,18 @@ const (
       flags: {any: "true", cheap: "amount < 100", big: "amount >= 500"}
     output: out
 `
+	combineTop = `  - name: totals
+    top: {input: orders, group_by: region, n: 2, by: amount}
+    output: out
+`
+	combineWindowTop = `  - name: totals
+    top: {input: orders, group_by: region, n: 1, ties: true, by: amount, window: {tumbling: 500ms}}
+    output: out
+`
+	combineHoppingTop = `  - name: totals
+    top: {input: orders, group_by: region, n: 2, by: amount, order: asc, window: {hopping: 1s, advance: 250ms, grace: 100ms}}
+    output: out
+`
 )
 
 func combineConfig(op, mode string, combine bool, cacheKeys int) string {
@@ -49,7 +61,7 @@ instance_id: i-0
 processing: {guarantee: exactly_once, commit_interval: 100ms, state_dir: ./data, cache_keys: %d, combine_before_rekey: %v}
 backlog: {enter_lag: 20, exit_lag: 5, sort_memory: 1MiB, mode: %s, progress_interval: 0s}
 sources:
-  orders: {topic: %s, format: json, key: customer_id, timestamp: ts}
+  orders: {topic: %s, format: json, key: customer_id, timestamp: ts, watermark: {max_delay: 2s}}
 operators:
 %ssinks:
   out: {topic: %s, format: json}
@@ -64,8 +76,14 @@ func genCombineOrders(rng *rand.Rand, n int) []*kgo.Record {
 	for i := range recs {
 		cust := fmt.Sprintf("c%d", rng.IntN(12))
 		ts := int64(1_700_000_000_000 + i*10)
+		if rng.IntN(8) == 0 {
+			ts -= rng.Int64N(1500) // out of order, within the source's max_delay
+		}
 		region := fmt.Sprintf(`"region":"r%d",`, rng.IntN(5))
 		amount := fmt.Sprintf(`"amount":%d.%02d,`, rng.IntN(900), rng.IntN(100))
+		if rng.IntN(2) == 0 {
+			amount = fmt.Sprintf(`"amount":%d,`, 50*rng.IntN(18)) // ties
+		}
 		switch rng.IntN(40) {
 		case 0:
 			region = ""
@@ -91,25 +109,18 @@ type combineRun struct {
 // repartition topic), playing the consumer of one process: random batches of either, lags that
 // move the tasks in and out of backlog (mode auto), and checkpoints of both into one
 // transaction that abort at random (both tasks rewind: records the writer produced since the
-// last commit die with it). It ends when everything is read and committed.
-func runCombine(t *testing.T, seed uint64, doc string, orders []*kgo.Record) combineRun {
+// last commit die with it); with restarts, the writer task is replaced at times by a new one
+// resuming from its commit. It ends when everything is read and committed.
+func runCombine(t *testing.T, seed uint64, doc string, orders []*kgo.Record, restarts bool) combineRun {
 	t.Helper()
 	rng := rand.New(rand.NewPCG(seed, 7))
-	pl := mustPlan(t, doc)
-	store, prod := state.NewMem(), newFakeProducer()
-	repart := testGroup + "-totals-repartition"
-	newTask := func(topic string) *Task {
-		clk := &stepClock{now: time.Unix(1_700_000_000, 0)}
-		tk, err := New(pl, topic, 0, Deps{Store: store, Budget: sorter.NewBudget(1 << 20), SortDir: t.TempDir(), Producer: prod,
-			Clock: clk.Now, Logger: discardLogger(), InternalPartitions: map[string]int32{repart: 1}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(tk.Close)
-		return tk
-	}
+	newTask, prod, repart := combineTasks(t, doc)
 	w, r := newTask(testTopic), newTask(repart)
 	var wNext, rNext int64 // the next offset each task reads
+	// The writer's last committed offset and its metadata's progress: a new writer task (its
+	// partition's next owner) starts from them.
+	var wDone, wStart int64 // wStart: where the writer task started (it fetches nothing before)
+	var wProgress map[string]int64
 	// checkpoint checkpoints both tasks into one transaction and commits it (again while either
 	// asks for it), or with mayAbort aborts one in five; it reports whether it committed.
 	checkpoint := func(mayAbort bool) bool {
@@ -123,7 +134,10 @@ func runCombine(t *testing.T, seed uint64, doc string, orders []*kgo.Record) com
 			}
 			if failed || mayAbort && rng.IntN(5) == 0 {
 				prod.abort()
-				wNext, rNext = w.Aborted(pds[0])[testTopic], 0
+				wNext, rNext = wStart, 0 // a writer task that read nothing yet names no offset
+				if off, ok := w.Aborted(pds[0])[testTopic]; ok {
+					wNext = off
+				}
 				if off, ok := r.Aborted(pds[1])[repart]; ok {
 					rNext = off
 				}
@@ -134,6 +148,9 @@ func runCombine(t *testing.T, seed uint64, doc string, orders []*kgo.Record) com
 				if err := tk.Committed(pds[i]); err != nil {
 					t.Fatal(err)
 				}
+			}
+			if off, ok := pds[0].Offsets[testTopic]; ok {
+				wDone, wProgress = off, pds[0].Progress[testTopic]
 			}
 			if !w.NeedsCheckpoint() && !r.NeedsCheckpoint() && !w.WantsFold() && !r.WantsFold() {
 				break
@@ -170,7 +187,7 @@ func runCombine(t *testing.T, seed uint64, doc string, orders []*kgo.Record) com
 		case int(wNext) < len(orders) && (len(in) == 0 || rng.IntN(2) == 0):
 			n := min(1+rng.IntN(30), len(orders)-int(wNext))
 			if rng.IntN(4) == 0 {
-				wNext = max(0, wNext-int64(rng.IntN(5))) // a fetch again from before the task's next: it skips what it has done
+				wNext = max(wStart, wNext-int64(rng.IntN(5))) // a fetch again from before the task's next: it skips what it has done
 			}
 			batch := orders[wNext : int(wNext)+n]
 			feed(w, testTopic, batch, int64(len(orders))-wNext)
@@ -183,6 +200,15 @@ func runCombine(t *testing.T, seed uint64, doc string, orders []*kgo.Record) com
 		clean = false
 		if rng.IntN(3) == 0 {
 			clean = checkpoint(true)
+		}
+		if clean && restarts && rng.IntN(10) == 0 {
+			// The writer's partition moves to a new owner, which resumes from the commit.
+			w.Close()
+			w = newTask(testTopic)
+			if w.Branches(testTopic) {
+				w.SetProgress(testTopic, wDone, wProgress)
+			}
+			wNext, wStart = wDone, wDone
 		}
 	}
 done:
@@ -208,6 +234,26 @@ done:
 	return res
 }
 
+// combineTasks returns, for the config doc of an operator named totals, a function making the
+// task of a topic of partition 0 (the writer's: testTopic; the reader's: repart), all sharing
+// one store and the producer prod.
+func combineTasks(t *testing.T, doc string) (newTask func(topic string) *Task, prod *fakeProducer, repart string) {
+	pl := mustPlan(t, doc)
+	store := state.NewMem()
+	prod, repart = newFakeProducer(), testGroup+"-totals-repartition"
+	newTask = func(topic string) *Task {
+		clk := &stepClock{now: time.Unix(1_700_000_000, 0)}
+		tk, err := New(pl, topic, 0, Deps{Store: store, Budget: sorter.NewBudget(1 << 20), SortDir: t.TempDir(), Producer: prod,
+			Clock: clk.Now, Logger: discardLogger(), InternalPartitions: map[string]int32{repart: 1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(tk.Close)
+		return tk
+	}
+	return newTask, prod, repart
+}
+
 // lastPerKey is each key's last output: an aggregate's final result.
 func lastPerKey(out []string) []string {
 	m := map[string]string{}
@@ -222,6 +268,9 @@ func lastPerKey(out []string) []string {
 	slices.Sort(lines)
 	return lines
 }
+
+// sorted is the records sorted: the rows of a top over windows, each written once.
+func sorted(out []string) []string { return slices.Sorted(slices.Values(out)) }
 
 // perKey is the records of each key in their order, keys sorted: a distinct's outputs, whose
 // order across keys is its mode's (arrival in real time, key order from a sorted backlog).
@@ -258,9 +307,12 @@ func TestCombineOneAnswer(t *testing.T) {
 		}{
 			{"aggregate", combineAggregate, lastPerKey},
 			{"distinct", combineDistinct, perKey},
+			{"top", combineTop, lastPerKey},
+			{"window top", combineWindowTop, sorted},
+			{"hopping top", combineHoppingTop, sorted},
 		} {
 			for _, mode := range []string{"never", "always", "auto"} {
-				want := runCombine(t, seed, combineConfig(op.doc, mode, false, 1000), orders)
+				want := runCombine(t, seed, combineConfig(op.doc, mode, false, 1000), orders, false)
 				if len(want.out) == 0 || len(want.dlq) == 0 {
 					t.Fatalf("%s: the plain run wrote %d results and %d dead letters", op.name, len(want.out), len(want.dlq))
 				}
@@ -268,12 +320,12 @@ func TestCombineOneAnswer(t *testing.T) {
 					cacheKeys int
 					window    int64 // a distinct filter's: 8 lets it pass records unexamined at times
 				}{{1000, filterWindow}, {2, filterWindow}, {1000, 8}} {
-					if v.window != filterWindow && op.name != "distinct" {
+					if v.window != filterWindow && op.name == "aggregate" {
 						continue
 					}
 					name := fmt.Sprintf("%s mode=%s cache_keys=%d filter_window=%d", op.name, mode, v.cacheKeys, v.window)
 					got := withFilterWindow(v.window, func() combineRun {
-						return runCombine(t, seed, combineConfig(op.doc, mode, true, v.cacheKeys), orders)
+						return runCombine(t, seed, combineConfig(op.doc, mode, true, v.cacheKeys), orders, true)
 					})
 					if g, w := op.final(got.out), op.final(want.out); !slices.Equal(g, w) {
 						t.Errorf("seed %d, %s: results differ from the plain run's:\n%s", seed, name, diffOutputs(w, g))
@@ -430,5 +482,89 @@ func TestRekeyProgressIDs(t *testing.T) {
 	}
 	if got, want := next(map[string]int64{"orders": 20}), map[string]int64{"rekey:totals": 20, "rekey:firsts": 20}; !maps.Equal(got, want) {
 		t.Errorf("legacy progress: chains at %v, want %v", got, want)
+	}
+}
+
+// TestTopBoundAfterRestart: a writer filtering for a top over windows drops no record that is
+// late at the reader, after its partition moved to a new owner too. The first owner's records
+// move the watermark past a window, which the reader then closes; the new owner's source
+// watermark starts over, below that window's end, so that only what the first owner committed
+// of its announcements (SetProgress) tells it that the reader may have closed the window: its
+// records for it go on, and the reader dead-letters each as late, none dropped on the way.
+func TestTopBoundAfterRestart(t *testing.T) {
+	doc := strings.Replace(combineConfig(`  - name: totals
+    top: {input: orders, group_by: region, n: 1, by: amount, window: {tumbling: 100ms}}
+    output: out
+`, "never", true, 1000), "max_delay: 2s", "max_delay: 0s", 1)
+	newTask, prod, repart := combineTasks(t, doc)
+	const base = 1_700_000_000_000
+	order := func(off, ts int64, amount int) *kgo.Record {
+		return &kgo.Record{Topic: testTopic, Offset: off, Key: []byte("c1"), Timestamp: time.UnixMilli(base + ts),
+			Value: fmt.Appendf(nil, `{"region":"r0","amount":%d,"order_id":"o%d","customer_id":"c1","ts":%d}`, amount, off, base+ts)}
+	}
+	w, r := newTask(testTopic), newTask(repart)
+	var wDone int64
+	var wProgress map[string]int64
+	var rNext int64
+	process := func(tk *Task, topic string, recs []*kgo.Record) {
+		if topic == repart {
+			tk.ReadAttributes(topic, recs)
+		}
+		tk.BeforeBatch(topic, Lag{Before: int64(len(recs)), After: 0})
+		if err := tk.Process(topic, recs); err != nil {
+			t.Fatal(err)
+		}
+		tk.AfterBatch(topic, Lag{})
+	}
+	commit := func() {
+		for _, tk := range []*Task{w, r} {
+			pd := checkpointTask(t, tk, prod)
+			prod.commit()
+			if err := tk.Committed(pd); err != nil {
+				t.Fatal(err)
+			}
+			if off, ok := pd.Offsets[testTopic]; ok && tk == w {
+				wDone, wProgress = off, pd.Progress[testTopic]
+			}
+		}
+	}
+	// step writes recs through the writer, commits, and lets the reader read what came of them.
+	step := func(recs ...*kgo.Record) {
+		process(w, testTopic, recs)
+		commit()
+		var in []*kgo.Record
+		for _, rec := range prod.committed(repart) {
+			if rec.Offset >= rNext {
+				in = append(in, rec)
+			}
+		}
+		if len(in) > 0 {
+			process(r, repart, in)
+			rNext = in[len(in)-1].Offset + 1
+		}
+		commit()
+	}
+	step(order(0, 10, 500), order(1, 1000, 1)) // the window [0, 100) closes at the reader
+	w.Close()
+	w = newTask(testTopic) // the new owner
+	if !w.Branches(testTopic) {
+		t.Fatal("a writer filtering for a top over windows does not ask for its committed progress")
+	}
+	if wDone != 2 || len(wProgress) == 0 {
+		t.Fatalf("the writer committed offset %d with progress %v, want 2 with its announcement", wDone, wProgress)
+	}
+	w.SetProgress(testTopic, wDone, wProgress)
+	step(order(2, 20, 10))
+	step(order(3, 30, 5), order(4, 40, 1), order(5, 1100, 7))
+	var late []string
+	for _, rec := range prod.committed(testGroup + "-dlq") {
+		late = append(late, hdr(rec, codec.HeaderError)+" "+string(rec.Value[strings.Index(string(rec.Value), `"order_id"`):][:15]))
+	}
+	want := []string{`late "order_id":"o2"`, `late "order_id":"o3"`, `late "order_id":"o4"`}
+	if !slices.Equal(late, want) {
+		t.Errorf("dead letters %q, want %q", late, want)
+	}
+	if n := len(prod.committed(testSink)); n != 2 {
+		t.Errorf("%d rows, want 2 (the closed windows')", n)
 	}
 }

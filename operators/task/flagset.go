@@ -1,30 +1,36 @@
 package task
 
-import "hash/maphash"
+import (
+	"encoding/binary"
+	"hash/maphash"
+)
 
-// flagSet is a combining writer's memory of the flags it passed on per key, for a distinct
-// (combine.go). Its keys (composite group keys, a JSON object each: longer than partials'
-// inline keys) live in one arena, and its index maps a key's hash to its entries, so that it
-// holds no pointer: a million keys cost the garbage collector nothing to scan, where a
-// map[string]uint64 of them cost q16 a tenth of its CPU. Exact: a lookup compares the key's
-// bytes. Not safe for concurrent use.
-type flagSet struct {
+// slotSet is a combining writer's memory per key (combine.go): a slot of a fixed number of
+// bytes for each key it has seen. Its keys (composite group keys, a JSON object each: longer
+// than partials' inline keys) and its slots live in two arenas, and its index maps a key's hash
+// to its entries, so that it holds no pointer: a million keys cost the garbage collector
+// nothing to scan, where a map[string]uint64 of them cost q16 a tenth of its CPU. Exact: a
+// lookup compares the key's bytes. Not safe for concurrent use.
+type slotSet struct {
 	seed  maphash.Seed
+	width int              // the size of a slot
 	index map[uint64]int32 // hash -> its latest entry
-	ents  []flagEnt
+	ents  []slotEnt
 	arena []byte
+	slots []byte // entry i's slot: slots[i*width : (i+1)*width]
 }
 
-type flagEnt struct {
+type slotEnt struct {
 	off, n uint32 // the key: arena[off : off+n]
-	mask   uint64
-	next   int32 // the previous entry of the same hash, or -1
+	next   int32  // the previous entry of the same hash, or -1
 }
 
-func newFlagSet() *flagSet { return &flagSet{seed: maphash.MakeSeed(), index: map[uint64]int32{}} }
+func newSlotSet(width int) *slotSet {
+	return &slotSet{seed: maphash.MakeSeed(), width: width, index: map[uint64]int32{}}
+}
 
 // find returns the index of key's entry, or -1, and its hash.
-func (s *flagSet) find(key []byte) (int32, uint64) {
+func (s *slotSet) find(key []byte) (int32, uint64) {
 	h := maphash.Bytes(s.seed, key)
 	i, ok := s.index[h]
 	if !ok {
@@ -39,35 +45,56 @@ func (s *flagSet) find(key []byte) (int32, uint64) {
 	return -1, h
 }
 
+// slot returns key's slot, or nil when it has none. It is valid until the next add or reset.
+func (s *slotSet) slot(key []byte) []byte {
+	if i, _ := s.find(key); i >= 0 {
+		return s.slots[int(i)*s.width : int(i+1)*s.width]
+	}
+	return nil
+}
+
+// add returns key's slot, a new one of zeros if it has none. It is valid until the next add or
+// reset.
+func (s *slotSet) add(key []byte) []byte {
+	i, h := s.find(key)
+	if i < 0 {
+		next, ok := s.index[h]
+		if !ok {
+			next = -1
+		}
+		i = int32(len(s.ents))
+		s.index[h] = i
+		s.ents = append(s.ents, slotEnt{off: uint32(len(s.arena)), n: uint32(len(key)), next: next})
+		s.arena = append(s.arena, key...)
+		s.slots = append(s.slots, make([]byte, s.width)...)
+	}
+	return s.slots[int(i)*s.width : int(i+1)*s.width]
+}
+
+// len is the number of keys held.
+func (s *slotSet) len() int { return len(s.ents) }
+
+// reset forgets every key, keeping the memory.
+func (s *slotSet) reset() {
+	clear(s.index)
+	s.ents, s.arena, s.slots = s.ents[:0], s.arena[:0], s.slots[:0]
+}
+
+// flagSet is a slotSet of a distinct's flags (a uint64 mask per key).
+type flagSet struct{ slotSet }
+
+func newFlagSet() *flagSet { return &flagSet{*newSlotSet(8)} }
+
 // mask returns the flags passed on for key (0: none).
 func (s *flagSet) mask(key []byte) uint64 {
-	if i, _ := s.find(key); i >= 0 {
-		return s.ents[i].mask
+	if b := s.slot(key); b != nil {
+		return binary.LittleEndian.Uint64(b)
 	}
 	return 0
 }
 
 // add adds the flags m to key's.
 func (s *flagSet) add(key []byte, m uint64) {
-	i, h := s.find(key)
-	if i >= 0 {
-		s.ents[i].mask |= m
-		return
-	}
-	next, ok := s.index[h]
-	if !ok {
-		next = -1
-	}
-	s.index[h] = int32(len(s.ents))
-	s.ents = append(s.ents, flagEnt{off: uint32(len(s.arena)), n: uint32(len(key)), mask: m, next: next})
-	s.arena = append(s.arena, key...)
-}
-
-// len is the number of keys held.
-func (s *flagSet) len() int { return len(s.ents) }
-
-// reset forgets every key, keeping the memory.
-func (s *flagSet) reset() {
-	clear(s.index)
-	s.ents, s.arena = s.ents[:0], s.arena[:0]
+	b := s.slotSet.add(key)
+	binary.LittleEndian.PutUint64(b, binary.LittleEndian.Uint64(b)|m)
 }

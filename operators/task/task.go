@@ -418,12 +418,21 @@ func (t *Task) SetProgress(topic string, committed int64, progress map[string]in
 		if off > c.next {
 			c.done.off, c.next = off, off
 		}
+		if wm, ok := progress[saidPrefix+c.plan.ID()]; ok && c.keepsSaid() {
+			_, idle := progress[idlePrefix+c.plan.ID()]
+			c.done.wmSaid, c.done.idleSaid = wm, idle
+			c.wmSaid, c.idleSaid = wm, idle
+		}
 	}
 }
 
-// Branches reports whether several chains read topic (operators reading one input), whose
-// progress the task needs at start (SetProgress).
-func (t *Task) Branches(topic string) bool { return len(t.byTopic[topic]) > 1 }
+// Branches reports whether the task needs topic's committed progress at start (SetProgress):
+// several chains read it (operators reading one input), or a writer that commits what it
+// announced (chain.keepsSaid).
+func (t *Task) Branches(topic string) bool {
+	cs := t.byTopic[topic]
+	return len(cs) > 1 || len(cs) == 1 && cs[0].keepsSaid()
+}
 
 // Next returns the next offset of topic the task processes: past its last record, or where it
 // resumes after an abort; -1 before its first record.
