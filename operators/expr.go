@@ -335,6 +335,13 @@ func NewFilter(name string, cfg configs.Filter) (Stage, error) {
 
 func (f *filter) Name() string { return f.name }
 
+// ReadsTime reports whether s may read a record's event time (ts): a filter that names it (or
+// $env); any other stage.
+func ReadsTime(s Stage) bool {
+	f, ok := s.(*filter)
+	return !ok || f.env.ts || f.env.all
+}
+
 func (f *filter) Apply(r *Record) (bool, error) {
 	if err := f.env.fill(r); err != nil {
 		return false, &Error{Operator: f.name, Reason: err.Error()}

@@ -54,12 +54,8 @@ func (b *TopBound) SlotSize() int { return 2 + 16*b.top.n }
 // enters. wm must be at least the reader's watermark when it reads r. A record whose value the
 // top's projection refuses goes on (the top dead-letters it).
 func (b *TopBound) Admit(key []byte, r *Record, wm int64, slot, add func(k []byte) []byte) bool {
-	raw, ok, err := r.lookup(b.top.by)
-	if err != nil || !ok || len(raw) == 0 || raw[0] != '-' && (raw[0] < '0' || raw[0] > '9') {
-		return false
-	}
-	v, err := parseDecimal(raw)
-	if err != nil {
+	v, ok := b.value(r)
+	if !ok {
 		return false
 	}
 	if b.win == nil {
@@ -101,6 +97,27 @@ func (b *TopBound) Admit(key []byte, r *Record, wm int64, slot, add func(k []byt
 		b.enter(s, v)
 	}
 	return false
+}
+
+// Beaten reports whether the slot of key (slot(key); a top without windows) leaves r no rank,
+// without counting r: what Admit drops first, before anything else is asked of r.
+func (b *TopBound) Beaten(key []byte, r *Record, slot func(k []byte) []byte) bool {
+	v, ok := b.value(r)
+	if !ok || b.win != nil {
+		return false
+	}
+	s := slot(key)
+	return s != nil && b.beaten(s, v)
+}
+
+// value returns r's value of the top's field, if the top's projection would take it.
+func (b *TopBound) value(r *Record) (dec, bool) {
+	raw, ok, err := r.lookup(b.top.by)
+	if err != nil || !ok || len(raw) == 0 || raw[0] != '-' && (raw[0] < '0' || raw[0] > '9') {
+		return dec{}, false
+	}
+	v, err := parseDecimal(raw)
+	return v, err == nil
 }
 
 // windowKey returns key with the window's start after it (in b's scratch).

@@ -509,7 +509,7 @@ func NewPlan(cfg *configs.Config) (*Plan, error) {
 	if cfg.Processing.CombineBeforeRekey {
 		for i := range p.Chains {
 			w := &p.Chains[i]
-			if w.Rekey == "" {
+			if w.Rekey == "" && !w.Output {
 				continue
 			}
 			var readers []*ChainPlan
@@ -518,7 +518,11 @@ func NewPlan(cfg *configs.Config) (*Plan, error) {
 					readers = append(readers, &p.Chains[j])
 				}
 			}
-			if len(readers) == 1 && combines(readers[0], cfg.Processing.Guarantee == configs.ExactlyOnce) {
+			if len(readers) != 1 {
+				continue
+			}
+			if w.Rekey != "" && combines(readers[0], cfg.Processing.Guarantee == configs.ExactlyOnce) ||
+				w.Rekey == "" && filtersOutput(w, readers[0]) {
 				r := *readers[0]
 				w.Combine = &r
 			}
@@ -556,6 +560,30 @@ func combines(r *ChainPlan, exactlyOnce bool) bool {
 	}
 	a := r.Keyed.Aggregate
 	return a != nil && a.Window == nil && !a.Retractions
+}
+
+// filtersOutput reports whether the keyed operator of w, whose results only r reads (its
+// output topic), may drop those r would drop (operators/task/combine.go): r keys by the
+// results' own key into a top without windows (n at most operators.TopBoundMaxN), after
+// filters only, which read no event time unless w's results carry theirs, and sends nothing
+// to a sink on the way. w's operator must write its results as it makes them or flushes them
+// (not an aggregate's or cogroup's folds).
+func filtersOutput(w, r *ChainPlan) bool {
+	if w.Keyed == nil || w.Keyed.Aggregate != nil || w.Cogroup != nil || r.Keyed == nil || r.Keyed.Top == nil ||
+		r.Keyed.Top.Window != nil || r.Keyed.Top.N > operators.TopBoundMaxN || r.Rekey != "" || r.LocalKey != "" ||
+		len(r.Taps) > 0 || r.Fork || r.Tombstones || r.StreamJoin != nil || r.AsOf != nil {
+		return false
+	}
+	for _, s := range r.Stages {
+		if s.Filter == nil {
+			return false
+		}
+		f, err := operators.NewFilter(s.Name, *s.Filter)
+		if err != nil || operators.ReadsTime(f) && !w.TimedOutput {
+			return false
+		}
+	}
+	return true
 }
 
 // fieldError turns an aggregate field's compile error (its where) into a config error naming
@@ -856,6 +884,9 @@ func (p *Plan) Describe(w io.Writer) {
 			} else {
 				fmt.Fprintf(w, "  -> sink %s (topic %s)\n", c.Sink, c.SinkTopic)
 			}
+		}
+		if c.Output && c.Combine != nil {
+			fmt.Fprintf(w, "     filtered for top %s: a result its filters drop, or that the results written before it for its key leave no rank in the top, does not go on (processing.combine_before_rekey)\n", c.Combine.Keyed.Name)
 		}
 	}
 	groups := p.CoPartitioned()

@@ -155,9 +155,18 @@ func (t *Task) checkpointChain(c *chain, p Producer, pd *Pending) error {
 			return err
 		}
 	}
+	kept := 0
 	for _, r := range c.outbox {
+		if !keepsResult(c, r) {
+			continue
+		}
 		p.Produce(r, pd.promise)
-		pd.records++
+		kept++
+	}
+	if kept > 0 {
+		pd.records += kept
+		c.recordsOut += int64(kept)
+		t.d.Metrics.recordsOut(c.plan.SinkTopic, kept)
 	}
 	c.outbox = nil
 	pd.records += t.flushCombined(c, p, pd.promise)

@@ -68,6 +68,10 @@ type combiner struct {
 	bound       *operators.TopBound // a top's: the best values passed on, per key and window
 	best        *slotSet            // bound's slots (operators.TopBound.SlotSize each)
 	slot, slotN func([]byte) []byte // best.slot and best.add
+	// A keyed operator's results for a top (plan.filtersOutput): the top's filters, which its
+	// results pass first, and the record they see.
+	stages []operators.Stage
+	rec    operators.Record
 	// The distinct's filter pays its way only when it drops many records (Nexmark q15: over
 	// 80%, and the run takes 0.6 of the CPU; q16: about 30%, where examining every record cost
 	// more than it saved):
@@ -120,7 +124,7 @@ func newCombiner(cp *plan.ChainPlan, ops *plan.Ops, limit int) (*combiner, error
 	if b == nil {
 		return nil, fmt.Errorf("task: %s combines its records for %s, which is neither a mergeable operator, a distinct nor a top of n at most %d", cp.SourceName, ops.Operator().Name(), operators.TopBoundMaxN)
 	}
-	cb := &combiner{bound: b, best: newSlotSet(b.SlotSize()), limit: limit}
+	cb := &combiner{bound: b, best: newSlotSet(b.SlotSize()), limit: limit, stages: ops.Stages}
 	cb.slot, cb.slotN = cb.best.slot, cb.best.add
 	return cb, nil
 }
@@ -216,6 +220,48 @@ func (cb *combiner) dropsBeaten(c *chain, key []byte, r *operators.Record, wmPre
 		cb.best.reset()
 	}
 	if cb.bound.Admit(key, r, max(wmPrev, c.iwm, c.wmSaid), cb.slot, cb.slotN) {
+		cb.dropped++
+		return true
+	}
+	return false
+}
+
+// keepsResult reports whether the result r of c's keyed operator goes to its output topic: its
+// one reader's top may want it (dropsResult). The task asks as it produces r, in the order of
+// the topic.
+func keepsResult(c *chain, r *kgo.Record) bool {
+	return c.comb == nil || c.plan.Rekey != "" || !c.comb.dropsResult(r)
+}
+
+// dropsResult reports whether the writer's filter for its reader's top cb (a keyed operator's
+// results: plan.filtersOutput) drops r: the top's filters drop it, or the results it passed on
+// before r leave r no rank (operators.TopBound). A result the filters or the top refuse goes on:
+// the reader dead-letters it.
+func (cb *combiner) dropsResult(r *kgo.Record) bool {
+	if r.Key == nil || r.Value == nil || len(r.Key)+len(r.Value) > boundedRecord || !cb.filtering() {
+		return false
+	}
+	rec := &cb.rec
+	rec.Set(r.Key, r.Timestamp.UnixMilli(), r.Value) // as the reader decodes it
+	defer rec.Release()
+	if cb.bound.Beaten(r.Key, rec, cb.slot) { // first: cheaper than the filters
+		cb.dropped++
+		return true
+	}
+	for _, s := range cb.stages {
+		keep, err := s.Apply(rec)
+		if err != nil {
+			return false
+		}
+		if !keep {
+			cb.dropped++
+			return true
+		}
+	}
+	if cb.best.len() >= cb.limit {
+		cb.best.reset()
+	}
+	if cb.bound.Admit(r.Key, rec, math.MinInt64, cb.slot, cb.slotN) {
 		cb.dropped++
 		return true
 	}

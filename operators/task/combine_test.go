@@ -48,6 +48,17 @@ const (
     top: {input: orders, group_by: region, n: 1, ties: true, by: amount, window: {tumbling: 500ms}}
     output: out
 `
+	// A keyed operator whose results only a top reads, after a filter (the writer filters its
+	// results for it: plan.filtersOutput; Nexmark q9's shape): each order joined with its
+	// customer's latest record, and per customer the two largest orders from 50 to 800.
+	combineJoinTop = `  - name: pairs
+    join: {left: orders, right: customers, unique: right}
+  - name: big
+    filter: {input: pairs, expr: "orders.amount > 50 && orders.amount < 800"}
+  - name: totals
+    top: {input: big, n: 2, by: orders.amount}
+    output: out
+`
 	combineHoppingTop = `  - name: totals
     top: {input: orders, group_by: region, n: 2, by: amount, order: asc, window: {hopping: 1s, advance: 250ms, grace: 100ms}}
     output: out
@@ -62,10 +73,32 @@ processing: {guarantee: exactly_once, commit_interval: 100ms, state_dir: ./data,
 backlog: {enter_lag: 20, exit_lag: 5, sort_memory: 1MiB, mode: %s, progress_interval: 0s}
 sources:
   orders: {topic: %s, format: json, key: customer_id, timestamp: ts, watermark: {max_delay: 2s}}
-operators:
+%soperators:
 %ssinks:
   out: {topic: %s, format: json}
-`, testGroup, cacheKeys, combine, mode, testTopic, op, testSink)
+`, testGroup, cacheKeys, combine, mode, testTopic, customersSource(op), op, testSink)
+}
+
+// combineCustomers is the topic of the customers a join reads beside the orders.
+const combineCustomers = "customers"
+
+// customersSource is the source of the customers when the operators op read it.
+func customersSource(op string) string {
+	if !strings.Contains(op, "customers") {
+		return ""
+	}
+	return "  customers: {topic: " + combineCustomers + ", format: json, key: id, timestamp: ts}\n"
+}
+
+// genJoinCustomers returns n versions of the customers of genCombineOrders, in partition 0.
+func genJoinCustomers(rng *rand.Rand, n int) []*kgo.Record {
+	recs := make([]*kgo.Record, n)
+	for i := range recs {
+		id, ts := fmt.Sprintf("c%d", rng.IntN(12)), int64(1_700_000_000_000+i*40)
+		recs[i] = &kgo.Record{Topic: combineCustomers, Offset: int64(i), Key: []byte(id), Timestamp: time.UnixMilli(ts),
+			Value: fmt.Appendf(nil, `{"id":%q,"tier":%d,"ts":%d}`, id, rng.IntN(3), ts)}
+	}
+	return recs
 }
 
 // genCombineOrders returns n orders of partition 0 over a few regions and customers, some of
@@ -105,22 +138,25 @@ type combineRun struct {
 	partials int
 }
 
-// runCombine runs orders through a writer task (orders, partition 0) and its reader task (the
-// repartition topic), playing the consumer of one process: random batches of either, lags that
-// move the tasks in and out of backlog (mode auto), and checkpoints of both into one
-// transaction that abort at random (both tasks rewind: records the writer produced since the
-// last commit die with it); with restarts, the writer task is replaced at times by a new one
-// resuming from its commit. It ends when everything is read and committed.
-func runCombine(t *testing.T, seed uint64, doc string, orders []*kgo.Record, restarts bool) combineRun {
+// runCombine runs the inputs (by topic, partition 0: orders in testTopic, and a join's other
+// side) through a writer task and its reader task (the writer's repartition or output topic),
+// playing the consumer of one process: random batches of either, lags that move the tasks in
+// and out of backlog (mode auto), and checkpoints of both into one transaction that abort at
+// random (both tasks rewind: records the writer produced since the last commit die with it);
+// with restarts, the writer task is replaced at times by a new one resuming from its commit.
+// It ends when everything is read and committed.
+func runCombine(t *testing.T, seed uint64, doc string, inputs map[string][]*kgo.Record, restarts bool) combineRun {
 	t.Helper()
 	rng := rand.New(rand.NewPCG(seed, 7))
 	newTask, prod, repart := combineTasks(t, doc)
-	w, r := newTask(testTopic), newTask(repart)
-	var wNext, rNext int64 // the next offset each task reads
-	// The writer's last committed offset and its metadata's progress: a new writer task (its
-	// partition's next owner) starts from them.
-	var wDone, wStart int64 // wStart: where the writer task started (it fetches nothing before)
-	var wProgress map[string]int64
+	topics := slices.Sorted(maps.Keys(inputs))
+	w, r := newTask(topics...), newTask(repart)
+	var rNext int64
+	// The next offset the writer reads of each topic; its last committed offset and its
+	// metadata's progress, from which a new writer task (its partition's next owner) starts;
+	// where the writer task started (it fetches nothing before).
+	wNext, wDone, wStart := map[string]int64{}, map[string]int64{}, map[string]int64{}
+	wProgress := map[string]map[string]int64{}
 	// checkpoint checkpoints both tasks into one transaction and commits it (again while either
 	// asks for it), or with mayAbort aborts one in five; it reports whether it committed.
 	checkpoint := func(mayAbort bool) bool {
@@ -134,10 +170,14 @@ func runCombine(t *testing.T, seed uint64, doc string, orders []*kgo.Record, res
 			}
 			if failed || mayAbort && rng.IntN(5) == 0 {
 				prod.abort()
-				wNext, rNext = wStart, 0 // a writer task that read nothing yet names no offset
-				if off, ok := w.Aborted(pds[0])[testTopic]; ok {
-					wNext = off
+				seek := w.Aborted(pds[0])
+				for _, topic := range topics {
+					wNext[topic] = wStart[topic] // a writer task that read nothing yet names no offset
+					if off, ok := seek[topic]; ok {
+						wNext[topic] = off
+					}
 				}
+				rNext = 0
 				if off, ok := r.Aborted(pds[1])[repart]; ok {
 					rNext = off
 				}
@@ -149,8 +189,10 @@ func runCombine(t *testing.T, seed uint64, doc string, orders []*kgo.Record, res
 					t.Fatal(err)
 				}
 			}
-			if off, ok := pds[0].Offsets[testTopic]; ok {
-				wDone, wProgress = off, pds[0].Progress[testTopic]
+			for _, topic := range topics {
+				if off, ok := pds[0].Offsets[topic]; ok {
+					wDone[topic], wProgress[topic] = off, pds[0].Progress[topic]
+				}
 			}
 			if !w.NeedsCheckpoint() && !r.NeedsCheckpoint() && !w.WantsFold() && !r.WantsFold() {
 				break
@@ -177,21 +219,29 @@ func runCombine(t *testing.T, seed uint64, doc string, orders []*kgo.Record, res
 				in = append(in, rec)
 			}
 		}
+		var left []string // the writer's topics with records still to read
+		for _, topic := range topics {
+			if int(wNext[topic]) < len(inputs[topic]) {
+				left = append(left, topic)
+			}
+		}
 		switch {
-		case int(wNext) == len(orders) && len(in) == 0:
+		case len(left) == 0 && len(in) == 0:
 			if clean {
 				goto done
 			}
 			clean = checkpoint(false)
 			continue
-		case int(wNext) < len(orders) && (len(in) == 0 || rng.IntN(2) == 0):
-			n := min(1+rng.IntN(30), len(orders)-int(wNext))
+		case len(left) > 0 && (len(in) == 0 || rng.IntN(2) == 0):
+			topic := left[rng.IntN(len(left))]
+			recs := inputs[topic]
+			n := min(1+rng.IntN(30), len(recs)-int(wNext[topic]))
 			if rng.IntN(4) == 0 {
-				wNext = max(wStart, wNext-int64(rng.IntN(5))) // a fetch again from before the task's next: it skips what it has done
+				wNext[topic] = max(wStart[topic], wNext[topic]-int64(rng.IntN(5))) // a fetch again from before the task's next: it skips what it has done
 			}
-			batch := orders[wNext : int(wNext)+n]
-			feed(w, testTopic, batch, int64(len(orders))-wNext)
-			wNext += int64(len(batch))
+			batch := recs[wNext[topic] : int(wNext[topic])+n]
+			feed(w, topic, batch, int64(len(recs))-wNext[topic])
+			wNext[topic] += int64(len(batch))
 		default:
 			n := min(1+rng.IntN(20), len(in))
 			feed(r, repart, in[:n], int64(len(in)))
@@ -204,11 +254,13 @@ func runCombine(t *testing.T, seed uint64, doc string, orders []*kgo.Record, res
 		if clean && restarts && rng.IntN(10) == 0 {
 			// The writer's partition moves to a new owner, which resumes from the commit.
 			w.Close()
-			w = newTask(testTopic)
-			if w.Branches(testTopic) {
-				w.SetProgress(testTopic, wDone, wProgress)
+			w = newTask(topics...)
+			for _, topic := range topics {
+				if w.Branches(topic) {
+					w.SetProgress(topic, wDone[topic], wProgress[topic])
+				}
+				wNext[topic], wStart[topic] = wDone[topic], wDone[topic]
 			}
-			wNext, wStart = wDone, wDone
 		}
 	}
 done:
@@ -234,16 +286,22 @@ done:
 	return res
 }
 
-// combineTasks returns, for the config doc of an operator named totals, a function making the
-// task of a topic of partition 0 (the writer's: testTopic; the reader's: repart), all sharing
-// one store and the producer prod.
-func combineTasks(t *testing.T, doc string) (newTask func(topic string) *Task, prod *fakeProducer, repart string) {
+// combineTasks returns, for the config doc of a writer reading testTopic and its reader, a
+// function making the task of a topic of partition 0 (the writer's: testTopic; the reader's:
+// repart, the writer's repartition or output topic), all sharing one store and the producer
+// prod.
+func combineTasks(t *testing.T, doc string) (newTask func(topics ...string) *Task, prod *fakeProducer, repart string) {
 	pl := mustPlan(t, doc)
 	store := state.NewMem()
-	prod, repart = newFakeProducer(), testGroup+"-totals-repartition"
-	newTask = func(topic string) *Task {
+	prod = newFakeProducer()
+	for _, c := range pl.Chains {
+		if c.Source.Topic == testTopic && (c.Rekey != "" || c.Output) {
+			repart = c.SinkTopic
+		}
+	}
+	newTask = func(topics ...string) *Task {
 		clk := &stepClock{now: time.Unix(1_700_000_000, 0)}
-		tk, err := New(pl, topic, 0, Deps{Store: store, Budget: sorter.NewBudget(1 << 20), SortDir: t.TempDir(), Producer: prod,
+		tk, err := NewGroup(pl, topics, 0, Deps{Store: store, Budget: sorter.NewBudget(1 << 20), SortDir: t.TempDir(), Producer: prod,
 			Clock: clk.Now, Logger: discardLogger(), InternalPartitions: map[string]int32{repart: 1}})
 		if err != nil {
 			t.Fatal(err)
@@ -301,6 +359,7 @@ func withFilterWindow[T any](w int64, f func() T) T {
 func TestCombineOneAnswer(t *testing.T) {
 	eachSeed(t, seedCounts{normal: 8, short: 3, long: 60}, func(t *testing.T, seed uint64, _ int) {
 		orders := genCombineOrders(rand.New(rand.NewPCG(seed, 1)), 400)
+		customers := genJoinCustomers(rand.New(rand.NewPCG(seed, 2)), 30)
 		for _, op := range []struct {
 			name, doc string
 			final     func([]string) []string
@@ -310,9 +369,14 @@ func TestCombineOneAnswer(t *testing.T) {
 			{"top", combineTop, lastPerKey},
 			{"window top", combineWindowTop, sorted},
 			{"hopping top", combineHoppingTop, sorted},
+			{"join top", combineJoinTop, lastPerKey},
 		} {
+			inputs := map[string][]*kgo.Record{testTopic: orders}
+			if customersSource(op.doc) != "" {
+				inputs[combineCustomers] = customers
+			}
 			for _, mode := range []string{"never", "always", "auto"} {
-				want := runCombine(t, seed, combineConfig(op.doc, mode, false, 1000), orders, false)
+				want := runCombine(t, seed, combineConfig(op.doc, mode, false, 1000), inputs, false)
 				if len(want.out) == 0 || len(want.dlq) == 0 {
 					t.Fatalf("%s: the plain run wrote %d results and %d dead letters", op.name, len(want.out), len(want.dlq))
 				}
@@ -325,7 +389,7 @@ func TestCombineOneAnswer(t *testing.T) {
 					}
 					name := fmt.Sprintf("%s mode=%s cache_keys=%d filter_window=%d", op.name, mode, v.cacheKeys, v.window)
 					got := withFilterWindow(v.window, func() combineRun {
-						return runCombine(t, seed, combineConfig(op.doc, mode, true, v.cacheKeys), orders, true)
+						return runCombine(t, seed, combineConfig(op.doc, mode, true, v.cacheKeys), inputs, true)
 					})
 					if g, w := op.final(got.out), op.final(want.out); !slices.Equal(g, w) {
 						t.Errorf("seed %d, %s: results differ from the plain run's:\n%s", seed, name, diffOutputs(w, g))

@@ -127,8 +127,6 @@ func (t *Task) emitNow(c *chain) func(key, value []byte, ts int64) {
 			return
 		}
 		c.outbox = append(c.outbox, c.timedResult(&kgo.Record{Topic: c.plan.SinkTopic, Key: bytes.Clone(key), Value: bytes.Clone(value), Partition: -1}, ts))
-		c.recordsOut++
-		t.d.Metrics.recordsOut(c.plan.SinkTopic, 1)
 	}
 }
 
@@ -231,7 +229,11 @@ func (t *Task) emitTo(c *chain, p Producer, pd *Pending, out *int) func(key, val
 		if c.plan.SinkTopic == "" {
 			return
 		}
-		p.Produce(c.timedResult(&kgo.Record{Topic: c.plan.SinkTopic, Key: bytes.Clone(key), Value: bytes.Clone(value), Partition: -1}, ts), pd.promise)
+		r := c.timedResult(&kgo.Record{Topic: c.plan.SinkTopic, Key: bytes.Clone(key), Value: bytes.Clone(value), Partition: -1}, ts)
+		if !keepsResult(c, r) {
+			return
+		}
+		p.Produce(r, pd.promise)
 		pd.records++
 		c.recordsOut++
 		*out++
