@@ -52,7 +52,9 @@ func TestTopBoundDropsOnlyWhatTheTopDrops(t *testing.T) {
 		}
 		// The reference: every value each (key, window start) has seen, by arrival.
 		seen := map[string][]int{}
-		better := func(a, c int) bool { return cfg.Order == configs.OrderAsc && a < c || cfg.Order != configs.OrderAsc && a > c }
+		better := func(a, c int) bool {
+			return cfg.Order == configs.OrderAsc && a < c || cfg.Order != configs.OrderAsc && a > c
+		}
 		enters := func(k string, v int) bool {
 			n := 0
 			for _, w := range seen[k] {
