@@ -650,3 +650,43 @@ func TestAssignFinal(t *testing.T) {
 		}
 	}
 }
+
+// A slice (Windows.Slice) is the start of the last window containing a time, open when Assign
+// takes the record into every window containing it; Slices offers only hopping windows whose
+// size is a multiple of their advance.
+func TestWindowsSlice(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 7))
+	for range 2000 {
+		adv := int64(1 + rng.IntN(20))
+		w := &Windows{Size: adv * int64(1+rng.IntN(6)), Advance: adv, Grace: int64(rng.IntN(30))}
+		ts := int64(rng.IntN(400)) - 200
+		wm := ts + int64(rng.IntN(200)) - 150
+		var starts []int64
+		n := w.Assign(ts, wm, func(s int64) { starts = append(starts, s) })
+		start, open := w.Slice(ts, wm)
+		if open != (len(starts) == n) {
+			t.Fatalf("%+v ts=%d wm=%d: open %v, Assign took %d of %d windows", w, ts, wm, open, len(starts), n)
+		}
+		if last := floorDiv(ts, adv) * adv; start != last || ts < start || ts >= start+adv {
+			t.Fatalf("%+v ts=%d: slice %d, want %d", w, ts, start, last)
+		}
+		if w.Sliced() != (w.Size > w.Advance) {
+			t.Fatalf("%+v: Sliced %v", w, w.Sliced())
+		}
+	}
+	for _, c := range []struct {
+		cfg  *configs.Window
+		want bool
+	}{
+		{&configs.Window{Hopping: 10 * time.Second, Advance: 2 * time.Second}, true},
+		{&configs.Window{Hopping: 10 * time.Second, Advance: 3 * time.Second}, false},
+		{&configs.Window{Tumbling: 10 * time.Second}, false},
+		{nil, false},
+	} {
+		cfg := ordersAgg()
+		cfg.Window = c.cfg
+		if got := mustAggregate(t, cfg).Slices() != nil; got != c.want {
+			t.Errorf("window %+v: Slices %v, want %v", c.cfg, got, c.want)
+		}
+	}
+}

@@ -101,6 +101,16 @@ func (a *Aggregate) AssignFinal(dst, key []byte, ts, wm int64, fn func(sk []byte
 	return dst, false, fn(dst)
 }
 
+// Slices returns the aggregate's windows when a backlog may fold its records by slice
+// (Windows.Sliced: hopping windows, each the union of Size/Advance slices), else nil. A window's
+// state is then the Merge of its slices' states: Merge is exact for every aggregate field.
+func (a *Aggregate) Slices() *Windows {
+	if !a.windows.Sliced() {
+		return nil
+	}
+	return a.windows
+}
+
 // Closes reports whether the aggregate is windowed (tumbling or hopping).
 func (a *Aggregate) Closes() bool { return a.windows != nil }
 

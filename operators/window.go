@@ -82,3 +82,18 @@ func (w *Windows) Assign(ts, wm int64, fn func(start int64)) (windows int) {
 	}
 	return windows
 }
+
+// Sliced reports whether a backlog can fold a record into its slice, the Advance-long interval
+// holding it, rather than into each window containing it: hopping windows whose size is a
+// multiple of their advance (a window is the union of Size/Advance slices).
+func (w *Windows) Sliced() bool {
+	return w != nil && w.Advance > 0 && w.Size > w.Advance && w.Size%w.Advance == 0
+}
+
+// Slice returns the start of ts's slice, which is also the start of the last window
+// containing ts, and whether every window containing ts is still open at watermark wm (else
+// the record goes to its open windows one by one: Assign).
+func (w *Windows) Slice(ts, wm int64) (start int64, open bool) {
+	start = floorDiv(ts, w.Advance) * w.Advance
+	return start, w.Close(start-w.Size+w.Advance) > wm
+}

@@ -870,6 +870,9 @@ func (p *Plan) Describe(w io.Writer) {
 				if c.WindowFinals {
 					finals = "; its records are finals of windows (window_finals), each folded into its own window alone"
 				}
+				if win.Sliced() && !c.WindowFinals {
+					finals = fmt.Sprintf("; a backlog sorts a record once, under its %v slice, merged into its windows at the fold", time.Duration(win.Advance)*time.Millisecond)
+				}
 				fmt.Fprintf(w, "     window %s%s; watermark = %s; timers: one per open (key, window) at end+grace, in Pebble; late records -> dead letters\n",
 					win, finals, wmIs)
 			}

@@ -438,6 +438,7 @@ func (t *Task) Committed(pd *Pending) (err error) {
 		if err := c.sorter.Reset(); err != nil {
 			return err
 		}
+		c.slices.reset()
 		if c.part != nil {
 			c.part.reset()
 		}
@@ -507,6 +508,7 @@ func (t *Task) Aborted(pd *Pending) map[string]int64 {
 		if c.sorter != nil {
 			_ = c.sorter.Reset()
 		}
+		c.slices.reset()
 		if c.part != nil {
 			c.part.reset()
 		}

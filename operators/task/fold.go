@@ -26,7 +26,17 @@ func (t *Task) fold(ctx context.Context, c *chain, p Producer, pd *Pending, sile
 	if c.kop != nil {
 		return t.foldKeyed(ctx, c, p, pd, silent)
 	}
-	it, err := c.sorter.Merge()
+	src, sliced := c.sorter, c.slices.have
+	if sliced && c.slices.unsafe {
+		// A key or time a sliced fold cannot order: the slices become window entries first.
+		exp, done, err := t.expandSlices(c)
+		if err != nil {
+			return err
+		}
+		defer done()
+		src, sliced, c.slices.w = exp, false, nil
+	}
+	it, err := src.Merge()
 	if err != nil {
 		return fmt.Errorf("task %d: merge: %w", t.partition, err)
 	}
@@ -36,7 +46,12 @@ func (t *Task) fold(ctx context.Context, c *chain, p Producer, pd *Pending, sile
 		return err
 	}
 	defer f.close()
-	if err := f.merge(it); err != nil {
+	if sliced {
+		err = f.mergeSliced(it)
+	} else {
+		err = f.merge(it)
+	}
+	if err != nil {
 		return err
 	}
 	hadPending := f.pend.scan != nil
@@ -80,6 +95,7 @@ type mergeFold struct {
 	closed map[string]struct{}
 
 	cur  foldKey     // the key being folded
+	sl   sliceFold   // a slicing operator's windows (slice.go)
 	pend pendingKeys // keys of earlier silent folds, emitted in key order among the others
 	out  foldOut
 	keys int64 // state keys emitted

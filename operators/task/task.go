@@ -92,6 +92,9 @@ type chain struct {
 	input   int                   // the chain's input index in a cogroup (ProjectInput); 0 otherwise
 	primary bool                  // the chain does the operator's part of a checkpoint (fold, flush, windows)
 	assign  func(sk []byte) error // a mergeable operator's: folds the current record (scratch) into state key sk
+	// sortAssign: a slicing operator's in a backlog, for a record it does not slice: adds it to
+	// the sorter under state key sk, past the partials (slice.go)
+	sortAssign func(sk []byte) error
 
 	next    int64         // next offset to process; -1 before the first record
 	done    progress      // where the last commit left the chain (done.off: or where consumption started)
@@ -162,7 +165,8 @@ type opState struct {
 	layout *layout // the keyed operator's state layout and changelog headers (layout.go)
 	inBack bool    // current mode: backlog (records go to the partials, or beyond them the sorter)
 	sorter *sorter.Sorter
-	part   *partials // backlog pre-aggregation of the first cache_keys keys
+	part   *partials  // backlog pre-aggregation of the first cache_keys keys
+	slices sliceState // hopping windows folded by slice in a backlog (slice.go)
 
 	cache map[string]*entry // real-time write-back cache
 	dirty []*entry
@@ -366,10 +370,14 @@ func (t *Task) addChain(cp plan.ChainPlan, g groupBuild) error {
 			if err != nil {
 				return fmt.Errorf("task %d: %w", t.partition, err)
 			}
+			if a, ok := ops.Agg.(interface{ Slices() *operators.Windows }); ok && c.kop == nil {
+				c.slices.w = a.Slices()
+			}
 		}
 	}
 	if ops.Agg != nil {
 		c.assign = func(sk []byte) error { return t.apply(c, sk, c.next-1, c.scratch) }
+		c.sortAssign = func(sk []byte) error { return t.sortEntry(c, sk) }
 	}
 	if c.comb, err = newCombiner(cp.Combine, ops.Combine, t.cacheCap); err != nil {
 		return err
@@ -821,8 +829,12 @@ const (
 // frees the table: it has stopped being consulted, and its memory is better spent sorting.
 func (t *Task) spillPartials(c *chain) error {
 	var buf []byte
+	tag := byte(tagPartial)
+	if c.slices.w != nil {
+		tag = tagSlicePartial // the table holds only slices
+	}
 	err := c.part.each(func(key, st []byte) error {
-		buf = append(append(buf[:0], tagPartial), st...)
+		buf = append(append(buf[:0], tag), st...)
 		return c.sorter.Add(key, 0, 0, buf)
 	})
 	if err != nil {

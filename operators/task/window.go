@@ -168,14 +168,22 @@ func (c *chain) ownWatermark() int64 {
 // applyMergeable folds the current record's projected input (c.scratch) into each state key
 // the operator assigns it (the key; a window key per window still open at the watermark, or
 // for the finals of windows, plan.ChainPlan.WindowFinals, their own window); a record whose
-// windows are all closed is late and becomes a dead letter.
+// windows are all closed is late and becomes a dead letter. A slicing operator's backlog takes
+// it under its slice's key where it can (slice.go).
 func (t *Task) applyMergeable(c *chain, kr *kgo.Record) error {
 	var late bool
 	var err error
+	assign := c.assign
+	if c.inBack && c.slices.w != nil {
+		if sliced, err := t.applySlice(c); sliced || err != nil {
+			return err
+		}
+		assign = c.sortAssign
+	}
 	if c.plan.WindowFinals {
-		c.wk, late, err = c.ops.Agg.AssignFinal(c.wk, c.rec.Key, c.rec.Time, c.ownWatermark(), c.assign)
+		c.wk, late, err = c.ops.Agg.AssignFinal(c.wk, c.rec.Key, c.rec.Time, c.ownWatermark(), assign)
 	} else {
-		c.wk, late, err = c.ops.Agg.Assign(c.wk, c.rec.Key, c.rec.Time, c.ownWatermark(), c.assign)
+		c.wk, late, err = c.ops.Agg.Assign(c.wk, c.rec.Key, c.rec.Time, c.ownWatermark(), assign)
 	}
 	if late {
 		t.lateRecord(c, kr)
