@@ -27,14 +27,18 @@ func (t *Task) fold(ctx context.Context, c *chain, p Producer, pd *Pending, sile
 		return t.foldKeyed(ctx, c, p, pd, silent)
 	}
 	src, sliced := c.sorter, c.slices.have
-	if sliced && c.slices.unsafe {
-		// A key or time a sliced fold cannot order: the slices become window entries first.
-		exp, done, err := t.expandSlices(c)
-		if err != nil {
-			return err
+	if c.slices.unsafe {
+		// A key or time a sliced fold cannot order: the slices become window entries first,
+		// and the operator slices no more (its partials take window keys again).
+		if sliced {
+			exp, done, err := t.expandSlices(c)
+			if err != nil {
+				return err
+			}
+			defer done()
+			src, sliced = exp, false
 		}
-		defer done()
-		src, sliced, c.slices.w = exp, false, nil
+		c.slices.w = nil
 	}
 	it, err := src.Merge()
 	if err != nil {
