@@ -819,7 +819,8 @@ func (t *Task) makeRoom(c *chain) {
 }
 
 // Sorted entries' payloads start with a tag: a record's projected input, or a key's partial
-// state moved out of the pre-aggregation table.
+// state moved out of the pre-aggregation table (a slicing operator's slices have tags of their
+// own: tagSlice, tagSlicePartial, slice.go).
 const (
 	tagInput   = 0
 	tagPartial = 1
