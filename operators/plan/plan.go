@@ -80,6 +80,9 @@ type ChainPlan struct {
 	// taps, this one skips them. Each chain's progress is committed with the offsets.
 	Fork         bool
 	SharedStages int
+	// TapsOnly: the chain writes its Taps and nothing else, split from the chain after it,
+	// whose operator may hold that chain's progress (splitTaps).
+	TapsOnly bool
 }
 
 // windowed reports whether op keeps event-time windows.
@@ -137,6 +140,8 @@ func (c ChainPlan) ID() string {
 		// holds its progress while the others go on (operators/task/combine.go). No name has
 		// a colon.
 		return "rekey:" + c.RekeyFor
+	case c.TapsOnly:
+		return "taps:" + c.LegacyID()
 	}
 	return c.LegacyID()
 }
@@ -528,6 +533,7 @@ func NewPlan(cfg *configs.Config) (*Plan, error) {
 			}
 		}
 	}
+	p.Chains = splitTaps(p.Chains)
 	// Compile everything once now, so a bad expression is a config error, not a runtime one.
 	for _, c := range p.Chains {
 		if _, err := c.Build(nil, nil); err != nil {
@@ -535,6 +541,42 @@ func NewPlan(cfg *configs.Config) (*Plan, error) {
 		}
 	}
 	return p, nil
+}
+
+// splitTaps gives the taps of a chain that may hold its progress behind its last record a
+// chain of their own, just before it: its source and its stages up to the last tapped one,
+// writing the taps and nothing else (TapsOnly). A keyed operator holds its chain's progress
+// while it sorts a backlog, and a combining writer (Combine) while it holds its table; the taps
+// go out as their records pass, so a rewind to that progress (a restart, or an abort that keeps
+// the sorted backlog) would write them twice or lose them. The chain that fed them becomes a
+// fork of the new one (SharedStages: its tapped stages), which dead-letters their bad records;
+// each chain's progress is committed with the offsets.
+func splitTaps(chains []ChainPlan) []ChainPlan {
+	out := make([]ChainPlan, 0, len(chains))
+	for _, c := range chains {
+		if len(c.Taps) == 0 || c.Keyed == nil && c.Combine == nil {
+			out = append(out, c)
+			continue
+		}
+		last := -1
+		for _, tp := range c.Taps {
+			last = max(last, tp.Stage)
+		}
+		taps := ChainPlan{
+			SourceName: c.SourceName, Source: c.Source, Stages: slices.Clone(c.Stages[:last+1]),
+			Taps: c.Taps, TapsOnly: true, TimedInput: c.TimedInput, Tombstones: c.Tombstones && c.Keyed == nil,
+			Fork: c.Fork, SharedStages: min(c.SharedStages, last+1),
+		}
+		for _, st := range taps.Stages {
+			if st.Join != nil {
+				taps.Tables = append(taps.Tables, st.Join.Table)
+			}
+		}
+		c.Taps = nil
+		c.Fork, c.SharedStages = true, max(c.SharedStages, last+1)
+		out = append(out, taps, c)
+	}
+	return out
 }
 
 // combines reports whether the writers of r's repartition topic may combine their records
@@ -743,6 +785,9 @@ func (p *Plan) Describe(w io.Writer) {
 				shared = fmt.Sprintf(" and its first %d stage(s)", c.SharedStages)
 			}
 			fmt.Fprintf(w, "  (a branch: chain %d reads this source%s too and dead-letters the bad records there; each chain's progress is committed with the offsets)\n", first+1, shared)
+		}
+		if c.TapsOnly {
+			fmt.Fprintf(w, "  (its taps, a chain of their own: chain %d, which they fed, may hold its progress behind its records while it sorts a backlog or holds its combined records)\n", i+2)
 		}
 		for si, s := range c.Stages {
 			for _, tap := range c.Taps {

@@ -247,7 +247,7 @@ func (t *Task) topicOffsets(pd *Pending) {
 // What a writer filtering for a top over windows (chain.keepsSaid) last announced, in its
 // topic's committed Progress: saidPrefix and its ID, its watermark (chain.wmSaid); idlePrefix
 // and its ID, 1 if it announced idle after it. No operator name has a colon, so no chain ID
-// (an operator's name, or rekey:<name>) starts with either.
+// (an operator's name, a source's, rekey:<name> or taps:<name>) starts with either.
 const (
 	saidPrefix = "said:"
 	idlePrefix = "idle:"

@@ -136,6 +136,7 @@ type combineRun struct {
 	dlq      []string
 	repart   int
 	partials int
+	prod     *fakeProducer // every topic's committed records
 }
 
 // runCombine runs the inputs (by topic, partition 0: orders in testTopic, and a join's other
@@ -264,7 +265,7 @@ func runCombine(t *testing.T, seed uint64, doc string, inputs map[string][]*kgo.
 		}
 	}
 done:
-	var res combineRun
+	res := combineRun{prod: prod}
 	for _, rec := range prod.committed(testSink) {
 		res.out = append(res.out, fmt.Sprintf("%s %s", rec.Key, rec.Value))
 	}

@@ -2,6 +2,10 @@ package task
 
 import (
 	"bytes"
+	"fmt"
+	"github.com/valyala/fastjson"
+	"math/rand/v2"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -60,4 +64,82 @@ sinks:
 			t.Errorf("tapped record %s lacks the map's field", r.Value)
 		}
 	}
+}
+
+// tapsHeldConfig is a pipeline whose chain taps its records to the sink "copy" before an
+// operator that can hold the chain's progress: agg is the operator, reading "tagged".
+func tapsHeldConfig(mode string, agg string) string {
+	return testHeader(mode, 20, 5, 64, "0s") + fmt.Sprintf(`sources:
+  orders: {topic: %s, format: json, key: customer_id, timestamp: ts, watermark: {max_delay: 2s}}
+operators:
+  - name: tagged
+    map: {input: orders, set: {tag: "'x'"}}
+    output: copy
+%ssinks:
+  copy: {topic: copy-orders, format: json}
+  out: {topic: %s, format: json}
+`, testTopic, agg, testSink)
+}
+
+// checkTappedOnce fails unless the committed copy-orders holds each order of in once.
+func checkTappedOnce(t *testing.T, prod *fakeProducer, in []*kgo.Record) {
+	t.Helper()
+	seen := map[string]int{}
+	for _, r := range prod.committed("copy-orders") {
+		v, err := fastjson.ParseBytes(r.Value)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen[string(v.GetStringBytes("order_id"))+"/"+strconv.Itoa(v.GetInt("ts"))]++
+	}
+	dups, missing := 0, 0
+	for _, r := range in {
+		v := fastjson.MustParseBytes(r.Value)
+		k := string(v.GetStringBytes("order_id")) + "/" + strconv.Itoa(v.GetInt("ts"))
+		switch n := seen[k]; {
+		case n == 0:
+			missing++
+		case n > 1:
+			dups++
+		}
+		delete(seen, k)
+	}
+	if dups > 0 || missing > 0 || len(seen) > 0 {
+		t.Fatalf("copy-orders: %d orders tapped more than once, %d never, %d unknown (of %d)", dups, missing, len(seen), len(in))
+	}
+}
+
+// TestTapsOnceWhileHeld: a chain that taps its records to a sink before an operator holding its
+// progress across checkpoints (a keyed operator sorting a backlog; a re-keying writer holding
+// its combined table) writes each record to the tap's sink once, through aborts and restarts:
+// the taps' progress is their own.
+func TestTapsOnceWhileHeld(t *testing.T) {
+	t.Run("keyed backlog", func(t *testing.T) {
+		for seed := range uint64(20) {
+			rng := rand.New(rand.NewPCG(seed, 9))
+			doc := tapsHeldConfig("always", `  - name: totals
+    aggregate: {input: tagged, fields: {n: {count: {}}, total: {sum: amount}}}
+    output: out
+`)
+			tk := newTestTask(t, mustPlan(t, doc), state.NewMem(), 1<<20, 0)
+			in := genCombineOrders(rng, 300)
+			d := &driver{t: t, rng: rng, task: tk, prod: newFakeProducer(), input: in,
+				maxBatch: 20, pCkpt: 0.3, pAbort: 0.3, maxAborts: 5, lag: func(d *driver, end int) int64 { return int64(len(d.input) - end + 100) }}
+			tk.d.Producer = d.prod
+			d.run()
+			checkTappedOnce(t, d.prod, in)
+		}
+	})
+	t.Run("combining writer", func(t *testing.T) {
+		for seed := range uint64(20) {
+			rng := rand.New(rand.NewPCG(seed, 10))
+			doc := tapsHeldConfig("auto", `  - name: totals
+    aggregate: {input: tagged, group_by: region, fields: {n: {count: {}}, total: {sum: amount}}}
+    output: out
+`)
+			in := genCombineOrders(rng, 300)
+			run := runCombine(t, seed, doc, map[string][]*kgo.Record{testTopic: in}, true)
+			checkTappedOnce(t, run.prod, in)
+		}
+	})
 }
