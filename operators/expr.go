@@ -1,6 +1,7 @@
 package operators
 
 import (
+	"bytes"
 	"cmp"
 	"encoding/json"
 	"fmt"
@@ -335,11 +336,18 @@ func NewFilter(name string, cfg configs.Filter) (Stage, error) {
 
 func (f *filter) Name() string { return f.name }
 
-// ReadsTime reports whether s may read a record's event time (ts): a filter that names it (or
-// $env); any other stage.
+// ReadsTime reports whether s may read a record's event time (ts): a filter, map or select
+// that names it (or $env); any other stage.
 func ReadsTime(s Stage) bool {
-	f, ok := s.(*filter)
-	return !ok || f.env.ts || f.env.all
+	switch s := s.(type) {
+	case *filter:
+		return s.env.ts || s.env.all
+	case *mapStage:
+		return s.env.ts || s.env.all
+	case *selectStage:
+		return s.env.ts || s.env.all
+	}
+	return true
 }
 
 func (f *filter) Apply(r *Record) (bool, error) {
@@ -510,7 +518,14 @@ type parentObject struct {
 	members []member // raw's members, valid when indexed
 	seen    bool     // looked up in this row
 	indexed bool     // raw is an object and members index it
+	// last is a copy of the object members last indexed, when it is at most maxLastParent
+	// bytes (else empty): a row with the same object (the one side of a join that stays while
+	// the other side's records pair with it) takes its index again rather than scan it.
+	last []byte
 }
+
+// maxLastParent is the largest parent object a select keeps a copy of (parentObject.last).
+const maxLastParent = 16 << 10
 
 // selectCol is one output column: a member copied as written (field) or an expression's
 // result (prog).
@@ -643,10 +658,18 @@ func (s *selectStage) lookupPath(r *Record, c *selectCol) ([]byte, bool) {
 	if !o.seen {
 		o.seen, o.indexed, o.raw = true, false, nil
 		raw, ok, _ := r.top(o.name)
-		if ok && len(raw) > 0 && raw[0] == '{' {
+		switch {
+		case !ok || len(raw) == 0 || raw[0] != '{':
+		case bytes.Equal(raw, o.last):
+			o.raw, o.indexed = raw, true // members index it already
+		default:
 			var err error
 			o.members, err = indexObject(raw, o.members)
 			o.raw, o.indexed = raw, err == nil
+			o.last = o.last[:0]
+			if err == nil && len(raw) <= maxLastParent {
+				o.last = append(o.last, raw...)
+			}
 		}
 	}
 	if !o.indexed {
@@ -760,6 +783,34 @@ func (p *PairSelect) row() ([]byte, error) {
 	p.out = out
 	p.rec.Release()
 	return out, err
+}
+
+// Reads returns the top-level members of the joined record's member side (the name of an
+// input) that the columns read, in their order: nil when they may read it whole (a column of
+// the side itself, or an expression that names it), empty when they read none of it.
+func (p *PairSelect) Reads(side string) []string {
+	s := p.s
+	if s.env.all || slices.Contains(s.env.names, side) {
+		return nil
+	}
+	out := []string{}
+	for _, c := range s.cols {
+		switch {
+		case c.prog != nil: // its names are the env's
+		case c.path.parts == nil:
+			if c.field == side {
+				return nil
+			}
+		case c.path.parts[0] == side:
+			if len(c.path.parts) < 2 {
+				return nil
+			}
+			if !slices.Contains(out, c.path.parts[1]) {
+				out = append(out, c.path.parts[1])
+			}
+		}
+	}
+	return out
 }
 
 // pair returns the columns of the pair {left: l, right: r} (a nil side is null) under key, as

@@ -162,3 +162,19 @@ func (b *TopBound) enter(s []byte, v dec) {
 	storeDec(s[2+16*at:], v)
 	binary.LittleEndian.PutUint16(s, uint16(cnt))
 }
+
+// Bound returns the bound of an aggregate whose one field is the max or the min of a number
+// (no where, no windows, no retractions, one input), as a top of one without ties: its state
+// and its results depend on the best value of its records alone (and on having one), so a
+// writer may drop a record that a record it passed on before for the same key beats or equals.
+// Nil for any other aggregate.
+func (a *Aggregate) Bound() *TopBound {
+	if len(a.specs) != 1 || a.windows != nil || a.window != "" || a.retract || len(a.inputs) > 1 {
+		return nil
+	}
+	s := &a.specs[0]
+	if s.kind != aggMin && s.kind != aggMax || s.where >= 0 || s.str >= 0 || len(a.fields) != 1 {
+		return nil
+	}
+	return &TopBound{top: &Top{name: a.name, n: 1, by: a.fields[0], desc: s.kind == aggMax}}
+}

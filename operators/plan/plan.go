@@ -514,7 +514,7 @@ func NewPlan(cfg *configs.Config) (*Plan, error) {
 	if cfg.Processing.CombineBeforeRekey {
 		for i := range p.Chains {
 			w := &p.Chains[i]
-			if w.Rekey == "" && !w.Output {
+			if w.Rekey == "" {
 				continue
 			}
 			var readers []*ChainPlan
@@ -526,8 +526,25 @@ func NewPlan(cfg *configs.Config) (*Plan, error) {
 			if len(readers) != 1 {
 				continue
 			}
-			if w.Rekey != "" && combines(readers[0], cfg.Processing.Guarantee == configs.ExactlyOnce) ||
-				w.Rekey == "" && filtersOutput(w, readers[0]) {
+			if w.Rekey != "" && combines(readers[0], cfg.Processing.Guarantee == configs.ExactlyOnce) {
+				r := *readers[0]
+				w.Combine = &r
+			}
+		}
+		// Then the keyed operators' results, whose filter may ask what a re-keying reader
+		// combines for (filtersOutput).
+		for i := range p.Chains {
+			w := &p.Chains[i]
+			if w.Rekey != "" || !w.Output {
+				continue
+			}
+			var readers []*ChainPlan
+			for j := range p.Chains {
+				if p.Chains[j].Source.Topic == w.SinkTopic {
+					readers = append(readers, &p.Chains[j])
+				}
+			}
+			if len(readers) == 1 && filtersOutput(w, readers[0]) {
 				r := *readers[0]
 				w.Combine = &r
 			}
@@ -605,27 +622,63 @@ func combines(r *ChainPlan, exactlyOnce bool) bool {
 }
 
 // filtersOutput reports whether the keyed operator of w, whose results only r reads (its
-// output topic), may drop those r would drop (operators/task/combine.go): r keys by the
-// results' own key into a top without windows (n at most operators.TopBoundMaxN), after
-// filters only, which read no event time unless w's results carry theirs, and sends nothing
-// to a sink on the way. w's operator must write its results as it makes them or flushes them
-// (not an aggregate's or cogroup's folds).
+// output topic), may drop those the operator after r would drop or ignore
+// (operators/task/combine.go): a top without windows (n at most operators.TopBoundMaxN) that
+// keys by the results' own key, after filters only; or an aggregate whose one field is the max
+// or min of a number (operators.Aggregate.Bound: only each key's best value counts), after
+// filters and maps, keyed by the results' key, r's local key or r's re-key (then the one
+// reader of r's repartition topic, which r combines for). r's stages must read no event time
+// unless w's results carry theirs, and r sends nothing to a sink on the way. w's operator must
+// write its results as it makes them or flushes them (not an aggregate's or cogroup's folds).
 func filtersOutput(w, r *ChainPlan) bool {
-	if w.Keyed == nil || w.Keyed.Aggregate != nil || w.Cogroup != nil || r.Keyed == nil || r.Keyed.Top == nil ||
-		r.Keyed.Top.Window != nil || r.Keyed.Top.N > operators.TopBoundMaxN || r.Rekey != "" || r.LocalKey != "" ||
+	if w.Keyed == nil || w.Keyed.Aggregate != nil || w.Cogroup != nil ||
 		len(r.Taps) > 0 || r.Fork || r.Tombstones || r.StreamJoin != nil || r.AsOf != nil {
 		return false
 	}
-	for _, s := range r.Stages {
-		if s.Filter == nil {
+	maps := true
+	switch {
+	case r.Keyed != nil && r.Keyed.Top != nil:
+		if r.Keyed.Top.Window != nil || r.Keyed.Top.N > operators.TopBoundMaxN || r.Rekey != "" || r.LocalKey != "" {
 			return false
 		}
-		f, err := operators.NewFilter(s.Name, *s.Filter)
-		if err != nil || operators.ReadsTime(f) && !w.TimedOutput {
+		maps = false // its bound reads the value before the stages first (TopBound.Beaten)
+	case r.Keyed != nil:
+		if r.Rekey != "" || !bestOnly(r) {
+			return false
+		}
+	case r.Rekey != "":
+		if r.Combine == nil || !bestOnly(r.Combine) {
+			return false
+		}
+	default:
+		return false
+	}
+	for _, s := range r.Stages {
+		var st operators.Stage
+		var err error
+		switch {
+		case s.Filter != nil:
+			st, err = operators.NewFilter(s.Name, *s.Filter)
+		case s.Map != nil && maps:
+			st, err = operators.NewMap(s.Name, *s.Map)
+		default:
+			return false
+		}
+		if err != nil || operators.ReadsTime(st) && !w.TimedOutput {
 			return false
 		}
 	}
 	return true
+}
+
+// bestOnly reports whether a's operator is an aggregate of its records' best value alone
+// (operators.Aggregate.Bound).
+func bestOnly(a *ChainPlan) bool {
+	if a.Keyed == nil || a.Keyed.Aggregate == nil || a.Cogroup != nil || a.Tombstones {
+		return false
+	}
+	agg, err := operators.NewAggregate(a.Keyed.Name, *a.Keyed.Aggregate)
+	return err == nil && agg.Bound() != nil
 }
 
 // fieldError turns an aggregate field's compile error (its where) into a config error naming
@@ -934,7 +987,14 @@ func (p *Plan) Describe(w io.Writer) {
 			}
 		}
 		if c.Output && c.Combine != nil {
-			fmt.Fprintf(w, "     filtered for top %s: a result its filters drop, or that the results written before it for its key leave no rank in the top, does not go on (processing.combine_before_rekey)\n", c.Combine.Keyed.Name)
+			if r := c.Combine; r.Keyed != nil && r.Keyed.Top != nil {
+				fmt.Fprintf(w, "     filtered for top %s: a result its filters drop, or that the results written before it for its key leave no rank in the top, does not go on (processing.combine_before_rekey)\n", r.Keyed.Name)
+			} else {
+				if r.Keyed == nil {
+					r = r.Combine
+				}
+				fmt.Fprintf(w, "     filtered for %s, an aggregate of each key's best value: a result the stages before it drop, or that a result written before it for its key equals or beats, does not go on (processing.combine_before_rekey)\n", r.Keyed.Name)
+			}
 		}
 	}
 	groups := p.CoPartitioned()

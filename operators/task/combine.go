@@ -68,10 +68,14 @@ type combiner struct {
 	bound       *operators.TopBound // a top's: the best values passed on, per key and window
 	best        *slotSet            // bound's slots (operators.TopBound.SlotSize each)
 	slot, slotN func([]byte) []byte // best.slot and best.add
-	// A keyed operator's results for a top (plan.filtersOutput): the top's filters, which its
-	// results pass first, and the record they see.
+	// A keyed operator's results for a top or an aggregate of each key's best value
+	// (plan.filtersOutput): the stages its results pass first, the record they see, and the key
+	// the operator reads them under (nil: the results' own key); early: the bound may judge a
+	// result before the stages (they are filters, and the key is the results').
 	stages []operators.Stage
 	rec    operators.Record
+	rekey  *operators.Rekey
+	early  bool
 	// The distinct's filter pays its way only when it drops many records (Nexmark q15: over
 	// 80%, and the run takes 0.6 of the CPU; q16: about 30%, where examining every record cost
 	// more than it saved):
@@ -102,29 +106,47 @@ func (cb *combiner) filtering() bool {
 	return true
 }
 
-// newCombiner returns the combiner of a writer whose records cp (plan.ChainPlan.Combine) reads
-// with ops (plan.Ops.Combine), or nil when it does not combine.
-func newCombiner(cp *plan.ChainPlan, ops *plan.Ops, limit int) (*combiner, error) {
+// newCombiner returns the combiner of the writer w for the chain that reads its records
+// (w.Combine), whose operators are ops (plan.Ops.Combine), or nil when it does not combine: a
+// re-keying writer combines or filters its records for the reader's operator, a keyed
+// operator's chain filters its results (plan.filtersOutput) for the reader's top or for the
+// aggregate of each key's best value that the reader is or re-keys for.
+func newCombiner(w *plan.ChainPlan, ops *plan.Ops, limit int) (*combiner, error) {
+	cp := w.Combine
 	if cp == nil || ops == nil {
 		return nil, nil
 	}
-	if ops.Agg != nil {
+	results := w.Rekey == ""
+	if ops.Agg != nil && !results {
 		return &combiner{agg: ops.Agg, input: cp.Input, part: newPartials(ops.Agg.StateSize(), limit), ts: math.MinInt64,
 			headers: codec.PartialHeaders(ops.Agg.Layout().Fingerprint())}, nil
 	}
 	var b *operators.TopBound
+	var key *operators.Rekey
+	early := false
 	switch op := ops.Kop.(type) {
 	case *operators.Distinct:
-		return &combiner{dist: op, seen: newFlagSet(), limit: limit}, nil
+		if !results {
+			return &combiner{dist: op, seen: newFlagSet(), limit: limit}, nil
+		}
 	case *operators.Top:
-		b = op.Bound()
+		b, early = op.Bound(), results
 	case *operators.WindowTop:
 		b = op.Bound()
 	}
-	if b == nil {
-		return nil, fmt.Errorf("task: %s combines its records for %s, which is neither a mergeable operator, a distinct nor a top of n at most %d", cp.SourceName, ops.Operator().Name(), operators.TopBoundMaxN)
+	if results && b == nil {
+		agg, k := ops.Agg, ops.LocalKey
+		if ops.Rekey != nil && ops.Combine != nil {
+			agg, k = ops.Combine.Agg, ops.Rekey
+		}
+		if a, ok := agg.(*operators.Aggregate); ok {
+			b, key = a.Bound(), k
+		}
 	}
-	cb := &combiner{bound: b, best: newSlotSet(b.SlotSize()), limit: limit, stages: ops.Stages}
+	if b == nil {
+		return nil, fmt.Errorf("task: %s combines its records for %s, which is neither a mergeable operator, a distinct, a top of n at most %d nor an aggregate of each key's best value", cp.SourceName, cp.ID(), operators.TopBoundMaxN)
+	}
+	cb := &combiner{bound: b, best: newSlotSet(b.SlotSize()), limit: limit, stages: ops.Stages, rekey: key, early: early}
 	cb.slot, cb.slotN = cb.best.slot, cb.best.add
 	return cb, nil
 }
@@ -233,10 +255,10 @@ func keepsResult(c *chain, r *kgo.Record) bool {
 	return c.comb == nil || c.plan.Rekey != "" || !c.comb.dropsResult(r)
 }
 
-// dropsResult reports whether the writer's filter for its reader's top cb (a keyed operator's
-// results: plan.filtersOutput) drops r: the top's filters drop it, or the results it passed on
-// before r leave r no rank (operators.TopBound). A result the filters or the top refuse goes on:
-// the reader dead-letters it.
+// dropsResult reports whether the writer's filter for its reader cb (a keyed operator's
+// results: plan.filtersOutput) drops r: the stages before the top or the aggregate drop it, or
+// the results it passed on before r for the same key leave r no rank (operators.TopBound). A
+// result the stages or the operator refuse goes on: the reader dead-letters it.
 func (cb *combiner) dropsResult(r *kgo.Record) bool {
 	if r.Key == nil || r.Value == nil || len(r.Key)+len(r.Value) > boundedRecord || !cb.filtering() {
 		return false
@@ -244,7 +266,7 @@ func (cb *combiner) dropsResult(r *kgo.Record) bool {
 	rec := &cb.rec
 	rec.Set(r.Key, r.Timestamp.UnixMilli(), r.Value) // as the reader decodes it
 	defer rec.Release()
-	if cb.bound.Beaten(r.Key, rec, cb.slot) { // first: cheaper than the filters
+	if cb.early && cb.bound.Beaten(r.Key, rec, cb.slot) { // first: cheaper than the filters
 		cb.dropped++
 		return true
 	}
@@ -258,10 +280,21 @@ func (cb *combiner) dropsResult(r *kgo.Record) bool {
 			return true
 		}
 	}
+	key := rec.Key
+	if cb.rekey != nil {
+		k, err := cb.rekey.Key(rec)
+		if err != nil {
+			return false
+		}
+		key = k
+	}
+	if len(key)+len(rec.Value) > boundedRecord {
+		return false // what the stages made of it might not reach the operator (sizelimit.go)
+	}
 	if cb.best.len() >= cb.limit {
 		cb.best.reset()
 	}
-	if cb.bound.Admit(r.Key, rec, math.MinInt64, cb.slot, cb.slotN) {
+	if cb.bound.Admit(key, rec, math.MinInt64, cb.slot, cb.slotN) {
 		cb.dropped++
 		return true
 	}

@@ -59,6 +59,35 @@ const (
     top: {input: big, n: 2, by: orders.amount}
     output: out
 `
+	// A keyed operator whose results a re-keying chain sends, through a filter and a map, to an
+	// aggregate of each key's best value (the writer filters its results for it:
+	// plan.filtersOutput; Nexmark q4's shape): per (region, tier), over the results of every
+	// customer, the largest order under 700 (a filter against the bound's direction: a larger
+	// value must not enter it).
+	combineJoinMax = `  - name: pairs
+    join:
+      left: orders
+      right: customers
+      unique: right
+      select: [{cust: orders.customer_id}, {tier: customers.tier}, {amount: orders.amount}, {region: orders.region}]
+  - name: under
+    filter: {input: pairs, expr: "amount < 700"}
+  - name: slim
+    map: {input: under, select: [region, tier, amount]}
+  - name: totals
+    aggregate: {input: slim, group_by: "region, tier", fields: {best: {max: amount}}}
+    output: out
+`
+	// The same read by the results' own key, after a filter: per customer the smallest order
+	// over 100.
+	combineJoinMin = `  - name: pairs
+    join: {left: orders, right: customers, unique: right}
+  - name: small
+    filter: {input: pairs, expr: "orders.amount > 100"}
+  - name: totals
+    aggregate: {input: small, fields: {least: {min: orders.amount}}}
+    output: out
+`
 	combineHoppingTop = `  - name: totals
     top: {input: orders, group_by: region, n: 2, by: amount, order: asc, window: {hopping: 1s, advance: 250ms, grace: 100ms}}
     output: out
@@ -149,10 +178,11 @@ type combineRun struct {
 func runCombine(t *testing.T, seed uint64, doc string, inputs map[string][]*kgo.Record, restarts bool) combineRun {
 	t.Helper()
 	rng := rand.New(rand.NewPCG(seed, 7))
-	newTask, prod, repart := combineTasks(t, doc)
+	newTask, prod, hops := combineTasks(t, doc)
+	repart := hops[0]
 	topics := slices.Sorted(maps.Keys(inputs))
-	w, r := newTask(topics...), newTask(repart)
-	var rNext int64
+	w, r := newTask(topics...), newTask(hops...)
+	rNext := map[string]int64{}
 	// The next offset the writer reads of each topic; its last committed offset and its
 	// metadata's progress, from which a new writer task (its partition's next owner) starts;
 	// where the writer task started (it fetches nothing before).
@@ -178,9 +208,9 @@ func runCombine(t *testing.T, seed uint64, doc string, inputs map[string][]*kgo.
 						wNext[topic] = off
 					}
 				}
-				rNext = 0
-				if off, ok := r.Aborted(pds[1])[repart]; ok {
-					rNext = off
+				rSeek := r.Aborted(pds[1])
+				for _, topic := range hops {
+					rNext[topic] = rSeek[topic] // 0 when it read nothing yet
 				}
 				return false
 			}
@@ -202,7 +232,7 @@ func runCombine(t *testing.T, seed uint64, doc string, inputs map[string][]*kgo.
 		return true
 	}
 	feed := func(tk *Task, topic string, recs []*kgo.Record, lag int64) {
-		if topic == repart {
+		if slices.Contains(hops, topic) {
 			tk.ReadAttributes(topic, recs)
 		}
 		if tk.BeforeBatch(topic, Lag{Before: lag, After: lag - int64(len(recs))}) {
@@ -214,10 +244,17 @@ func runCombine(t *testing.T, seed uint64, doc string, inputs map[string][]*kgo.
 		tk.AfterBatch(topic, Lag{After: lag - int64(len(recs))})
 	}
 	for clean := false; ; {
-		var in []*kgo.Record // the committed repartition records from rNext
-		for _, rec := range prod.committed(repart) {
-			if rec.Offset >= rNext {
-				in = append(in, rec)
+		var in []*kgo.Record // the committed records of a hop from its rNext
+		hop := hops[rng.IntN(len(hops))]
+		for _, h := range append([]string{hop}, hops...) {
+			for _, rec := range prod.committed(h) {
+				if rec.Offset >= rNext[h] {
+					in = append(in, rec)
+				}
+			}
+			if len(in) > 0 {
+				hop = h
+				break
 			}
 		}
 		var left []string // the writer's topics with records still to read
@@ -245,8 +282,8 @@ func runCombine(t *testing.T, seed uint64, doc string, inputs map[string][]*kgo.
 			wNext[topic] += int64(len(batch))
 		default:
 			n := min(1+rng.IntN(20), len(in))
-			feed(r, repart, in[:n], int64(len(in)))
-			rNext = in[n-1].Offset + 1
+			feed(r, hop, in[:n], int64(len(in)))
+			rNext[hop] = in[n-1].Offset + 1
 		}
 		clean = false
 		if rng.IntN(3) == 0 {
@@ -287,30 +324,39 @@ done:
 	return res
 }
 
-// combineTasks returns, for the config doc of a writer reading testTopic and its reader, a
-// function making the task of a topic of partition 0 (the writer's: testTopic; the reader's:
-// repart, the writer's repartition or output topic), all sharing one store and the producer
-// prod.
-func combineTasks(t *testing.T, doc string) (newTask func(topics ...string) *Task, prod *fakeProducer, repart string) {
+// combineTasks returns, for the config doc of a writer reading testTopic and its readers, a
+// function making the task of topics of partition 0 (the writer's: testTopic; the readers':
+// the hops, the writer's repartition or output topic and, when its reader re-keys them again,
+// that repartition topic), all sharing one store and the producer prod.
+func combineTasks(t *testing.T, doc string) (newTask func(topics ...string) *Task, prod *fakeProducer, hops []string) {
 	pl := mustPlan(t, doc)
 	store := state.NewMem()
 	prod = newFakeProducer()
 	for _, c := range pl.Chains {
 		if c.Source.Topic == testTopic && (c.Rekey != "" || c.Output) {
-			repart = c.SinkTopic
+			hops = []string{c.SinkTopic}
 		}
+	}
+	for _, c := range pl.Chains {
+		if c.Source.Topic == hops[0] && c.Rekey != "" {
+			hops = append(hops, c.SinkTopic)
+		}
+	}
+	internal := map[string]int32{}
+	for _, h := range hops {
+		internal[h] = 1
 	}
 	newTask = func(topics ...string) *Task {
 		clk := &stepClock{now: time.Unix(1_700_000_000, 0)}
 		tk, err := NewGroup(pl, topics, 0, Deps{Store: store, Budget: sorter.NewBudget(1 << 20), SortDir: t.TempDir(), Producer: prod,
-			Clock: clk.Now, Logger: discardLogger(), InternalPartitions: map[string]int32{repart: 1}})
+			Clock: clk.Now, Logger: discardLogger(), InternalPartitions: internal})
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(tk.Close)
 		return tk
 	}
-	return newTask, prod, repart
+	return newTask, prod, hops
 }
 
 // lastPerKey is each key's last output: an aggregate's final result.
@@ -371,6 +417,8 @@ func TestCombineOneAnswer(t *testing.T) {
 			{"window top", combineWindowTop, sorted},
 			{"hopping top", combineHoppingTop, sorted},
 			{"join top", combineJoinTop, lastPerKey},
+			{"join max", combineJoinMax, lastPerKey},
+			{"join min", combineJoinMin, lastPerKey},
 		} {
 			inputs := map[string][]*kgo.Record{testTopic: orders}
 			if customersSource(op.doc) != "" {
@@ -561,7 +609,8 @@ func TestTopBoundAfterRestart(t *testing.T) {
     top: {input: orders, group_by: region, n: 1, by: amount, window: {tumbling: 100ms}}
     output: out
 `, "never", true, 1000), "max_delay: 2s", "max_delay: 0s", 1)
-	newTask, prod, repart := combineTasks(t, doc)
+	newTask, prod, hops := combineTasks(t, doc)
+	repart := hops[0]
 	const base = 1_700_000_000_000
 	order := func(off, ts int64, amount int) *kgo.Record {
 		return &kgo.Record{Topic: testTopic, Offset: off, Key: []byte("c1"), Timestamp: time.UnixMilli(base + ts),

@@ -229,10 +229,15 @@ func (t *Task) emitTo(c *chain, p Producer, pd *Pending, out *int) func(key, val
 		if c.plan.SinkTopic == "" {
 			return
 		}
-		r := c.timedResult(&kgo.Record{Topic: c.plan.SinkTopic, Key: bytes.Clone(key), Value: bytes.Clone(value), Partition: -1}, ts)
-		if !keepsResult(c, r) {
-			return
+		if c.comb != nil {
+			// Asked first, of the result as it is: most results a filter examines it drops.
+			c.resultView = kgo.Record{Topic: c.plan.SinkTopic, Key: key, Value: value, Partition: -1}
+			if !keepsResult(c, c.timedResult(&c.resultView, ts)) {
+				return
+			}
+			c.resultView = kgo.Record{}
 		}
+		r := c.timedResult(&kgo.Record{Topic: c.plan.SinkTopic, Key: bytes.Clone(key), Value: bytes.Clone(value), Partition: -1}, ts)
 		p.Produce(r, pd.promise)
 		pd.records++
 		c.recordsOut++

@@ -102,12 +102,13 @@ type chain struct {
 	lag     int64
 	timeLag time.Duration
 
-	rec     operators.Record
-	scratch []byte
-	comb    *combiner   // a re-keying writer's combining for its reader (combine.go); nil: none
-	flags   *combiner   // a distinct keyed in its input's partition: the combiner's filter before it (newFlagFilter); nil: none
-	snaps   []*snapshot // what came of a batch's records after some stages, for forks (fork.go)
-	from    *snapshot   // a fork's: its provider's snapshot it starts from (fork.go); nil: none
+	rec        operators.Record
+	scratch    []byte
+	comb       *combiner   // a re-keying writer's combining for its reader, or a keyed operator's filter of its results (combine.go); nil: none
+	resultView kgo.Record  // a keyed operator's result as its filter (comb) examines it, before it is copied
+	flags      *combiner   // a distinct keyed in its input's partition: the combiner's filter before it (newFlagFilter); nil: none
+	snaps      []*snapshot // what came of a batch's records after some stages, for forks (fork.go)
+	from       *snapshot   // a fork's: its provider's snapshot it starts from (fork.go); nil: none
 
 	observed bool // the chain has seen a batch since it started or was rewound (BeforeBatch)
 
@@ -379,7 +380,7 @@ func (t *Task) addChain(cp plan.ChainPlan, g groupBuild) error {
 		c.assign = func(sk []byte) error { return t.apply(c, sk, c.next-1, c.scratch) }
 		c.sortAssign = func(sk []byte) error { return t.sortEntry(c, sk) }
 	}
-	if c.comb, err = newCombiner(cp.Combine, ops.Combine, t.cacheCap); err != nil {
+	if c.comb, err = newCombiner(&cp, ops.Combine, t.cacheCap); err != nil {
 		return err
 	}
 	c.flags = newFlagFilter(ops, t.cacheCap)
