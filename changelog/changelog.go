@@ -179,6 +179,9 @@ type Restorer struct {
 	// Layout returns the fingerprint and text of operator op's state layout in the running
 	// config; a record whose codec.HeaderLayout differs is an error. Nil, or "", checks nothing.
 	Layout func(op string) (fingerprint, text string)
+	// Accepted returns the fingerprints of other layouts whose states operator op reads as its
+	// own (operators.Layout.Accepts): records written under them are applied too. Nil: none.
+	Accepted func(op string) []string
 	// Decode turns a record's value into the state to store, for an operator whose changelog
 	// holds something else (an aggregate whose results are its changelog); it returns val
 	// itself for the others. An error is the record's (ErrLayout). Nil stores values as they are.
@@ -268,8 +271,12 @@ func (r *Restorer) Restore(ctx context.Context, topic string, ns state.Namespace
 		return st, err
 	}
 	var fp, layout string
+	var accepted []string
 	if r.Layout != nil {
 		fp, layout = r.Layout(ns.Operator)
+		if r.Accepted != nil {
+			accepted = r.Accepted(ns.Operator)
+		}
 	}
 	b := r.Store.NewBatch()
 	defer func() { b.Close() }()
@@ -297,7 +304,7 @@ func (r *Restorer) Restore(ctx context.Context, topic string, ns state.Namespace
 				return
 			}
 			st.Records++
-			aerr = r.apply(b, rec, ns, fp, layout, &marks)
+			aerr = r.apply(b, rec, ns, fp, layout, accepted, &marks)
 		})
 		if aerr != nil {
 			return st, aerr
@@ -320,18 +327,19 @@ func (r *Restorer) Restore(ctx context.Context, topic string, ns state.Namespace
 // apply decodes one changelog record of ns (not a transaction marker) into b: a watermark
 // record (codec.IsWatermarkRecord, stored under codec.WatermarkNamespace, so that a task
 // restored anywhere decides lateness exactly as the task before it would have), or a key's
-// state (checked against the layout fingerprint fp and the Valid hook; nil value: deleted),
+// state (checked against the layout fingerprint fp, or one it accepts, and the Valid hook; nil
+// value: deleted),
 // its pending mark set or cleared (codec.IsPendingRecord; *marks: the pending namespace may
 // hold keys). A record that does not decode is an error wrapping ErrLayout; nothing of it is
 // applied.
-func (r *Restorer) apply(b state.Batch, rec *kgo.Record, ns state.Namespace, fp, layout string, marks *bool) error {
+func (r *Restorer) apply(b state.Batch, rec *kgo.Record, ns state.Namespace, fp, layout string, accepted []string, marks *bool) error {
 	if codec.IsWatermarkRecord(rec) {
 		if !codec.ValidWatermarkRecord(rec.Key, rec.Value) {
 			return invalidWatermark(rec, ns)
 		}
 		return b.Set(codec.WatermarkNamespace(ns), rec.Key, rec.Value)
 	}
-	if err := checkLayout(rec, ns, fp, layout); err != nil {
+	if err := checkLayout(rec, ns, fp, layout, accepted); err != nil {
 		return err
 	}
 	val := rec.Value

@@ -23,19 +23,29 @@ func ResetHint(op, topic string) string {
 }
 
 // checkLayout returns an error if rec carries a layout fingerprint (codec.HeaderLayout) other
-// than want ("" checks nothing). Records of sluice versions before the header have none; the
-// Restorer's Valid hook is their only check. It does not allocate.
-func checkLayout(rec *kgo.Record, ns state.Namespace, want, wantText string) error {
+// than want or one of accepted ("" checks nothing). Records of sluice versions before the
+// header have none; the Restorer's Valid hook is their only check. It does not allocate.
+func checkLayout(rec *kgo.Record, ns state.Namespace, want, wantText string, accepted []string) error {
 	if want == "" {
 		return nil
 	}
 	for _, h := range rec.Headers {
-		if h.Key == codec.HeaderLayout && string(h.Value) != want {
+		if h.Key == codec.HeaderLayout && string(h.Value) != want && !acceptedLayout(h.Value, accepted) {
 			return fmt.Errorf("%w: %s[%d] offset %d holds a state of operator %s written under another layout (fingerprint %s; this config's is %s: %s); %s",
 				ErrLayout, rec.Topic, rec.Partition, rec.Offset, ns.Operator, h.Value, want, wantText, ResetHint(ns.Operator, rec.Topic))
 		}
 	}
 	return nil
+}
+
+// acceptedLayout reports whether fingerprint fp is one of accepted. It does not allocate.
+func acceptedLayout(fp []byte, accepted []string) bool {
+	for _, a := range accepted {
+		if string(fp) == a {
+			return true
+		}
+	}
+	return false
 }
 
 // invalidState is the error for a value that the Valid hook refuses.

@@ -74,3 +74,24 @@ func TestRestoreChecksLayout(t *testing.T) {
 		})
 	}
 }
+
+// TestCheckLayoutAccepted: a restore applies a record written under a layout the config's
+// accepts as its own (operators.Layout.Accepts), and refuses one under any other.
+func TestCheckLayoutAccepted(t *testing.T) {
+	ns := state.Namespace{Operator: "j", Partition: 0}
+	rec := func(fp string) *kgo.Record {
+		return &kgo.Record{Topic: "cl", Key: []byte("k"), Value: []byte("v"), Headers: []kgo.RecordHeader{{Key: codec.HeaderLayout, Value: []byte(fp)}}}
+	}
+	if err := checkLayout(rec("old"), ns, "new", "kept", []string{"old"}); err != nil {
+		t.Errorf("an accepted layout refused: %v", err)
+	}
+	if err := checkLayout(rec("new"), ns, "new", "kept", []string{"old"}); err != nil {
+		t.Errorf("the config's own layout refused: %v", err)
+	}
+	if err := checkLayout(rec("other"), ns, "new", "kept", []string{"old"}); !errors.Is(err, ErrLayout) {
+		t.Errorf("another layout: %v, want ErrLayout", err)
+	}
+	if err := checkLayout(rec("old"), ns, "new", "kept", nil); !errors.Is(err, ErrLayout) {
+		t.Errorf("a layout nothing accepts: %v, want ErrLayout", err)
+	}
+}

@@ -22,6 +22,20 @@ type Layout struct {
 	Kind    string   // "aggregate"
 	Version int      // the state format version of Kind
 	Parts   []string // what else determines the bytes' meaning, in a fixed order
+	// Accepts are other layouts whose states this one reads as its own (a join that keeps some
+	// members of its records reads the states of one that kept them all): a state stored under
+	// one of them, or a changelog record written under one, is taken as it is. Not part of
+	// String or Fingerprint.
+	Accepts []Layout
+}
+
+// Accepted returns the fingerprints of l.Accepts.
+func (l Layout) Accepted() []string {
+	var fps []string
+	for _, a := range l.Accepts {
+		fps = append(fps, a.Fingerprint())
+	}
+	return fps
 }
 
 // String returns the layout's canonical text, "<kind>/v<version> <part> <part> ...", e.g.

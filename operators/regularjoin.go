@@ -3,6 +3,7 @@ package operators
 import (
 	"encoding/binary"
 	"fmt"
+	"slices"
 
 	"github.com/sluice-dev/sluice/configs"
 )
@@ -36,6 +37,10 @@ type RegularJoin struct {
 	left, right string // the input names: the output's member names
 	unique      int    // sideLeft, sideRight, or -1 (none)
 	sel         *PairSelect
+	// keep: per side, the members of its records the select reads (PairSelect.Reads), which
+	// are all the join keeps of them (Project), in its state and in a backlog's sorted runs;
+	// nil: the whole record.
+	keep [2][]string
 
 	ends []uint32 // scratch: the other side's records, by their ends, last first
 	out  []byte
@@ -66,6 +71,9 @@ func NewRegularJoin(name string, cfg configs.Join) (*RegularJoin, error) {
 		return nil, err
 	}
 	j := &RegularJoin{name: name, left: cfg.Left, right: cfg.Right, unique: -1, sel: sel}
+	if sel != nil && cfg.Left != cfg.Right {
+		j.keep = [2][]string{sel.Reads(cfg.Left), sel.Reads(cfg.Right)}
+	}
 	switch cfg.Unique {
 	case "":
 	case configs.SideLeft:
@@ -97,10 +105,29 @@ func (j *RegularJoin) Layout() Layout {
 	case sideRight:
 		unique = j.right
 	}
-	return Layout{Kind: "regular-join", Version: 2, Parts: []string{
+	l := Layout{Kind: "regular-join", Version: 2, Parts: []string{
 		LayoutPart("sides", "list", j.left, j.right),
 		LayoutPart("unique", "side", unique),
 	}}
+	if j.keep[sideLeft] == nil && j.keep[sideRight] == nil {
+		return l
+	}
+	// Its records keep only the members the select reads: a state of whole records (a join
+	// without this part) reads the same; one that kept other members does not.
+	var kept []string
+	for side, name := range [2]string{j.left, j.right} {
+		if j.keep[side] == nil {
+			kept = append(kept, name) // whole
+		}
+		for _, m := range j.keep[side] {
+			kept = append(kept, name+"."+m)
+		}
+	}
+	slices.Sort(kept)
+	whole := l
+	l.Parts = append(slices.Clip(l.Parts), LayoutPart("kept", "members", kept...))
+	l.Accepts = []Layout{whole}
+	return l
 }
 
 // Project appends the side of input (0 left, 1 right) and the record's value.
@@ -111,7 +138,34 @@ func (j *RegularJoin) Project(input int, r *Record, dst []byte) ([]byte, error) 
 	if input != sideLeft && input != sideRight {
 		return dst, fmt.Errorf("operators: join %s: input %d", j.name, input)
 	}
-	return append(append(dst, byte(input)), r.Value...), nil
+	dst = append(dst, byte(input))
+	if keep := j.keep[input]; keep != nil {
+		if idx, err := r.index(); err == nil {
+			return appendMembers(dst, r.Value, idx, keep), nil
+		}
+	}
+	return append(dst, r.Value...), nil
+}
+
+// appendMembers appends to dst the object v (whose members idx indexes) with only the members
+// named in names, as v writes them and in its order.
+func appendMembers(dst, v []byte, idx []member, names []string) []byte {
+	dst = append(dst, '{')
+	first := true
+	for _, m := range idx {
+		if !slices.ContainsFunc(names, func(n string) bool { return nameEquals(v[m.ks:m.ke], m.esc, n) }) {
+			continue
+		}
+		if !first {
+			dst = append(dst, ',')
+		}
+		first = false
+		dst = append(dst, '"')
+		dst = append(dst, v[m.ks:m.ke]...)
+		dst = append(dst, '"', ':')
+		dst = append(dst, v[m.vs:m.ve]...)
+	}
+	return append(dst, '}')
 }
 
 // IsLate: never (a regular join does not use event time).

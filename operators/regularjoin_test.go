@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/sluice-dev/sluice/configs"
@@ -251,4 +252,46 @@ func FuzzRegularJoinState(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestRegularJoinKeepsSelectedMembers: a join with a select keeps of each side's records only
+// the members its columns read (in the record's order, as written, duplicates and escaped
+// names included), and writes the same columns from them as from the whole records; a side an
+// expression reads is kept whole.
+func TestRegularJoinKeepsSelectedMembers(t *testing.T) {
+	j, err := NewRegularJoin("j", configs.Join{Left: "bids", Right: "sellers", Unique: "right", Select: []any{
+		map[string]any{"price": "bids.price"}, map[string]any{"at": "bids.time"}, map[string]any{"name": "upper(sellers.name)"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := j.Layout().String(); !strings.Contains(got, "kept=members(bids.price,bids.time,sellers)") {
+		t.Fatalf("layout %q does not name the kept members", got)
+	}
+	if acc := j.Layout().Accepts; len(acc) != 1 || strings.Contains(acc[0].String(), "kept") {
+		t.Fatalf("accepts %v, want the layout of whole records", acc)
+	}
+	bid := `{"url":"http://x","price":5,"t\u0069me":7,"extra":"long","price":6}`
+	var r Record
+	r.Set([]byte("a1"), 0, []byte(bid))
+	in, err := j.Project(sideLeft, &r, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := string(in[1:]), `{"price":5,"t\u0069me":7,"price":6}`; got != want {
+		t.Fatalf("projected %s, want %s", got, want)
+	}
+	seller := `{"name":"ann","city":"x"}`
+	r.Set([]byte("a1"), 0, []byte(seller))
+	if in, err = j.Project(sideRight, &r, nil); err != nil || string(in[1:]) != seller {
+		t.Fatalf("the side an expression reads: %s (%v), want it whole", in[1:], err)
+	}
+	for _, l := range []string{bid, `{"price":5,"t\u0069me":7,"price":6}`} {
+		row, err := j.sel.pair([]byte("a1"), "bids", []byte(l), "sellers", []byte(seller))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := string(row), `{"price":6,"at":7,"name":"ANN"}`; got != want {
+			t.Errorf("from %s: row %s, want %s", l, got, want)
+		}
+	}
 }

@@ -113,6 +113,7 @@ func OperatorNamespaces(st state.Store, op string) ([]state.Namespace, error) {
 // The header slices are shared by every changelog record of the chain and never modified.
 type layout struct {
 	fingerprint, text string
+	accepted          []string           // the fingerprints of the layouts it reads as its own
 	headers           []kgo.RecordHeader // codec.HeaderLayout
 	pendingHeaders    []kgo.RecordHeader // codec.HeaderPending and codec.HeaderLayout
 }
@@ -120,7 +121,7 @@ type layout struct {
 func newLayout(l operators.Layout) *layout {
 	fp := l.Fingerprint()
 	headers, pending := codec.ChangelogHeaders(fp)
-	return &layout{fingerprint: fp, text: l.String(), headers: headers, pendingHeaders: pending}
+	return &layout{fingerprint: fp, text: l.String(), accepted: l.Accepted(), headers: headers, pendingHeaders: pending}
 }
 
 // changelogHeaders returns the headers of the chain's changelog records: the layout fingerprint,
@@ -163,12 +164,13 @@ func (t *Task) checkLayout(c *chain) error {
 	if stored && string(fp) == c.layout.fingerprint {
 		return nil
 	}
+	accepted := stored && slices.Contains(c.layout.accepted, string(fp))
 	sample, has, err := firstValue(st, c.ns)
 	if err != nil {
 		return fmt.Errorf("task %d: layout: %w", t.partition, err)
 	}
 	switch {
-	case has && stored:
+	case has && stored && !accepted:
 		text, _, err := st.Get(lns, codec.LayoutTextKey, nil)
 		if err != nil {
 			return fmt.Errorf("task %d: layout: %w", t.partition, err)
@@ -184,7 +186,12 @@ func (t *Task) checkLayout(c *chain) error {
 			len(sample), stateSizes(c.ops))
 		return e
 	}
-	if stored {
+	switch {
+	case accepted:
+		// Its records from now on are under this layout: a config that reads more of them
+		// than it keeps is refused (it does not accept this one).
+		t.log.Info("state layout replaced (this config reads the stored state as its own)", "operator", c.ns.Operator, "layout", c.layout.text, "previous", string(fp))
+	case stored:
 		t.log.Info("state layout replaced (the operator has no state here yet)", "operator", c.ns.Operator, "fingerprint", c.layout.fingerprint, "previous", string(fp))
 	}
 	b := st.NewBatch()
@@ -270,6 +277,10 @@ type inputPartitioned struct{ stateSpec }
 func (s inputPartitioned) Layout() operators.Layout {
 	l := s.stateSpec.Layout()
 	l.Parts = append(slices.Clip(l.Parts), "partitions=input")
+	l.Accepts = slices.Clone(l.Accepts)
+	for i := range l.Accepts {
+		l.Accepts[i].Parts = append(slices.Clip(l.Accepts[i].Parts), "partitions=input")
+	}
 	return l
 }
 
@@ -329,4 +340,14 @@ func (s StateChecks) Layout(op string) (fingerprint, text string) {
 	}
 	l := a.Layout()
 	return l.Fingerprint(), l.String()
+}
+
+// Accepted returns the fingerprints of the other layouts whose states operator op reads as its
+// own (operators.Layout.Accepts). For changelog.Restorer.Accepted.
+func (s StateChecks) Accepted(op string) []string {
+	a, ok := s[op]
+	if !ok {
+		return nil
+	}
+	return a.Layout().Accepted()
 }

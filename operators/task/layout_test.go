@@ -313,3 +313,86 @@ func TestStateChecks(t *testing.T) {
 		t.Errorf("an unknown operator is checked")
 	}
 }
+
+// joinLayoutConfig is a regular join of the orders with their customer's record (unique right)
+// under the given select ("" for none: whole records).
+func joinLayoutConfig(sel string) string {
+	if sel != "" {
+		sel = ", select: " + sel
+	}
+	return combineConfig(fmt.Sprintf(`  - name: pairs
+    join: {left: orders, right: customers, unique: right%s}
+    output: out
+`, sel), "never", false, 1000)
+}
+
+// TestLayoutJoinKeptMembers: a regular join with a select keeps only the members of its
+// records the select reads, and says so in its layout; it reads a state of whole records (a
+// join without a select) as its own and takes it over, so orders stored whole pair as before;
+// a config that reads other members (or the whole records) is then refused, since the stored
+// records may lack them.
+func TestLayoutJoinKeptMembers(t *testing.T) {
+	store := state.NewMem()
+	prod := newFakeProducer()
+	open := func(doc string) (*Task, error) {
+		tk, err := NewGroup(mustPlan(t, doc), []string{testTopic, combineCustomers}, 0, Deps{
+			Store: store, Budget: sorter.NewBudget(1 << 20), SortDir: t.TempDir(), Producer: prod,
+			Clock: (&stepClock{now: time.Unix(1_700_000_000, 0)}).Now, Logger: discardLogger(),
+		})
+		if err == nil {
+			t.Cleanup(tk.Close)
+		}
+		return tk, err
+	}
+	feed := func(tk *Task, topic string, recs ...*kgo.Record) {
+		t.Helper()
+		tk.Observe(topic, 0, 0)
+		if err := tk.Process(topic, recs); err != nil {
+			t.Fatal(err)
+		}
+		if err := commitCheckpoint(tk, prod); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ord := func(off int64, cust string, amount int) *kgo.Record {
+		return &kgo.Record{Topic: testTopic, Offset: off, Key: []byte(cust), Timestamp: time.UnixMilli(1_700_000_000_000 + off),
+			Value: fmt.Appendf(nil, `{"region":"r1","amount":%d,"order_id":"o%d","customer_id":%q,"ts":%d}`, amount, off, cust, 1_700_000_000_000+off)}
+	}
+	whole := joinLayoutConfig("")
+	kept := joinLayoutConfig(`[{cust: orders.customer_id}, {amount: orders.amount}, {tier: customers.tier}]`)
+	more := joinLayoutConfig(`[{cust: orders.customer_id}, {amount: orders.amount}, {region: orders.region}, {tier: customers.tier}]`)
+
+	tk, err := open(whole)
+	if err != nil {
+		t.Fatal(err)
+	}
+	feed(tk, testTopic, ord(0, "c1", 10), ord(1, "c1", 20)) // waiting for their customer, stored whole
+	tk.Close()
+
+	if tk, err = open(kept); err != nil {
+		t.Fatalf("a join keeping some members refused a state of whole records: %v", err)
+	}
+	feed(tk, testTopic, ord(2, "c1", 30)) // stored with the select's members only
+	feed(tk, combineCustomers, &kgo.Record{Topic: combineCustomers, Offset: 0, Key: []byte("c1"), Timestamp: time.UnixMilli(1_700_000_000_000),
+		Value: []byte(`{"id":"c1","tier":2,"ts":1700000000000}`)})
+	var got []string
+	for _, r := range prod.committed(testSink) {
+		got = append(got, string(r.Value))
+	}
+	want := []string{`{"cust":"c1","amount":10,"tier":2}`, `{"cust":"c1","amount":20,"tier":2}`, `{"cust":"c1","amount":30,"tier":2}`}
+	if !slices.Equal(got, want) {
+		t.Fatalf("pairs %q, want %q", got, want)
+	}
+	tk.Close()
+
+	for name, doc := range map[string]string{"more members": more, "whole records": whole} {
+		_, err := open(doc)
+		var le *LayoutError
+		if !errors.As(err, &le) || !strings.Contains(le.Stored, "kept=members(") {
+			t.Errorf("%s: a state whose records keep fewer members was not refused: %v", name, err)
+		}
+	}
+	if _, err := open(kept); err != nil {
+		t.Fatalf("the same select again: %v", err)
+	}
+}
