@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unsafe"
 
 	"github.com/expr-lang/expr"
 	"github.com/expr-lang/expr/ast"
@@ -509,6 +510,9 @@ type selectStage struct {
 	// The objects the member path columns read (auction of auction.id), each indexed once per
 	// row rather than scanned once per column: a wide side of a join is read in one pass.
 	parents []parentObject
+	// row is the index of the last row appendRow wrote, made as it wrote it (offsets from its
+	// opening brace).
+	row []member
 }
 
 // parentObject is the first member of some member path columns, as the current row has it.
@@ -532,6 +536,7 @@ const maxLastParent = 16 << 10
 type selectCol struct {
 	name  string
 	head  []byte // "name": as the row writes it
+	esc   bool   // head's name has a backslash escape
 	field string
 	path  path // a join's member path column (see NewPairSelect)
 	// parent is the index in parents of path's first member.
@@ -572,6 +577,7 @@ func newSelect(name string, cols []configs.Column) (Stage, error) {
 	}
 	for k := range s.cols {
 		s.cols[k].head = append(jsonstr.AppendString(nil, s.cols[k].name), ':')
+		s.cols[k].esc = bytes.IndexByte(s.cols[k].head, '\\') >= 0
 	}
 	return s, nil
 }
@@ -583,9 +589,7 @@ func (s *selectStage) Apply(r *Record) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	if err := r.setValue(out); err != nil {
-		return false, &Error{Operator: s.name, Reason: fmt.Sprintf("re-encoded value: %v", err)}
-	}
+	s.row = r.setIndexedValue(out, s.row) // the row's index, made as it was written
 	return true, nil
 }
 
@@ -594,6 +598,8 @@ func (s *selectStage) Apply(r *Record) (bool, error) {
 // first failure is an *Error.
 func (s *selectStage) appendRow(dst []byte, r *Record, nullOnError bool) ([]byte, error) {
 	out := dst
+	base := len(dst) - 1 // the row's opening brace: its members' offsets count from it
+	s.row = s.row[:0]
 	filled := true
 	if err := s.env.fill(r); err != nil {
 		if !nullOnError {
@@ -610,8 +616,11 @@ func (s *selectStage) appendRow(dst []byte, r *Record, nullOnError bool) ([]byte
 	defer s.forgetParents()
 	for k, c := range s.cols {
 		if k > 0 {
+			s.row[len(s.row)-1].ve = int32(len(out) - base)
 			out = append(out, ',')
 		}
+		s.row = append(s.row, member{ks: int32(len(out) + 1 - base), ke: int32(len(out) + len(c.head) - 2 - base),
+			vs: int32(len(out) + len(c.head) - base), esc: c.esc})
 		out = append(out, c.head...)
 		if c.prog == nil {
 			var raw []byte
@@ -647,6 +656,9 @@ func (s *selectStage) appendRow(dst []byte, r *Record, nullOnError bool) ([]byte
 			}
 			return out, &Error{Operator: s.name, Reason: fmt.Sprintf("select %s: %v", c.name, err)}
 		}
+	}
+	if len(s.row) > 0 {
+		s.row[len(s.row)-1].ve = int32(len(out) - base)
 	}
 	return append(out, '}'), nil
 }
@@ -811,6 +823,18 @@ func (p *PairSelect) Reads(side string) []string {
 		}
 	}
 	return out
+}
+
+// IndexRow gives r the index of its Value when that is the row p returned last (the same
+// bytes, not a copy), as p made it while writing the row, and reports whether it did: a reader
+// of the row (a filter on it) need not scan it again.
+func (p *PairSelect) IndexRow(r *Record) bool {
+	if len(r.Value) == 0 || len(r.Value) != len(p.out) || unsafe.SliceData(r.Value) != unsafe.SliceData(p.out) {
+		return false
+	}
+	r.members = append(r.members[:0], p.s.row...)
+	r.setIndexed(r.Value, nil)
+	return true
 }
 
 // pair returns the columns of the pair {left: l, right: r} (a nil side is null) under key, as

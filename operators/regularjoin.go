@@ -147,6 +147,10 @@ func (j *RegularJoin) Project(input int, r *Record, dst []byte) ([]byte, error) 
 	return append(dst, r.Value...), nil
 }
 
+// IndexRow gives r the index of its Value when that is the row the join's select wrote last
+// (PairSelect.IndexRow), and reports whether it did.
+func (j *RegularJoin) IndexRow(r *Record) bool { return j.sel != nil && j.sel.IndexRow(r) }
+
 // appendMembers appends to dst the object v (whose members idx indexes) with only the members
 // named in names, as v writes them and in its order.
 func appendMembers(dst, v []byte, idx []member, names []string) []byte {

@@ -295,3 +295,47 @@ func TestRegularJoinKeepsSelectedMembers(t *testing.T) {
 		}
 	}
 }
+
+// TestSelectRowIndex: the index a select makes of a row as it writes it is the one a scan of
+// the row makes (escaped column names, copied members, missing ones as null, expressions, a
+// failing one as null), for a join's select and a map's; a join's last row is indexed from it.
+func TestSelectRowIndex(t *testing.T) {
+	cols := []any{"bids", map[string]any{"pri\"ce": "bids.price"}, map[string]any{"none": "bids.nothing"},
+		map[string]any{"cents": "bids.price * 100"}, map[string]any{"bad": "bids.url * 2"}, map[string]any{"n": "upper(sellers.name)"}}
+	j, err := NewRegularJoin("j", configs.Join{Left: "bids", Right: "sellers", Unique: "right", Select: cols})
+	if err != nil {
+		t.Fatal(err)
+	}
+	row, err := j.sel.pair([]byte("a1"), "bids", []byte(`{"price":5,"url":"x"}`), "sellers", []byte(`{"name":"ann"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := indexObject(row, nil)
+	if err != nil {
+		t.Fatalf("row %s: %v", row, err)
+	}
+	if !slices.Equal(j.sel.s.row, want) {
+		t.Fatalf("row %s: index %v, want %v", row, j.sel.s.row, want)
+	}
+	var r Record
+	r.Set([]byte("a1"), 0, row)
+	if !j.IndexRow(&r) || !slices.Equal(r.members, want) {
+		t.Fatalf("IndexRow of the last row: %v", r.members)
+	}
+	r.Set([]byte("a1"), 0, bytes.Clone(row))
+	if j.IndexRow(&r) {
+		t.Fatal("IndexRow took a copy of the row for the row")
+	}
+	m, err := NewMap("m", configs.Map{Select: []any{"price", map[string]any{"c": "price * 2"}, map[string]any{"q\\x": "url"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Set(nil, 0, []byte(`{"url":"x","price":7}`))
+	if ok, err := m.Apply(&r); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	got := slices.Clone(r.members)
+	if want, _ := indexObject(r.Value, nil); !slices.Equal(got, want) {
+		t.Fatalf("map select row %s: index %v, want %v", r.Value, got, want)
+	}
+}

@@ -76,6 +76,7 @@ type combiner struct {
 	rec    operators.Record
 	rekey  *operators.Rekey
 	early  bool
+	rows   rowIndexer // the operator whose results they are, when it can index its last one
 	// The distinct's filter pays its way only when it drops many records (Nexmark q15: over
 	// 80%, and the run takes 0.6 of the CPU; q16: about 30%, where examining every record cost
 	// more than it saved):
@@ -255,6 +256,12 @@ func keepsResult(c *chain, r *kgo.Record) bool {
 	return c.comb == nil || c.plan.Rekey != "" || !c.comb.dropsResult(r)
 }
 
+// rowIndexer is a keyed operator that can give a record the index of the result it emitted
+// last (operators.RegularJoin.IndexRow).
+type rowIndexer interface {
+	IndexRow(r *operators.Record) bool
+}
+
 // dropsResult reports whether the writer's filter for its reader cb (a keyed operator's
 // results: plan.filtersOutput) drops r: the stages before the top or the aggregate drop it, or
 // the results it passed on before r for the same key leave r no rank (operators.TopBound). A
@@ -266,6 +273,9 @@ func (cb *combiner) dropsResult(r *kgo.Record) bool {
 	rec := &cb.rec
 	rec.Set(r.Key, r.Timestamp.UnixMilli(), r.Value) // as the reader decodes it
 	defer rec.Release()
+	if cb.rows != nil {
+		cb.rows.IndexRow(rec) // a fold's result, just written: not scanned again
+	}
 	if cb.early && cb.bound.Beaten(r.Key, rec, cb.slot) { // first: cheaper than the filters
 		cb.dropped++
 		return true

@@ -383,6 +383,9 @@ func (t *Task) addChain(cp plan.ChainPlan, g groupBuild) error {
 	if c.comb, err = newCombiner(&cp, ops.Combine, t.cacheCap); err != nil {
 		return err
 	}
+	if ri, ok := ops.Kop.(rowIndexer); ok && c.comb != nil && cp.Rekey == "" {
+		c.comb.rows = ri
+	}
 	c.flags = newFlagFilter(ops, t.cacheCap)
 	t.chains = append(t.chains, c)
 	t.byTopic[cp.Source.Topic] = append(t.byTopic[cp.Source.Topic], c)
