@@ -9,7 +9,6 @@ import (
 	"strings"
 
 	"github.com/expr-lang/expr"
-	"github.com/expr-lang/expr/vm"
 
 	"github.com/sluice-dev/sluice/configs"
 	"github.com/sluice-dev/sluice/operators/internal/jsonstr"
@@ -136,7 +135,7 @@ type Aggregate struct {
 	// strs: the specs that are string min or max, in state order (their strings' order).
 	version   byte
 	proj      []projection
-	wheres    []*vm.Program
+	wheres    []*program
 	whereText []string
 	env       exprEnv
 	strs      []int
@@ -540,7 +539,7 @@ func (a *Aggregate) filter(mask uint64, r *Record) (uint64, error) {
 	if mask == 0 {
 		return 0, nil
 	}
-	if err := a.env.fill(r); err != nil {
+	if err := a.env.begin(r); err != nil {
 		return 0, &Error{Operator: a.name, Reason: err.Error()}
 	}
 	var pass uint64
@@ -548,7 +547,7 @@ func (a *Aggregate) filter(mask uint64, r *Record) (uint64, error) {
 		if mask&(1<<i) == 0 {
 			continue
 		}
-		out, err := a.env.vm.Run(p, a.env.vars)
+		out, err := a.env.run(p)
 		if err != nil {
 			return 0, &Error{Operator: a.name, Reason: fmt.Sprintf("where %s: %s", a.whereText[i], a.env.reason(err))}
 		}

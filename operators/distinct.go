@@ -7,7 +7,6 @@ import (
 	"strconv"
 
 	"github.com/expr-lang/expr"
-	"github.com/expr-lang/expr/vm"
 
 	"github.com/sluice-dev/sluice/configs"
 	"github.com/sluice-dev/sluice/operators/internal/jsonstr"
@@ -44,7 +43,7 @@ type Distinct struct {
 	flags []string // column names, sorted: bit i is flags[i]
 	drop  []string // members of the input left out of the output: the flags, and the window's columns
 	exprs []string
-	progs []*vm.Program
+	progs []*program
 	env   exprEnv
 	win   *Windows // nil: a key's flags for ever
 	ws    []distinctWindow
@@ -220,12 +219,12 @@ func (d *Distinct) Mask(r *Record) (uint64, error) {
 	if r.Key == nil {
 		return 0, &Error{Operator: d.name, Reason: reasonNoKey}
 	}
-	if err := d.env.fill(r); err != nil {
+	if err := d.env.begin(r); err != nil {
 		return 0, &Error{Operator: d.name, Reason: err.Error()}
 	}
 	var mask uint64
 	for i, p := range d.progs {
-		out, err := d.env.vm.Run(p, d.env.vars)
+		out, err := d.env.run(p)
 		if err != nil {
 			return 0, &Error{Operator: d.name, Reason: fmt.Sprintf("flag %s: %s", d.flags[i], d.env.reason(err))}
 		}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/expr-lang/expr"
 	"github.com/expr-lang/expr/ast"
+	"github.com/expr-lang/expr/conf"
 	"github.com/expr-lang/expr/vm"
 
 	"github.com/sluice-dev/sluice/configs"
@@ -80,6 +82,15 @@ type exprEnv struct {
 	vars  map[string]any
 	vm    vm.VM
 	dec   jsonDecoder
+
+	// The trees' side (exprfast.go): the members they read, the record of the last begin,
+	// whether the trees may run on it and whether vars hold it, and how many programs have no
+	// tree (any: the VM runs them all).
+	slots  []fslot
+	rec    *Record
+	fast   bool
+	filled bool
+	slow   int
 }
 
 // identVisitor collects identifiers (other than the names of called functions) and calls of
@@ -115,7 +126,7 @@ func walkIdents(p *vm.Program) *identVisitor {
 
 // compile compiles src twice: as written, for expr-lang's static type checks and messages,
 // then rewritten by numPatcher for exact numbers (the program that runs).
-func compile(name, src string, opts ...expr.Option) (*vm.Program, error) {
+func compile(name, src string, opts ...expr.Option) (*program, error) {
 	base := []expr.Option{
 		expr.Env(map[string]any{"key": "", "ts": int64(0)}),
 		expr.AllowUndefinedVariables(),
@@ -123,7 +134,8 @@ func compile(name, src string, opts ...expr.Option) (*vm.Program, error) {
 		numOptions(),
 		funcOptions(),
 	}
-	if _, err := expr.Compile(src, slices.Concat(base, opts, []expr.Option{expr.Optimize(false)})...); err != nil {
+	written, err := expr.Compile(src, slices.Concat(base, opts, []expr.Option{expr.Optimize(false)})...)
+	if err != nil {
 		return nil, fmt.Errorf("operators: %s: expr: %w", name, err)
 	}
 	np := &numPatcher{src: []rune(src)}
@@ -138,12 +150,20 @@ func compile(name, src string, opts ...expr.Option) (*vm.Program, error) {
 	if v := walkIdents(p); v.unknown != "" {
 		return nil, fmt.Errorf("operators: %s: expr: unknown function %s()", name, v.unknown)
 	}
-	return p, nil
+	c := conf.CreateNew()
+	for _, o := range opts {
+		o(c)
+	}
+	return &program{vm: p, tree: written.Node(), src: np.src, wantBool: c.Expect == reflect.Bool}, nil
 }
 
-// addProgram registers the variables program refers to.
-func (e *exprEnv) addProgram(p *vm.Program) {
-	v := walkIdents(p)
+// addProgram registers the variables program refers to and compiles its tree (a program
+// belongs to one env).
+func (e *exprEnv) addProgram(p *program) {
+	if p.fast = e.compileFast(p.tree, p.src); p.fast == nil {
+		e.slow++
+	}
+	v := walkIdents(p.vm)
 	for _, id := range v.idents {
 		if v.callees[id] {
 			continue
@@ -314,7 +334,7 @@ func (e *exprEnv) reason(err error) string {
 // filter keeps records for which its expression is true.
 type filter struct {
 	name string
-	prog *vm.Program
+	prog *program
 	env  exprEnv
 }
 
@@ -352,10 +372,10 @@ func ReadsTime(s Stage) bool {
 }
 
 func (f *filter) Apply(r *Record) (bool, error) {
-	if err := f.env.fill(r); err != nil {
+	if err := f.env.begin(r); err != nil {
 		return false, &Error{Operator: f.name, Reason: err.Error()}
 	}
-	out, err := f.env.vm.Run(f.prog, f.env.vars)
+	out, err := f.env.run(f.prog)
 	if err != nil {
 		return false, &Error{Operator: f.name, Reason: f.env.reason(err)}
 	}
@@ -370,10 +390,13 @@ func (f *filter) Apply(r *Record) (bool, error) {
 type mapStage struct {
 	name   string
 	fields []string // sorted
-	progs  []*vm.Program
+	heads  [][]byte // per field: "name": as it writes it
+	escs   []bool   // per field: its head's name has a backslash escape
+	progs  []*program
 	env    exprEnv
 	vals   []any
 	last   []int    // per field: index of the member it replaces, or -1
+	of     []int    // per input member: the field it names, or -1
 	idx    []member // the index of the value it writes, made as it writes it (swapped with the record's)
 }
 
@@ -417,31 +440,38 @@ func NewMap(name string, cfg configs.Map) (Stage, error) {
 	}
 	m.vals = make([]any, len(m.fields))
 	m.last = make([]int, len(m.fields))
+	for _, f := range m.fields {
+		head := append(jsonstr.AppendString(nil, f), ':')
+		m.heads = append(m.heads, head)
+		m.escs = append(m.escs, bytes.IndexByte(head, '\\') >= 0)
+	}
 	return m, nil
 }
 
 func (m *mapStage) Name() string { return m.name }
 
 func (m *mapStage) Apply(r *Record) (bool, error) {
-	if err := m.env.fill(r); err != nil {
+	if err := m.env.begin(r); err != nil {
 		return false, &Error{Operator: m.name, Reason: err.Error()}
 	}
 	for k, p := range m.progs {
-		v, err := m.env.vm.Run(p, m.env.vars)
+		v, err := m.env.run(p)
 		if err != nil {
 			return false, &Error{Operator: m.name, Reason: fmt.Sprintf("set %s: %s", m.fields[k], m.env.reason(err))}
 		}
 		m.vals[k] = v
 	}
-	idx, _ := r.index() // fill succeeded, so Value is indexed
+	idx, _ := r.index() // begin succeeded, so Value is indexed
 	val := r.Value
-	for k, f := range m.fields {
+	for k := range m.last {
 		m.last[k] = -1
-		for j := len(idx) - 1; j >= 0; j-- {
-			if nameEquals(val[idx[j].ks:idx[j].ke], idx[j].esc, f) {
-				m.last[k] = j
-				break
-			}
+	}
+	m.of = m.of[:0]
+	for j := range idx {
+		k := m.fieldOf(val[idx[j].ks:idx[j].ke], idx[j].esc)
+		m.of = append(m.of, k)
+		if k >= 0 {
+			m.last[k] = j
 		}
 	}
 	// The new value's index is made as it is written (each member's offsets), not by parsing
@@ -450,8 +480,8 @@ func (m *mapStage) Apply(r *Record) (bool, error) {
 	nidx := m.idx[:0]
 	var err error
 	for j, mem := range idx {
-		k := slices.Index(m.last, j)
-		if k < 0 && m.isSet(val[mem.ks:mem.ke], mem.esc) {
+		k := m.of[j]
+		if k >= 0 && m.last[k] != j {
 			continue // an earlier duplicate of a member being set
 		}
 		if len(nidx) > 0 {
@@ -470,15 +500,16 @@ func (m *mapStage) Apply(r *Record) (bool, error) {
 		nm.ve = int32(len(out))
 		nidx = append(nidx, nm)
 	}
-	for k, f := range m.fields {
+	for k := range m.fields {
 		if m.last[k] >= 0 {
 			continue
 		}
 		if len(nidx) > 0 {
 			out = append(out, ',')
 		}
-		var nm member
-		out, nm = appendMemberName(out, f)
+		nm := member{ks: int32(len(out) + 1), ke: int32(len(out) + len(m.heads[k]) - 2), esc: m.escs[k]}
+		out = append(out, m.heads[k]...)
+		nm.vs = int32(len(out))
 		if out, err = appendAnyJSON(out, m.vals[k]); err != nil {
 			return false, &Error{Operator: m.name, Reason: fmt.Sprintf("set %s: %v", m.fields[k], err)}
 		}
@@ -493,13 +524,18 @@ func (m *mapStage) Apply(r *Record) (bool, error) {
 	return true, nil
 }
 
-func (m *mapStage) isSet(raw []byte, esc bool) bool {
-	for _, f := range m.fields {
-		if nameEquals(raw, esc, f) {
-			return true
+// fieldOf returns the index of the field a member's raw name (escaped when esc) names, or -1.
+func (m *mapStage) fieldOf(raw []byte, esc bool) int {
+	for k, f := range m.fields {
+		if esc {
+			if nameEquals(raw, true, f) {
+				return k
+			}
+		} else if len(raw) == len(f) && string(raw) == f {
+			return k
 		}
 	}
-	return false
+	return -1
 }
 
 // selectStage writes a new object of its columns.
@@ -541,7 +577,7 @@ type selectCol struct {
 	path  path // a join's member path column (see NewPairSelect)
 	// parent is the index in parents of path's first member.
 	parent int
-	prog   *vm.Program
+	prog   *program
 }
 
 // newSelect compiles a map's select. A column written as a bare name, or whose expression is
@@ -568,7 +604,7 @@ func newSelect(name string, cols []configs.Column) (Stage, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%w (select %s)", err, c.Name)
 		}
-		if id, ok := p.Node().(*ast.IdentifierNode); ok && id.Value != "key" && id.Value != "ts" && id.Value != "$env" {
+		if id, ok := p.vm.Node().(*ast.IdentifierNode); ok && id.Value != "key" && id.Value != "ts" && id.Value != "$env" {
 			s.cols = append(s.cols, selectCol{name: c.Name, field: id.Value})
 			continue
 		}
@@ -601,7 +637,7 @@ func (s *selectStage) appendRow(dst []byte, r *Record, nullOnError bool) ([]byte
 	base := len(dst) - 1 // the row's opening brace: its members' offsets count from it
 	s.row = s.row[:0]
 	filled := true
-	if err := s.env.fill(r); err != nil {
+	if err := s.env.begin(r); err != nil {
 		if !nullOnError {
 			return out, &Error{Operator: s.name, Reason: err.Error()}
 		}
@@ -640,7 +676,7 @@ func (s *selectStage) appendRow(dst []byte, r *Record, nullOnError bool) ([]byte
 			out = append(out, nullJSON...)
 			continue
 		}
-		v, err := s.env.vm.Run(c.prog, s.env.vars)
+		v, err := s.env.run(c.prog)
 		if err != nil {
 			if nullOnError {
 				out = append(out, nullJSON...)
@@ -733,7 +769,7 @@ func NewPairSelect(name string, cols []configs.Column) (*PairSelect, error) {
 		if c.prog == nil {
 			continue
 		}
-		if p, ok := memberPath(c.prog.Node()); ok {
+		if p, ok := memberPath(c.prog.vm.Node()); ok {
 			c.prog, c.path = nil, newPath(p)
 			c.parent = slices.IndexFunc(s.parents, func(o parentObject) bool { return o.name == c.path.parts[0] })
 			if c.parent < 0 {

@@ -1,0 +1,474 @@
+package operators
+
+import (
+	"cmp"
+	"math"
+	"slices"
+
+	"github.com/expr-lang/expr/ast"
+	"github.com/expr-lang/expr/vm"
+)
+
+// Expressions of the usual shapes (members, literals, comparisons, && || !, ?:, + - * / % **,
+// unary minus, and calls of sluice's functions and of the exact numeric builtins) also compile
+// to a tree of Go functions on typed values: no variables map, no boxing of the numbers in
+// between, no VM dispatch. For q17's map (a date and three conditional counts per bid) that is
+// most of the stage's CPU.
+//
+// The tree is an accelerator, not a second semantics: it computes a result only where it
+// computes the VM's exact result (ints, decimals, strings and bools in the combinations listed
+// below, through the same exact arithmetic and comparisons, and the same functions), and bails
+// out everywhere else (a type it leaves to the VM, an overflow, any error), and then the VM
+// evaluates the whole expression on the record, errors and messages included. A record whose
+// members the tree cannot read as fill reads them (not an object, a number out of range) goes to
+// the VM too, and so does every expression of an env that has one expression the tree cannot
+// compile. TestFastAgreesWithVM checks the two on random expressions and records.
+
+// program is a compiled expression: the VM's program and, when its shape allows, the tree.
+type program struct {
+	vm   *vm.Program
+	tree ast.Node // the expression as written and type-checked, not patched
+	src  []rune
+	// wantBool: compiled with expr.AsBool, the VM refuses any other result
+	wantBool bool
+	fast     fnode // set by exprEnv.addProgram; nil: only the VM runs it
+}
+
+type fkind uint8
+
+const (
+	fNil  fkind = iota // nil: a JSON null, a missing member
+	fInt               // i
+	fDec               // d
+	fStr               // s
+	fBool              // b
+	fAny               // o: a function's result of another type (a float64, an array)
+	fRaw               // a member that is an object or an array: only the VM reads it
+)
+
+// fval is a typed expression value: ints and bools unboxed, the rest (a decimal, a string, a
+// function's result) in x as the VM has it. It is small: the tree passes it by value.
+type fval struct {
+	k fkind
+	b bool
+	i int64
+	x any
+}
+
+// box is v as the VM has it.
+func (v fval) box() any {
+	switch v.k {
+	case fInt:
+		return int(v.i)
+	case fBool:
+		return v.b
+	}
+	return v.x
+}
+
+func (v fval) num() bool { return v.k == fInt || v.k == fDec }
+
+// cmpDec is a number as decCmp takes it (an int without normalizing, as numCmp does).
+func (v fval) cmpDec() decimal {
+	if v.k == fInt {
+		return decimal{c: v.i}
+	}
+	return v.x.(decimal)
+}
+
+// fvalOf types a value the VM's functions return.
+func fvalOf(x any) fval {
+	switch x := x.(type) {
+	case nil:
+		return fval{}
+	case int:
+		return fval{k: fInt, i: int64(x)}
+	case decimal:
+		return fval{k: fDec, x: x}
+	case string:
+		return fval{k: fStr, x: x}
+	case bool:
+		return fval{k: fBool, b: x}
+	}
+	return fval{k: fAny, x: x}
+}
+
+// fnode evaluates a node on the env's current record; ok false: the VM must evaluate the
+// expression.
+type fnode func(e *exprEnv) (v fval, ok bool)
+
+// fslot is a member the trees read, decoded once per record.
+type fslot struct {
+	name string
+	v    fval
+}
+
+// slot returns the index of member name's slot.
+func (e *exprEnv) slot(name string) int {
+	for k := range e.slots {
+		if e.slots[k].name == name {
+			return k
+		}
+	}
+	e.slots = append(e.slots, fslot{name: name})
+	return len(e.slots) - 1
+}
+
+// begin makes r the record the env's programs run on: it decodes the members its trees read,
+// or, when the VM must run (an expression without a tree, a record the trees cannot read),
+// fills the VM's variables, whose error it returns.
+func (e *exprEnv) begin(r *Record) error {
+	e.rec, e.filled, e.fast = r, false, false
+	if e.slow == 0 && e.decodeSlots(r) {
+		e.fast = true
+		return nil
+	}
+	if err := e.fill(r); err != nil {
+		return err
+	}
+	e.filled = true
+	return nil
+}
+
+// run evaluates p on the record of the last begin (which succeeded).
+func (e *exprEnv) run(p *program) (any, error) {
+	if e.fast {
+		if v, ok := p.fast(e); ok && (v.k == fBool || !p.wantBool) {
+			return v.box(), nil
+		}
+	}
+	if !e.filled {
+		// decodeSlots read every member fill reads, as fill reads them: this succeeds.
+		if err := e.fill(e.rec); err != nil {
+			return nil, err
+		}
+		e.filled = true
+	}
+	return e.vm.Run(p.vm, e.vars)
+}
+
+// decodeSlots reads the slots' members of r as fill reads them (ints, exact decimals,
+// unescaped strings); false when fill must (r is not an object, a number out of range).
+func (e *exprEnv) decodeSlots(r *Record) bool {
+	idx, err := r.index()
+	if err != nil {
+		return false
+	}
+	for k := range e.slots {
+		s := &e.slots[k]
+		raw, ok := memberOf(r.Value, idx, s.name)
+		if !ok {
+			s.v = fval{}
+			continue
+		}
+		switch c := raw[0]; c {
+		case '"':
+			end, esc, _ := scanString(raw, 0)
+			body := raw[1 : end-1]
+			if esc {
+				e.dec.strBuf = appendUnescaped(e.dec.strBuf[:0], body)
+				body = e.dec.strBuf
+			}
+			s.v = fval{k: fStr, x: string(body)}
+		case 't', 'f':
+			s.v = fval{k: fBool, b: c == 't'}
+		case 'n':
+			s.v = fval{}
+		case '{', '[':
+			s.v = fval{k: fRaw}
+		default:
+			end, _ := scanNumber(raw, 0)
+			num := raw[:end]
+			if isInteger(num) {
+				if i, ok := parseInt64(num); ok {
+					s.v = fval{k: fInt, i: i}
+					continue
+				}
+			}
+			d, err := parseValidDec(num)
+			if err != nil {
+				return false
+			}
+			s.v = fval{k: fDec, x: d}
+		}
+	}
+	return true
+}
+
+// compileFast compiles n to a tree, nil when some node is of a shape it leaves to the VM.
+func (e *exprEnv) compileFast(n ast.Node, src []rune) fnode {
+	switch n := n.(type) {
+	case *ast.IdentifierNode:
+		switch n.Value {
+		case "$env":
+			return nil
+		case "key":
+			return func(e *exprEnv) (fval, bool) { return fval{k: fStr, x: string(e.rec.Key)}, true }
+		case "ts":
+			return func(e *exprEnv) (fval, bool) { return fval{k: fInt, i: e.rec.Time}, true }
+		}
+		k := e.slot(n.Value)
+		return func(e *exprEnv) (fval, bool) {
+			v := e.slots[k].v
+			return v, v.k != fRaw
+		}
+	case *ast.IntegerNode:
+		return constant(fval{k: fInt, i: int64(n.Value)})
+	case *ast.FloatNode:
+		return constant(fval{k: fDec, x: (&numPatcher{src: src}).literal(n)})
+	case *ast.StringNode:
+		return constant(fval{k: fStr, x: n.Value})
+	case *ast.BoolNode:
+		return constant(fval{k: fBool, b: n.Value})
+	case *ast.NilNode:
+		return constant(fval{})
+	case *ast.UnaryNode:
+		x := e.compileFast(n.Node, src)
+		if x == nil {
+			return nil
+		}
+		switch n.Operator {
+		case "!", "not":
+			return func(e *exprEnv) (fval, bool) {
+				v, ok := x(e)
+				return fval{k: fBool, b: !v.b}, ok && v.k == fBool
+			}
+		case "-":
+			return func(e *exprEnv) (fval, bool) {
+				v, ok := x(e)
+				switch {
+				case !ok:
+				case v.k == fInt && v.i != math.MinInt64:
+					return fval{k: fInt, i: -v.i}, true
+				case v.k == fDec:
+					return fval{k: fDec, x: v.x.(decimal).neg()}, true
+				}
+				return fval{}, false
+			}
+		}
+		return nil
+	case *ast.BinaryNode:
+		return e.compileBinary(n, src)
+	case *ast.ConditionalNode:
+		c, a, b := e.compileFast(n.Cond, src), e.compileFast(n.Exp1, src), e.compileFast(n.Exp2, src)
+		if c == nil || a == nil || b == nil {
+			return nil
+		}
+		return func(e *exprEnv) (fval, bool) {
+			v, ok := c(e)
+			if !ok || v.k != fBool {
+				return fval{}, false
+			}
+			if v.b {
+				return a(e)
+			}
+			return b(e)
+		}
+	case *ast.CallNode:
+		return e.compileCall(n, src)
+	}
+	return nil
+}
+
+func constant(v fval) fnode {
+	return func(*exprEnv) (fval, bool) { return v, true }
+}
+
+// compileBinary: && || on bools; < <= > >= on numbers; == != on two numbers, two strings, two
+// bools, or nil and a value of those; + - * / % ** on numbers (+ - * on ints inline, the rest by arith, as the VM).
+func (e *exprEnv) compileBinary(n *ast.BinaryNode, src []rune) fnode {
+	l, r := e.compileFast(n.Left, src), e.compileFast(n.Right, src)
+	if l == nil || r == nil {
+		return nil
+	}
+	switch n.Operator {
+	case "&&", "and", "||", "or":
+		or := n.Operator == "||" || n.Operator == "or"
+		return func(e *exprEnv) (fval, bool) {
+			a, ok := l(e)
+			if !ok || a.k != fBool {
+				return fval{}, false
+			}
+			if a.b == or {
+				return a, true
+			}
+			b, ok := r(e)
+			return b, ok && b.k == fBool
+		}
+	case "<", "<=", ">", ">=":
+		op := slices.Index([]string{"<", "<=", ">", ">="}, n.Operator)
+		if c, ok := n.Right.(*ast.IntegerNode); ok { // price < 10000: no call for the literal
+			y := int64(c.Value)
+			return func(e *exprEnv) (fval, bool) {
+				a, ok := l(e)
+				switch {
+				case !ok:
+				case a.k == fInt:
+					return fval{k: fBool, b: holds(op, cmp.Compare(a.i, y))}, true
+				case a.k == fDec:
+					return fval{k: fBool, b: holds(op, decCmp(a.x.(decimal), decimal{c: y}))}, true
+				}
+				return fval{}, false
+			}
+		}
+		return func(e *exprEnv) (fval, bool) {
+			a, ok := l(e)
+			if !ok || !a.num() {
+				return fval{}, false
+			}
+			b, ok := r(e)
+			if !ok || !b.num() {
+				return fval{}, false
+			}
+			if a.k == fInt && b.k == fInt {
+				return fval{k: fBool, b: holds(op, cmp.Compare(a.i, b.i))}, true
+			}
+			return fval{k: fBool, b: holds(op, decCmp(a.cmpDec(), b.cmpDec()))}, true
+		}
+	case "==", "!=":
+		ne := n.Operator == "!="
+		return func(e *exprEnv) (fval, bool) {
+			a, ok := l(e)
+			if !ok {
+				return fval{}, false
+			}
+			b, ok := r(e)
+			if !ok {
+				return fval{}, false
+			}
+			var eq bool
+			switch {
+			case a.k == fInt && b.k == fInt:
+				eq = a.i == b.i
+			case a.num() && b.num():
+				eq = decCmp(a.cmpDec(), b.cmpDec()) == 0
+			case a.k == fStr && b.k == fStr:
+				eq = a.x.(string) == b.x.(string)
+			case a.k == fBool && b.k == fBool:
+				eq = a.b == b.b
+			case a.k == fNil || b.k == fNil: // x == nil, x != nil
+				if a.k == fAny || b.k == fAny {
+					return fval{}, false
+				}
+				eq = a.k == b.k
+			default:
+				return fval{}, false
+			}
+			return fval{k: fBool, b: eq != ne}, true
+		}
+	}
+	op, ok := map[string]arithOp{"+": opAdd, "-": opSub, "*": opMul, "/": opQuo, "%": opRem, "**": opPow, "^": opPow}[n.Operator]
+	if !ok {
+		return nil
+	}
+	return func(e *exprEnv) (fval, bool) {
+		a, ok := l(e)
+		if !ok || !a.num() {
+			return fval{}, false
+		}
+		b, ok := r(e)
+		if !ok || !b.num() {
+			return fval{}, false
+		}
+		if a.k == fInt && b.k == fInt {
+			switch op {
+			case opAdd:
+				if s, ok := add64(a.i, b.i); ok {
+					return fval{k: fInt, i: s}, true
+				}
+			case opSub:
+				if s := a.i - b.i; (a.i^b.i)&(a.i^s) >= 0 {
+					return fval{k: fInt, i: s}, true
+				}
+			case opMul:
+				if p, ok := mul64(a.i, b.i); ok {
+					return fval{k: fInt, i: p}, true
+				}
+			}
+		}
+		v, err := arith(op, a.box(), b.box())
+		if err != nil {
+			return fval{}, false
+		}
+		return fvalOf(v), true
+	}
+}
+
+// holds says whether the order operator op (0 to 3: < <= > >=) holds for a comparison's result
+// c.
+func holds(op, c int) bool {
+	switch op {
+	case 0:
+		return c < 0
+	case 1:
+		return c <= 0
+	case 2:
+		return c > 0
+	}
+	return c >= 0
+}
+
+// compileCall: sluice's functions (with their specializations for literal arguments, as
+// funcPatcher makes them) and the exact numeric builtins, called with the VM's argument values.
+func (e *exprEnv) compileCall(n *ast.CallNode, src []rune) fnode {
+	id, ok := n.Callee.(*ast.IdentifierNode)
+	if !ok {
+		return nil
+	}
+	var fn func(args ...any) (any, error)
+	if f, ok := exprFuncs[id.Value]; ok {
+		if len(n.Arguments) < f.min || len(n.Arguments) > f.max {
+			return nil
+		}
+		fn = f.fn
+		if f.constant != nil {
+			consts := make([]any, len(n.Arguments))
+			for i, a := range n.Arguments {
+				switch a := a.(type) {
+				case *ast.StringNode:
+					consts[i] = a.Value
+				case *ast.IntegerNode:
+					consts[i] = a.Value
+				default:
+					consts[i] = noConst
+				}
+			}
+			sp, err := f.constant(consts)
+			if err != nil {
+				return nil
+			}
+			if sp != nil {
+				fn = sp
+			}
+		}
+	} else if fn = numBuiltins[id.Value]; fn == nil {
+		return nil
+	}
+	args := make([]fnode, len(n.Arguments))
+	for i, a := range n.Arguments {
+		if args[i] = e.compileFast(a, src); args[i] == nil {
+			return nil
+		}
+	}
+	vals := make([]any, len(args)) // the stage runs on one goroutine
+	return func(e *exprEnv) (v fval, ok bool) {
+		defer func() {
+			clear(vals)
+			if recover() != nil { // expr-lang's runtime panics with its errors, as in the VM
+				v, ok = fval{}, false
+			}
+		}()
+		for i, a := range args {
+			x, ok := a(e)
+			if !ok {
+				return fval{}, false
+			}
+			vals[i] = x.box()
+		}
+		out, err := fn(vals...)
+		if err != nil {
+			return fval{}, false
+		}
+		return fvalOf(out), true
+	}
+}
