@@ -76,21 +76,22 @@ func (v fval) cmpDec() decimal {
 	return v.x.(decimal)
 }
 
-// fvalOf types a value the VM's functions return.
-func fvalOf(x any) fval {
-	switch x := x.(type) {
+// fvalOf types a value the VM's functions return (a string or a decimal kept in the interface
+// it came in: no second boxing).
+func fvalOf(v any) fval {
+	switch x := v.(type) {
 	case nil:
 		return fval{}
 	case int:
 		return fval{k: fInt, i: int64(x)}
 	case decimal:
-		return fval{k: fDec, x: x}
+		return fval{k: fDec, x: v}
 	case string:
-		return fval{k: fStr, x: x}
+		return fval{k: fStr, x: v}
 	case bool:
 		return fval{k: fBool, b: x}
 	}
-	return fval{k: fAny, x: x}
+	return fval{k: fAny, x: v}
 }
 
 // fnode evaluates a node on the env's current record; ok false: the VM must evaluate the
@@ -416,23 +417,27 @@ func (e *exprEnv) compileCall(n *ast.CallNode, src []rune) fnode {
 		return nil
 	}
 	var fn func(args ...any) (any, error)
+	var onMs func(int64) any
 	if f, ok := exprFuncs[id.Value]; ok {
 		if len(n.Arguments) < f.min || len(n.Arguments) > f.max {
 			return nil
 		}
 		fn = f.fn
-		if f.constant != nil {
-			consts := make([]any, len(n.Arguments))
-			for i, a := range n.Arguments {
-				switch a := a.(type) {
-				case *ast.StringNode:
-					consts[i] = a.Value
-				case *ast.IntegerNode:
-					consts[i] = a.Value
-				default:
-					consts[i] = noConst
-				}
+		consts := make([]any, len(n.Arguments))
+		for i, a := range n.Arguments {
+			switch a := a.(type) {
+			case *ast.StringNode:
+				consts[i] = a.Value
+			case *ast.IntegerNode:
+				consts[i] = a.Value
+			default:
+				consts[i] = noConst
 			}
+		}
+		if f.onMs != nil {
+			onMs = f.onMs(consts)
+		}
+		if f.constant != nil {
 			sp, err := f.constant(consts)
 			if err != nil {
 				return nil
@@ -451,7 +456,7 @@ func (e *exprEnv) compileCall(n *ast.CallNode, src []rune) fnode {
 		}
 	}
 	vals := make([]any, len(args)) // the stage runs on one goroutine
-	return func(e *exprEnv) (v fval, ok bool) {
+	call := func(e *exprEnv) (v fval, ok bool) {
 		defer func() {
 			clear(vals)
 			if recover() != nil { // expr-lang's runtime panics with its errors, as in the VM
@@ -470,5 +475,15 @@ func (e *exprEnv) compileCall(n *ast.CallNode, src []rune) fnode {
 			return fval{}, false
 		}
 		return fvalOf(out), true
+	}
+	if onMs == nil {
+		return call
+	}
+	first := args[0]
+	return func(e *exprEnv) (fval, bool) {
+		if v, ok := first(e); ok && v.k == fInt { // epoch ms, the other arguments literals
+			return fvalOf(onMs(v.i)), true
+		}
+		return call(e)
 	}
 }

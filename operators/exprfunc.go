@@ -50,6 +50,10 @@ type exprFunc struct {
 	// value of a string or integer literal and noConst otherwise. It returns an error to refuse
 	// the call, a function to call instead of fn, or nil to keep fn.
 	constant func(consts []any) (func(args ...any) (any, error), error)
+	// onMs, when set, is called at compile time like constant and may return what fn returns
+	// for a first argument that is an int (epoch milliseconds) and those literals: the tree of
+	// an expression (exprfast.go) calls it without boxing the int.
+	onMs func(consts []any) func(ms int64) any
 }
 
 // noConst marks an argument that is not a literal.
@@ -58,8 +62,8 @@ type noConstT struct{}
 var noConst = noConstT{}
 
 var exprFuncs = map[string]exprFunc{
-	"hour":           {min: 1, max: 1, out: anyType, fn: fnHour},
-	"date_format":    {min: 2, max: 2, out: anyType, fn: fnDateFormat, constant: constDateFormat},
+	"hour":           {min: 1, max: 1, out: anyType, fn: fnHour, onMs: func([]any) func(int64) any { return hourOf }},
+	"date_format":    {min: 2, max: 2, out: anyType, fn: fnDateFormat, constant: constDateFormat, onMs: msDateFormat},
 	"regexp_extract": {min: 2, max: 3, out: anyType, fn: fnRegexpExtract, constant: constRegexpExtract},
 	"split_index":    {min: 3, max: 3, out: anyType, fn: fnSplitIndex, constant: constSplitIndex},
 	"count_char":     {min: 2, max: 2, out: intType, fn: fnCountChar, constant: constCountChar},
@@ -156,8 +160,10 @@ func fnHour(args ...any) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return time.UnixMilli(ms).UTC().Hour(), nil
+	return hourOf(ms), nil
 }
+
+func hourOf(ms int64) any { return time.UnixMilli(ms).UTC().Hour() }
 
 // datePart is one element of a parsed date pattern: a literal or a field of a width.
 type datePart struct {
@@ -291,7 +297,61 @@ func constDateFormat(consts []any) (func(args ...any) (any, error), error) {
 	if err != nil {
 		return nil, err
 	}
-	return func(args ...any) (any, error) { return dateFormat(parts, args[0]) }, nil
+	format := cachedDateFormat(parts)
+	return func(args ...any) (any, error) {
+		if args[0] == nil {
+			return nil, nil
+		}
+		ms, err := epochMs("date_format", args[0])
+		if err != nil {
+			return nil, err
+		}
+		return format(ms), nil
+	}, nil
+}
+
+func msDateFormat(consts []any) func(int64) any {
+	pat, ok := consts[1].(string)
+	if !ok {
+		return nil
+	}
+	parts, err := parseDatePattern(pat)
+	if err != nil {
+		return nil
+	}
+	return cachedDateFormat(parts)
+}
+
+// cachedDateFormat formats by parts and keeps its last result: a time in the same unit of its
+// finest field (the same day for yyyy-MM-dd, the same minute for HH:mm) formats the same, so a
+// stream in time order formats each day or minute once. Not safe for concurrent use (one per
+// compiled expression, as the VM's program).
+func cachedDateFormat(parts []datePart) func(ms int64) any {
+	unit := int64(86_400_000)
+	for _, p := range parts {
+		switch p.field {
+		case 'H':
+			unit = min(unit, 3_600_000)
+		case 'm':
+			unit = min(unit, 60_000)
+		case 's':
+			unit = min(unit, 1000)
+		case 'S':
+			unit = 1
+		}
+	}
+	var last any
+	var lastUnit int64
+	return func(ms int64) any {
+		u := ms / unit
+		if ms%unit < 0 {
+			u-- // floor: the unit holding a time before 1970
+		}
+		if last == nil || u != lastUnit {
+			last, lastUnit = formatDate(parts, ms), u
+		}
+		return last
+	}
 }
 
 func regexpExtract(re *regexp.Regexp, group int, v any) (any, error) {

@@ -2,6 +2,8 @@ package operators
 
 import (
 	"errors"
+	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -185,4 +187,36 @@ func FuzzExprTimeFuncs(f *testing.F) {
 			t.Fatalf("split_index(%q, %q, %d) = %v, %v, want %v", s, sep, i, got, err, want)
 		}
 	})
+}
+
+// TestCachedDateFormat: the formatter that keeps its last result formats every time as the
+// pattern does, in time order and out of it, across day, hour, minute and second boundaries and
+// before 1970.
+func TestCachedDateFormat(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 5))
+	var times []int64
+	for _, base := range []int64{0, 86_400_000, -86_400_000, 1436918400123, 1436918399999, 3_600_000, 59_999, -1, 951_782_400_000} {
+		for _, d := range []int64{-86_400_001, -3_600_000, -60_001, -1001, -1, 0, 1, 999, 1000, 59_999, 60_000, 3_599_999, 86_399_999} {
+			times = append(times, base+d)
+		}
+	}
+	for _, pat := range []string{"yyyy-MM-dd", "HH:mm", "yy/M/d H:m:s", "ss.SSS", "yyyy", "MM", "'T'HH"} {
+		parts, err := parseDatePattern(pat)
+		if err != nil {
+			t.Fatal(err)
+		}
+		format := cachedDateFormat(parts)
+		check := func(ms int64) {
+			if got, want := format(ms), formatDate(parts, ms); got != want {
+				t.Fatalf("%s at %d: %v, want %s", pat, ms, got, want)
+			}
+		}
+		slices.Sort(times)
+		for _, ms := range times {
+			check(ms)
+		}
+		for range 2000 {
+			check(times[rng.IntN(len(times))] + rng.Int64N(5) - 2)
+		}
+	}
 }
