@@ -218,7 +218,7 @@ func (cb *combiner) dropsFlagless(key []byte, r *operators.Record) bool {
 		cb.dropped++
 		return true // no new flag: the distinct drops it
 	}
-	if cb.seen.len() >= cb.limit {
+	if cb.seen.full(cb.limit) {
 		cb.seen.reset()
 	}
 	cb.seen.add(key, mask)
@@ -239,7 +239,7 @@ func (cb *combiner) dropsBeaten(c *chain, key []byte, r *operators.Record, wmPre
 	if cb.bound.Windowed() && (c.idleSaid || c.done.wmSaid == math.MinInt64) || !cb.filtering() {
 		return false
 	}
-	if cb.best.len() >= cb.limit {
+	if cb.best.full(cb.limit) {
 		cb.best.reset()
 	}
 	if cb.bound.Admit(key, r, max(wmPrev, c.iwm, c.wmSaid), cb.slot, cb.slotN) {
@@ -301,7 +301,7 @@ func (cb *combiner) dropsResult(r *kgo.Record) bool {
 	if len(key)+len(rec.Value) > boundedRecord {
 		return false // what the stages made of it might not reach the operator (sizelimit.go)
 	}
-	if cb.best.len() >= cb.limit {
+	if cb.best.full(cb.limit) {
 		cb.best.reset()
 	}
 	if cb.bound.Admit(key, rec, math.MinInt64, cb.slot, cb.slotN) {
