@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"math"
 	"slices"
+	"strings"
 
 	"github.com/expr-lang/expr/ast"
 	"github.com/expr-lang/expr/vm"
@@ -42,8 +43,7 @@ const (
 	fDec               // d
 	fStr               // s
 	fBool              // b
-	fAny               // o: a function's result of another type (a float64, an array)
-	fRaw               // a member that is an object or an array: only the VM reads it
+	fAny               // x: anything else (an object or array member, a function's float64)
 )
 
 // fval is a typed expression value: ints and bools unboxed, the rest (a decimal, a string, a
@@ -176,7 +176,11 @@ func (e *exprEnv) decodeSlots(r *Record) bool {
 		case 'n':
 			s.v = fval{}
 		case '{', '[':
-			s.v = fval{k: fRaw}
+			v, _, err := e.dec.value(raw, 0) // as fill decodes it, errors included
+			if err != nil {
+				return false
+			}
+			s.v = fval{k: fAny, x: v}
 		default:
 			end, _ := scanNumber(raw, 0)
 			num := raw[:end]
@@ -209,10 +213,7 @@ func (e *exprEnv) compileFast(n ast.Node, src []rune) fnode {
 			return func(e *exprEnv) (fval, bool) { return fval{k: fInt, i: e.rec.Time}, true }
 		}
 		k := e.slot(n.Value)
-		return func(e *exprEnv) (fval, bool) {
-			v := e.slots[k].v
-			return v, v.k != fRaw
-		}
+		return func(e *exprEnv) (fval, bool) { return e.slots[k].v, true }
 	case *ast.IntegerNode:
 		return constant(fval{k: fInt, i: int64(n.Value)})
 	case *ast.FloatNode:
@@ -266,7 +267,14 @@ func (e *exprEnv) compileFast(n ast.Node, src []rune) fnode {
 			return b(e)
 		}
 	case *ast.CallNode:
+		if id, ok := n.Callee.(*ast.IdentifierNode); ok && len(n.Arguments) == 1 && caseFuncs[id.Value] != nil {
+			return e.compileCase(id.Value, n.Arguments[0], src)
+		}
 		return e.compileCall(n, src)
+	case *ast.BuiltinNode:
+		if len(n.Arguments) == 1 && caseFuncs[n.Name] != nil {
+			return e.compileCase(n.Name, n.Arguments[0], src)
+		}
 	}
 	return nil
 }
@@ -275,9 +283,15 @@ func constant(v fval) fnode {
 	return func(*exprEnv) (fval, bool) { return v, true }
 }
 
-// compileBinary: && || on bools; < <= > >= on numbers; == != on two numbers, two strings, two
+// compileBinary: `in` a literal array of strings or of ints; && || on bools; < <= > >= on numbers; == != on two numbers, two strings, two
 // bools, or nil and a value of those; + - * / % ** on numbers (+ - * on ints inline, the rest by arith, as the VM).
 func (e *exprEnv) compileBinary(n *ast.BinaryNode, src []rune) fnode {
+	if n.Operator == "in" {
+		if l := e.compileFast(n.Left, src); l != nil {
+			return e.compileIn(l, n.Right)
+		}
+		return nil
+	}
 	l, r := e.compileFast(n.Left, src), e.compileFast(n.Right, src)
 	if l == nil || r == nil {
 		return nil
@@ -313,12 +327,8 @@ func (e *exprEnv) compileBinary(n *ast.BinaryNode, src []rune) fnode {
 			}
 		}
 		return func(e *exprEnv) (fval, bool) {
-			a, ok := l(e)
-			if !ok || !a.num() {
-				return fval{}, false
-			}
-			b, ok := r(e)
-			if !ok || !b.num() {
+			a, b, ok := numbers2(e, l, r)
+			if !ok {
 				return fval{}, false
 			}
 			if a.k == fInt && b.k == fInt {
@@ -363,12 +373,8 @@ func (e *exprEnv) compileBinary(n *ast.BinaryNode, src []rune) fnode {
 		return nil
 	}
 	return func(e *exprEnv) (fval, bool) {
-		a, ok := l(e)
-		if !ok || !a.num() {
-			return fval{}, false
-		}
-		b, ok := r(e)
-		if !ok || !b.num() {
+		a, b, ok := numbers2(e, l, r)
+		if !ok {
 			return fval{}, false
 		}
 		if a.k == fInt && b.k == fInt {
@@ -393,6 +399,65 @@ func (e *exprEnv) compileBinary(n *ast.BinaryNode, src []rune) fnode {
 		}
 		return fvalOf(v), true
 	}
+}
+
+// caseFuncs are expr-lang's builtins lower and upper, which take a string.
+var caseFuncs = map[string]func(string) string{"lower": strings.ToLower, "upper": strings.ToUpper}
+
+func (e *exprEnv) compileCase(name string, arg ast.Node, src []rune) fnode {
+	x, f := e.compileFast(arg, src), caseFuncs[name]
+	if x == nil {
+		return nil
+	}
+	return func(e *exprEnv) (fval, bool) {
+		v, ok := x(e)
+		if !ok || v.k != fStr {
+			return fval{}, false
+		}
+		return fval{k: fStr, x: f(v.x.(string))}, true
+	}
+}
+
+// compileIn: a string in an array literal of strings, an int in one of ints (numIn's ==).
+func (e *exprEnv) compileIn(l fnode, hay ast.Node) fnode {
+	arr, ok := hay.(*ast.ArrayNode)
+	if !ok {
+		return nil
+	}
+	strs, ints := map[string]bool{}, map[int64]bool{}
+	for _, el := range arr.Nodes {
+		switch el := el.(type) {
+		case *ast.StringNode:
+			strs[el.Value] = true
+		case *ast.IntegerNode:
+			ints[int64(el.Value)] = true
+		default:
+			return nil
+		}
+	}
+	if len(strs) > 0 && len(ints) > 0 {
+		return nil
+	}
+	return func(e *exprEnv) (fval, bool) {
+		v, ok := l(e)
+		switch {
+		case !ok:
+		case v.k == fStr && len(ints) == 0:
+			return fval{k: fBool, b: strs[v.x.(string)]}, true
+		case v.k == fInt && len(strs) == 0:
+			return fval{k: fBool, b: ints[v.i]}, true
+		}
+		return fval{}, false
+	}
+}
+
+// numbers2 evaluates l and then r, which must both be numbers (ints or decimals).
+func numbers2(e *exprEnv, l, r fnode) (a, b fval, ok bool) {
+	if a, ok = l(e); !ok || !a.num() {
+		return a, b, false
+	}
+	b, ok = r(e)
+	return a, b, ok && b.num()
 }
 
 // holds says whether the order operator op (0 to 3: < <= > >=) holds for a comparison's result
@@ -423,17 +488,7 @@ func (e *exprEnv) compileCall(n *ast.CallNode, src []rune) fnode {
 			return nil
 		}
 		fn = f.fn
-		consts := make([]any, len(n.Arguments))
-		for i, a := range n.Arguments {
-			switch a := a.(type) {
-			case *ast.StringNode:
-				consts[i] = a.Value
-			case *ast.IntegerNode:
-				consts[i] = a.Value
-			default:
-				consts[i] = noConst
-			}
-		}
+		consts := literalArgs(n.Arguments)
 		if f.onMs != nil {
 			onMs = f.onMs(consts)
 		}

@@ -21,6 +21,7 @@ var fastRecords = []string{
 	`{"a":"5","b":0.1,"c":"ß/ß","d":1,"e":"x","n":1e3,"t":86399999}`,
 	`{"a":9999,"b":10000.000,"c":"x/y","a":1000000,"t":1436918400123,"n":-1000000}`,
 	`{"a":3,"b":1e400000}`,
+	`{"a":3,"f":{"g":1e400000},"h":[2e-400000]}`,
 	`[1,2]`,
 	`{}`,
 }
@@ -29,13 +30,14 @@ var fastRecords = []string{
 var fastLeaves = []string{
 	"a", "b", "c", "d", "e", "f", "h", "big", "n", "t", "missing", "key", "ts",
 	"0", "1", "7", "-2", "0.5", "10000", "1000000", "3.25", `"x"`, `"x/y"`, "true", "false", "nil",
+	`["x", "x/y", "ß/ß", "X/Y"]`, "[1, 10000, -2, 5]", "[]", `["a", 1]`,
 }
 
 var (
 	fastBinary = []string{"<", "<=", ">", ">=", "==", "!=", "&&", "||", "and", "or", "+", "-", "*", "/", "%", "**", "^", "in", "??"}
 	fastCalls  = []string{"hour(%s)", "date_format(%s, 'yyyy-MM-dd')", "date_format(%s, 'HH:mm:ss.SSS')", "count_char(%s, '/')",
 		"split_index(%s, '/', 1)", `regexp_extract(%s, "(\\w)/(\\w)", 2)`, "abs(%s)", "round(%s, 1)", "int(%s)", "min(%s, 3)",
-		"max(%s, 2.5)", "float(%s)", "lower(%s)", "len(%s)", "date_format(%s, %s)"}
+		"max(%s, 2.5)", "float(%s)", "lower(%s)", "upper(%s)", "len(%s)", "date_format(%s, %s)", "trim(%s)"}
 )
 
 func randomExpr(rng *rand.Rand, depth int) string {
@@ -71,7 +73,8 @@ func TestFastAgreesWithVM(t *testing.T) {
 	edges := []string{"a <= 10000", "a >= 10000", "a < 10000", "a > 10000", "10000 <= a", "b <= 12.5", "b >= 10000",
 		"b < 0.1", "n > 1000", "a == 10000.0", "b != 1000000", "big + 1", "big - -1", "big * 2", "-big", "n - big",
 		"1 - big", "big + n", "big * -1", "a * big", "c == 'x/y'", "d == true", "a != a", "t % 1000", "e == nil", "missing != nil",
-		"c == nil", "nil == nil", "f == nil", "b != nil", "nil == d"}
+		"c == nil", "nil == nil", "f == nil", "b != nil", "nil == d",
+		"lower(c) in ['x/y']", "a > 1 || f == nil", "a > 1 || h == nil", "f", "h", "min(h)", "upper(c) in ['X/Y', 'SS/SS']", "a in [5, 10000]", "c in []", "b in [12]", "n in [1000]"}
 	var compiled, treed, evaluated, byTree int
 	for k := range n + len(edges) {
 		opt := expr.AsAny()
@@ -153,7 +156,8 @@ func TestFastTreeShapes(t *testing.T) {
 		"hour(dateTime)",
 		"count_char(url, '/')",
 		"split_index(url, '/', 3)",
-		"regexp_extract(url, '(&|^)channel_id=([^&]*)', 2) != nil",
+		"regexp_extract(url, '(&|^)channel_id=([^&]*)', 2) != nil || lower(channel) in ['apple', 'google', 'facebook', 'baidu']",
+		"upper(c) in ['X/Y'] && a in [1, 2, 3]",
 		"-price + ts % 1000",
 		"!(category == 10) and key != 'x'",
 	} {

@@ -108,18 +108,7 @@ func (p *funcPatcher) Visit(node *ast.Node) {
 	if !ok || f.constant == nil || len(call.Arguments) < f.min || len(call.Arguments) > f.max {
 		return
 	}
-	consts := make([]any, len(call.Arguments))
-	for i, a := range call.Arguments {
-		switch n := a.(type) {
-		case *ast.StringNode:
-			consts[i] = n.Value
-		case *ast.IntegerNode:
-			consts[i] = n.Value
-		default:
-			consts[i] = noConst
-		}
-	}
-	fn, err := f.constant(consts)
+	fn, err := f.constant(literalArgs(call.Arguments))
 	if err != nil {
 		if p.err == nil {
 			p.err = (&file.Error{Location: call.Location(), Message: id.Value + ": " + err.Error()}).Bind(file.NewSource(string(p.src)))
@@ -135,6 +124,23 @@ func (p *funcPatcher) Visit(node *ast.Node) {
 			return v
 		}, call.Arguments...)
 	}
+}
+
+// literalArgs returns a call's arguments as exprFunc.constant takes them: the values of string
+// and integer literals, noConst for the others.
+func literalArgs(args []ast.Node) []any {
+	consts := make([]any, len(args))
+	for i, a := range args {
+		switch n := a.(type) {
+		case *ast.StringNode:
+			consts[i] = n.Value
+		case *ast.IntegerNode:
+			consts[i] = n.Value
+		default:
+			consts[i] = noConst
+		}
+	}
+	return consts
 }
 
 // epochMs reads a time argument: an int of epoch milliseconds.
