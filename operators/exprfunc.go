@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"reflect"
 	"regexp"
+	"regexp/syntax"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -360,13 +362,18 @@ func cachedDateFormat(parts []datePart) func(ms int64) any {
 	}
 }
 
-func regexpExtract(re *regexp.Regexp, group int, v any) (any, error) {
+// regexpExtract is regexp_extract with re compiled; lit, when not empty, is a text every match
+// of re contains (requiredLiteral): a string without it has no match, found without running re.
+func regexpExtract(re *regexp.Regexp, lit string, group int, v any) (any, error) {
 	if v == nil {
 		return nil, nil
 	}
 	s, err := str("regexp_extract", "to search", v)
 	if err != nil {
 		return nil, err
+	}
+	if lit != "" && !strings.Contains(s, lit) {
+		return nil, nil
 	}
 	if group < 0 || group > re.NumSubexp() {
 		return nil, nil // as Flink's: a group the pattern does not have gives null
@@ -405,7 +412,7 @@ func fnRegexpExtract(args ...any) (any, error) {
 			return nil, err
 		}
 	}
-	return regexpExtract(re, group, args[0])
+	return regexpExtract(re, "", group, args[0])
 }
 
 func constRegexpExtract(consts []any) (func(args ...any) (any, error), error) {
@@ -417,14 +424,15 @@ func constRegexpExtract(consts []any) (func(args ...any) (any, error), error) {
 	if err != nil {
 		return nil, err
 	}
+	lit := requiredLiteral(pat)
 	if len(consts) == 2 {
-		return func(args ...any) (any, error) { return regexpExtract(re, 0, args[0]) }, nil
+		return func(args ...any) (any, error) { return regexpExtract(re, lit, 0, args[0]) }, nil
 	}
 	if g, ok := consts[2].(int); ok {
 		if g < 0 || g > re.NumSubexp() {
 			return nil, fmt.Errorf("group %d: the pattern %q has groups 0 to %d", g, pat, re.NumSubexp())
 		}
-		return func(args ...any) (any, error) { return regexpExtract(re, g, args[0]) }, nil
+		return func(args ...any) (any, error) { return regexpExtract(re, lit, g, args[0]) }, nil
 	}
 	return func(args ...any) (any, error) {
 		if args[2] == nil {
@@ -434,8 +442,45 @@ func constRegexpExtract(consts []any) (func(args ...any) (any, error), error) {
 		if err != nil {
 			return nil, err
 		}
-		return regexpExtract(re, g, args[0])
+		return regexpExtract(re, lit, g, args[0])
 	}, nil
+}
+
+// requiredLiteral returns a text every match of the regular expression pat contains (the
+// longest literal a concatenation must match, through captures and repetitions of at least
+// one), or "" when it finds none. A literal that ignores case, or holds U+FFFD (which matches
+// any invalid byte), is none.
+func requiredLiteral(pat string) string {
+	re, err := syntax.Parse(pat, syntax.Perl)
+	if err != nil {
+		return ""
+	}
+	var lit func(re *syntax.Regexp) string
+	lit = func(re *syntax.Regexp) string {
+		switch re.Op {
+		case syntax.OpLiteral:
+			if re.Flags&syntax.FoldCase != 0 || slices.Contains(re.Rune, utf8.RuneError) {
+				return ""
+			}
+			return string(re.Rune)
+		case syntax.OpCapture, syntax.OpPlus:
+			return lit(re.Sub[0])
+		case syntax.OpRepeat:
+			if re.Min >= 1 {
+				return lit(re.Sub[0])
+			}
+		case syntax.OpConcat:
+			best := ""
+			for _, sub := range re.Sub {
+				if l := lit(sub); len(l) > len(best) {
+					best = l
+				}
+			}
+			return best
+		}
+		return ""
+	}
+	return lit(re)
 }
 
 func fnSplitIndex(args ...any) (any, error) {

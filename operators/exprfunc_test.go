@@ -3,6 +3,7 @@ package operators
 import (
 	"errors"
 	"math/rand/v2"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -217,6 +218,38 @@ func TestCachedDateFormat(t *testing.T) {
 		}
 		for range 2000 {
 			check(times[rng.IntN(len(times))] + rng.Int64N(5) - 2)
+		}
+	}
+}
+
+// TestRequiredLiteral: regexp_extract with its pattern's required literal (a string without it
+// is not searched) gives what the regular expression alone gives, on random strings.
+func TestRequiredLiteral(t *testing.T) {
+	for pat, want := range map[string]string{
+		"(&|^)channel_id=([^&]*)": "channel_id=", "abc": "abc", "a+bc": "bc", "(?i)abc": "", "x*abc": "abc",
+		"(ab)+c": "ab", "a|b": "", "(abc){2}": "abc", "(abc){0,2}d": "d", "\uFFFDx": "", "^/item": "/item",
+		".*": "", "ß+": "ß", "(?:foo)?bar": "bar", "(a(bcd))e": "bcd",
+	} {
+		if got := requiredLiteral(pat); got != want {
+			t.Errorf("requiredLiteral(%q) = %q, want %q", pat, got, want)
+		}
+		re := regexp.MustCompile(pat)
+		lit := requiredLiteral(pat)
+		rng := rand.New(rand.NewPCG(1, uint64(len(pat))))
+		parts := []string{"a", "b", "c", "d", "x", "&", "=", "channel_id=", "ß", "\xff", "/item", "A", "B", "C", "bar", "e", "\uFFFD"}
+		for range 3000 {
+			var b strings.Builder
+			for range rng.IntN(8) {
+				b.WriteString(parts[rng.IntN(len(parts))])
+			}
+			s := b.String()
+			for g := range re.NumSubexp() + 1 {
+				got, err1 := regexpExtract(re, lit, g, s)
+				want, err2 := regexpExtract(re, "", g, s)
+				if got != want || err1 != nil || err2 != nil {
+					t.Fatalf("%q on %q group %d: %v, without the literal %v", pat, s, g, got, want)
+				}
+			}
 		}
 	}
 }
