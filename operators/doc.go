@@ -8,7 +8,9 @@
 // and the regular stream-stream join (streamjoin.go, regularjoin.go), the join as of event time
 // (asofjoin.go), dedup (dedup.go), top-N (top.go), an upsert stream's changes (changes.go)
 // and distinct (distinct.go).
-// Expressions compute on exact decimals (exprdec.go) and have SQL's functions (exprfunc.go).
+// Expressions compute on exact decimals (exprdec.go) and have SQL's functions (exprfunc.go);
+// the usual ones also run as trees of Go functions on typed values (exprfast.go), with
+// expr-lang's VM evaluating whatever a tree leaves to it.
 //
 // The runtime (operators/task) drives these types from one goroutine per task, in both modes:
 // in real time it decodes, applies stages, projects and folds record by record; in backlog it
