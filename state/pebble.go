@@ -1,6 +1,7 @@
 package state
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/binary"
@@ -11,7 +12,6 @@ import (
 	"sync/atomic"
 
 	"github.com/cockroachdb/pebble/v2"
-	"github.com/cockroachdb/pebble/v2/objstorage/objstorageprovider"
 	"github.com/cockroachdb/pebble/v2/sstable"
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
@@ -792,5 +792,44 @@ func (d *DB) createSST(ns Namespace, what string) (*sstable.Writer, string, erro
 	if err != nil {
 		return nil, "", d.wrap("loader "+ns.String(), err)
 	}
-	return sstable.NewWriter(objstorageprovider.NewFileWritable(f), d.sstOpts), path, nil
+	return sstable.NewWriter(newSSTFile(f), d.sstOpts), path, nil
+}
+
+// sstBuffer is the write buffer of a loader's sstable. objstorageprovider.NewFileWritable's is
+// bufio's default, 4 KiB: one write system call per data block (4 KiB before compression), which
+// was a fifth of Nexmark q19's CPU at 10M events (its fold writes the state of 4.4M rows).
+const sstBuffer = 256 << 10
+
+// sstFile is a loader sstable's file (objstorage.Writable), written through a buffer of
+// sstBuffer bytes and made durable by Finish.
+type sstFile struct {
+	f  vfs.File
+	bw *bufio.Writer
+}
+
+func newSSTFile(f vfs.File) *sstFile { return &sstFile{f: f, bw: bufio.NewWriterSize(f, sstBuffer)} }
+
+// Write implements objstorage.Writable. p is not kept.
+func (w *sstFile) Write(p []byte) error {
+	_, err := w.bw.Write(p)
+	return err
+}
+
+// Finish implements objstorage.Writable: flushes, syncs and closes the file.
+func (w *sstFile) Finish() error {
+	err := w.bw.Flush()
+	if err == nil {
+		err = w.f.Sync()
+	}
+	if cerr := w.f.Close(); err == nil {
+		err = cerr
+	}
+	w.bw, w.f = nil, nil
+	return err
+}
+
+// Abort implements objstorage.Writable.
+func (w *sstFile) Abort() {
+	_ = w.f.Close()
+	w.bw, w.f = nil, nil
 }
