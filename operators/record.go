@@ -63,6 +63,28 @@ func (r *Record) Set(key []byte, t int64, value []byte) {
 	r.Key, r.Time, r.Value = key, t, value
 }
 
+// Members is the index of a Record's Value (its top-level members' offsets in it), kept beside a
+// copy of the Value's bytes (a task's fork snapshots): valid for those bytes only.
+type Members []member
+
+// AppendMembers appends r's index of its current Value to dst, when r has one (a select writes
+// its row with it; Decode and the expressions index a value as they read it); ok is false when r
+// has none, or its Value is not a JSON object.
+func (r *Record) AppendMembers(dst Members) (out Members, ok bool) {
+	if r.idxPtr == nil || unsafe.SliceData(r.Value) != r.idxPtr || len(r.Value) != r.idxLen || r.idxErr != nil {
+		return dst, false
+	}
+	return append(dst, r.members...), true
+}
+
+// SetIndexed is Set with m, the index AppendMembers gave of the value that value's bytes are a
+// copy of: r reads value's members without scanning it again. r keeps a copy of m.
+func (r *Record) SetIndexed(key []byte, t int64, value []byte, m Members) {
+	r.Set(key, t, value)
+	r.members = append(r.members[:0], m...)
+	r.setIndexed(value, nil)
+}
+
 // setIndexed records that members describe v.
 func (r *Record) setIndexed(v []byte, err error) {
 	r.idxPtr, r.idxLen, r.idxErr = unsafe.SliceData(v), len(v), err

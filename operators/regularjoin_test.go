@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/sluice-dev/sluice/configs"
 )
@@ -337,5 +338,48 @@ func TestSelectRowIndex(t *testing.T) {
 	got := slices.Clone(r.members)
 	if want, _ := indexObject(r.Value, nil); !slices.Equal(got, want) {
 		t.Fatalf("map select row %s: index %v, want %v", r.Value, got, want)
+	}
+}
+
+// TestSetIndexed: a record set from a copy of another's value with that one's index
+// (AppendMembers, as a task's fork snapshot keeps them) reads the same members without scanning
+// the copy, and keeps its own copy of the index: the other's next value does not change it. A
+// record without an index for its value, or whose value is not an object, gives none.
+func TestSetIndexed(t *testing.T) {
+	var src, dst Record
+	src.Set(nil, 0, []byte(`{"a":1,"b\u0063":"x","a":[2,3]}`))
+	if _, ok := src.AppendMembers(nil); ok {
+		t.Fatal("an index of a value never read")
+	}
+	if _, ok, _ := src.top("a"); !ok {
+		t.Fatal("member a missing")
+	}
+	idx, ok := src.AppendMembers(Members{{ks: 99}})
+	if !ok || len(idx) != 4 {
+		t.Fatalf("AppendMembers: %v %v", idx, ok)
+	}
+	copyOf := bytes.Clone(src.Value)
+	dst.SetIndexed([]byte("k"), 7, copyOf, idx[1:])
+	if unsafe.SliceData(dst.members) == unsafe.SliceData(idx[1:]) {
+		t.Fatal("the record holds the index it was given, not a copy")
+	}
+	if unsafe.SliceData(dst.Value) != dst.idxPtr || !slices.Equal(dst.members, idx[1:]) {
+		t.Fatal("the copy is not taken as indexed by the index given")
+	}
+	src.Set(nil, 0, []byte(`{"zzzzzzz":0}`))
+	_, _, _ = src.top("zzzzzzz") // reindexes into src's own members
+	for name, want := range map[string]string{"a": "[2,3]", "bc": `"x"`} {
+		got, ok, err := dst.top(name)
+		if err != nil || !ok || string(got) != want {
+			t.Errorf("%s: %s %v %v, want %s", name, got, ok, err, want)
+		}
+	}
+	if string(dst.Key) != "k" || dst.Time != 7 {
+		t.Errorf("key %q time %d", dst.Key, dst.Time)
+	}
+	src.Set(nil, 0, []byte(`[1]`))
+	_, _, _ = src.top("a")
+	if _, ok := src.AppendMembers(nil); ok {
+		t.Error("an index of a value that is not an object")
 	}
 }

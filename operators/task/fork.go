@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	"github.com/sluice-dev/sluice/configs"
+	"github.com/sluice-dev/sluice/operators"
 )
 
 // A fork (plan.ChainPlan.Fork) reads the records an earlier chain of its source reads and
@@ -23,7 +24,8 @@ type snapshot struct {
 	batch uint64 // the Task's batch it holds; 0: none
 	ents  []snapEnt
 	arena []byte
-	used  int64 // records a fork took from it (the tests)
+	idx   operators.Members // the values' indexes, where the provider had them (snapEnt.moff)
+	used  int64             // records a fork took from it (the tests)
 }
 
 // snapEnt is a record's entry in a snapshot.
@@ -34,6 +36,8 @@ type snapEnt struct {
 	koff, klen   uint32
 	voff, vlen   uint32
 	kNil, valNil bool
+	indexed      bool   // idx[moff : moff+mlen] indexes the value's members
+	moff, mlen   uint32 // in snapshot.idx
 }
 
 const (
@@ -87,6 +91,10 @@ func (c *chain) beginSnapshots(batch uint64, n int) {
 			s.arena = nil
 		}
 		s.arena = s.arena[:0]
+		if cap(s.idx) > maxSnapArena/16 {
+			s.idx = nil
+		}
+		s.idx = s.idx[:0]
 	}
 }
 
@@ -117,6 +125,12 @@ func (c *chain) snapKeep(i, depth int, srcTime int64) {
 		s.arena = append(s.arena, c.rec.Key...)
 		e.voff, e.vlen = uint32(len(s.arena)), uint32(len(c.rec.Value))
 		s.arena = append(s.arena, c.rec.Value...)
+		if idx, ok := c.rec.AppendMembers(s.idx); ok && len(idx) <= math.MaxUint32 {
+			e.indexed, e.moff, e.mlen = true, uint32(len(s.idx)), uint32(len(idx)-len(s.idx))
+			s.idx = idx
+		} else {
+			e.indexed = false
+		}
 		return
 	}
 }
@@ -132,7 +146,7 @@ func (c *chain) snapFor(batch uint64, i int) *snapEnt {
 	return &s.ents[i]
 }
 
-// useSnap sets c.rec to the record e holds (snapKept).
+// useSnap sets c.rec to the record e holds (snapKept), with its index when the provider had one.
 func (c *chain) useSnap(e *snapEnt) {
 	s := c.from
 	var key, val []byte
@@ -141,6 +155,10 @@ func (c *chain) useSnap(e *snapEnt) {
 	}
 	if !e.valNil {
 		val = s.arena[e.voff : e.voff+e.vlen : e.voff+e.vlen]
+	}
+	if e.indexed {
+		c.rec.SetIndexed(key, e.time, val, s.idx[e.moff:e.moff+e.mlen])
+		return
 	}
 	c.rec.Set(key, e.time, val)
 }
