@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -217,29 +218,36 @@ func (f *mergeFold) start(k []byte) error {
 	if err := f.flushPending(cur.key); err != nil {
 		return err
 	}
-	size := f.agg.StateSize()
-	v, ok := cur.st[:0], false
-	if f.hasState {
-		var err error
-		if v, ok, err = f.t.d.Store.Get(f.c.ns, cur.key, cur.st[:0]); err != nil {
-			return err
-		}
-	}
-	if ok && !f.agg.ValidSize(len(v)) {
-		return f.t.badState(f.c, cur.key, v)
-	}
-	cur.stored = ok
-	if ok {
-		cur.st = v
-	} else {
-		cur.st = cur.st[:size]
-		f.agg.InitState(cur.st)
+	var err error
+	if cur.st, cur.stored, err = f.load(cur.key, cur.st); err != nil {
+		return err
 	}
 	if ps, ok := f.c.part.get(cur.key); ok {
 		cur.st = f.agg.Merge(cur.st, ps)
 	}
 	cur.have = true
 	return nil
+}
+
+// load returns key's stored state, read into buf's memory, or, when it has none, a new initial
+// state there; stored: it was stored. A stored state of the wrong size is a bad state (badState).
+func (f *mergeFold) load(key, buf []byte) (st []byte, stored bool, err error) {
+	v, ok := buf[:0], false
+	if f.hasState {
+		if v, ok, err = f.t.d.Store.Get(f.c.ns, key, buf[:0]); err != nil {
+			return nil, false, err
+		}
+	}
+	if ok && !f.agg.ValidSize(len(v)) {
+		return nil, false, f.t.badState(f.c, key, v)
+	}
+	if ok {
+		return v, true, nil
+	}
+	size := f.agg.StateSize()
+	st = slices.Grow(buf[:0], size)[:size]
+	f.agg.InitState(st)
+	return st, false, nil
 }
 
 // flushPending emits the keys folded by earlier backlog checkpoints that sort before key (all

@@ -228,22 +228,9 @@ func (f *mergeFold) openWindow(wk []byte) (*openWindow, error) {
 	w.key = append(w.key[:0], wk...)
 	g, start, _ := codec.SplitWindowKey(wk)
 	w.until = append(codec.AppendWindowKey(w.until[:0], g, start+s.w.Size-s.w.Advance), sliceMark)
-	v, ok := w.st[:0], false
-	if f.hasState {
-		var err error
-		if v, ok, err = f.t.d.Store.Get(f.c.ns, w.key, w.st[:0]); err != nil {
-			return nil, err
-		}
-	}
-	if ok && !f.agg.ValidSize(len(v)) {
-		return nil, f.t.badState(f.c, w.key, v)
-	}
-	w.stored = ok
-	if ok {
-		w.st = v
-	} else {
-		w.st = slices.Grow(w.st[:0], f.agg.StateSize())[:f.agg.StateSize()]
-		f.agg.InitState(w.st)
+	var err error
+	if w.st, w.stored, err = f.load(w.key, w.st); err != nil {
+		return nil, err
 	}
 	s.open = slices.Insert(s.open, i, w)
 	return w, nil
