@@ -99,6 +99,9 @@ type Kafka struct {
 	// processed and the client prefetches the next response, so about three responses are in
 	// memory.
 	FetchMaxBytes Size `koanf:"fetch_max_bytes" doc:"Largest fetch response, 1MiB to 1GiB. About three are in memory at once: larger catches up faster, smaller uses less memory (see BENCHMARKS.md)."`
+	// Compression is the codec of every batch sluice produces: its outputs, its internal
+	// topics and its changelogs. It is one setting because one client produces them all.
+	Compression string `koanf:"compression" enum:"none,snappy,lz4,zstd,gzip" doc:"Codec of the batches sluice produces: outputs, internal topics, changelogs. none, as Kafka's own producer: a pipeline of several stages reads its internal topics back, and a compressed batch decodes to 5 to 7 times what a fetch counts (Nexmark q5), memory beyond the allowance; a codec saves network and broker disk where they cost more than CPU and memory (see BENCHMARKS.md)."`
 	// TLS and SASL apply to every connection sluice makes (see package security, which turns
 	// them into the options of every client).
 	TLS  TLS  `koanf:"tls" doc:"TLS to the brokers (listeners of protocol SSL or SASL_SSL). Not with brokers: [embedded]."`
@@ -122,6 +125,15 @@ type SASL struct {
 	Password     string `koanf:"password" secret:"true" default:"none" doc:"Password; exactly one of password and password_file with a mechanism. Set it through the environment (SLUICE_KAFKA__SASL__PASSWORD) rather than in the file (where it must be a string: quote it)."`
 	PasswordFile string `koanf:"password_file" default:"none" doc:"File holding the password (one trailing newline is dropped), e.g. a mounted Kubernetes Secret; read once at start."`
 }
+
+// Compression codecs (kafka.compression).
+const (
+	CompressionNone   = "none"
+	CompressionSnappy = "snappy"
+	CompressionLZ4    = "lz4"
+	CompressionZstd   = "zstd"
+	CompressionGzip   = "gzip"
+)
 
 // SASL mechanisms.
 const (
@@ -829,6 +841,7 @@ func defaults() Config {
 			TransactionTimeout: 2 * time.Minute,
 			ReplicationFactor:  -1,
 			FetchMaxBytes:      32 * MiB,
+			Compression:        CompressionNone,
 		},
 		Processing: Processing{
 			Guarantee:      ExactlyOnce,

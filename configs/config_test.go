@@ -254,7 +254,7 @@ func TestDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := Config{
-		Kafka:      Kafka{Brokers: []string{"127.0.0.1:9092"}, TransactionTimeout: 2 * time.Minute, ReplicationFactor: -1, FetchMaxBytes: 32 * MiB},
+		Kafka:      Kafka{Brokers: []string{"127.0.0.1:9092"}, TransactionTimeout: 2 * time.Minute, ReplicationFactor: -1, FetchMaxBytes: 32 * MiB, Compression: "none"},
 		Group:      "revenue",
 		InstanceID: "pod-0",
 		Processing: Processing{Guarantee: "exactly_once", CommitInterval: 100 * time.Millisecond, StateDir: "./data", CacheKeys: 100000, CombineBeforeRekey: true, MaxCheckpointFailures: 100, MinFreeSpace: 64 * MiB},
@@ -365,6 +365,7 @@ func TestEnvErrors(t *testing.T) {
 		{[]string{"SLUICE_BACKLOG__NOPE=1"}, "backlog.nope", "unknown key (allowed here: mode, enter_lag, exit_lag, enter_time_lag, exit_time_lag, sort_memory, checkpoint_interval, progress_interval) (set by environment variable SLUICE_BACKLOG__NOPE)"},
 		{[]string{"SLUICE_NOPE__DEEP=1"}, "nope", "(set by environment variable SLUICE_NOPE__DEEP)"},
 		{[]string{"SLUICE_BACKLOG__SORT_MEMORY=1XB"}, "backlog.sort_memory", `unknown unit "XB"`},
+		{[]string{"SLUICE_KAFKA__COMPRESSION=brotli"}, "kafka.compression", `unknown value "brotli" (allowed: none, snappy, lz4, zstd, gzip)`},
 		{[]string{"SLUICE_BACKLOG__ENTER_LAG=010x"}, "backlog.enter_lag", `expected a whole number, got "010x"`},
 		{[]string{"SLUICE_KAFKA=x", "SLUICE_KAFKA__BROKERS=a:9092"}, "kafka", "set as a value by environment variable SLUICE_KAFKA and as a section by SLUICE_KAFKA__BROKERS"},
 		{[]string{"SLUICE_GROUP=a", "SLUICE_group=b"}, "group", "set twice, by environment variables SLUICE_GROUP and SLUICE_group"},

@@ -65,6 +65,9 @@ func (c *Config) validateKafka() *Error {
 	if k.FetchMaxBytes != 0 && (k.FetchMaxBytes < MiB || k.FetchMaxBytes > 1024*MiB) { // 0: the default
 		return errorf("kafka.fetch_max_bytes", "must be between 1MiB and 1GiB, got %s", k.FetchMaxBytes)
 	}
+	if err := checkEnum("kafka.compression", k.Compression, CompressionNone, CompressionSnappy, CompressionLZ4, CompressionZstd, CompressionGzip); err != nil {
+		return err
+	}
 	if k.TransactionTimeout < time.Second {
 		return errorf("kafka.transaction_timeout", "must be at least 1s, got %s", fmtDuration(k.TransactionTimeout))
 	}

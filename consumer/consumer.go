@@ -272,6 +272,7 @@ func (e *Engine) Run(ctx context.Context) error {
 		Topics:             e.o.Plan.Topics(),
 		CoPartitioned:      e.o.Plan.CoPartitioned(),
 		FetchMaxBytes:      int64(cfg.Kafka.FetchMaxBytes),
+		Compression:        cfg.Kafka.Compression,
 		Limits:             limits,
 		Logger:             e.log,
 		Extra: append([]kgo.Opt{

@@ -55,6 +55,9 @@ type Options struct {
 	// spans them); a topic in none is balanced alone.
 	CoPartitioned [][]string
 	FetchMaxBytes int64 // bound of one fetch response (kafka.fetch_max_bytes); 0: 32 MiB
+	// Compression is the codec of the produced batches (kafka.compression: none, snappy, lz4,
+	// zstd, gzip); "" is none.
+	Compression string
 	// Limits are the effective max.message.bytes of the topics the session writes
 	// (changelog.MaxMessageBytes, read at start): each topic's batches are bounded by
 	// Limits.BatchMaxBytes. A topic missing from it gets DefaultBatchMaxBytes.
@@ -180,6 +183,23 @@ func FetchOpts(fetchMaxBytes int64) []kgo.Opt {
 	}
 }
 
+// Codec returns the franz-go codec of a kafka.compression value ("" is none).
+func Codec(name string) (kgo.CompressionCodec, error) {
+	switch name {
+	case "", "none":
+		return kgo.NoCompression(), nil
+	case "snappy":
+		return kgo.SnappyCompression(), nil
+	case "lz4":
+		return kgo.Lz4Compression(), nil
+	case "zstd":
+		return kgo.ZstdCompression(), nil
+	case "gzip":
+		return kgo.GzipCompression(), nil
+	}
+	return kgo.CompressionCodec{}, fmt.Errorf("kafka.compression: unknown codec %q", name)
+}
+
 // Open creates the client. It does not block on the network.
 func Open(o Options) (*Session, error) {
 	opts := []kgo.Opt{
@@ -205,6 +225,11 @@ func Open(o Options) (*Session, error) {
 		kgo.MetadataMinAge(metadataMinAge),
 	}
 	opts = append(opts, FetchOpts(o.FetchMaxBytes)...)
+	codec, err := Codec(o.Compression)
+	if err != nil {
+		return nil, err
+	}
+	opts = append(opts, kgo.ProducerBatchCompression(codec))
 	if o.InstanceID != "" {
 		opts = append(opts, kgo.InstanceID(o.InstanceID))
 	}

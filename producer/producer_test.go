@@ -1,6 +1,7 @@
 package producer
 
 import (
+	"bytes"
 	"context"
 	"math/rand/v2"
 	"strconv"
@@ -215,4 +216,59 @@ func mustClient(t *testing.T, brokers []string) *kgo.Client {
 	}
 	t.Cleanup(cl.Close)
 	return cl
+}
+
+// TestCompression: kafka.compression is the codec of the batches a Session produces, as a
+// consumer sees them (the codec is in each record's batch attributes), none by default, and
+// every codec's records read back as produced.
+func TestCompression(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "in", "out"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	codecs := []struct {
+		name string
+		want uint8 // the codec's number in a batch's attributes (Kafka's protocol)
+	}{{"", 0}, {"none", 0}, {"gzip", 1}, {"snappy", 2}, {"lz4", 3}, {"zstd", 4}}
+	value := func(name string) []byte { return append([]byte(name+":"), make([]byte, 4<<10)...) } // compressible
+	for _, tc := range codecs {
+		s, err := Open(Options{Brokers: c.ListenAddrs(), Group: "g", Guarantee: AtLeastOnce, Topics: []string{"in"}, Compression: tc.name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+		var perr error
+		s.Produce(&kgo.Record{Topic: "out", Partition: 0, Value: value(tc.name)}, func(_ *kgo.Record, err error) { perr = err })
+		if err := s.Flush(ctx); err != nil || perr != nil {
+			t.Fatalf("%q: flush: %v, produce: %v", tc.name, err, perr)
+		}
+		s.Close(ctx)
+		cancel()
+	}
+	if _, err := Codec("brotli"); err == nil {
+		t.Fatal(`Codec("brotli"): no error`)
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.ConsumeTopics("out"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	var recs []*kgo.Record
+	for len(recs) < len(codecs) && ctx.Err() == nil {
+		recs = append(recs, cl.PollFetches(ctx).Records()...)
+	}
+	if len(recs) != len(codecs) {
+		t.Fatalf("read %d records, want %d", len(recs), len(codecs))
+	}
+	for i, tc := range codecs {
+		if got := recs[i].Attrs.CompressionType(); got != tc.want {
+			t.Errorf("compression %q: batch codec %d, want %d", tc.name, got, tc.want)
+		}
+		if !bytes.Equal(recs[i].Value, value(tc.name)) {
+			t.Errorf("compression %q: read back %.20q..., want what was produced", tc.name, recs[i].Value)
+		}
+	}
 }
