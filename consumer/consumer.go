@@ -76,6 +76,10 @@ type Options struct {
 	// committed its end. Every task starts in backlog mode, as with backlog.mode always
 	// (task.Deps.Bounded), whatever Config says.
 	Bounded bool
+	// Partitions, if set, is called with the number of topic-partitions the member consumes
+	// (tables included) after each change of its assignment (sluice run: the memory limit).
+	// It is called from the group's callbacks, without the engine's locks held.
+	Partitions func(n int)
 }
 
 // Engine runs a pipeline as one member of the group. Run is called once; Status and Ready are

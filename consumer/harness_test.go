@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -106,6 +107,9 @@ type engine struct {
 	done chan struct{}
 	err  error // Run's result, valid after done
 	stop context.CancelFunc
+	// partitions is the last count of consumed topic-partitions the engine reported
+	// (Options.Partitions; -1 before the first).
+	partitions atomic.Int64
 }
 
 // newEngine builds an engine over store (nil: a fresh in-memory store) without starting it;
@@ -120,6 +124,7 @@ func newEngine(t *testing.T, cfg *configs.Config, store state.Store, kafkaOpts .
 		store = state.NewMem()
 	}
 	e := &engine{cfg: cfg, reg: prometheus.NewRegistry(), logs: &logBuffer{}, done: make(chan struct{})}
+	e.partitions.Store(-1)
 	// A fetch that finds no data waits FetchMaxWait (kgo's default: 5s) before the client sends
 	// the next one, and a partition resumed after its restore joins only that next fetch (see
 	// TestRestoredPartitionFetchedPromptly). A short wait keeps these tests fast; a caller's
@@ -127,11 +132,12 @@ func newEngine(t *testing.T, cfg *configs.Config, store state.Store, kafkaOpts .
 	kafkaOpts = append([]kgo.Opt{kgo.FetchMaxWait(100 * time.Millisecond)}, kafkaOpts...)
 	e.Engine, err = consumer.New(consumer.Options{
 		Config: cfg, Plan: plan, Store: store,
-		Budget:    sorter.NewBudget(int64(cfg.Backlog.SortMemory)),
-		SortDir:   t.TempDir(),
-		Registry:  e.reg,
-		Logger:    slog.New(slog.NewTextHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
-		KafkaOpts: kafkaOpts,
+		Budget:     sorter.NewBudget(int64(cfg.Backlog.SortMemory)),
+		SortDir:    t.TempDir(),
+		Registry:   e.reg,
+		Logger:     slog.New(slog.NewTextHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		KafkaOpts:  kafkaOpts,
+		Partitions: func(n int) { e.partitions.Store(int64(n)) },
 	})
 	if err != nil {
 		t.Fatalf("consumer.New: %v", err)

@@ -263,6 +263,11 @@ func TestRepartitionPurgedUpToCommitted(t *testing.T) {
 		}
 		return true, e.failed()
 	})
+	// The member consumes the orders, the table and the repartition topic, every partition of
+	// each (sluice run sets its memory limit by this count).
+	if got, want := e.partitions.Load(), int64(3*partitions); got != want {
+		t.Errorf("Options.Partitions reported %d topic-partitions consumed, want %d (orders, %s, %s)", got, want, tableTopic, repart)
+	}
 	var purged bool
 	waitFor(t, 20*time.Second, "the repartition topic purged up to its committed offsets", func() (bool, error) {
 		starts, err := adm.ListStartOffsets(t.Context(), repart)

@@ -101,8 +101,11 @@ func (e *Engine) assigned(ctx context.Context, cl *kgo.Client, a map[string][]in
 			start = append(start, r)
 		}
 	}
-	n := len(e.runs)
+	n, parts := len(e.runs), e.partitionsLocked()
 	e.mu.Unlock()
+	if e.o.Partitions != nil {
+		e.o.Partitions(parts)
+	}
 	// Pause before the goroutines start: each resumes its partition once restored.
 	cl.PauseFetchPartitions(pause)
 	for _, r := range start {
@@ -128,7 +131,11 @@ func (e *Engine) revoked(rv map[string][]int32, how string) {
 		}
 	}
 	e.m.tasks.Set(float64(len(e.runs)))
+	parts := e.partitionsLocked()
 	e.mu.Unlock()
+	if e.o.Partitions != nil {
+		e.o.Partitions(parts)
+	}
 	for _, r := range stop {
 		r.cancel()
 		<-r.done
@@ -490,6 +497,16 @@ func (e *Engine) resume(cl *kgo.Client, r *runner) {
 		}
 	}
 	cl.ResumeFetchPartitions(res)
+}
+
+// partitionsLocked returns the number of topic-partitions the member's tasks consume. e.mu is
+// held.
+func (e *Engine) partitionsLocked() int {
+	n := 0
+	for _, r := range e.runs {
+		n += len(r.topics)
+	}
+	return n
 }
 
 func sortedTopics(a map[string][]int32) []string {

@@ -408,8 +408,8 @@ func checkSluiceContainer(t *testing.T, objs []k8sObject, workload k8sObject, po
 	// The memory limit holds the sort budget and the heap allowance sluice plans for.
 	if lim := str(get(c, "resources", "limits", "memory")); lim == "" {
 		t.Errorf("no memory limit")
-	} else if got, need := quantityBytes(t, lim), int64(cfg.Backlog.SortMemory)+memAllowance; got < need+need/4 {
-		t.Errorf("memory limit %s is below backlog.sort_memory + %dMiB heap allowance (%dMiB) plus a quarter for Pebble and the rest", lim, memAllowance>>20, need>>20)
+	} else if got, need := quantityBytes(t, lim), memoryLimit(int64(cfg.Backlog.SortMemory), 8); got < need+need/4 {
+		t.Errorf("memory limit %s is below the Go memory limit of backlog.sort_memory with 8 partitions (%dMiB) plus a quarter for Pebble and the rest", lim, need>>20)
 	}
 
 	// The grace period covers the preStop sleep, a checkpoint in flight at SIGTERM (bounded by

@@ -48,16 +48,29 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	return runPipeline(ctx, cfg, newLogger(cfg, stderr), runOpts{bounded: *bounded})
 }
 
-// memAllowance is the memory beyond backlog.sort_memory the process plans for (GOMEMLIMIT): the
-// fetch buffers of every input (up to kafka.fetch_max_bytes each in flight and buffered), the
-// records being decoded and produced, the re-keying tables. At 128 MiB a pipeline of several
-// inputs (Nexmark q16: the bids and five internal topics) kept its live heap at the limit beside
-// a full sort budget, and the collector ran back to back: 24% of its CPU, the whole run 1.5x
-// the CPU it takes with 224 MiB; the 10M-record / 5M-key backlog took twice the time. 224 MiB
-// keeps that backlog's peak RSS (509 MiB) within sort_memory + 256 MiB, leaving the rest for
-// Pebble's cache and memtables, which live outside the Go heap (BENCHMARKS.md, "The memory
-// limit's allowance").
-const memAllowance = 224 << 20
+// The soft memory limit (GOMEMLIMIT) is backlog.sort_memory, plus memBase, plus memPerPartition
+// for every topic-partition the process consumes (memoryLimit). Beyond the sort budget the heap
+// holds the records fetched and not yet processed, the records being decoded and produced, the
+// re-keying and combining tables. The fetched records grow with the partitions: each task has a
+// batch in hand and one queued (up to 2 MiB of a partition each, and as many again in franz-go's
+// record structs for small records), so a pipeline of several stages, which reads its internal
+// topics too, holds several times what a single stage does. A limit below the live heap does not
+// save memory, it makes the collector run back to back: with the fixed 224 MiB of before, Nexmark
+// q5 (24 partitions) sat at the limit and its whole run took 1.4x the CPU it takes with 8 MiB a
+// partition; q16 (48 partitions) the same (BENCHMARKS.md, "The memory limit's allowance" and
+// "The memory limit grows with the partitions"). 160 MiB + 8 partitions' 64 MiB is the 224 MiB
+// that keeps the 10M-record / 5M-key backlog's peak RSS (509 MiB) within sort_memory + 256 MiB;
+// Pebble's cache and memtables live outside the Go heap.
+const (
+	memBase         = 160 << 20
+	memPerPartition = 8 << 20
+)
+
+// memoryLimit is the memory limit of a process with the sort budget sortMemory that consumes
+// partitions topic-partitions.
+func memoryLimit(sortMemory int64, partitions int) int64 {
+	return sortMemory + memBase + int64(max(partitions, 0))*memPerPartition
+}
 
 // runOpts are the hooks demo and tests use around a pipeline run.
 type runOpts struct {
@@ -92,13 +105,18 @@ func runPipeline(ctx context.Context, cfg *configs.Config, log *slog.Logger, ro 
 		cfg.Kafka.Brokers = c.ListenAddrs()
 		log.Info("embedded broker started", "addr", cfg.Kafka.Brokers)
 	}
+	var partitions func(int)
 	if os.Getenv("GOMEMLIMIT") == "" {
 		// The sort budget is live heap; Go's default pacing would let the heap reach twice the
-		// live size. A soft limit keeps the process near sort_memory plus a fixed allowance for
-		// fetch and produce buffers, Pebble's memtables and cache.
-		limit := int64(cfg.Backlog.SortMemory) + memAllowance
-		debug.SetMemoryLimit(limit)
-		log.Debug("memory limit set", "bytes", limit)
+		// live size. A soft limit keeps the process near sort_memory plus an allowance for the
+		// records fetched (per partition consumed), decoded and produced; it follows the
+		// assignment.
+		partitions = func(n int) {
+			limit := memoryLimit(int64(cfg.Backlog.SortMemory), n)
+			debug.SetMemoryLimit(limit)
+			log.Debug("memory limit set", "bytes", limit, "partitions", n)
+		}
+		partitions(0)
 	}
 	store, err := openState(cfg.Processing.StateDir, int64(cfg.Processing.MinFreeSpace), log)
 	if err != nil {
@@ -121,6 +139,7 @@ func runPipeline(ctx context.Context, cfg *configs.Config, log *slog.Logger, ro 
 		Config: cfg, Plan: plan, Store: store, Values: values, Encoders: encoders,
 		Budget:  sorter.NewBudget(int64(cfg.Backlog.SortMemory)),
 		SortDir: sortDir, Registry: reg, Logger: log, KafkaOpts: ro.kafkaOpts, Bounded: ro.bounded,
+		Partitions: partitions,
 	})
 	if err != nil {
 		return err
