@@ -56,10 +56,10 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 // record structs for small records), so a pipeline of several stages, which reads its internal
 // topics too, holds several times what a single stage does. A limit below the live heap does not
 // save memory, it makes the collector run back to back: with the fixed 224 MiB of before, Nexmark
-// q5 (24 partitions) sat at the limit and its whole run took 1.4x the CPU it takes with 8 MiB a
-// partition; q16 (48 partitions) the same (BENCHMARKS.md, "The memory limit's allowance" and
-// "The memory limit grows with the partitions"). 160 MiB + 8 partitions' 64 MiB is the 224 MiB
-// that keeps the 10M-record / 5M-key backlog's peak RSS (509 MiB) within sort_memory + 256 MiB;
+// q5 (24 partitions) took 1.3x the CPU it takes with 8 MiB a partition, q16 (48 partitions) 1.7x
+// (BENCHMARKS.md, "Uncompressed batches, and a memory limit that grows with the partitions").
+// 160 MiB + 8 partitions' 64 MiB is the 224 MiB that keeps the 10M-record / 5M-key backlog's
+// peak RSS (509 MiB) within sort_memory + 256 MiB (BENCHMARKS.md, "The memory limit's allowance");
 // Pebble's cache and memtables live outside the Go heap.
 const (
 	memBase         = 160 << 20
