@@ -50,8 +50,10 @@ type benchOpts struct {
 	commitInterval time.Duration
 	timeout        time.Duration
 	stall          time.Duration
-	changelog      string // --workload orders: the aggregate's changelog (topic or output)
-	instances      int    // child processes per run, one group
+	changelog      string    // --workload orders: the aggregate's changelog (topic or output)
+	instances      int       // child processes per run, one group
+	pprof          bool      // serve /debug/pprof/ on each child's HTTP port
+	stderr         io.Writer // where a child's pprof address is printed
 }
 
 // benchRun is the measurement of one child run.
@@ -279,7 +281,7 @@ func benchTopics(w benchWorkload, prefix string, embedded bool) map[string]strin
 // results, and prints a line for the ceiling, one per run, and a last line with the speedup and
 // auto's rate over the ceiling's (ceiling_ratio).
 func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
-	o := benchOpts{sortMemory: 256 * configs.MiB}
+	o := benchOpts{sortMemory: 256 * configs.MiB, stderr: stderr}
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.StringVar(&o.workload, "workload", benchOrders, "orders (a total per customer), windows (a total per customer and tumbling window, emit: final), "+
 		"rollup (windows over windows: those totals rolled up into windows of --rollup), "+
@@ -300,6 +302,7 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 	fs.DurationVar(&o.timeout, "timeout", 30*time.Minute, "give up on a run after this long")
 	fs.IntVar(&o.instances, "instances", 1, "child sluice processes per run, in one group (each with its own state dir): a scale-out run")
 	fs.StringVar(&o.changelog, "changelog", configs.ChangelogOwnTopic, "--workload orders: the aggregate's changelog: topic (its own topic) or output (its sink's topic, one write per key)")
+	fs.BoolVar(&o.pprof, "pprof", false, "serve /debug/pprof/ on each child's HTTP port (http.pprof), printed when the child starts, to profile a run")
 	fs.DurationVar(&o.stall, "stall", 10*time.Minute, "give up on a run whose /status shows no progress for this long (status moves per fetched batch, which can take minutes with a small cache)")
 	if err := parseFlags(fs, args, stderr); err != nil {
 		return err
@@ -573,10 +576,10 @@ group: %[2]s
 instance_id: %[1]s-0
 processing: {guarantee: exactly_once, commit_interval: %[3]s, state_dir: %[4]q, cache_keys: %[5]d}
 backlog: {mode: %[1]s, enter_lag: %[6]d, exit_lag: %[7]d, sort_memory: %[8]q}
-http: {listen: "127.0.0.1:%[9]d"}
+http: {listen: "127.0.0.1:%[9]d", pprof: %[10]t}
 log: {level: info, format: text}
 `, mode, group, o.commitInterval, filepath.Join(dir, mode+"-state"), o.cache, o.enterLag, min(500, o.enterLag/2),
-		o.sortMemory.String(), port) + wl.pipeline(topics, sink)
+		o.sortMemory.String(), port, o.pprof) + wl.pipeline(topics, sink)
 }
 
 // benchValidate runs `bin validate` on the config of a run in mode, so that a sluice that
@@ -728,6 +731,9 @@ func startKid(o benchOpts, wl benchWorkload, bin, mode, name string, i int, dir,
 		return nil, fmt.Errorf("bench: start %s: %w", bin, err)
 	}
 	go func() { k.err = k.cmd.Wait(); close(k.exited) }()
+	if o.pprof {
+		fmt.Fprintf(o.stderr, "bench: %s (pid %d) serves http://127.0.0.1:%d/debug/pprof/\n", name, k.cmd.Process.Pid, port)
+	}
 	return k, nil
 }
 

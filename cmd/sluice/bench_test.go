@@ -22,9 +22,14 @@ func TestBench(t *testing.T) {
 	}
 	buildBenchBinary(t)
 	var out, errb bytes.Buffer
-	code := realMain([]string{"bench", "--records", "20000", "--keys", "500", "--stall", "20s"}, &out, &errb)
+	code := realMain([]string{"bench", "--records", "20000", "--keys", "500", "--stall", "20s", "--pprof"}, &out, &errb)
 	if code != 0 {
 		t.Fatalf("bench exit %d\nstdout:\n%s\nstderr:\n%s", code, out.String(), errb.String())
+	}
+	for _, mode := range []string{"never", "auto"} {
+		if !regexp.MustCompile(`bench: ` + mode + ` \(pid \d+\) serves http://127\.0\.0\.1:\d+/debug/pprof/\n`).MatchString(errb.String()) {
+			t.Errorf("--pprof: stderr does not give %s's profile address:\n%s", mode, errb.String())
+		}
 	}
 	for _, want := range []string{"mode=never records=20000 ", "mode=auto records=20000 ", "\nspeedup=", " equivalent=true ceiling_ratio="} {
 		if !strings.Contains(out.String(), want) {
