@@ -194,27 +194,35 @@ func eachRow(ctx context.Context, brokers []string, topic string, s spec, flink 
 	})
 }
 
-// relation reads topic and returns its rows, normalized, as a multiset: an append topic's
-// every row, an upsert topic's latest row per key.
-func relation(ctx context.Context, brokers []string, topic string, s spec, flink bool) (map[string]int, error) {
-	rows := make(map[string]int)
-	latest := make(map[string]string)
+// eachResult calls add with each row of the relation topic holds, made by conv: an append
+// topic's every row, an upsert topic's latest row per key.
+func eachResult[V any](ctx context.Context, brokers []string, topic string, s spec, flink bool, conv func(row string) V, add func(V)) error {
+	latest := make(map[string]V)
 	upsert := (flink && s.flinkUpsert) || (!flink && s.sluiceUpsert)
 	err := eachRow(ctx, brokers, topic, s, flink, func(key []byte, row string, tomb bool) {
 		switch {
 		case tomb:
 			delete(latest, string(key))
 		case upsert:
-			latest[string(key)] = row
+			latest[string(key)] = conv(row)
 		default:
-			rows[row]++
+			add(conv(row))
 		}
 	})
 	if err != nil {
-		return nil, err
+		return err
 	}
-	for _, row := range latest {
-		rows[row]++
+	for _, v := range latest {
+		add(v)
+	}
+	return nil
+}
+
+// relation reads topic and returns its rows, normalized, as a multiset (eachResult).
+func relation(ctx context.Context, brokers []string, topic string, s spec, flink bool) (map[string]int, error) {
+	rows := make(map[string]int)
+	if err := eachResult(ctx, brokers, topic, s, flink, func(row string) string { return row }, func(row string) { rows[row]++ }); err != nil {
+		return nil, err
 	}
 	if s.sumBy {
 		sums := make(map[string]*big.Rat)
@@ -256,23 +264,8 @@ func (d digest) cmp(e digest) int {
 // digests reads topic as relation does and returns its rows' digests, sorted (a multiset).
 func digests(ctx context.Context, brokers []string, topic string, s spec, flink bool) ([]digest, error) {
 	var out []digest
-	latest := make(map[string]digest)
-	upsert := (flink && s.flinkUpsert) || (!flink && s.sluiceUpsert)
-	err := eachRow(ctx, brokers, topic, s, flink, func(key []byte, row string, tomb bool) {
-		switch {
-		case tomb:
-			delete(latest, string(key))
-		case upsert:
-			latest[string(key)] = digestOf(row)
-		default:
-			out = append(out, digestOf(row))
-		}
-	})
-	if err != nil {
+	if err := eachResult(ctx, brokers, topic, s, flink, digestOf, func(d digest) { out = append(out, d) }); err != nil {
 		return nil, err
-	}
-	for _, d := range latest {
-		out = append(out, d)
 	}
 	slices.SortFunc(out, digest.cmp)
 	return out, nil
