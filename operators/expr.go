@@ -86,11 +86,12 @@ type exprEnv struct {
 	// The trees' side (exprfast.go): the members they read, the record of the last begin,
 	// whether the trees may run on it and whether vars hold it, and how many programs have no
 	// tree (any: the VM runs them all).
-	slots  []fslot
-	rec    *Record
-	fast   bool
-	filled bool
-	slow   int
+	slots   []fslot
+	parents []pathParent // the top-level members the path slots read into
+	rec     *Record
+	fast    bool
+	filled  bool
+	slow    int
 }
 
 // identVisitor collects identifiers (other than the names of called functions) and calls of

@@ -1,20 +1,26 @@
 package operators
 
 import (
+	"bytes"
 	"cmp"
 	"math"
 	"slices"
 	"strings"
+	"unsafe"
 
 	"github.com/expr-lang/expr/ast"
 	"github.com/expr-lang/expr/vm"
 )
 
-// Expressions of the usual shapes (members, literals, comparisons, && || !, ?:, + - * / % **,
-// unary minus, and calls of sluice's functions and of the exact numeric builtins) also compile
-// to a tree of Go functions on typed values: no variables map, no boxing of the numbers in
-// between, no VM dispatch. For q17's map (a date and three conditional counts per bid) that is
-// most of the stage's CPU.
+// Expressions of the usual shapes (members and member paths such as bid.price, literals,
+// comparisons, && || !, ?:, + - * / % **, unary minus, and calls of sluice's functions and of
+// the exact numeric builtins) also compile to a tree of Go functions on typed values: no
+// variables map, no boxing of the numbers in between, no VM dispatch. For q17's map (a date and
+// three conditional counts per bid) that is most of the stage's CPU. A member path reads into
+// its top-level member's object through an index of it (pathParent), made once per record and
+// taken again, with the values decoded from it, for a record whose member has the same bytes:
+// a join's where on the side that stays while the other side's records pair with it (the
+// VM decodes the whole object into a map, every time).
 //
 // The tree is an accelerator, not a second semantics: it computes a result only where it
 // computes the VM's exact result (ints, decimals, strings and bools in the combinations listed
@@ -98,20 +104,33 @@ func fvalOf(v any) fval {
 // expression.
 type fnode func(e *exprEnv) (v fval, ok bool)
 
-// fslot is a member the trees read, decoded once per record.
+// fslot is a member the trees read, decoded once per record: a top-level member, or a member
+// path (bid.price: parts), whose text is its name.
 type fslot struct {
-	name string
-	v    fval
+	name   string
+	parts  []string
+	parent int    // a path's: its top-level member's index in exprEnv.parents
+	gen    uint64 // a path's: its parent's gen when v was decoded (0: never)
+	v      fval
 }
 
-// slot returns the index of member name's slot.
+// slot returns the index of member name's slot; name a.b.c is a member path.
 func (e *exprEnv) slot(name string) int {
 	for k := range e.slots {
 		if e.slots[k].name == name {
 			return k
 		}
 	}
-	e.slots = append(e.slots, fslot{name: name})
+	s := fslot{name: name}
+	if strings.Contains(name, ".") {
+		s.parts = strings.Split(name, ".")
+		s.parent = slices.IndexFunc(e.parents, func(o pathParent) bool { return o.name == s.parts[0] })
+		if s.parent < 0 {
+			s.parent = len(e.parents)
+			e.parents = append(e.parents, pathParent{parentObject: parentObject{name: s.parts[0]}})
+		}
+	}
+	e.slots = append(e.slots, s)
 	return len(e.slots) - 1
 }
 
@@ -151,14 +170,25 @@ func (e *exprEnv) run(p *program) (any, error) {
 // decodeSlots reads the slots' members of r as fill reads them (ints, exact decimals,
 // unescaped strings); false when fill must (r is not an object, a number out of range).
 func (e *exprEnv) decodeSlots(r *Record) bool {
+	e.forgetParents()
 	idx, err := r.index()
 	if err != nil {
 		return false
 	}
 	for k := range e.slots {
 		s := &e.slots[k]
-		raw, ok := memberOf(r.Value, idx, s.name)
-		if !ok {
+		var raw []byte
+		var ok bool
+		if s.parts == nil {
+			raw, ok = memberOf(r.Value, idx, s.name)
+		} else if raw, ok = e.pathOf(r, idx, s); !ok {
+			return false
+		} else if o := &e.parents[s.parent]; s.gen == o.gen {
+			continue // the same object as when s was decoded: the same value
+		} else {
+			s.gen = o.gen
+		}
+		if raw == nil {
 			s.v = fval{}
 			continue
 		}
@@ -178,6 +208,7 @@ func (e *exprEnv) decodeSlots(r *Record) bool {
 		case '{', '[':
 			v, _, err := e.dec.value(raw, 0) // as fill decodes it, errors included
 			if err != nil {
+				s.gen = 0
 				return false
 			}
 			s.v = fval{k: fAny, x: v}
@@ -192,9 +223,141 @@ func (e *exprEnv) decodeSlots(r *Record) bool {
 			}
 			d, err := parseValidDec(num)
 			if err != nil {
+				s.gen = 0
 				return false
 			}
 			s.v = fval{k: fDec, x: d}
+		}
+	}
+	return true
+}
+
+// pathParent is the top-level member a path slot reads into: its object's index, made once
+// per record, and taken again for a record whose member has the same bytes as the last one
+// indexed (the one side of a join that stays while the other side's records pair with it).
+type pathParent struct {
+	parentObject
+	ok  bool   // the member is an object that decodes (decodable) and members index it
+	gen uint64 // counts the objects indexed: a slot decoded at this gen may keep its value
+}
+
+// pathOf returns the raw JSON of path slot s of r (nil when its last member is missing), as the
+// VM reads it: its top-level member an object that decodes whole (fill decodes it whole), each
+// part but the last an object; false where the VM must run (a missing or non-object parent, a
+// number out of range anywhere in the top-level member).
+func (e *exprEnv) pathOf(r *Record, idx []member, s *fslot) ([]byte, bool) {
+	o := &e.parents[s.parent]
+	if !o.seen {
+		o.seen, o.ok, o.raw = true, false, nil
+		raw, found := memberOf(r.Value, idx, o.name)
+		switch {
+		case !found || raw[0] != '{':
+		case o.indexed && bytes.Equal(raw, o.last):
+			o.raw, o.ok = raw, true // members index it already
+		default:
+			var err error
+			o.gen++
+			o.members, err = indexObject(raw, o.members)
+			o.indexed = err == nil && membersDecodable(raw, o.members)
+			o.last = o.last[:0]
+			if o.indexed {
+				o.raw, o.ok = raw, true
+				if len(raw) <= maxLastParent {
+					o.last = append(o.last, raw...)
+				}
+			}
+		}
+	}
+	if !o.ok {
+		return nil, false
+	}
+	raw, ok := memberOf(o.raw, o.members, s.parts[1])
+	for _, part := range s.parts[2:] {
+		if !ok || len(raw) == 0 || raw[0] != '{' {
+			return nil, false // a member of a missing member or of a non-object: the VM fails
+		}
+		raw, ok = findMember(raw, part)
+	}
+	if !ok {
+		return nil, true // a map's missing member is nil
+	}
+	return raw, true
+}
+
+// forgetParents marks the path parents as not looked up for the current record.
+func (e *exprEnv) forgetParents() {
+	for k := range e.parents {
+		e.parents[k].seen = false
+	}
+}
+
+// parentIndex sets *dst to the index of the object raw when e indexed that very slice for the
+// record of its last begin (a path's parent), and reports whether it did.
+func (e *exprEnv) parentIndex(raw []byte, dst *[]member) bool {
+	for k := range e.parents {
+		if o := &e.parents[k]; o.seen && o.ok && sameBytes(o.raw, raw) {
+			*dst = append((*dst)[:0], o.members...)
+			return true
+		}
+	}
+	return false
+}
+
+// sameBytes reports whether a and b are the same slice of memory.
+func sameBytes(a, b []byte) bool {
+	return len(a) == len(b) && len(a) > 0 && unsafe.SliceData(a) == unsafe.SliceData(b)
+}
+
+// membersDecodable reports whether jsonDecoder.value decodes the object o, whose members idx
+// indexes, without an error: every number in it an int64 or in the decimal range.
+func membersDecodable(o []byte, idx []member) bool {
+	for _, m := range idx {
+		v := o[m.vs:m.ve]
+		switch c := v[0]; {
+		case c == '{' || c == '[':
+			if !decodable(v) {
+				return false
+			}
+		case c == '-' || c >= '0' && c <= '9':
+			if !numberDecodes(v) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// numberDecodes reports whether jsonDecoder.value decodes the JSON number num.
+func numberDecodes(num []byte) bool {
+	if len(num) <= 18 && isInteger(num) {
+		return true // an int64
+	}
+	if isInteger(num) {
+		if _, ok := parseInt64(num); ok {
+			return true
+		}
+	}
+	_, err := parseValidDec(num)
+	return err == nil
+}
+
+// decodable reports whether jsonDecoder.value decodes the validated JSON value b without an
+// error.
+func decodable(b []byte) bool {
+	for i := 0; i < len(b); i++ {
+		switch c := b[i]; {
+		case c == '"':
+			end, _, err := scanString(b, i)
+			if err != nil {
+				return false
+			}
+			i = end - 1
+		case c == '-' || c >= '0' && c <= '9':
+			end, _ := scanNumber(b, i)
+			if !numberDecodes(b[i:end]) {
+				return false
+			}
+			i = end - 1
 		}
 	}
 	return true
@@ -213,6 +376,13 @@ func (e *exprEnv) compileFast(n ast.Node, src []rune) fnode {
 			return func(e *exprEnv) (fval, bool) { return fval{k: fInt, i: e.rec.Time}, true }
 		}
 		k := e.slot(n.Value)
+		return func(e *exprEnv) (fval, bool) { return e.slots[k].v, true }
+	case *ast.MemberNode:
+		p, ok := memberPath(n)
+		if !ok {
+			return nil
+		}
+		k := e.slot(p)
 		return func(e *exprEnv) (fval, bool) { return e.slots[k].v, true }
 	case *ast.IntegerNode:
 		return constant(fval{k: fInt, i: int64(n.Value)})

@@ -22,6 +22,12 @@ var fastRecords = []string{
 	`{"a":9999,"b":10000.000,"c":"x/y","a":1000000,"t":1436918400123,"n":-1000000}`,
 	`{"a":3,"b":1e400000}`,
 	`{"a":3,"f":{"g":1e400000},"h":[2e-400000]}`,
+	`{"a":1,"o":{"p":{"q":3,"r":"s"},"s":"x\u002fy","d":1.5,"i":-7},"f":{"g":2,"g":"two"}}`,
+	`{"o":{"p":1,"z":[1e400000]},"f":{"g":12.50}}`,
+	`{"o":{"p":1,"z":[1e400000]},"f":{"g":"12.50"},"a":2}`, // the same o: its index taken again, not its decoding
+	`{"a":2,"o":{"p":{"q":3,"r":"s"},"s":"x\u002fy","d":1.5,"i":-7}}`,
+	`{"o":{"p":null,"s":7,"p\u0071":1},"f":{"x":{}},"e":{"g":1}}`,
+	`{"o":{"p":{"q":99999999999999999999}},"f":{"g":"1"}}`,
 	`[1,2]`,
 	`{}`,
 }
@@ -29,6 +35,7 @@ var fastRecords = []string{
 // fastLeaves and the operators below make TestFastAgreesWithVM's expressions.
 var fastLeaves = []string{
 	"a", "b", "c", "d", "e", "f", "h", "big", "n", "t", "missing", "key", "ts",
+	"f.g", "f.x", "o.p", "o.p.q", "o.p.r", "o.s", "o.d", "o.i", `o["pq"]`, "e.g", "a.b", "h.x", "missing.x", "f.g.h",
 	"0", "1", "7", "-2", "0.5", "10000", "1000000", "3.25", `"x"`, `"x/y"`, "true", "false", "nil",
 	`["x", "x/y", "ß/ß", "X/Y"]`, "[1, 10000, -2, 5]", "[]", `["a", 1]`,
 }
@@ -74,7 +81,8 @@ func TestFastAgreesWithVM(t *testing.T) {
 		"b < 0.1", "n > 1000", "a == 10000.0", "b != 1000000", "big + 1", "big - -1", "big * 2", "-big", "n - big",
 		"1 - big", "big + n", "big * -1", "a * big", "c == 'x/y'", "d == true", "a != a", "t % 1000", "e == nil", "missing != nil",
 		"c == nil", "nil == nil", "f == nil", "b != nil", "nil == d",
-		"lower(c) in ['x/y']", "a > 1 || f == nil", "a > 1 || h == nil", "f", "h", "min(h)", "upper(c) in ['X/Y', 'SS/SS']", "a in [5, 10000]", "c in []", "b in [12]", "n in [1000]"}
+		"lower(c) in ['x/y']", "a > 1 || f == nil", "a > 1 || h == nil", "f", "h", "min(h)", "upper(c) in ['X/Y', 'SS/SS']", "a in [5, 10000]", "c in []", "b in [12]", "n in [1000]",
+		"o.p.q + 1", "o.d > f.g", "o.s == 'x/y'", "f.g * 2", "o.i < 0 && o.p.q > 2", "o.p == nil", "o.missing == nil", "o.p.x"}
 	var compiled, treed, evaluated, byTree int
 	for k := range n + len(edges) {
 		opt := expr.AsAny()
