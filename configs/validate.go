@@ -607,6 +607,9 @@ func checkStreamJoin(kp string, j *Join) *Error {
 			return err
 		}
 	}
+	if j.Where != "" && strings.TrimSpace(j.Where) == "" {
+		return errorf(kp+".where", "empty: a condition on each pair, e.g. \"bid.dateTime <= auction.expires\" (or leave it out)")
+	}
 	return checkEnum(kp+".type", j.Type, JoinInner, JoinLeft, JoinOuter)
 }
 
@@ -620,6 +623,9 @@ func (c *Config) checkJoin(kp string, j *Join) *Error {
 	}
 	if j.Unique != "" {
 		return errorf(kp+".unique", "applies to regular stream-stream joins (left and right, no within); a table has one row per key already")
+	}
+	if j.Where != "" {
+		return errorf(kp+".where", "applies to stream-stream joins; after a stream-table join, a filter reads the joined record")
 	}
 	if j.Table == "" {
 		return errorf(kp+".table", "required: a table (%s)", c.tableList())

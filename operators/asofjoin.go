@@ -61,7 +61,7 @@ const (
 // NewAsOfJoin compiles a stream-table join as of event time; versions is how long the table
 // keeps superseded versions behind the watermark.
 func NewAsOfJoin(name string, cfg configs.Join, versions int64) (*AsOfJoin, error) {
-	sel, err := NewPairSelect(name, cfg.Columns())
+	sel, err := NewPairSelect(name, cfg.Columns(), "")
 	if err != nil {
 		return nil, err
 	}

@@ -146,7 +146,7 @@ func BenchmarkPairSelect(b *testing.B) {
 	for _, f := range []string{"auction", "bidder", "price", "dateTime", "extra"} {
 		cols = append(cols, configs.Column{Name: "bid_" + f, Expr: "bid." + f})
 	}
-	sel, err := NewPairSelect("q9-join", cols)
+	sel, err := NewPairSelect("q9-join", cols, "")
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -159,7 +159,7 @@ func BenchmarkPairSelect(b *testing.B) {
 	b.SetBytes(int64(len(bid) + len(auction)))
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := sel.pair(bidB[11:15], "bid", bidB, "auction", auctionB); err != nil {
+		if _, _, err := sel.pair(bidB[11:15], "bid", bidB, "auction", auctionB); err != nil {
 			b.Fatal(err)
 		}
 	}

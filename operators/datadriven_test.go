@@ -166,7 +166,7 @@ func TestDataDriven(t *testing.T) {
 				}
 				return out.String()
 			case "join":
-				cfg := configs.Join{Left: arg("left"), Right: arg("right"), Unique: arg("unique")}
+				cfg := configs.Join{Left: arg("left"), Right: arg("right"), Unique: arg("unique"), Type: arg("type")}
 				if w := arg("within"); w != "" {
 					var err error
 					if cfg.Within, err = time.ParseDuration(w); err != nil {
@@ -177,6 +177,8 @@ func TestDataDriven(t *testing.T) {
 					name, e, ok := strings.Cut(line, ":")
 					switch {
 					case strings.TrimSpace(line) == "":
+					case strings.HasPrefix(line, "where "):
+						cfg.Where = strings.TrimPrefix(line, "where ")
 					case ok:
 						cfg.Select = append(cfg.Select, map[string]any{strings.TrimSpace(name): strings.TrimSpace(e)})
 					default:
@@ -224,6 +226,27 @@ func TestDataDriven(t *testing.T) {
 						continue
 					}
 					fmt.Fprintf(&out, "%s %s: %d\n", f[0], f[1], len(c.outs))
+					for _, o := range c.outs {
+						fmt.Fprintf(&out, "  %s\n", o)
+					}
+				}
+				return out.String()
+			case "timer":
+				// "key wm": the key's timer fires at watermark wm.
+				var out strings.Builder
+				for _, line := range strings.Split(d.Input, "\n") {
+					k, w, _ := strings.Cut(line, " ")
+					wm, err := strconv.ParseInt(w, 10, 64)
+					c := jstate[k]
+					if err != nil || c == nil {
+						d.Fatalf(t, "bad timer line %q", line)
+					}
+					c.outs = nil
+					if err := join.OnTimer(c.at(wm), []byte(k), wm); err != nil {
+						fmt.Fprintf(&out, "%s: error: %v\n", line, err)
+						continue
+					}
+					fmt.Fprintf(&out, "%s: %d\n", k, len(c.outs))
 					for _, o := range c.outs {
 						fmt.Fprintf(&out, "  %s\n", o)
 					}

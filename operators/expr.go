@@ -550,6 +550,10 @@ type selectStage struct {
 	// row is the index of the last row appendRow wrote, made as it wrote it (offsets from its
 	// opening brace).
 	row []member
+	// indexed, when set, is another env that may have indexed a parent object of this row
+	// already (a join's where, evaluated on the pair just before its columns): its index is
+	// taken rather than made again.
+	indexed *exprEnv
 }
 
 // parentObject is the first member of some member path columns, as the current row has it.
@@ -711,6 +715,9 @@ func (s *selectStage) lookupPath(r *Record, c *selectCol) ([]byte, bool) {
 		case !ok || len(raw) == 0 || raw[0] != '{':
 		case bytes.Equal(raw, o.last):
 			o.raw, o.indexed = raw, true // members index it already
+		case s.indexed != nil && s.indexed.parentIndex(raw, &o.members):
+			o.raw, o.indexed = raw, true
+			o.last = o.last[:0]
 		default:
 			var err error
 			o.members, err = indexObject(raw, o.members)
@@ -741,24 +748,43 @@ func (s *selectStage) forgetParents() {
 	}
 }
 
-// PairSelect is a join's select (configs.Join.Select): the columns it writes of each joined
-// record instead of the record. It is not safe for concurrent use (one per operator); the row
-// Row returns is its own, valid until the next call.
+// PairSelect is a join's select and where (configs.Join.Select, Where): the columns it writes
+// of each joined record instead of the record, and the condition a pair must meet. It is not
+// safe for concurrent use (one per operator); the row Row returns is its own, valid until the
+// next call.
 type PairSelect struct {
-	s      *selectStage
+	s      *selectStage // nil: the joined record itself
+	where  *program     // nil: every pair
+	wenv   exprEnv
 	rec    Record
 	out    []byte
 	joined []byte // the joined record pair writes
 }
 
-// NewPairSelect compiles the select of join name; it returns nil when cols is empty (the join
-// writes the joined record). Columns are a map's select columns, except that a column that is
-// only a member path (bids.auction, as a bare name is a member) copies that member's JSON text
-// as written, null when the record lacks it or it is not in an object, and that ts is refused:
-// a joined record has no event time of its own.
-func NewPairSelect(name string, cols []configs.Column) (*PairSelect, error) {
-	if len(cols) == 0 {
+// NewPairSelect compiles the select of join name and its where; it returns nil when both are
+// empty (the join writes every joined record). Columns are a map's select columns, except that
+// a column that is only a member path (bids.auction, as a bare name is a member) copies that
+// member's JSON text as written, null when the record lacks it or it is not in an object, and
+// that ts is refused: a joined record has no event time of its own. where is a filter's
+// expression on the joined record (ts refused too).
+func NewPairSelect(name string, cols []configs.Column, where string) (*PairSelect, error) {
+	if len(cols) == 0 && where == "" {
 		return nil, nil
+	}
+	p := &PairSelect{}
+	if where != "" {
+		w, err := compile(name, where, expr.AsBool())
+		if err != nil {
+			return nil, fmt.Errorf("%w (where)", err)
+		}
+		p.where = w
+		p.wenv.addProgram(w)
+		if p.wenv.ts {
+			return nil, fmt.Errorf("operators: %s: where: ts is not defined on a joined record (it has no event time of its own)", name)
+		}
+	}
+	if len(cols) == 0 {
+		return p, nil
 	}
 	st, err := newSelect(name, cols)
 	if err != nil {
@@ -770,8 +796,8 @@ func NewPairSelect(name string, cols []configs.Column) (*PairSelect, error) {
 		if c.prog == nil {
 			continue
 		}
-		if p, ok := memberPath(c.prog.vm.Node()); ok {
-			c.prog, c.path = nil, newPath(p)
+		if mp, ok := memberPath(c.prog.vm.Node()); ok {
+			c.prog, c.path = nil, newPath(mp)
 			c.parent = slices.IndexFunc(s.parents, func(o parentObject) bool { return o.name == c.path.parts[0] })
 			if c.parent < 0 {
 				c.parent = len(s.parents)
@@ -789,7 +815,11 @@ func NewPairSelect(name string, cols []configs.Column) (*PairSelect, error) {
 			return nil, fmt.Errorf("operators: %s: select %s: ts is not defined on a joined record (it has no event time of its own)", name, c.name)
 		}
 	}
-	return &PairSelect{s: s}, nil
+	if p.where != nil {
+		s.indexed = &p.wenv
+	}
+	p.s = s
+	return p, nil
 }
 
 // memberPath returns "a.b.c" when n is only that member access (a.b.c or a["b"]["c"], of a
@@ -818,8 +848,9 @@ func memberPath(n ast.Node) (string, bool) {
 	}
 }
 
-// Row returns the columns of the joined record value under key. A column whose expression
-// fails is null; err is only a value that is not a JSON object (a join's own bug).
+// Row returns the columns of the joined record value under key (the record itself without
+// columns). A column whose expression fails is null; err is only a value that is not a JSON
+// object (a join's own bug). The where is not evaluated: a stream-table join has none.
 func (p *PairSelect) Row(key, value []byte) ([]byte, error) {
 	p.rec.Release() // value may be a reused buffer of the length last indexed
 	p.rec.Key, p.rec.Value = key, value
@@ -828,6 +859,11 @@ func (p *PairSelect) Row(key, value []byte) ([]byte, error) {
 
 // row writes the columns of p.rec, which Row or pair set, and releases it.
 func (p *PairSelect) row() ([]byte, error) {
+	if p.s == nil {
+		out := p.rec.Value // the joined record pair wrote
+		p.rec.Release()
+		return out, nil
+	}
 	out, err := p.s.appendRow(append(p.out[:0], '{'), &p.rec, true)
 	p.out = out
 	p.rec.Release()
@@ -835,14 +871,24 @@ func (p *PairSelect) row() ([]byte, error) {
 }
 
 // Reads returns the top-level members of the joined record's member side (the name of an
-// input) that the columns read, in their order: nil when they may read it whole (a column of
-// the side itself, or an expression that names it), empty when they read none of it.
+// input) that the columns and the where read, in their order: nil when they may read it whole
+// (a column of the side itself, or an expression that names it other than through its
+// members), empty when they read none of it.
 func (p *PairSelect) Reads(side string) []string {
+	out := []string{}
+	if p.where != nil {
+		var whole bool
+		if out, whole = sideMembers(p.where.vm.Node(), side, out); whole {
+			return nil
+		}
+	}
 	s := p.s
+	if s == nil {
+		return nil // the joined record whole
+	}
 	if s.env.all || slices.Contains(s.env.names, side) {
 		return nil
 	}
-	out := []string{}
 	for _, c := range s.cols {
 		switch {
 		case c.prog != nil: // its names are the env's
@@ -862,11 +908,62 @@ func (p *PairSelect) Reads(side string) []string {
 	return out
 }
 
+// sideMembers appends to out the members of side that the expression n reads as side.m (or
+// side.m.more, side["m"]), each once, and reports whether it may read side whole: it names side
+// otherwise, or reads $env.
+func sideMembers(n ast.Node, side string, out []string) ([]string, bool) {
+	v := &pathVisitor{covered: map[*ast.IdentifierNode]bool{}}
+	ast.Walk(&n, v)
+	for _, mp := range v.paths {
+		if parts := strings.Split(mp, "."); parts[0] == side && !slices.Contains(out, parts[1]) {
+			out = append(out, parts[1])
+		}
+	}
+	for _, id := range v.idents {
+		if !v.covered[id] && (id.Value == side || id.Value == "$env") {
+			return out, true
+		}
+	}
+	return out, false
+}
+
+// pathVisitor collects an expression's member paths (memberPath) and its identifiers, and which
+// of those are a path's root.
+type pathVisitor struct {
+	paths   []string
+	idents  []*ast.IdentifierNode
+	covered map[*ast.IdentifierNode]bool
+}
+
+func (v *pathVisitor) Visit(n *ast.Node) {
+	switch x := (*n).(type) {
+	case *ast.IdentifierNode:
+		v.idents = append(v.idents, x)
+	case *ast.MemberNode:
+		mp, ok := memberPath(x)
+		if !ok {
+			return
+		}
+		v.paths = append(v.paths, mp)
+		root := x.Node
+		for {
+			m, ok := root.(*ast.MemberNode)
+			if !ok {
+				break
+			}
+			root = m.Node
+		}
+		if id, ok := root.(*ast.IdentifierNode); ok {
+			v.covered[id] = true
+		}
+	}
+}
+
 // IndexRow gives r the index of its Value when that is the row p returned last (the same
 // bytes, not a copy), as p made it while writing the row, and reports whether it did: a reader
 // of the row (a filter on it) need not scan it again.
 func (p *PairSelect) IndexRow(r *Record) bool {
-	if len(r.Value) == 0 || len(r.Value) != len(p.out) || unsafe.SliceData(r.Value) != unsafe.SliceData(p.out) {
+	if p.s == nil || len(r.Value) == 0 || len(r.Value) != len(p.out) || unsafe.SliceData(r.Value) != unsafe.SliceData(p.out) {
 		return false
 	}
 	r.members = append(r.members[:0], p.s.row...)
@@ -875,13 +972,35 @@ func (p *PairSelect) IndexRow(r *Record) bool {
 }
 
 // pair returns the columns of the pair {left: l, right: r} (a nil side is null) under key, as
-// Row returns those of that joined record, whose index it makes as it writes it.
-func (p *PairSelect) pair(key []byte, left string, l []byte, right string, r []byte) ([]byte, error) {
+// Row returns those of that joined record, whose index it makes as it writes it; ok false: the
+// where does not hold for the pair (it is evaluated only when both sides are there: a left or
+// outer join's unmatched record is not a pair).
+func (p *PairSelect) pair(key []byte, left string, l []byte, right string, r []byte) (row []byte, ok bool, err error) {
 	p.rec.Release()
 	p.joined, p.rec.members = appendPair(p.joined[:0], p.rec.members, left, l, right, r)
 	p.rec.Key, p.rec.Value = key, p.joined
 	p.rec.setIndexed(p.joined, nil)
-	return p.row()
+	if p.where != nil {
+		if l != nil && r != nil && !p.holds() {
+			p.rec.Release()
+			return nil, false, nil
+		}
+		if l == nil || r == nil {
+			p.wenv.forgetParents() // no index of the where's for the select to take
+		}
+	}
+	row, err = p.row()
+	return row, true, err
+}
+
+// holds reports whether the where is true on p.rec: false, null or an error is not.
+func (p *PairSelect) holds() bool {
+	if p.wenv.begin(&p.rec) != nil {
+		return false
+	}
+	v, err := p.wenv.run(p.where)
+	b, _ := v.(bool)
+	return err == nil && b
 }
 
 var nullJSON = []byte("null")

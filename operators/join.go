@@ -113,19 +113,22 @@ func appendPair(dst []byte, idx []member, left string, l []byte, right string, r
 }
 
 // emitPair emits the pair {left: l, right: r} as emitJoined does, building the joined record in
-// *buf; with sel, its index comes with it, so the columns are read without parsing it again.
-func emitPair(ctx Context, sel *PairSelect, buf *[]byte, key []byte, left string, l []byte, right string, r []byte) error {
+// *buf; with sel, its index comes with it, so the where and the columns read it without parsing
+// it again. It reports whether it emitted it: false when sel's where does not hold for the pair.
+func emitPair(ctx Context, sel *PairSelect, buf *[]byte, key []byte, left string, l []byte, right string, r []byte) (bool, error) {
 	if sel == nil {
 		*buf, _ = appendPair((*buf)[:0], nil, left, l, right, r)
 		ctx.Emit(*buf)
-		return nil
+		return true, nil
 	}
-	row, err := sel.pair(key, left, l, right, r)
+	row, ok, err := sel.pair(key, left, l, right, r)
 	if err != nil {
-		return fmt.Errorf("operators: join: joined record: %w", err)
+		return false, fmt.Errorf("operators: join: joined record: %w", err)
 	}
-	ctx.Emit(row)
-	return nil
+	if ok {
+		ctx.Emit(row)
+	}
+	return ok, nil
 }
 
 // emitJoined emits a join's joined record, or with sel, its columns (a column that fails is

@@ -66,7 +66,7 @@ func NewRegularJoin(name string, cfg configs.Join) (*RegularJoin, error) {
 	if cfg.Type != "" && cfg.Type != configs.JoinInner {
 		return nil, fmt.Errorf("operators: join %s: a regular join is inner (left and outer joins need within)", name)
 	}
-	sel, err := NewPairSelect(name, cfg.Columns())
+	sel, err := NewPairSelect(name, cfg.Columns(), cfg.Where)
 	if err != nil {
 		return nil, err
 	}
@@ -260,7 +260,8 @@ func (j *RegularJoin) emit(ctx Context, key []byte, side byte, value, other []by
 	if side == sideRight {
 		l, r = other, value
 	}
-	return emitPair(ctx, j.sel, &j.out, key, j.left, l, j.right, r)
+	_, err := emitPair(ctx, j.sel, &j.out, key, j.left, l, j.right, r)
+	return err
 }
 
 // OnTimer is never called (the operator sets no timer).

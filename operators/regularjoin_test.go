@@ -287,12 +287,61 @@ func TestRegularJoinKeepsSelectedMembers(t *testing.T) {
 		t.Fatalf("the side an expression reads: %s (%v), want it whole", in[1:], err)
 	}
 	for _, l := range []string{bid, `{"price":5,"t\u0069me":7,"price":6}`} {
-		row, err := j.sel.pair([]byte("a1"), "bids", []byte(l), "sellers", []byte(seller))
+		row, _, err := j.sel.pair([]byte("a1"), "bids", []byte(l), "sellers", []byte(seller))
 		if err != nil {
 			t.Fatal(err)
 		}
 		if got, want := string(row), `{"price":6,"at":7,"name":"ANN"}`; got != want {
 			t.Errorf("from %s: row %s, want %s", l, got, want)
+		}
+	}
+}
+
+// TestRegularJoinKeepsWhereMembers: a join's where adds the members it reads to those its
+// select reads (a path into a nested member keeps the top-level member), a side it names other
+// than by its members is kept whole, and a where without a select keeps both sides whole (the
+// join writes the joined records). The pairs from kept members are those from whole records.
+func TestRegularJoinKeepsWhereMembers(t *testing.T) {
+	cases := []struct {
+		where  string
+		sel    []any
+		layout string // "" : no kept part
+	}{
+		{"bids.time <= sellers.until && bids.n.x > 0", []any{map[string]any{"price": "bids.price"}}, "kept=members(bids.n,bids.price,bids.time,sellers.until)"},
+		{`sellers["until"] >= bids.time`, []any{map[string]any{"price": "bids.price"}}, "kept=members(bids.price,bids.time,sellers.until)"},
+		{"sellers != nil && bids.time > 0", []any{map[string]any{"price": "bids.price"}}, "kept=members(bids.price,bids.time,sellers)"},
+		{"bids.time <= sellers.until", nil, ""},
+	}
+	bid := `{"url":"http://x","price":5,"time":7,"n":{"x":1},"extra":"long"}`
+	seller := `{"name":"ann","until":9}`
+	for _, c := range cases {
+		j, err := NewRegularJoin("j", configs.Join{Left: "bids", Right: "sellers", Unique: "right", Where: c.where, Select: c.sel})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := j.Layout().String()
+		if c.layout == "" && strings.Contains(got, "kept") || !strings.Contains(got, c.layout) {
+			t.Fatalf("where %s: layout %q, want %q", c.where, got, c.layout)
+		}
+		var r Record
+		r.Set([]byte("a1"), 0, []byte(bid))
+		l, err := j.Project(sideLeft, &r, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Set([]byte("a1"), 0, []byte(seller))
+		rr, err := j.Project(sideRight, &r, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, ok, err := j.sel.pair([]byte("a1"), "bids", []byte(bid), "sellers", []byte(seller))
+		if err != nil || !ok {
+			t.Fatalf("where %s on whole records: %v %v", c.where, ok, err)
+		}
+		want = bytes.Clone(want)
+		row, ok, err := j.sel.pair([]byte("a1"), "bids", l[1:], "sellers", rr[1:])
+		if err != nil || !ok || c.sel != nil && !bytes.Equal(row, want) {
+			t.Errorf("where %s on kept members %s, %s: %s %v %v, want %s", c.where, l[1:], rr[1:], row, ok, err, want)
 		}
 	}
 }
@@ -307,7 +356,7 @@ func TestSelectRowIndex(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	row, err := j.sel.pair([]byte("a1"), "bids", []byte(`{"price":5,"url":"x"}`), "sellers", []byte(`{"name":"ann"}`))
+	row, _, err := j.sel.pair([]byte("a1"), "bids", []byte(`{"price":5,"url":"x"}`), "sellers", []byte(`{"name":"ann"}`))
 	if err != nil {
 		t.Fatal(err)
 	}

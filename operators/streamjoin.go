@@ -61,7 +61,7 @@ func NewStreamJoin(name string, cfg configs.Join) (*StreamJoin, error) {
 	if cfg.Left == "" || cfg.Right == "" || cfg.Within <= 0 {
 		return nil, fmt.Errorf("operators: join %s: a stream-stream join needs left, right and within > 0", name)
 	}
-	sel, err := NewPairSelect(name, cfg.Columns())
+	sel, err := NewPairSelect(name, cfg.Columns(), cfg.Where)
 	if err != nil {
 		return nil, err
 	}
@@ -135,14 +135,17 @@ func (j *StreamJoin) Process(ctx Context, key []byte, ts int64, in []byte) error
 		if r.side == nr.side || absDiff(r.ts, ts) > j.within {
 			continue
 		}
-		matched = matched || !r.matched
-		r.matched, nr.matched = true, true
 		l, rv := nr.value, r.value
 		if nr.side == sideRight {
 			l, rv = r.value, nr.value
 		}
-		if err := j.emitPair(ctx, key, l, rv); err != nil {
+		paired, err := j.emitPair(ctx, key, l, rv)
+		if err != nil {
 			return err
+		}
+		if paired { // the where held
+			matched = matched || !r.matched
+			r.matched, nr.matched = true, true
 		}
 	}
 	if matched {
@@ -171,9 +174,9 @@ func (j *StreamJoin) OnTimer(ctx Context, key []byte, at int64) error {
 			var err error
 			switch {
 			case r.side == sideLeft && j.emitLeft:
-				err = j.emitPair(ctx, key, r.value, nil)
+				_, err = j.emitPair(ctx, key, r.value, nil)
 			case r.side == sideRight && j.emitRight:
-				err = j.emitPair(ctx, key, nil, r.value)
+				_, err = j.emitPair(ctx, key, nil, r.value)
 			}
 			if err != nil {
 				return err
@@ -186,8 +189,8 @@ func (j *StreamJoin) OnTimer(ctx Context, key []byte, at int64) error {
 }
 
 // emitPair emits {"<left>": l, "<right>": r}, null for a nil side (its select's columns, with
-// one).
-func (j *StreamJoin) emitPair(ctx Context, key, l, r []byte) error {
+// one), and reports whether it did (a pair its where does not hold for is not emitted).
+func (j *StreamJoin) emitPair(ctx Context, key, l, r []byte) (bool, error) {
 	return emitPair(ctx, j.sel, &j.out, key, j.left, l, j.right, r)
 }
 

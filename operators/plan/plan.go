@@ -1227,10 +1227,14 @@ func describeDedup(w io.Writer, name string, d *configs.Dedup, maxDelay time.Dur
 
 // pairsAs says what a stream-stream join writes of each pair: the pair, or its select's columns.
 func pairsAs(j *configs.Join) string {
+	as := "as the columns " + columnNames(j)
 	if len(j.Select) == 0 {
-		return fmt.Sprintf("as {%q: ..., %q: ...}", j.Left, j.Right)
+		as = fmt.Sprintf("as {%q: ..., %q: ...}", j.Left, j.Right)
 	}
-	return "as the columns " + columnNames(j)
+	if j.Where != "" {
+		return fmt.Sprintf("where %s (not true: no pair), %s", j.Where, as)
+	}
+	return as
 }
 
 // selectNote says which columns a join with a select writes ("" without one).

@@ -19,7 +19,7 @@ import (
 func TestIdleInputReleasesTheWatermark(t *testing.T) {
 	for _, idle := range []string{"0s", "1s"} {
 		t.Run("idle_after="+idle, func(t *testing.T) {
-			cfg := strings.Replace(streamJoinConfig("never", "left", 1000, 0, 100, false), "payments: {topic: "+cgRefunds+", key: customer_id, timestamp: ts, watermark: {max_delay: 0ms}}",
+			cfg := strings.Replace(streamJoinConfig("never", "left", 1000, 0, 100, false, false), "payments: {topic: "+cgRefunds+", key: customer_id, timestamp: ts, watermark: {max_delay: 0ms}}",
 				"payments: {topic: "+cgRefunds+", key: customer_id, timestamp: ts, watermark: {max_delay: 0ms, idle_after: "+idle+"}}", 1)
 			if !strings.Contains(cfg, "idle_after: "+idle) {
 				t.Fatalf("config not rewritten:\n%s", cfg)

@@ -21,13 +21,16 @@ import (
 // computes: per key, every order with every payment (unique: the key's first of that side with
 // every record of the other).
 
-func regularJoinConfig(mode, unique string, cacheKeys int, sel bool) string {
+func regularJoinConfig(mode, unique string, cacheKeys int, sel, where bool) string {
 	u := ""
 	if unique != "" {
 		u = ", unique: " + unique
 	}
 	if sel {
 		u += pairSelect
+	}
+	if where {
+		u += pairWhere
 	}
 	return fmt.Sprintf(`
 kafka: {brokers: [127.0.0.1:9092]}
@@ -66,7 +69,7 @@ func genRegularJoin(rng *rand.Rand, n int) (left, right []*kgo.Record, recs [2][
 	return left, right, recs
 }
 
-func regularJoinOracle(recs [2][]sjRec, unique string, sel bool) []string {
+func regularJoinOracle(recs [2][]sjRec, unique string, sel, where bool) []string {
 	// With a unique side, only its first record of each key pairs.
 	keep := [2]func(sjRec) bool{}
 	for side, name := range []string{"left", "right"} {
@@ -96,7 +99,7 @@ func regularJoinOracle(recs [2][]sjRec, unique string, sel bool) []string {
 	var out []string
 	for _, r := range rights {
 		for _, l := range lefts {
-			if l.key == r.key {
+			if l.key == r.key && (!where || pairHolds(l.value, r.value)) {
 				out = append(out, pairLine(l.key, l.value, r.value, sel))
 			}
 		}
@@ -117,21 +120,21 @@ func TestRegularJoinOneAnswerTwoModes(t *testing.T) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 20))
 			unique := []string{"", "right", "left"}[rng.IntN(3)]
-			sel := rng.IntN(2) == 0
+			sel, where := rng.IntN(2) == 0, rng.IntN(2) == 0
 			left, right, recs := genRegularJoin(rng, 50+rng.IntN(600))
-			want := regularJoinOracle(recs, unique, sel)
+			want := regularJoinOracle(recs, unique, sel, where)
 			for run, mode := range []string{"never", "always", "auto", "auto", "auto"} {
 				rr := rand.New(rand.NewPCG(seed, uint64(run)))
-				r := runTwoInputs(t, rr, run, func(cacheKeys int) string { return regularJoinConfig(mode, unique, cacheKeys, sel) }, left, right)
+				r := runTwoInputs(t, rr, run, func(cacheKeys int) string { return regularJoinConfig(mode, unique, cacheKeys, sel, where) }, left, right)
 				if !slices.Equal(r.got, want) {
-					t.Fatalf("run %d (%s, unique %q, select %v, cache %d, aborts %d): pairs differ from the oracle (%d got, %d want):\n%s",
-						run, mode, unique, sel, r.cacheKeys, r.d.aborts, len(r.got), len(want), diffLines(want, r.got))
+					t.Fatalf("run %d (%s, unique %q, select %v, where %v, cache %d, aborts %d): pairs differ from the oracle (%d got, %d want):\n%s",
+						run, mode, unique, sel, where, r.cacheKeys, r.d.aborts, len(r.got), len(want), diffLines(want, r.got))
 				}
 				if r.dead != 0 {
 					t.Fatalf("run %d (%s): %d dead letters", run, mode, r.dead)
 				}
 			}
-			t.Logf("unique %q, select %v: %d pairs", unique, sel, len(want))
+			t.Logf("unique %q, select %v, where %v: %d pairs", unique, sel, where, len(want))
 		})
 	}
 }
@@ -142,7 +145,7 @@ func TestRegularJoinOneAnswerTwoModes(t *testing.T) {
 // put until the fold, so a checkpoint after the switch would commit the pair without its
 // offset, and an abort before the fold would replay the record and write the pair again.
 func TestOutboxCheckpointsBeforeBacklog(t *testing.T) {
-	plan := mustPlan(t, regularJoinConfig("auto", "right", 100000, false))
+	plan := mustPlan(t, regularJoinConfig("auto", "right", 100000, false, false))
 	tk, err := NewGroup(plan, []string{cgOrders, cgRefunds}, 0, Deps{
 		Store: state.NewMem(), Budget: sorter.NewBudget(64 << 10), SortDir: t.TempDir(),
 		Clock: (&stepClock{}).Now, Logger: discardLogger(),

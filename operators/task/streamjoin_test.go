@@ -28,6 +28,18 @@ const sjOp = "paid"
 // every record without a partner), null there.
 const pairSelect = `, select: [{o: orders.id}, {p: payments.id}, {sum: "orders.id + payments.id"}, {k: key}, {odd: "payments.id % 3 == 0 ? orders.id % 0 : orders.id * 2"}]`
 
+// pairWhere is a join's where on the ids of a pair's records; pairHolds computes it here.
+const pairWhere = `, where: "(orders.id + payments.id) % 3 != 0"`
+
+// pairHolds reports whether pairWhere holds for the pair of values l and r.
+func pairHolds(l, r string) bool {
+	var a, b struct{ ID int64 }
+	if json.Unmarshal([]byte(l), &a) != nil || json.Unmarshal([]byte(r), &b) != nil {
+		panic("pairHolds: not a record: " + l + " " + r)
+	}
+	return (a.ID+b.ID)%3 != 0
+}
+
 // pairLine is the oracle's output line of a pair (l or r "null" without a partner): the joined
 // record, or with sel the columns of pairSelect, computed here from the records' ids.
 func pairLine(key, l, r string, sel bool) string {
@@ -54,10 +66,13 @@ func pairLine(key, l, r string, sel bool) string {
 		col(o, okO), col(p, okP), col(o+p, okO && okP), key, odd)
 }
 
-func streamJoinConfig(mode, typ string, within, maxDelay int64, cacheKeys int, sel bool) string {
+func streamJoinConfig(mode, typ string, within, maxDelay int64, cacheKeys int, sel, where bool) string {
 	s := ""
 	if sel {
 		s = pairSelect
+	}
+	if where {
+		s += pairWhere
 	}
 	return fmt.Sprintf(`
 kafka: {brokers: [127.0.0.1:9092]}
@@ -107,7 +122,7 @@ func genStreamJoin(rng *rand.Rand, n int, within int64) (left, right []*kgo.Reco
 }
 
 // sjOracle returns the outputs (key + value lines) and the number of late records.
-func sjOracle(recs [2][]sjRec, within, maxDelay int64, typ string, sel bool) (out []string, late int) {
+func sjOracle(recs [2][]sjRec, within, maxDelay int64, typ string, sel, where bool) (out []string, late int) {
 	var kept [2][]sjRec
 	final := [2]int64{math.MinInt64, math.MinInt64}
 	for side := range 2 {
@@ -126,7 +141,7 @@ func sjOracle(recs [2][]sjRec, within, maxDelay int64, typ string, sel bool) (ou
 	matched := [2]map[int]bool{{}, {}}
 	for i, l := range kept[0] {
 		for j, r := range kept[1] {
-			if l.key == r.key && absI(l.ts-r.ts) <= within {
+			if l.key == r.key && absI(l.ts-r.ts) <= within && (!where || pairHolds(l.value, r.value)) {
 				out = append(out, pairLine(l.key, l.value, r.value, sel))
 				matched[0][i], matched[1][j] = true, true
 			}
@@ -176,20 +191,22 @@ func streamJoinOneAnswer(t *testing.T, seed uint64) {
 	within := int64(1000)
 	maxDelay := []int64{0, 500, 3000}[rng.IntN(3)]
 	typ := []string{"inner", "left", "outer"}[rng.IntN(3)]
-	sel := rng.IntN(2) == 0
+	sel, where := rng.IntN(2) == 0, rng.IntN(2) == 0
 	left, right, recs := genStreamJoin(rng, 100+rng.IntN(800), within)
-	want, wantLate := sjOracle(recs, within, maxDelay, typ, sel)
+	want, wantLate := sjOracle(recs, within, maxDelay, typ, sel, where)
 	for run, mode := range []string{"never", "always", "auto", "auto", "auto"} {
 		rr := rand.New(rand.NewPCG(seed, uint64(run)))
-		r := runTwoInputs(t, rr, run, func(cacheKeys int) string { return streamJoinConfig(mode, typ, within, maxDelay, cacheKeys, sel) }, left, right)
+		r := runTwoInputs(t, rr, run, func(cacheKeys int) string {
+			return streamJoinConfig(mode, typ, within, maxDelay, cacheKeys, sel, where)
+		}, left, right)
 		got, late, d, cacheKeys := r.got, r.dead, r.d, r.cacheKeys
 		if !slices.Equal(got, want) {
-			t.Fatalf("run %d (%s, %s join, select %v, max_delay %d, cache %d, aborts %d, backlog batches %v): outputs differ from the oracle (%d got, %d want):\n%s",
-				run, mode, typ, sel, maxDelay, cacheKeys, d.aborts, d.backlogBatches, len(got), len(want), diffLines(want, got))
+			t.Fatalf("run %d (%s, %s join, select %v, where %v, max_delay %d, cache %d, aborts %d, backlog batches %v): outputs differ from the oracle (%d got, %d want):\n%s",
+				run, mode, typ, sel, where, maxDelay, cacheKeys, d.aborts, d.backlogBatches, len(got), len(want), diffLines(want, got))
 		}
 		if late != wantLate {
 			t.Fatalf("run %d (%s): %d dead letters, want %d late records", run, mode, late, wantLate)
 		}
 	}
-	t.Logf("%s join, select %v, max_delay %d: %d outputs, %d late", typ, sel, maxDelay, len(want), wantLate)
+	t.Logf("%s join, select %v, where %v, max_delay %d: %d outputs, %d late", typ, sel, where, maxDelay, len(want), wantLate)
 }
