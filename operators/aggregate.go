@@ -867,3 +867,40 @@ func b2u8(b bool) byte {
 	}
 	return 0
 }
+
+// ReadsMembers returns the top-level members of its input records that the aggregate reads
+// (its fields' and string fields' first parts, the retract field, the members its wheres name),
+// each once, in no particular order; ok is false when it may read more (a where naming $env) or
+// it has several inputs (a cogroup). Its results are made of these, the record's key and its
+// event time only: a record with only these members folds to the same bytes.
+func (a *Aggregate) ReadsMembers() (names []string, ok bool) {
+	if len(a.inputs) > 1 || a.env.all {
+		return nil, false
+	}
+	names = []string{}
+	add := func(n string) {
+		if !slices.Contains(names, n) {
+			names = append(names, n)
+		}
+	}
+	for _, p := range a.fields {
+		add(p.parts[0])
+	}
+	for _, pj := range a.proj {
+		for _, p := range pj.strs {
+			add(p.parts[0])
+		}
+	}
+	if a.retract {
+		add(a.retractPath.parts[0])
+	}
+	for _, n := range a.env.names {
+		add(n)
+	}
+	return names, true
+}
+
+// ReadsMembers is its aggregate's (Aggregate.ReadsMembers; not ok for a session cogroup): a
+// session's results are made of the records' members the aggregate reads, their keys and event
+// times.
+func (s *Sessions) ReadsMembers() ([]string, bool) { return s.agg.ReadsMembers() }

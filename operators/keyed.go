@@ -99,3 +99,10 @@ type Updater interface {
 	// Flush writes the key's changes since its last Flush.
 	Flush(ctx Context, key []byte) error
 }
+
+// MemberReader is an operator whose results are made of a few top-level members of its input
+// records (besides their keys and event times): ReadsMembers names them (ok false: it may read
+// any). A writer that re-keys records for it may write only those (operators/plan, Project).
+type MemberReader interface {
+	ReadsMembers() (names []string, ok bool)
+}

@@ -189,3 +189,14 @@ func (r *Record) setValue(v []byte) error {
 	r.setIndexed(v, err)
 	return err
 }
+
+// AppendProjected appends to dst r's Value with only its top-level members named in names (as
+// written, in its order, duplicates included), and reports whether it could: false when the
+// Value is not a JSON object.
+func (r *Record) AppendProjected(dst []byte, names []string) ([]byte, bool) {
+	idx, err := r.index()
+	if err != nil {
+		return dst, false
+	}
+	return appendMembers(dst, r.Value, idx, names), true
+}

@@ -58,6 +58,14 @@ type ChainPlan struct {
 	// combines): partial states for an aggregate or cogroup, new flags only for a distinct.
 	// nil: every record goes as it is.
 	Combine *ChainPlan
+	// Project: with Rekey and no Combine, the one chain that reads the repartition topic, when
+	// its operator's results are made of a few members of its records (an aggregate of one
+	// input, windowed or over sessions, no stage before it: operators.MemberReader): the writer
+	// writes a record with only those members when the reader would fold it (it projects, and
+	// it is not late by the largest watermark the writer announces), and the record whole
+	// otherwise, so that a dead letter of the reader holds the whole record
+	// (processing.combine_before_rekey). nil: records go whole.
+	Project *ChainPlan
 	// TimedOutput: the chain's records in its internal topic carry their event time as record
 	// timestamp and the chain announces its output watermark there (attributes.go). With
 	// Output, Keyed's results are the finals of windows (tumbling, hopping or session), each at its
@@ -529,6 +537,9 @@ func NewPlan(cfg *configs.Config) (*Plan, error) {
 			if w.Rekey != "" && combines(readers[0], cfg.Processing.Guarantee == configs.ExactlyOnce) {
 				r := *readers[0]
 				w.Combine = &r
+			} else if projects(readers[0]) {
+				r := *readers[0]
+				w.Project = &r
 			}
 		}
 		// Then the keyed operators' results, whose filter may ask what a re-keying reader
@@ -619,6 +630,46 @@ func combines(r *ChainPlan, exactlyOnce bool) bool {
 	}
 	a := r.Keyed.Aggregate
 	return a != nil && a.Window == nil && !a.Retractions
+}
+
+// projectedMembers names the members the operator of r reads ("none" for none).
+func projectedMembers(r *ChainPlan) string {
+	ops, err := r.Build(nil, nil)
+	if err != nil {
+		return "?"
+	}
+	m, _ := ops.Operator().(operators.MemberReader)
+	if m == nil {
+		return "?"
+	}
+	names, _ := m.ReadsMembers()
+	if len(names) == 0 {
+		return "none"
+	}
+	names = slices.Clone(names)
+	slices.Sort(names)
+	return strings.Join(names, ", ")
+}
+
+// projects reports whether the writer of r's repartition topic may write only the members r's
+// operator reads (ChainPlan.Project): r ends in an aggregate of one input that says which
+// members it reads (operators.MemberReader), with no stage before it, and sends nothing to a
+// sink on the way.
+func projects(r *ChainPlan) bool {
+	if r.Keyed == nil || r.Keyed.Aggregate == nil || r.Cogroup != nil || len(r.Stages) > 0 || len(r.Taps) > 0 ||
+		r.Fork || r.Tombstones || r.WindowFinals || r.StreamJoin != nil || r.AsOf != nil {
+		return false
+	}
+	ops, err := r.Build(nil, nil)
+	if err != nil {
+		return false
+	}
+	m, ok := ops.Operator().(operators.MemberReader)
+	if !ok {
+		return false
+	}
+	_, ok = m.ReadsMembers()
+	return ok
 }
 
 // filtersOutput reports whether the keyed operator of w, whose results only r reads (its
@@ -877,6 +928,8 @@ func (p *Plan) Describe(w io.Writer) {
 				fmt.Fprintf(w, "     combined for distinct %s: only a record that sets a flag not yet passed for its key goes on (processing.combine_before_rekey)\n", c.Combine.Keyed.Name)
 			case c.Combine != nil:
 				fmt.Fprintf(w, "     combined for %s: one partial state per key and checkpoint, for up to cache_keys keys; beyond them records go as they are (processing.combine_before_rekey)\n", c.Combine.Keyed.Name)
+			case c.Project != nil:
+				fmt.Fprintf(w, "     projected for %s: a record it would fold goes with only the members it reads (%s), one it might dead-letter goes whole (processing.combine_before_rekey)\n", c.Project.Keyed.Name, projectedMembers(c.Project))
 			}
 		}
 		if c.AsOf != nil {
@@ -1046,6 +1099,9 @@ type Ops struct {
 	// Combine: with Rekey, the operators of the chain the writer combines its records for
 	// (ChainPlan.Combine): its Agg or its Kop (a distinct).
 	Combine *Ops
+	// Project: with Rekey, the operators of the chain the writer projects its records for
+	// (ChainPlan.Project).
+	Project *Ops
 }
 
 // Operator is the keyed operator the chain ends in, whatever its capability (nil: none).
@@ -1091,6 +1147,11 @@ func (c ChainPlan) Build(rows func(table string) operators.Rows, values operator
 	}
 	if c.Combine != nil {
 		if ops.Combine, err = c.Combine.Build(nil, values); err != nil {
+			return nil, err
+		}
+	}
+	if c.Project != nil {
+		if ops.Project, err = c.Project.Build(nil, values); err != nil {
 			return nil, err
 		}
 	}

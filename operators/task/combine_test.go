@@ -88,6 +88,27 @@ const (
     aggregate: {input: small, fields: {least: {min: orders.amount}}}
     output: out
 `
+	// Aggregates a re-keying writer projects its records for (project.go): windowed, and over
+	// sessions; with a source whose max_delay leaves some orders late for them (dead letters of
+	// the reader, which must be the whole orders).
+	combineWindowAgg = `  - name: totals
+    aggregate:
+      input: orders
+      group_by: region
+      window: {tumbling: 500ms}
+      emit: final
+      fields: {n: {count: {}}, total: {sum: amount}, cheap: {count: {}, where: "amount < 100 && customer_id != 'c3'"}, top_id: {max: order_id, type: string}}
+    output: out
+`
+	combineSessionAgg = `  - name: totals
+    aggregate:
+      input: orders
+      group_by: region
+      window: {session: 30ms}
+      emit: final
+      fields: {n: {count: {}}, total: {sum: amount}}
+    output: out
+`
 	combineHoppingTop = `  - name: totals
     top: {input: orders, group_by: region, n: 2, by: amount, order: asc, window: {hopping: 1s, advance: 250ms, grace: 100ms}}
     output: out
@@ -165,6 +186,7 @@ type combineRun struct {
 	dlq      []string
 	repart   int
 	partials int
+	bytes    int           // the repartition topic's records' values
 	prod     *fakeProducer // every topic's committed records
 }
 
@@ -317,6 +339,7 @@ done:
 			continue // an attribute record
 		}
 		res.repart++
+		res.bytes += len(rec.Value)
 		if _, ok := codec.PartialOf(rec.Headers); ok {
 			res.partials++
 		}
@@ -410,22 +433,33 @@ func TestCombineOneAnswer(t *testing.T) {
 		for _, op := range []struct {
 			name, doc string
 			final     func([]string) []string
+			delay     string // the source's max_delay, when not 2s
 		}{
-			{"aggregate", combineAggregate, lastPerKey},
-			{"distinct", combineDistinct, perKey},
-			{"top", combineTop, lastPerKey},
-			{"window top", combineWindowTop, sorted},
-			{"hopping top", combineHoppingTop, sorted},
-			{"join top", combineJoinTop, lastPerKey},
-			{"join max", combineJoinMax, lastPerKey},
-			{"join min", combineJoinMin, lastPerKey},
+			{"aggregate", combineAggregate, lastPerKey, ""},
+			{"distinct", combineDistinct, perKey, ""},
+			{"top", combineTop, lastPerKey, ""},
+			{"window top", combineWindowTop, sorted, ""},
+			{"hopping top", combineHoppingTop, sorted, ""},
+			{"join top", combineJoinTop, lastPerKey, ""},
+			{"join max", combineJoinMax, lastPerKey, ""},
+			{"join min", combineJoinMin, lastPerKey, ""},
+			{"window aggregate", combineWindowAgg, sorted, ""},
+			{"session aggregate", combineSessionAgg, sorted, ""},
 		} {
+			config := func(mode string, combine bool, cacheKeys int) string {
+				doc := combineConfig(op.doc, mode, combine, cacheKeys)
+				if op.delay != "" {
+					doc = strings.Replace(doc, "max_delay: 2s", "max_delay: "+op.delay, 1)
+				}
+				return doc
+			}
+			projected := strings.Contains(op.doc, "window:") && strings.Contains(op.doc, "aggregate:")
 			inputs := map[string][]*kgo.Record{testTopic: orders}
 			if customersSource(op.doc) != "" {
 				inputs[combineCustomers] = customers
 			}
 			for _, mode := range []string{"never", "always", "auto"} {
-				want := runCombine(t, seed, combineConfig(op.doc, mode, false, 1000), inputs, false)
+				want := runCombine(t, seed, config(mode, false, 1000), inputs, false)
 				if len(want.out) == 0 || len(want.dlq) == 0 {
 					t.Fatalf("%s: the plain run wrote %d results and %d dead letters", op.name, len(want.out), len(want.dlq))
 				}
@@ -438,7 +472,7 @@ func TestCombineOneAnswer(t *testing.T) {
 					}
 					name := fmt.Sprintf("%s mode=%s cache_keys=%d filter_window=%d", op.name, mode, v.cacheKeys, v.window)
 					got := withFilterWindow(v.window, func() combineRun {
-						return runCombine(t, seed, combineConfig(op.doc, mode, true, v.cacheKeys), inputs, true)
+						return runCombine(t, seed, config(mode, true, v.cacheKeys), inputs, true)
 					})
 					if g, w := op.final(got.out), op.final(want.out); !slices.Equal(g, w) {
 						t.Errorf("seed %d, %s: results differ from the plain run's:\n%s", seed, name, diffOutputs(w, g))
@@ -446,7 +480,12 @@ func TestCombineOneAnswer(t *testing.T) {
 					if !slices.Equal(got.dlq, want.dlq) {
 						t.Errorf("seed %d, %s: dead letters differ from the plain run's:\n%s", seed, name, diffOutputs(want.dlq, got.dlq))
 					}
-					if strict := v.cacheKeys > 2 && v.window == filterWindow; got.repart > want.repart || strict && got.repart == want.repart {
+					if projected {
+						// Every record crosses, most with only the members the aggregate reads.
+						if got.repart != want.repart || got.bytes >= want.bytes {
+							t.Errorf("seed %d, %s: %d records of %d bytes crossed the repartition topic, against %d of %d without projecting", seed, name, got.repart, got.bytes, want.repart, want.bytes)
+						}
+					} else if strict := v.cacheKeys > 2 && v.window == filterWindow; got.repart > want.repart || strict && got.repart == want.repart {
 						t.Errorf("seed %d, %s: %d records crossed the repartition topic, as many as without combining (%d)", seed, name, got.repart, want.repart)
 					}
 					if op.name == "aggregate" {
@@ -455,6 +494,51 @@ func TestCombineOneAnswer(t *testing.T) {
 					if op.name == "aggregate" && got.partials == 0 {
 						t.Errorf("seed %d, %s: no partial state crossed the repartition topic", seed, name)
 					}
+				}
+			}
+		}
+	})
+}
+
+// TestProjectedDeadLettersWhole: a writer that projects its records for a windowed aggregate
+// or one over sessions (project.go) sends a record the reader might dead-letter whole: with a
+// source watermark that leaves many orders late for the reader, every dead letter of the
+// reader is an order exactly as it was read, late ones among them; and most records cross the
+// repartition topic projected.
+func TestProjectedDeadLettersWhole(t *testing.T) {
+	eachSeed(t, seedCounts{normal: 4, short: 2, long: 30}, func(t *testing.T, seed uint64, _ int) {
+		orders := genCombineOrders(rand.New(rand.NewPCG(seed, 1)), 400)
+		whole := map[string]bool{}
+		missing := 0 // orders the reader's projection refuses (no amount), of a region
+		for _, o := range orders {
+			whole[string(o.Value)] = true
+			if !strings.Contains(string(o.Value), `"amount"`) && strings.Contains(string(o.Value), `"region"`) {
+				missing++
+			}
+		}
+		for _, op := range []struct{ name, doc string }{{"window aggregate", combineWindowAgg}, {"session aggregate", combineSessionAgg}} {
+			for _, mode := range []string{"never", "always", "auto"} {
+				doc := strings.Replace(combineConfig(op.doc, mode, true, 1000), "max_delay: 2s", "max_delay: 100ms", 1)
+				got := runCombine(t, seed, doc, map[string][]*kgo.Record{testTopic: orders}, true)
+				plain := runCombine(t, seed, strings.Replace(doc, "combine_before_rekey: true", "combine_before_rekey: false", 1),
+					map[string][]*kgo.Record{testTopic: orders}, true)
+				late := 0
+				for _, d := range got.dlq {
+					who, rest, _ := strings.Cut(d, " ")
+					if who != "totals" {
+						continue
+					}
+					_, value, _ := strings.Cut(rest, ": ")
+					if !whole[value] {
+						t.Errorf("seed %d, %s mode=%s: a dead letter of the reader is not an order as it was read: %s", seed, op.name, mode, value)
+					}
+					late++
+				}
+				if late -= missing; late <= 0 {
+					t.Errorf("seed %d, %s mode=%s: no order was late for the reader: the check is idle", seed, op.name, mode)
+				}
+				if got.bytes >= plain.bytes {
+					t.Errorf("seed %d, %s mode=%s: %d bytes crossed the repartition topic, %d without projecting", seed, op.name, mode, got.bytes, plain.bytes)
 				}
 			}
 		}

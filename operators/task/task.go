@@ -105,6 +105,7 @@ type chain struct {
 	rec        operators.Record
 	scratch    []byte
 	comb       *combiner   // a re-keying writer's combining for its reader, or a keyed operator's filter of its results (combine.go); nil: none
+	proj       *projector  // a re-keying writer's projection for its reader (project.go); nil: none
 	resultView kgo.Record  // a keyed operator's result as its filter (comb) examines it, before it is copied
 	flags      *combiner   // a distinct keyed in its input's partition: the combiner's filter before it (newFlagFilter); nil: none
 	snaps      []*snapshot // what came of a batch's records after some stages, for forks (fork.go)
@@ -383,6 +384,7 @@ func (t *Task) addChain(cp plan.ChainPlan, g groupBuild) error {
 	if c.comb, err = newCombiner(&cp, ops.Combine, t.cacheCap); err != nil {
 		return err
 	}
+	c.proj = newProjector(ops.Project)
 	if ri, ok := ops.Kop.(rowIndexer); ok && c.comb != nil && cp.Rekey == "" {
 		c.comb.rows = ri
 	}
@@ -655,7 +657,11 @@ func (t *Task) applyRecord(c *chain, kr *kgo.Record, wmPrev int64) error {
 		if c.comb != nil && t.combine(c, kr, key, wmPrev) {
 			return nil // combined into a partial state, or dropped before a distinct
 		}
-		out := &kgo.Record{Topic: c.plan.SinkTopic, Key: bytes.Clone(key), Value: bytes.Clone(c.rec.Value), Partition: -1, Timestamp: time.UnixMilli(c.rec.Time)}
+		value := c.rec.Value
+		if c.proj != nil {
+			value = c.proj.value(c, key, wmPrev)
+		}
+		out := &kgo.Record{Topic: c.plan.SinkTopic, Key: bytes.Clone(key), Value: bytes.Clone(value), Partition: -1, Timestamp: time.UnixMilli(c.rec.Time)}
 		t.d.Producer.Produce(out, t.out.promise)
 		c.recordsOut++
 		return nil
