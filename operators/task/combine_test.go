@@ -89,8 +89,8 @@ const (
     output: out
 `
 	// Aggregates a re-keying writer projects its records for (project.go): windowed, and over
-	// sessions; with a source whose max_delay leaves some orders late for them (dead letters of
-	// the reader, which must be the whole orders).
+	// sessions, emitting finals (the same whatever the checkpoints' timing while no order is
+	// late; TestProjectedDeadLettersWhole makes many late).
 	combineWindowAgg = `  - name: totals
     aggregate:
       input: orders
