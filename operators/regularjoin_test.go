@@ -311,6 +311,7 @@ func TestRegularJoinKeepsWhereMembers(t *testing.T) {
 		{`sellers["until"] >= bids.time`, []any{map[string]any{"price": "bids.price"}}, "kept=members(bids.price,bids.time,sellers.until)"},
 		{"sellers != nil && bids.time > 0", []any{map[string]any{"price": "bids.price"}}, "kept=members(bids.price,bids.time,sellers)"},
 		{"bids.time <= sellers.until", nil, ""},
+		{"len($env) == 2 && bids.time > 0", []any{map[string]any{"price": "bids.price"}}, ""},
 	}
 	bid := `{"url":"http://x","price":5,"time":7,"n":{"x":1},"extra":"long"}`
 	seller := `{"name":"ann","until":9}`
