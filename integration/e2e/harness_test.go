@@ -544,6 +544,9 @@ func (p *pipeline) waitCaughtUp(ctx context.Context, within time.Duration, ins .
 	p.waitCommitted(ctx, within, true, ins...)
 }
 
+// pollRequestTimeout bounds the requests of one poll of waitCommitted.
+const pollRequestTimeout = 15 * time.Second
+
 // nudgeAfter is how long a partition may stay behind without its committed offset moving
 // before waitCommitted produces a nudge record to it.
 const nudgeAfter = 2 * time.Second
@@ -581,7 +584,12 @@ func (p *pipeline) waitCommitted(ctx context.Context, within time.Duration, nudg
 		}
 		// Errors are expected while the group is forming (no coordinator, no group yet): keep
 		// polling and report the last one if the deadline passes.
-		ok, b, stuck, err := p.caughtUp(ctx, adm, progress)
+		// Each poll's requests have a bound of their own, so that one request the broker
+		// never answers fails its poll, not the whole wait (a CI run's wait once ended on a
+		// ListOffsets cut by the wait's deadline, every instance caught up by its /status).
+		pctx, pcancel := context.WithTimeout(ctx, pollRequestTimeout)
+		ok, b, stuck, err := p.caughtUp(pctx, adm, progress)
+		pcancel()
 		behind, lastErr = b, err
 		if nudge && err == nil {
 			for _, part := range stuck {
