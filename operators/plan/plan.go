@@ -634,16 +634,11 @@ func combines(r *ChainPlan, exactlyOnce bool) bool {
 
 // projectedMembers names the members the operator of r reads ("none" for none).
 func projectedMembers(r *ChainPlan) string {
-	ops, err := r.Build(nil, nil)
-	if err != nil {
+	names, ok := readMembers(r)
+	switch {
+	case !ok:
 		return "?"
-	}
-	m, _ := ops.Operator().(operators.MemberReader)
-	if m == nil {
-		return "?"
-	}
-	names, _ := m.ReadsMembers()
-	if len(names) == 0 {
+	case len(names) == 0:
 		return "none"
 	}
 	names = slices.Clone(names)
@@ -660,16 +655,22 @@ func projects(r *ChainPlan) bool {
 		r.Fork || r.Tombstones || r.WindowFinals || r.StreamJoin != nil || r.AsOf != nil {
 		return false
 	}
+	_, ok := readMembers(r)
+	return ok
+}
+
+// readMembers returns the members the operator of r reads (operators.MemberReader); false when
+// it does not say or may read any.
+func readMembers(r *ChainPlan) ([]string, bool) {
 	ops, err := r.Build(nil, nil)
 	if err != nil {
-		return false
+		return nil, false
 	}
 	m, ok := ops.Operator().(operators.MemberReader)
 	if !ok {
-		return false
+		return nil, false
 	}
-	_, ok = m.ReadsMembers()
-	return ok
+	return m.ReadsMembers()
 }
 
 // filtersOutput reports whether the keyed operator of w, whose results only r reads (its
