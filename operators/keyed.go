@@ -86,6 +86,28 @@ type TimedResults interface {
 	OutputLag() int64
 }
 
+// PartialMerger is a Keyed operator whose inputs a re-keying writer may fold into partial
+// states before the repartition topic (processing.combine_before_rekey; operators/task's
+// combine.go), which the operator then merges where it would have processed the records one by
+// one: Sessions, whose sessions merge associatively (a partial session is a run of a key's
+// records less than the gap apart, and two such runs belong to one session exactly when they
+// come within the gap of each other). The writer keeps one partial state per key, of at least
+// PartialSize bytes, made by InitPartial and grown by FoldPartial; PartialBytes is what it
+// writes of one. The reader asks PartialStart (the earliest event time in a partial, false for
+// bytes that are not one of its partials) to judge it late, as IsLate judges a record, and
+// MergePartial to merge it into the key's state.
+type PartialMerger interface {
+	Keyed
+	PartialSize() int
+	InitPartial(dst []byte)
+	// FoldPartial folds one projected input at event time ts into the partial state st and
+	// returns it: st itself, or a new slice when it grew.
+	FoldPartial(st []byte, ts int64, in []byte) []byte
+	PartialBytes(st []byte) []byte
+	PartialStart(p []byte) (int64, bool)
+	MergePartial(ctx Context, key, p []byte) error
+}
+
 // Updater is a Keyed operator that writes updates (emit: updates) once per commit rather than
 // as it goes: Process and OnTimer record in the key's state what changed, and the runtime calls
 // Flush once for every key they touched, at the checkpoint that commits the change (in real

@@ -170,8 +170,11 @@ func (s *Sessions) closeAt(last int64) int64 { return s.endAt(sat(last, s.hold))
 func (s *Sessions) IsLate(_ int, ts, wm int64) bool { return s.endAt(ts) <= wm }
 
 // head is the size of a session's fields before its aggregate state.
-func (s *Sessions) head() int {
-	if s.updates {
+func (s *Sessions) head() int { return headOf(s.updates) }
+
+// headOf is head for the layout of emit: updates (updates) or final.
+func headOf(updates bool) int {
+	if updates {
 		return 33
 	}
 	return 16
@@ -183,6 +186,12 @@ func (s *Sessions) decode(st []byte) bool {
 	s.ss = s.ss[:0]
 	s.retract = s.retract[:0]
 	s.arena = s.arena[:0]
+	return s.decodeAs(st, s.updates)
+}
+
+// decodeAs appends the sessions of st to s.ss (and s.retract), st being a state of the layout
+// of emit: updates if updates, of emit: final otherwise (a partial's).
+func (s *Sessions) decodeAs(st []byte, updates bool) bool {
 	if len(st) == 0 {
 		return true
 	}
@@ -190,7 +199,7 @@ func (s *Sessions) decode(st []byte) bool {
 		return false
 	}
 	n := uint64(binary.BigEndian.Uint32(st))
-	size, head := s.agg.StateSize(), s.head()
+	size, head := s.agg.StateSize(), headOf(updates)
 	p := st[4:]
 	if uint64(len(p)) < n*uint64(head+size) {
 		return false
@@ -202,7 +211,7 @@ func (s *Sessions) decode(st []byte) bool {
 			last:  int64(binary.BigEndian.Uint64(p[8:])),
 			pub:   span{unpublished, 0},
 		}
-		if s.updates {
+		if updates {
 			if p[32] > 1 {
 				return false
 			}
@@ -215,7 +224,7 @@ func (s *Sessions) decode(st []byte) bool {
 		s.ss = append(s.ss, x)
 		p = p[head+size:]
 	}
-	if !s.updates {
+	if !updates {
 		return len(p) == 0
 	}
 	if len(p) < 4 {
@@ -233,11 +242,18 @@ func (s *Sessions) decode(st []byte) bool {
 
 // encode writes s.ss (and s.retract) as a state into s.buf and returns it.
 func (s *Sessions) encode() []byte {
-	b := binary.BigEndian.AppendUint32(s.buf[:0], uint32(len(s.ss)))
+	s.buf = s.encodeAs(s.buf[:0], s.updates)
+	return s.buf
+}
+
+// encodeAs appends s.ss (and s.retract) to b as a state of the layout of emit: updates if
+// updates, of emit: final otherwise.
+func (s *Sessions) encodeAs(b []byte, updates bool) []byte {
+	b = binary.BigEndian.AppendUint32(b, uint32(len(s.ss)))
 	for _, x := range s.ss {
 		b = binary.BigEndian.AppendUint64(b, uint64(x.start))
 		b = binary.BigEndian.AppendUint64(b, uint64(x.last))
-		if s.updates {
+		if updates {
 			b = binary.BigEndian.AppendUint64(b, uint64(x.pub.start))
 			b = binary.BigEndian.AppendUint64(b, uint64(x.pub.end))
 			changed := byte(0)
@@ -248,14 +264,13 @@ func (s *Sessions) encode() []byte {
 		}
 		b = append(b, x.st...)
 	}
-	if s.updates {
+	if updates {
 		b = binary.BigEndian.AppendUint32(b, uint32(len(s.retract)))
 		for _, r := range s.retract {
 			b = binary.BigEndian.AppendUint64(b, uint64(r.start))
 			b = binary.BigEndian.AppendUint64(b, uint64(r.end))
 		}
 	}
-	s.buf = b
 	return b
 }
 
@@ -282,19 +297,35 @@ func (s *Sessions) Process(ctx Context, key []byte, ts int64, in []byte) error {
 	if !s.decode(ctx.State()) {
 		return fmt.Errorf("operators: %s: key %q: stored state is not a sessions state", s.Name(), key)
 	}
+	merged := s.newSession(ts, ts)
+	s.agg.InitState(merged.st)
+	s.agg.Fold(merged.st, in)
+	s.absorb(merged)
+	return s.store(ctx)
+}
+
+// newSession returns a changed, unpublished session [start, last] whose state is new room in
+// s.arena, for the caller to fill.
+func (s *Sessions) newSession(start, last int64) session {
 	size := s.agg.StateSize()
 	off := len(s.arena)
 	s.arena = append(s.arena, make([]byte, size)...)
-	merged := session{start: ts, last: ts, pub: span{unpublished, 0}, changed: true, st: s.arena[off : off+size : off+size]}
-	s.agg.InitState(merged.st)
-	s.agg.Fold(merged.st, in)
+	return session{start: start, last: last, pub: span{unpublished, 0}, changed: true, st: s.arena[off : off+size : off+size]}
+}
+
+// absorb makes merged, a run of the key's records less than the gap apart (one record, or a
+// writer's partial session), and the sessions of s.ss within the gap of it one session in
+// s.ss: the sessions of s.ss are more than the gap apart, so those within it are at most one
+// on each side of it and the others overlap it. Sessions merge in any order to the same state.
+// A session made of an earlier one and merged is published as the earliest was (sessions come
+// in start order); the others' publications go to the retractions.
+func (s *Sessions) absorb(merged session) {
+	ts, tl := merged.start, merged.last
 	out := s.ss[:0:0]
 	for _, x := range s.ss {
-		if ts-x.last < s.gap && x.start-ts < s.gap {
+		if ts-x.last < s.gap && x.start-tl < s.gap {
 			s.agg.Merge(merged.st, x.st)
 			merged.start, merged.last = min(merged.start, x.start), max(merged.last, x.last)
-			// The merged session keeps the earliest publication (sessions come in start order);
-			// the others' go to the retractions.
 			switch {
 			case x.pub.start == unpublished:
 			case merged.pub.start == unpublished:
@@ -316,7 +347,6 @@ func (s *Sessions) Process(ctx Context, key []byte, ts int64, in []byte) error {
 		return 0
 	})
 	s.ss = slices.Insert(out, i, merged)
-	return s.store(ctx)
 }
 
 // OnTimer closes the key's sessions that the watermark has reached: each emits its final
@@ -418,4 +448,78 @@ func (s *Sessions) store(ctx Context) error {
 	}
 	ctx.SetTimer(next)
 	return nil
+}
+
+var _ PartialMerger = (*Sessions)(nil)
+
+// A partial of a re-keying writer (PartialMerger) is a sessions state of the layout of emit:
+// final, whatever the operator emits: a uint32 count n, then n sessions in start order, each
+// start, last and aggregate state. The writer's state in its table is that, in at least
+// PartialSize bytes (one session; a new state holds none).
+
+// PartialSize is the size of a partial state of one session.
+func (s *Sessions) PartialSize() int { return 4 + 16 + s.agg.StateSize() }
+
+// InitPartial writes a partial state of no session into dst (PartialSize bytes).
+func (s *Sessions) InitPartial(dst []byte) {
+	clear(dst)
+}
+
+// PartialBytes returns the partial state st without the room it leaves unused (the writer's
+// record of it).
+func (s *Sessions) PartialBytes(st []byte) []byte {
+	n := int(binary.BigEndian.Uint32(st))
+	return st[:4+n*(16+s.agg.StateSize())]
+}
+
+// FoldPartial merges the record at ts, whose projected input is in, into the partial state st
+// (the writer's own, as FoldPartial made it), as Process merges it into a key's sessions, and
+// returns the state: st, or a new slice when it holds more sessions than st has room for.
+func (s *Sessions) FoldPartial(st []byte, ts int64, in []byte) []byte {
+	s.ss, s.retract, s.arena = s.ss[:0], s.retract[:0], s.arena[:0]
+	s.decodeAs(s.PartialBytes(st), false)
+	merged := s.newSession(ts, ts)
+	s.agg.InitState(merged.st)
+	s.agg.Fold(merged.st, in)
+	s.absorb(merged)
+	s.buf = s.encodeAs(s.buf[:0], false)
+	return append(st[:0], s.buf...)
+}
+
+// PartialStart returns the earliest event time of the partial p, the writer's record of a
+// partial state; false when p is not one of this operator's.
+func (s *Sessions) PartialStart(p []byte) (int64, bool) {
+	size := s.agg.StateSize()
+	if len(p) < 4 {
+		return 0, false
+	}
+	n := uint64(binary.BigEndian.Uint32(p))
+	if n == 0 || uint64(len(p)-4) != n*uint64(16+size) {
+		return 0, false
+	}
+	start := int64(math.MaxInt64)
+	for q := p[4:]; len(q) > 0; q = q[16+size:] {
+		first, last := int64(binary.BigEndian.Uint64(q)), int64(binary.BigEndian.Uint64(q[8:]))
+		if last < first || !s.agg.ValidState(q[16:16+size]) {
+			return 0, false
+		}
+		start = min(start, first)
+	}
+	return start, true
+}
+
+// MergePartial merges each session of the partial p (PartialStart validated it) into the key's
+// sessions, as Process merges a record: the key's sessions are then those the partial's records
+// would have made one by one.
+func (s *Sessions) MergePartial(ctx Context, key, p []byte) error {
+	if !s.decode(ctx.State()) {
+		return fmt.Errorf("operators: %s: key %q: stored state is not a sessions state", s.Name(), key)
+	}
+	size := s.agg.StateSize()
+	for q := p[4:]; len(q) >= 16+size; q = q[16+size:] {
+		x := s.newSession(int64(binary.BigEndian.Uint64(q)), int64(binary.BigEndian.Uint64(q[8:])))
+		copy(x.st, q[16:16+size])
+		s.absorb(x)
+	}
+	return s.store(ctx)
 }

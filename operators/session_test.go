@@ -1,7 +1,12 @@
 package operators
 
 import (
+	"bytes"
+	"fmt"
 	"math"
+	"math/rand"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -112,4 +117,139 @@ func TestSessionCogroup(t *testing.T) {
 	if _, err := NewSessionCogroup("balance", cfg); err == nil {
 		t.Fatal("a tumbling window accepted")
 	}
+}
+
+// TestSessionPartials: a key's records folded by re-keying writers into partial sessions
+// (FoldPartial, in tables flushed at random points, some records passed on as they are) and
+// merged by the reader in any order (MergePartial, Process) give the sessions, states and
+// finals of the records processed one by one, for emit: final and emit: updates; a partial
+// starts at its earliest record, and bytes that are not a partial are refused.
+func TestSessionPartials(t *testing.T) {
+	src := mustSource(t, configs.Source{Topic: "t"})
+	for _, emit := range []string{"final", "updates"} {
+		cfg := ordersAgg()
+		cfg.Window, cfg.Emit = &configs.Window{Session: 20 * time.Millisecond}, emit
+		mk := func() *Sessions {
+			s, err := NewSessions("s", cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s
+		}
+		for seed := int64(1); seed <= 300; seed++ {
+			rng := rand.New(rand.NewSource(seed))
+			type rec struct {
+				ts int64
+				in []byte
+			}
+			n := 1 + rng.Intn(40)
+			recs := make([]rec, n)
+			proj := mk()
+			for i := range recs {
+				var r Record
+				ts := rng.Int63n(400)
+				if err := src.Decode([]byte("k"), []byte(`{"amount":`+strconv.Itoa(rng.Intn(100)-20)+`}`), ts, &r); err != nil {
+					t.Fatal(err)
+				}
+				in, err := proj.Project(0, &r, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				recs[i] = rec{ts, in}
+			}
+			want, ref := &sessCtx{}, mk()
+			for _, r := range recs {
+				if err := ref.Process(want.at(math.MinInt64), []byte("k"), r.ts, r.in); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// The writers: each record goes to a random writer's open table, or as it is; a
+			// table is flushed at random points and at the end.
+			type item struct {
+				partial []byte
+				r       rec
+			}
+			var items []item
+			w := mk()
+			tables := make([][]byte, 1+rng.Intn(3))
+			lo := make([]int64, len(tables))
+			flush := func(i int) {
+				if tables[i] == nil {
+					return
+				}
+				p := bytes.Clone(w.PartialBytes(tables[i]))
+				if start, ok := w.PartialStart(p); !ok || start != lo[i] {
+					t.Fatalf("seed %d: partial %x starts at %d, %v, want %d", seed, p, start, ok, lo[i])
+				}
+				items = append(items, item{partial: p})
+				tables[i] = nil
+			}
+			for _, r := range recs {
+				i := rng.Intn(len(tables))
+				switch rng.Intn(5) {
+				case 0:
+					items = append(items, item{r: r})
+					continue
+				case 1:
+					flush(i)
+				}
+				if tables[i] == nil {
+					tables[i] = make([]byte, w.PartialSize())
+					w.InitPartial(tables[i])
+					lo[i] = math.MaxInt64
+				}
+				tables[i] = w.FoldPartial(tables[i], r.ts, r.in)
+				lo[i] = min(lo[i], r.ts)
+			}
+			for i := range tables {
+				flush(i)
+			}
+			rng.Shuffle(len(items), func(i, j int) { items[i], items[j] = items[j], items[i] })
+			got, rd := &sessCtx{}, mk()
+			for _, it := range items {
+				var err error
+				if it.partial != nil {
+					err = rd.MergePartial(got.at(math.MinInt64), []byte("k"), it.partial)
+				} else {
+					err = rd.Process(got.at(math.MinInt64), []byte("k"), it.r.ts, it.r.in)
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !rd.ValidState(got.state) {
+					t.Fatalf("seed %d: state %x not valid", seed, got.state)
+				}
+			}
+			if g, wt := spansOf(rd, got.state), spansOf(ref, want.state); g != wt {
+				t.Fatalf("%s seed %d: sessions\n%s\nwant\n%s", emit, seed, g, wt)
+			}
+			if err := rd.OnTimer(got.at(math.MaxInt64), []byte("k"), math.MaxInt64); err != nil {
+				t.Fatal(err)
+			}
+			if err := ref.OnTimer(want.at(math.MaxInt64), []byte("k"), math.MaxInt64); err != nil {
+				t.Fatal(err)
+			}
+			if emit == "final" && !slices.EqualFunc(got.outs, want.outs, bytes.Equal) {
+				t.Fatalf("seed %d: finals %q, want %q", seed, got.outs, want.outs)
+			}
+		}
+		s := mk()
+		for _, bad := range [][]byte{nil, {0, 0, 0}, {0, 0, 0, 0}, {0, 0, 0, 1, 1}, append([]byte{0, 0, 0, 2}, make([]byte, 2*(16+s.agg.StateSize())-1)...)} {
+			if _, ok := s.PartialStart(bad); ok {
+				t.Fatalf("%s: %x taken as a partial", emit, bad)
+			}
+		}
+	}
+}
+
+// spansOf renders the sessions (start, last, state) of a sessions state st of s.
+func spansOf(s *Sessions, st []byte) string {
+	if !s.decode(st) {
+		return "not a state"
+	}
+	var b strings.Builder
+	for _, x := range s.ss {
+		fmt.Fprintf(&b, "[%d %d %x] ", x.start, x.last, x.st)
+	}
+	return b.String()
 }

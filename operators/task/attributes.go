@@ -153,7 +153,9 @@ func (t *Task) announceWatermark(c *chain, pd *Pending) int {
 // After a restart the chain's watermark starts over from its records; the reader keeps the
 // largest each writer announced (a function of the offsets processed, like the source's).
 func (t *Task) announceInputWatermark(c *chain, pd *Pending) int {
-	if c.idleAfter > 0 && !c.ended && c.idle(t.d.Clock()) {
+	// A writer holding its combined table says nothing of idleness: its partial sessions rest on
+	// its reader counting it (combiner.project).
+	if c.idleAfter > 0 && !c.ended && c.idle(t.d.Clock()) && !c.held() {
 		if c.idleSaid {
 			return 0
 		}

@@ -2,6 +2,7 @@ package task
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"math"
 	"time"
@@ -35,6 +36,13 @@ import (
 //     transaction (with the dead letters before it), and the table starts again from that
 //     record. Leaving backlog, or the end of a bounded input, flushes it at the next checkpoint.
 //     One partial state per key per backlog, then, not per checkpoint.
+//   - For an aggregate of one input over sessions (operators.PartialMerger), the partial state of
+//     a key is its sessions so far, folded as the reader would (FoldPartial), and the reader
+//     merges each partial session into the key's sessions (applyKeyedPartial): runs of records
+//     less than the gap apart belong to one session exactly when they come within the gap of
+//     each other, so the sessions are the same. A partial reaches the reader later than its
+//     records would have, so the writer folds only records the reader cannot take as late
+//     (combiner.project); the others go as they are.
 //   - For a distinct, it remembers per key the flags it has passed on (at most cache_keys keys;
 //     then it forgets them all and starts again) and drops a record that sets none besides: the
 //     record that set them is before it in the same partition of the repartition topic,
@@ -50,8 +58,9 @@ import (
 // reader sees no earlier than the commit of that checkpoint anyway (read_committed). An abort
 // forgets the table and the flags with the records they came from (chain.rewind).
 type combiner struct {
-	agg     operators.Mergeable // the reader's aggregate or cogroup; nil for a distinct
-	input   int                 // the writer's input of a cogroup
+	agg     operators.Mergeable     // the reader's aggregate or cogroup; nil for a distinct
+	sess    operators.PartialMerger // or the reader's keyed operator that merges partials (sessions)
+	input   int                     // the writer's input of a cogroup
 	part    *partials
 	ts      int64 // the latest event time folded into part: the partials' record timestamp
 	headers []kgo.RecordHeader
@@ -122,6 +131,10 @@ func newCombiner(w *plan.ChainPlan, ops *plan.Ops, limit int) (*combiner, error)
 		return &combiner{agg: ops.Agg, input: cp.Input, part: newPartials(ops.Agg.StateSize(), limit), ts: math.MinInt64,
 			headers: codec.PartialHeaders(ops.Agg.Layout().Fingerprint())}, nil
 	}
+	if pm, ok := ops.Kop.(operators.PartialMerger); ok && !results {
+		return &combiner{sess: pm, part: newPartials(pm.PartialSize(), limit), ts: math.MinInt64,
+			headers: codec.PartialHeaders(pm.Layout().Fingerprint())}, nil
+	}
 	var b *operators.TopBound
 	var key *operators.Rekey
 	early := false
@@ -168,7 +181,7 @@ func (t *Task) combine(c *chain, kr *kgo.Record, key []byte, wmPrev int64) bool 
 	r.Key = key // as the reader decodes it
 	defer func() { r.Key = orig }()
 	switch {
-	case cb.agg != nil:
+	case cb.agg != nil || cb.sess != nil:
 	case len(key)+len(r.Value) > boundedRecord:
 		return false
 	case cb.bound != nil:
@@ -177,30 +190,68 @@ func (t *Task) combine(c *chain, kr *kgo.Record, key []byte, wmPrev int64) bool 
 		return cb.dropsFlagless(key, r)
 	}
 	hold := c.holding()
-	in, err := cb.agg.ProjectInput(cb.input, r, cb.in[:0])
+	in, err := cb.project(c, r, wmPrev)
 	if err != nil {
 		t.passOn(c, kr.Offset, hold)
-		return false // the reader dead-letters it
+		return false // the reader dead-letters it, or may
 	}
 	cb.in = in
 	if cb.part.len() == 0 && len(c.dlq) > 0 {
 		t.release(c, kr.Offset) // the dead letters before the table's first record go now
 	}
-	i, st, ok := cb.part.slot(key, cb.agg.InitState)
+	i, st, ok := cb.part.slot(key, cb.init)
 	if !ok && !hold {
 		t.passOn(c, kr.Offset, hold)
 		return false // beyond the table's keys
 	}
 	if !ok {
 		t.release(c, kr.Offset) // full: the table starts again from this record
-		i, st, _ = cb.part.slot(key, cb.agg.InitState)
+		i, st, _ = cb.part.slot(key, cb.init)
 	}
 	if cb.part.len() == 1 && cb.ts == math.MinInt64 { // the table's first record
 		cb.from, cb.fromWM, cb.mixed = kr.Offset, wmPrev, false
 	}
-	cb.part.set(i, st, cb.agg.Fold(st, in))
+	if cb.sess != nil {
+		cb.part.set(i, st, cb.sess.FoldPartial(st, r.Time, in))
+	} else {
+		cb.part.set(i, st, cb.agg.Fold(st, in))
+	}
 	cb.ts = max(cb.ts, r.Time)
 	return true
+}
+
+// errMaybeLate is combiner.project's refusal of a record the reader might judge late.
+var errMaybeLate = errors.New("maybe late for the reader")
+
+// project returns what the writer c's current record r (re-keyed; wmPrev the input watermark
+// before it) contributes to a partial state, or an error when it must go as it is: the reader's
+// projection refuses it (the reader dead-letters it), or, for partial sessions, the reader
+// might judge it late. A partial goes to the reader later than its records would have, but
+// before anything more the writer announces of its watermark: it is written at a checkpoint
+// before its announcement, or while the writer holds its table, whose announcements stay at
+// the watermark before the table's first record (announceInputWatermark). So the reader's
+// watermark when it merges a partial is at most the largest the writer had announced or
+// would announce when it folded the record (as combiner.dropsBeaten and project.go reason),
+// and a record on time by that is on time for the reader, which judges a partial by its
+// earliest record. While the writer has announced that it is idle, or has no committed
+// announcement of a watermark, records go as they are.
+func (cb *combiner) project(c *chain, r *operators.Record, wmPrev int64) ([]byte, error) {
+	if cb.sess == nil {
+		return cb.agg.ProjectInput(cb.input, r, cb.in[:0])
+	}
+	if c.idleSaid || c.done.wmSaid == math.MinInt64 || cb.sess.IsLate(0, r.Time, max(wmPrev, c.iwm, c.wmSaid)) {
+		return nil, errMaybeLate
+	}
+	return cb.sess.Project(0, r, cb.in[:0])
+}
+
+// init writes an empty partial state into dst.
+func (cb *combiner) init(dst []byte) {
+	if cb.sess != nil {
+		cb.sess.InitPartial(dst)
+	} else {
+		cb.agg.InitState(dst)
+	}
 }
 
 // dropsFlagless reports whether the distinct's filter cb drops r, under key: it sets no flag
@@ -394,6 +445,9 @@ func (t *Task) writePartials(c *chain, p Producer, promise func(*kgo.Record, err
 	keys := cb.part.sortedKeys() // in key order, the same on every run
 	for _, k := range keys {
 		st, _ := cb.part.get([]byte(k))
+		if cb.sess != nil {
+			st = cb.sess.PartialBytes(st)
+		}
 		p.Produce(&kgo.Record{Topic: c.plan.SinkTopic, Key: []byte(k), Value: bytes.Clone(st), Headers: cb.headers, Partition: -1, Timestamp: ts}, promise)
 	}
 	cb.reset()
@@ -405,15 +459,16 @@ func (t *Task) writePartials(c *chain, p Producer, promise func(*kgo.Record, err
 // fp) into its key's state, as apply folds a record: in backlog into the key's partial (or
 // the sorter, tagged), in real time into its cache entry.
 func (t *Task) applyPartial(c *chain, kr *kgo.Record, fp string) error {
+	if c.kop != nil {
+		return t.applyKeyedPartial(c, kr, fp)
+	}
 	agg := c.ops.Agg
 	if agg == nil || agg.Closes() {
 		t.deadLetterReason(c, kr, c.plan.Keyed.Name, "a partial state (header "+codec.HeaderPartial+"), which only an aggregate or a cogroup without windows reads", nil)
 		return nil
 	}
 	if fp != c.layout.fingerprint {
-		e := t.layoutError(c)
-		e.Detail = fmt.Sprintf("a writer of %s combined records under another layout (fingerprint %q, this config's %q): run one config in the whole group", c.plan.Source.Topic, fp, c.layout.fingerprint)
-		return e
+		return t.partialLayoutError(c, fp)
 	}
 	if len(kr.Key) == 0 || !agg.ValidSize(len(kr.Value)) {
 		t.deadLetterReason(c, kr, c.plan.Keyed.Name, fmt.Sprintf("a partial state of %d bytes with a key of %d bytes: %s", len(kr.Value), len(kr.Key), stateSizes(c.ops)), nil)
@@ -426,4 +481,12 @@ func (t *Task) applyPartial(c *chain, kr *kgo.Record, fp string) error {
 	}
 	t.countBacklog(c)
 	return nil
+}
+
+// partialLayoutError is the error of a partial state written under layout fingerprint fp, not
+// the reader c's.
+func (t *Task) partialLayoutError(c *chain, fp string) error {
+	e := t.layoutError(c)
+	e.Detail = fmt.Sprintf("a writer of %s combined records under another layout (fingerprint %q, this config's %q): run one config in the whole group", c.plan.Source.Topic, fp, c.layout.fingerprint)
+	return e
 }

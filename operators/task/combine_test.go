@@ -1,11 +1,13 @@
 package task
 
 import (
+	"encoding/json"
 	"fmt"
 	"maps"
 	"math/big"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -106,6 +108,15 @@ const (
       group_by: region
       window: {session: 30ms}
       emit: final
+      fields: {n: {count: {}}, total: {sum: amount}}
+    output: out
+`
+	combineSessionUpdates = `  - name: totals
+    aggregate:
+      input: orders
+      group_by: region
+      window: {session: 30ms}
+      emit: updates
       fields: {n: {count: {}}, total: {sum: amount}}
     output: out
 `
@@ -397,6 +408,30 @@ func lastPerKey(out []string) []string {
 	return lines
 }
 
+// upserted is what a consumer that upserts sessions' updates by (key, window_start) and
+// deletes on a retraction holds at the end, sorted.
+func upserted(out []string) []string {
+	m := map[string]string{}
+	for _, line := range out {
+		k, v, _ := strings.Cut(line, " ")
+		var row struct {
+			Start   int64 `json:"window_start"`
+			Retract bool  `json:"retract"`
+		}
+		if err := json.Unmarshal([]byte(v), &row); err != nil {
+			m[line] = line // not an update: kept as it is, to differ
+			continue
+		}
+		id := k + "@" + strconv.FormatInt(row.Start, 10)
+		if row.Retract {
+			delete(m, id)
+		} else {
+			m[id] = line
+		}
+	}
+	return slices.Sorted(maps.Values(m))
+}
+
 // sorted is the records sorted: the rows of a top over windows, each written once.
 func sorted(out []string) []string { return slices.Sorted(slices.Values(out)) }
 
@@ -445,6 +480,7 @@ func TestCombineOneAnswer(t *testing.T) {
 			{"join min", combineJoinMin, lastPerKey, ""},
 			{"window aggregate", combineWindowAgg, sorted, ""},
 			{"session aggregate", combineSessionAgg, sorted, ""},
+			{"session updates", combineSessionUpdates, upserted, ""},
 		} {
 			config := func(mode string, combine bool, cacheKeys int) string {
 				doc := combineConfig(op.doc, mode, combine, cacheKeys)
@@ -453,7 +489,8 @@ func TestCombineOneAnswer(t *testing.T) {
 				}
 				return doc
 			}
-			projected := strings.Contains(op.doc, "window:") && strings.Contains(op.doc, "aggregate:")
+			// A windowed aggregate's writer projects its records; over sessions it combines them.
+			projected := strings.Contains(op.doc, "window:") && strings.Contains(op.doc, "aggregate:") && !strings.Contains(op.doc, "session:")
 			inputs := map[string][]*kgo.Record{testTopic: orders}
 			if customersSource(op.doc) != "" {
 				inputs[combineCustomers] = customers
@@ -501,10 +538,10 @@ func TestCombineOneAnswer(t *testing.T) {
 }
 
 // TestProjectedDeadLettersWhole: a writer that projects its records for a windowed aggregate
-// or one over sessions (project.go) sends a record the reader might dead-letter whole: with a
-// source watermark that leaves many orders late for the reader, every dead letter of the
-// reader is an order exactly as it was read, late ones among them; and most records cross the
-// repartition topic projected.
+// (project.go), or combines them into partial sessions for one over sessions (combine.go),
+// sends a record the reader might dead-letter as it is: with a source watermark that leaves
+// many orders late for the reader, every dead letter of the reader is an order exactly as it
+// was read, late ones among them; and fewer bytes cross the repartition topic.
 func TestProjectedDeadLettersWhole(t *testing.T) {
 	eachSeed(t, seedCounts{normal: 4, short: 2, long: 30}, func(t *testing.T, seed uint64, _ int) {
 		orders := genCombineOrders(rand.New(rand.NewPCG(seed, 1)), 400)

@@ -130,16 +130,17 @@ func (t *Task) emitNow(c *chain) func(key, value []byte, ts int64) {
 	}
 }
 
-// applyKeyed takes one decoded, projected record of a keyed chain: late records become dead
-// letters; in backlog the record is sorted; in real time it is Processed. wmPrev is the
-// watermark before the record, c.wm the one including it.
+// applyKeyed takes one decoded, projected record of a keyed chain (in, after its tag byte;
+// tagPartial: a combining writer's partial state, merged, c.rec.Time its earliest event time):
+// late records become dead letters; in backlog the record is sorted; in real time it is
+// Processed. wmPrev is the watermark before the record, c.wm the one including it.
 func (t *Task) applyKeyed(c *chain, kr *kgo.Record, in []byte, wmPrev int64) error {
 	if c.kop.IsLate(c.input, c.rec.Time, c.ownWatermark()) {
 		t.lateRecord(c, kr)
 		return nil
 	}
 	if c.inBack {
-		p := append(c.wk[:0], tagInput)
+		p := append(c.wk[:0], in[0])
 		p = binary.BigEndian.AppendUint64(p, uint64(c.wm))
 		p = binary.BigEndian.AppendUint64(p, uint64(c.rec.Time))
 		c.wk = append(p, in[1:]...)
@@ -157,9 +158,47 @@ func (t *Task) applyKeyed(c *chain, kr *kgo.Record, in []byte, wmPrev int64) err
 		return err
 	}
 	kc := keyedCtx{t: t, c: c, e: e, wm: c.wm, emit: t.emitNow(c)}
-	if err := c.kop.Process(&kc, e.key, c.rec.Time, in[1:]); err != nil {
+	return t.processKeyed(c, &kc, e.key, c.rec.Time, in[0], in[1:])
+}
+
+// processKeyed calls the operator of c with in, of key at ts: a projected record's input, or
+// for tag tagPartial a partial state.
+func (t *Task) processKeyed(c *chain, kc *keyedCtx, key []byte, ts int64, tag byte, in []byte) error {
+	var err error
+	if tag == tagPartial {
+		err = c.kop.(operators.PartialMerger).MergePartial(kc, key, in)
+	} else {
+		err = c.kop.Process(kc, key, ts, in)
+	}
+	if err != nil {
 		return fmt.Errorf("task %d: %s: %w", t.partition, c.kop.Name(), err)
 	}
+	return nil
+}
+
+// applyKeyedPartial takes a partial state a combining writer wrote (kr, under layout
+// fingerprint fp) into c's keyed operator, as applyKeyed takes a record: judged late by its
+// earliest event time, sorted in backlog, merged in real time.
+func (t *Task) applyKeyedPartial(c *chain, kr *kgo.Record, fp string) error {
+	pm, ok := c.kop.(operators.PartialMerger)
+	if !ok {
+		t.deadLetterReason(c, kr, c.plan.Keyed.Name, "a partial state (header "+codec.HeaderPartial+"), which "+c.kop.Name()+" does not merge", nil)
+		return nil
+	}
+	if fp != c.layout.fingerprint {
+		return t.partialLayoutError(c, fp)
+	}
+	start, ok := pm.PartialStart(kr.Value)
+	if len(kr.Key) == 0 || !ok {
+		t.deadLetterReason(c, kr, c.plan.Keyed.Name, fmt.Sprintf("not a partial state of %s: %d bytes with a key of %d bytes", c.kop.Name(), len(kr.Value), len(kr.Key)), nil)
+		return nil
+	}
+	c.rec.Key, c.rec.Value, c.rec.Time = kr.Key, nil, start
+	c.scratch = append(append(c.scratch[:0], tagPartial), kr.Value...)
+	if err := t.applyKeyed(c, kr, c.scratch, c.wm); err != nil {
+		return err
+	}
+	t.countBacklog(c)
 	return nil
 }
 
@@ -389,8 +428,8 @@ func (t *Task) foldKeyed(ctx context.Context, c *chain, p Producer, pd *Pending,
 		}
 		kc.wm = int64(binary.BigEndian.Uint64(pl[1:]))
 		ts := int64(binary.BigEndian.Uint64(pl[9:]))
-		if err := c.kop.Process(&kc, e.key, ts, pl[17:]); err != nil {
-			return fmt.Errorf("task %d: %s: %w", t.partition, c.kop.Name(), err)
+		if err := t.processKeyed(c, &kc, e.key, ts, pl[0], pl[17:]); err != nil {
+			return err
 		}
 	}
 	if err := it.Err(); err != nil {
