@@ -362,15 +362,38 @@ func (cb *combiner) dropsResult(r *kgo.Record) bool {
 	return false
 }
 
-// newFlagFilter returns the filter of a distinct's own chain keyed in its input's partition
-// (plan.Ops.LocalKey): the combiner's for a distinct, before the operator rather than before a
-// repartition topic; nil for another operator.
-func newFlagFilter(ops *plan.Ops, limit int) *combiner {
-	d, ok := ops.Kop.(*operators.Distinct)
-	if !ok || ops.LocalKey == nil {
-		return nil
+// newFlagFilter returns the filter before the keyed operator of the chain cp itself, rather
+// than before a repartition topic (nil: none): the combiner's for a distinct keyed in its
+// input's partition (plan.Ops.LocalKey), and for a top without windows whose input only grows
+// (no tombstones): its own chain's records reach it in the order the filter sees them (in
+// backlog, each key's sorted records are replayed in arrival order), so a record that the n
+// best of those before it leave no rank would change nothing there, and is neither sorted nor
+// replayed (dropsOwn).
+func newFlagFilter(cp *plan.ChainPlan, ops *plan.Ops, limit int) *combiner {
+	switch op := ops.Kop.(type) {
+	case *operators.Distinct:
+		if ops.LocalKey != nil {
+			return &combiner{dist: op, seen: newFlagSet(), limit: limit}
+		}
+	case *operators.Top:
+		if b := op.Bound(); b != nil && !cp.Tombstones {
+			cb := &combiner{bound: b, best: newSlotSet(b.SlotSize()), limit: limit}
+			cb.slot, cb.slotN = cb.best.slot, cb.best.add
+			return cb
+		}
 	}
-	return &combiner{dist: d, seen: newFlagSet(), limit: limit}
+	return nil
+}
+
+// dropsOwn reports whether the top's filter of its own chain cb drops r, under key: r's value
+// was readable (the top projected it), and the n best values of the records it passed on
+// before r for key leave r no rank (operators.TopBound). It examines every record: a record
+// dropped is one the sorter neither holds nor spills.
+func (cb *combiner) dropsOwn(key []byte, r *operators.Record) bool {
+	if cb.best.full(cb.limit) {
+		cb.best.reset()
+	}
+	return cb.bound.Admit(key, r, math.MinInt64, cb.slot, cb.slotN)
 }
 
 // passOn prepares the table for a record at offset off that goes as it is: while holding, the
