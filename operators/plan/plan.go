@@ -610,8 +610,9 @@ func splitTaps(chains []ChainPlan) []ChainPlan {
 // combines reports whether the writers of r's repartition topic may combine their records
 // for r's operator, r being its only reader and running no stage before it: an aggregate or a
 // cogroup without windows or retractions takes partial states (operators.Mergeable.Merge: a
-// state depends only on the multiset of its inputs), an aggregate of one input over sessions
-// without retractions partial sessions (operators.PartialMerger), and a distinct needs only the records that
+// state depends only on the multiset of its inputs), and so does one over tumbling windows
+// (per window), an aggregate of one input over sessions partial sessions
+// (operators.PartialMerger), and a distinct needs only the records that
 // set a flag their writer has not yet passed for their key (the others it drops anyway), and a
 // top (of n at most operators.TopBoundMaxN) only those that may still enter it: for a top over
 // windows, only under exactly_once, whose commits carry what a writer announced of its
@@ -630,7 +631,14 @@ func combines(r *ChainPlan, exactlyOnce bool) bool {
 		return r.Keyed.Distinct.Window == nil // a writer's flags passed would be per window
 	}
 	a := r.Keyed.Aggregate
-	return a != nil && !a.Retractions && (a.Window == nil || a.Window.Kind() == "session")
+	if a == nil || a.Retractions || r.WindowFinals {
+		return false
+	}
+	switch a.Window.Kind() {
+	case "", "session", "tumbling":
+		return true
+	}
+	return false // hopping: each record in several windows (a writer's partial would be per slice)
 }
 
 // projectedMembers names the members the operator of r reads ("none" for none).
@@ -930,6 +938,8 @@ func (p *Plan) Describe(w io.Writer) {
 				fmt.Fprintf(w, "     combined for distinct %s: only a record that sets a flag not yet passed for its key goes on (processing.combine_before_rekey)\n", c.Combine.Keyed.Name)
 			case c.Combine != nil && c.Combine.Keyed.Aggregate != nil && c.Combine.Keyed.Aggregate.Window.Kind() == "session":
 				fmt.Fprintf(w, "     combined for %s: one partial state of the key's sessions per key and checkpoint, for up to cache_keys keys; beyond them, and a record the sessions might take as late, records go as they are (processing.combine_before_rekey)\n", c.Combine.Keyed.Name)
+			case c.Combine != nil && c.Combine.Keyed.Aggregate != nil && c.Combine.Keyed.Aggregate.Window != nil:
+				fmt.Fprintf(w, "     combined for %s: one partial state per key, window and checkpoint, for up to cache_keys windows; beyond them, and a record whose window the aggregate might have closed, records go as they are (processing.combine_before_rekey)\n", c.Combine.Keyed.Name)
 			case c.Combine != nil:
 				fmt.Fprintf(w, "     combined for %s: one partial state per key and checkpoint, for up to cache_keys keys; beyond them records go as they are (processing.combine_before_rekey)\n", c.Combine.Keyed.Name)
 			case c.Project != nil:

@@ -2,6 +2,7 @@ package task
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
@@ -19,7 +20,8 @@ import (
 // local-global aggregation does:
 //
 //   - For an aggregate or a cogroup without windows or retractions, it folds each record into a
-//     partial state of its group key, with the reader's own operator, projected as the reader
+//     partial state of its group key (for an aggregate over tumbling windows, of its window's
+//     key; the partial crosses under the group key, the window's start before the state), with the reader's own operator, projected as the reader
 //     would project it (the record as the reader decodes it: the group key, the value, the event
 //     time), in a table of at most cache_keys keys (partials, as the backlog's). A checkpoint
 //     writes every key's partial state once, with codec.HeaderPartial, into its transaction
@@ -65,6 +67,7 @@ type combiner struct {
 	ts      int64 // the latest event time folded into part: the partials' record timestamp
 	headers []kgo.RecordHeader
 	in      []byte // scratch: a projected input
+	sk, wk  []byte // scratch: Assign's, and a record's window key
 	// from is the offset of the first record in the table and fromWM the writer's input
 	// watermark before it; mixed: a record went as it is after it (the table cannot be held).
 	from, fromWM int64
@@ -190,7 +193,7 @@ func (t *Task) combine(c *chain, kr *kgo.Record, key []byte, wmPrev int64) bool 
 		return cb.dropsFlagless(key, r)
 	}
 	hold := c.holding()
-	in, err := cb.project(c, r, wmPrev)
+	in, tk, err := cb.project(c, r, key, wmPrev)
 	if err != nil {
 		t.passOn(c, kr.Offset, hold)
 		return false // the reader dead-letters it, or may
@@ -199,14 +202,14 @@ func (t *Task) combine(c *chain, kr *kgo.Record, key []byte, wmPrev int64) bool 
 	if cb.part.len() == 0 && len(c.dlq) > 0 {
 		t.release(c, kr.Offset) // the dead letters before the table's first record go now
 	}
-	i, st, ok := cb.part.slot(key, cb.init)
+	i, st, ok := cb.part.slot(tk, cb.init)
 	if !ok && !hold {
 		t.passOn(c, kr.Offset, hold)
 		return false // beyond the table's keys
 	}
 	if !ok {
 		t.release(c, kr.Offset) // full: the table starts again from this record
-		i, st, _ = cb.part.slot(key, cb.init)
+		i, st, _ = cb.part.slot(tk, cb.init)
 	}
 	if cb.part.len() == 1 && cb.ts == math.MinInt64 { // the table's first record
 		cb.from, cb.fromWM, cb.mixed = kr.Offset, wmPrev, false
@@ -223,26 +226,50 @@ func (t *Task) combine(c *chain, kr *kgo.Record, key []byte, wmPrev int64) bool 
 // errMaybeLate is combiner.project's refusal of a record the reader might judge late.
 var errMaybeLate = errors.New("maybe late for the reader")
 
-// project returns what the writer c's current record r (re-keyed; wmPrev the input watermark
-// before it) contributes to a partial state, or an error when it must go as it is: the reader's
-// projection refuses it (the reader dead-letters it), or, for partial sessions, the reader
-// might judge it late. A partial goes to the reader later than its records would have, but
-// before anything more the writer announces of its watermark: it is written at a checkpoint
-// before its announcement, or while the writer holds its table, whose announcements stay at
-// the watermark before the table's first record (announceInputWatermark). So the reader's
-// watermark when it merges a partial is at most the largest the writer had announced or
-// would announce when it folded the record (as combiner.dropsBeaten and project.go reason),
-// and a record on time by that is on time for the reader, which judges a partial by its
-// earliest record. While the writer has announced that it is idle, or has no committed
-// announcement of a watermark, records go as they are.
-func (cb *combiner) project(c *chain, r *operators.Record, wmPrev int64) ([]byte, error) {
-	if cb.sess == nil {
-		return cb.agg.ProjectInput(cb.input, r, cb.in[:0])
+// project returns what the writer c's current record r (re-keyed to key; wmPrev the input
+// watermark before it) contributes to a partial state, and the key of that state in the table
+// (key; for a windowed aggregate, its window's key, codec.AppendWindowKey), or an error when
+// it must go as it is: the reader's projection refuses it (the reader dead-letters it), or, for
+// partial sessions or windows, the reader might judge it late. A partial goes to the reader
+// later than its records would have, but before anything more the writer announces of its
+// watermark: it is written at a checkpoint before its announcement, or while the writer holds
+// its table, whose announcements stay at the watermark before the table's first record
+// (announceInputWatermark). So the reader's watermark when it merges a partial is at most the
+// largest the writer had announced or would announce when it folded the record (as
+// combiner.dropsBeaten and project.go reason), and a record on time by that is on time for the
+// reader, which judges a partial session by its earliest record and a partial window by the
+// window. While the writer has announced that it is idle, or has no committed announcement of
+// a watermark, records go as they are.
+func (cb *combiner) project(c *chain, r *operators.Record, key []byte, wmPrev int64) (in, tk []byte, err error) {
+	timed := cb.sess != nil || cb.agg.Closes()
+	if !timed {
+		in, err = cb.agg.ProjectInput(cb.input, r, cb.in[:0])
+		return in, key, err
 	}
-	if c.idleSaid || c.done.wmSaid == math.MinInt64 || cb.sess.IsLate(0, r.Time, max(wmPrev, c.iwm, c.wmSaid)) {
-		return nil, errMaybeLate
+	if c.idleSaid || c.done.wmSaid == math.MinInt64 {
+		return nil, nil, errMaybeLate
 	}
-	return cb.sess.Project(0, r, cb.in[:0])
+	wm := max(wmPrev, c.iwm, c.wmSaid) // at least the reader's when it merges the partial
+	if cb.sess != nil {
+		if cb.sess.IsLate(0, r.Time, wm) {
+			return nil, nil, errMaybeLate
+		}
+		in, err = cb.sess.Project(0, r, cb.in[:0])
+		return in, key, err
+	}
+	// A tumbling window (plan: combines): exactly one.
+	cb.sk, _, err = cb.agg.Assign(cb.sk, key, r.Time, math.MinInt64, func(sk []byte) error {
+		cb.wk = append(cb.wk[:0], sk...)
+		return nil
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	if at, ok := cb.agg.CloseAt(cb.wk); !ok || at <= wm {
+		return nil, nil, errMaybeLate
+	}
+	in, err = cb.agg.ProjectInput(cb.input, r, cb.in[:0])
+	return in, cb.wk, err
 }
 
 // init writes an empty partial state into dst.
@@ -468,10 +495,20 @@ func (t *Task) writePartials(c *chain, p Producer, promise func(*kgo.Record, err
 	keys := cb.part.sortedKeys() // in key order, the same on every run
 	for _, k := range keys {
 		st, _ := cb.part.get([]byte(k))
-		if cb.sess != nil {
-			st = cb.sess.PartialBytes(st)
+		key, value := []byte(k), []byte(nil)
+		switch {
+		case cb.sess != nil:
+			value = bytes.Clone(cb.sess.PartialBytes(st))
+		case cb.agg.Closes():
+			// A window's partial: under its group key (the partition of the group's records),
+			// the window's start before the state.
+			gk, start, _ := codec.SplitWindowKey(key)
+			key = gk
+			value = append(binary.BigEndian.AppendUint64(make([]byte, 0, 8+len(st)), uint64(start)), st...)
+		default:
+			value = bytes.Clone(st)
 		}
-		p.Produce(&kgo.Record{Topic: c.plan.SinkTopic, Key: []byte(k), Value: bytes.Clone(st), Headers: cb.headers, Partition: -1, Timestamp: ts}, promise)
+		p.Produce(&kgo.Record{Topic: c.plan.SinkTopic, Key: key, Value: value, Headers: cb.headers, Partition: -1, Timestamp: ts}, promise)
 	}
 	cb.reset()
 	c.recordsOut += int64(len(keys))
@@ -486,20 +523,34 @@ func (t *Task) applyPartial(c *chain, kr *kgo.Record, fp string) error {
 		return t.applyKeyedPartial(c, kr, fp)
 	}
 	agg := c.ops.Agg
-	if agg == nil || agg.Closes() {
-		t.deadLetterReason(c, kr, c.plan.Keyed.Name, "a partial state (header "+codec.HeaderPartial+"), which only an aggregate or a cogroup without windows reads", nil)
+	if agg == nil || agg.Closes() && (c.slices.w != nil || c.plan.WindowFinals) {
+		t.deadLetterReason(c, kr, c.plan.Keyed.Name, "a partial state (header "+codec.HeaderPartial+"), which only an aggregate or a cogroup without windows, or over tumbling windows, reads", nil)
 		return nil
 	}
 	if fp != c.layout.fingerprint {
 		return t.partialLayoutError(c, fp)
 	}
-	if len(kr.Key) == 0 || !agg.ValidSize(len(kr.Value)) {
-		t.deadLetterReason(c, kr, c.plan.Keyed.Name, fmt.Sprintf("a partial state of %d bytes with a key of %d bytes: %s", len(kr.Value), len(kr.Key), stateSizes(c.ops)), nil)
+	key, st, time := kr.Key, kr.Value, kr.Timestamp.UnixMilli()
+	if agg.Closes() {
+		// A window's partial: the window's start, then the state (writePartials), merged into
+		// the window's state unless the watermark closed the window (it is late).
+		if len(st) < 8 || !t.windowOf(c, kr.Key, int64(binary.BigEndian.Uint64(st))) {
+			t.deadLetterReason(c, kr, c.plan.Keyed.Name, fmt.Sprintf("a partial state of %d bytes that does not start with the start of one of %s's windows", len(st), c.plan.Keyed.Name), nil)
+			return nil
+		}
+		key, st, time = c.wk, st[8:], int64(binary.BigEndian.Uint64(st))
+		if at, _ := agg.CloseAt(key); at <= c.ownWatermark() {
+			t.lateRecord(c, kr)
+			return nil
+		}
+	}
+	if len(kr.Key) == 0 || !agg.ValidSize(len(st)) {
+		t.deadLetterReason(c, kr, c.plan.Keyed.Name, fmt.Sprintf("a partial state of %d bytes with a key of %d bytes: %s", len(st), len(kr.Key), stateSizes(c.ops)), nil)
 		return nil
 	}
-	c.rec.Key, c.rec.Value, c.rec.Time = kr.Key, nil, kr.Timestamp.UnixMilli()
-	c.scratch = append(append(c.scratch[:0], tagPartial), kr.Value...)
-	if err := t.apply(c, kr.Key, kr.Offset, c.scratch); err != nil {
+	c.rec.Key, c.rec.Value, c.rec.Time = kr.Key, nil, time
+	c.scratch = append(append(c.scratch[:0], tagPartial), st...)
+	if err := t.apply(c, key, kr.Offset, c.scratch); err != nil {
 		return err
 	}
 	t.countBacklog(c)
@@ -512,4 +563,20 @@ func (t *Task) partialLayoutError(c *chain, fp string) error {
 	e := t.layoutError(c)
 	e.Detail = fmt.Sprintf("a writer of %s combined records under another layout (fingerprint %q, this config's %q): run one config in the whole group", c.plan.Source.Topic, fp, c.layout.fingerprint)
 	return e
+}
+
+// windowOf reports whether start is the start of the window of c's aggregate (tumbling) that
+// holds it, leaving that window's key for group key key in c.wk.
+func (t *Task) windowOf(c *chain, key []byte, start int64) bool {
+	n := 0
+	var err error
+	c.wk, _, err = c.ops.Agg.Assign(c.wk[:0], key, start, math.MinInt64, func([]byte) error {
+		n++
+		return nil
+	})
+	if err != nil || n != 1 {
+		return false
+	}
+	_, s, ok := codec.SplitWindowKey(c.wk)
+	return ok && s == start
 }

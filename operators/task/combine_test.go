@@ -102,6 +102,15 @@ const (
       fields: {n: {count: {}}, total: {sum: amount}, cheap: {count: {}, where: "amount < 100 && customer_id != 'c3'"}, top_id: {max: order_id, type: string}}
     output: out
 `
+	combineHoppingAgg = `  - name: totals
+    aggregate:
+      input: orders
+      group_by: region
+      window: {hopping: 1s, advance: 250ms}
+      emit: final
+      fields: {n: {count: {}}, total: {sum: amount}, cheap: {count: {}, where: "amount < 100 && customer_id != 'c3'"}}
+    output: out
+`
 	combineSessionAgg = `  - name: totals
     aggregate:
       input: orders
@@ -479,6 +488,7 @@ func TestCombineOneAnswer(t *testing.T) {
 			{"join max", combineJoinMax, lastPerKey, ""},
 			{"join min", combineJoinMin, lastPerKey, ""},
 			{"window aggregate", combineWindowAgg, sorted, ""},
+			{"hopping aggregate", combineHoppingAgg, sorted, ""},
 			{"session aggregate", combineSessionAgg, sorted, ""},
 			{"session updates", combineSessionUpdates, upserted, ""},
 		} {
@@ -489,8 +499,9 @@ func TestCombineOneAnswer(t *testing.T) {
 				}
 				return doc
 			}
-			// A windowed aggregate's writer projects its records; over sessions it combines them.
-			projected := strings.Contains(op.doc, "window:") && strings.Contains(op.doc, "aggregate:") && !strings.Contains(op.doc, "session:")
+			// A hopping aggregate's writer projects its records; over tumbling windows or
+			// sessions it combines them.
+			projected := strings.Contains(op.doc, "hopping:") && strings.Contains(op.doc, "aggregate:")
 			inputs := map[string][]*kgo.Record{testTopic: orders}
 			if customersSource(op.doc) != "" {
 				inputs[combineCustomers] = customers
@@ -537,8 +548,9 @@ func TestCombineOneAnswer(t *testing.T) {
 	})
 }
 
-// TestProjectedDeadLettersWhole: a writer that projects its records for a windowed aggregate
-// (project.go), or combines them into partial sessions for one over sessions (combine.go),
+// TestProjectedDeadLettersWhole: a writer that projects its records for a hopping aggregate
+// (project.go), or combines them into partial windows or sessions for one over tumbling windows
+// or sessions (combine.go),
 // sends a record the reader might dead-letter as it is: with a source watermark that leaves
 // many orders late for the reader, every dead letter of the reader is an order exactly as it
 // was read, late ones among them; and fewer bytes cross the repartition topic.
@@ -553,7 +565,7 @@ func TestProjectedDeadLettersWhole(t *testing.T) {
 				missing++
 			}
 		}
-		for _, op := range []struct{ name, doc string }{{"window aggregate", combineWindowAgg}, {"session aggregate", combineSessionAgg}} {
+		for _, op := range []struct{ name, doc string }{{"window aggregate", combineWindowAgg}, {"hopping aggregate", combineHoppingAgg}, {"session aggregate", combineSessionAgg}} {
 			for _, mode := range []string{"never", "always", "auto"} {
 				doc := strings.Replace(combineConfig(op.doc, mode, true, 1000), "max_delay: 2s", "max_delay: 100ms", 1)
 				got := runCombine(t, seed, doc, map[string][]*kgo.Record{testTopic: orders}, true)

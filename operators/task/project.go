@@ -8,13 +8,14 @@ import (
 )
 
 // A re-keying writer whose records one aggregate alone reads, and which it does not combine
-// (plan.ChainPlan.Project: a windowed aggregate, processing.combine_before_rekey; over sessions
-// it combines them, combine.go),
+// (plan.ChainPlan.Project: an aggregate over hopping windows, or with retractions,
+// processing.combine_before_rekey; over tumbling windows or sessions it combines them,
+// combine.go),
 // writes each record with only the members the aggregate reads (operators.MemberReader): the
 // aggregate's results are made of those, the record's key and its event time, so it folds the
 // projected record to the same bytes, and the repartition topic, the reader's fetch and its
-// decoding carry a few bytes a record instead of the whole record (Nexmark q12 counts bids per
-// bidder and window: each record is then {}).
+// decoding carry a few bytes a record instead of the whole record (a count of bids per bidder
+// over hopping windows: each record is then {}).
 //
 // A record the reader might dead-letter goes whole, so that its dead letter is the record as it
 // was: one the reader's projection refuses (a field missing or not a number), and one that may
