@@ -21,9 +21,9 @@ import (
 //
 //   - For an aggregate or a cogroup without windows or retractions, it folds each record into a
 //     partial state of its group key (for an aggregate over tumbling windows, of its window's
-//     key; the partial crosses under the group key, the window's start before the state), with the reader's own operator, projected as the reader
-//     would project it (the record as the reader decodes it: the group key, the value, the event
-//     time), in a table of at most cache_keys keys (partials, as the backlog's). A checkpoint
+//     key; the partial crosses under the group key, the window's start before the state), with
+//     the reader's own operator, projected as the reader would project it (the record as the
+//     reader decodes it: the group key, the value, the event time), in a table of at most cache_keys keys (partials, as the backlog's). A checkpoint
 //     writes every key's partial state once, with codec.HeaderPartial, into its transaction
 //     (flushCombined), and the reader merges it (Mergeable.Merge) where it would have folded
 //     the records one by one (applyPartial): a state depends only on the multiset of its
@@ -389,14 +389,14 @@ func (cb *combiner) dropsResult(r *kgo.Record) bool {
 	return false
 }
 
-// newFlagFilter returns the filter before the keyed operator of the chain cp itself, rather
+// newOwnFilter returns the filter before the keyed operator of the chain cp itself, rather
 // than before a repartition topic (nil: none): the combiner's for a distinct keyed in its
 // input's partition (plan.Ops.LocalKey), and for a top without windows whose input only grows
 // (no tombstones): its own chain's records reach it in the order the filter sees them (in
 // backlog, each key's sorted records are replayed in arrival order), so a record that the n
 // best of those before it leave no rank would change nothing there, and is neither sorted nor
 // replayed (dropsOwn).
-func newFlagFilter(cp *plan.ChainPlan, ops *plan.Ops, limit int) *combiner {
+func newOwnFilter(cp *plan.ChainPlan, ops *plan.Ops, limit int) *combiner {
 	switch op := ops.Kop.(type) {
 	case *operators.Distinct:
 		if ops.LocalKey != nil {

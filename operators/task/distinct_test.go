@@ -113,7 +113,7 @@ func TestDistinctOneAnswerTwoModes(t *testing.T) {
 
 // TestDistinctLocalRekey is the distinct's metamorphic test grouped by its source's key field
 // with processing.local_rekey: keyed in the source's partition, behind the filter that drops the
-// records setting no new flag (newFlagFilter), which an abort must forget with the records.
+// records setting no new flag (newOwnFilter), which an abort must forget with the records.
 func TestDistinctLocalRekey(t *testing.T) {
 	eachSeed(t, seedCounts{normal: 20, short: 5, long: 400}, func(t *testing.T, seed uint64, _ int) { distinctOneAnswer(t, seed, true) })
 }

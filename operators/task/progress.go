@@ -66,8 +66,8 @@ func (c *chain) rewind() {
 	if c.comb != nil {
 		c.comb.reset()
 	}
-	if c.flags != nil {
-		c.flags.reset()
+	if c.own != nil {
+		c.own.reset()
 	}
 	if c.tracksTime() {
 		// The watermark goes back with the offset: a re-keying writer would otherwise announce

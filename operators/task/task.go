@@ -107,7 +107,7 @@ type chain struct {
 	comb       *combiner   // a re-keying writer's combining for its reader, or a keyed operator's filter of its results (combine.go); nil: none
 	proj       *projector  // a re-keying writer's projection for its reader (project.go); nil: none
 	resultView kgo.Record  // a keyed operator's result as its filter (comb) examines it, before it is copied
-	flags      *combiner   // the filter before the chain's own operator (newFlagFilter: a distinct keyed in its input's partition, a top); nil: none
+	own        *combiner   // the filter before the chain's own operator (newOwnFilter: a distinct keyed in its input's partition, a top); nil: none
 	snaps      []*snapshot // what came of a batch's records after some stages, for forks (fork.go)
 	from       *snapshot   // a fork's: its provider's snapshot it starts from (fork.go); nil: none
 
@@ -388,7 +388,7 @@ func (t *Task) addChain(cp plan.ChainPlan, g groupBuild) error {
 	if ri, ok := ops.Kop.(rowIndexer); ok && c.comb != nil && cp.Rekey == "" {
 		c.comb.rows = ri
 	}
-	c.flags = newFlagFilter(&cp, ops, t.cacheCap)
+	c.own = newOwnFilter(&cp, ops, t.cacheCap)
 	t.chains = append(t.chains, c)
 	t.byTopic[cp.Source.Topic] = append(t.byTopic[cp.Source.Topic], c)
 	t.linkFork(c)
@@ -683,7 +683,7 @@ func (t *Task) applyRecord(c *chain, kr *kgo.Record, wmPrev int64) error {
 			return nil
 		}
 		c.rec.Key = key
-		if c.flags != nil && c.flags.dist != nil && c.flags.dropsFlagless(key, &c.rec) {
+		if c.own != nil && c.own.dist != nil && c.own.dropsFlagless(key, &c.rec) {
 			return nil
 		}
 	}
@@ -698,7 +698,7 @@ func (t *Task) applyRecord(c *chain, kr *kgo.Record, wmPrev int64) error {
 		t.deadLetter(c, kr, c.plan.Keyed.Name, err)
 		return nil
 	}
-	if c.flags != nil && c.flags.bound != nil && c.flags.dropsOwn(c.rec.Key, &c.rec) {
+	if c.own != nil && c.own.bound != nil && c.own.dropsOwn(c.rec.Key, &c.rec) {
 		return nil // the top's earlier records leave it no rank
 	}
 	c.scratch = in
