@@ -993,7 +993,11 @@ func (p *Plan) Describe(w io.Writer) {
 			fmt.Fprintf(w, "  -> top %s: each key's %d records with the %s %s (ties in arrival order), an upsert stream of rows keyed by key and %s, written at most once per row per commit; backlog replays each key's records in arrival order\n",
 				t.Name, t.Top.N, map[bool]string{true: "largest", false: "smallest"}[t.Top.Order != configs.OrderAsc], t.Top.By, t.Top.Rank)
 			if t.Top.N <= operators.TopBoundMaxN && !c.Tombstones {
-				fmt.Fprintf(w, "     filtered before it: a record the %d best values of its key's earlier records leave no rank is dropped (neither sorted nor replayed)\n", t.Top.N)
+				earlier := fmt.Sprintf("%d earlier records", t.Top.N)
+				if t.Top.N == 1 {
+					earlier = "an earlier record"
+				}
+				fmt.Fprintf(w, "     filtered before it: a record that ranks after %s of its key is dropped (neither sorted nor replayed)\n", earlier)
 			}
 		} else if c.Keyed != nil && c.Keyed.Changes != nil {
 			fmt.Fprintf(w, "  -> changes %s: each key's latest row; when it changes, the retraction of the row it replaces (\"retract\": true) then the new row, at most once per key per commit (a tombstone: the retraction alone); state in Pebble: each key's published row; backlog replays each key's records in arrival order\n", c.Keyed.Name)
