@@ -544,8 +544,8 @@ func (t *Task) applyPartial(c *chain, kr *kgo.Record, fp string) error {
 			return nil
 		}
 	}
-	if len(kr.Key) == 0 || !agg.ValidSize(len(st)) {
-		t.deadLetterReason(c, kr, c.plan.Keyed.Name, fmt.Sprintf("a partial state of %d bytes with a key of %d bytes: %s", len(st), len(kr.Key), stateSizes(c.ops)), nil)
+	if len(kr.Key) == 0 || !agg.ValidState(st) {
+		t.deadLetterReason(c, kr, c.plan.Keyed.Name, fmt.Sprintf("a partial state of %d bytes with a key of %d bytes, not one of this operator's: %s", len(st), len(kr.Key), stateSizes(c.ops)), nil)
 		return nil
 	}
 	c.rec.Key, c.rec.Value, c.rec.Time = kr.Key, nil, time

@@ -1,9 +1,13 @@
 package task
 
 import (
+	"bytes"
+	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"math/big"
 	"math/rand/v2"
 	"slices"
@@ -814,4 +818,116 @@ func TestTopBoundAfterRestart(t *testing.T) {
 	if n := len(prod.committed(testSink)); n != 2 {
 		t.Errorf("%d rows, want 2 (the closed windows')", n)
 	}
+}
+
+// TestHostilePartials: a partial state on a repartition topic that its reader cannot merge (a
+// window start that is not one of its windows, bytes too short for a start, a state of the wrong
+// size, bytes that are not a partial session, a window the reader's watermark has closed) is a
+// dead letter with its reason, and the records around it are merged; a partial under another
+// layout fails the task. The partials are a combining writer's own, then altered.
+func TestHostilePartials(t *testing.T) {
+	for _, tc := range []struct {
+		name, doc string
+		alter     func(v []byte) []byte
+		late      bool   // a watermark announcement past the window's close comes first
+		reason    string // "": merged
+	}{
+		{"window as written", combineWindowAgg, nil, false, ""},
+		{"window start not a window's", combineWindowAgg, func(v []byte) []byte {
+			binary.BigEndian.PutUint64(v, binary.BigEndian.Uint64(v)+1)
+			return v
+		}, false, "does not start with the start of one of totals's windows"},
+		{"window too short", combineWindowAgg, func(v []byte) []byte { return v[:7] }, false, "does not start with the start"},
+		{"window state cut", combineWindowAgg, func(v []byte) []byte { return v[:len(v)-1] }, false, "a partial state of"},
+		{"window closed", combineWindowAgg, nil, true, "late"},
+		{"sessions as written", combineSessionAgg, nil, false, ""},
+		{"sessions cut", combineSessionAgg, func(v []byte) []byte { return v[:len(v)-1] }, false, "not a partial state of totals"},
+		{"sessions none", combineSessionAgg, func(v []byte) []byte { return []byte{0, 0, 0, 0} }, false, "not a partial state of totals"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			doc := combineConfig(tc.doc, "never", true, 1000)
+			newTask, prod, hops := combineTasks(t, doc)
+			hop := hops[0]
+			// A writer in real time combines once it has committed an announcement of its
+			// watermark: one batch, a checkpoint, then the rest.
+			w := newTask(testTopic)
+			orders := genCombineOrders(rand.New(rand.NewPCG(3, 1)), 60)
+			for _, batch := range [][]*kgo.Record{orders[:10], orders[10:]} {
+				w.BeforeBatch(testTopic, Lag{})
+				if err := w.Process(testTopic, batch); err != nil {
+					t.Fatal(err)
+				}
+				w.AfterBatch(testTopic, Lag{})
+				pd := checkpointTask(t, w, prod)
+				prod.commit()
+				if err := w.Committed(pd); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var partial *kgo.Record
+			for _, r := range prod.committed(hop) {
+				if _, ok := codec.PartialOf(r.Headers); ok && partial == nil {
+					partial = r
+				}
+			}
+			if partial == nil {
+				t.Fatal("the writer wrote no partial state")
+			}
+			bad := *partial
+			bad.Value = slices.Clone(partial.Value)
+			if tc.alter != nil {
+				bad.Value = tc.alter(bad.Value)
+			}
+			var in []*kgo.Record
+			if tc.late {
+				in = append(in, &kgo.Record{Topic: hop, Headers: codec.MarkHeaders(codec.AppendMark(nil, math.MaxInt64/2), 0)})
+			}
+			in = append(in, &bad)
+			for i, r := range in {
+				r.Topic, r.Offset = hop, int64(i)
+			}
+			before := len(prod.committed(testGroup + "-dlq")) // the writer's (an order without a region)
+			r := newTask(hop)
+			r.ReadAttributes(hop, in)
+			r.BeforeBatch(hop, Lag{})
+			if err := r.Process(hop, in); err != nil {
+				t.Fatal(err)
+			}
+			r.AfterBatch(hop, Lag{})
+			pd := checkpointTask(t, r, prod)
+			prod.commit()
+			if err := r.Committed(pd); err != nil {
+				t.Fatal(err)
+			}
+			dead := prod.committed(testGroup + "-dlq")[before:]
+			if tc.reason == "" {
+				if len(dead) != 0 {
+					reason, _ := header(dead[0], codec.HeaderError)
+					t.Fatalf("%d dead letters (%s), want the partial merged", len(dead), reason)
+				}
+				return
+			}
+			if len(dead) != 1 {
+				t.Fatalf("%d dead letters, want 1", len(dead))
+			}
+			if reason, _ := header(dead[0], codec.HeaderError); !strings.Contains(reason, tc.reason) {
+				t.Errorf("reason %q, want it to contain %q", reason, tc.reason)
+			}
+			if !bytes.Equal(dead[0].Value, bad.Value) {
+				t.Errorf("dead letter %x, want the partial as read %x", dead[0].Value, bad.Value)
+			}
+		})
+	}
+	t.Run("another layout", func(t *testing.T) {
+		newTask, _, hops := combineTasks(t, combineConfig(combineSessionAgg, "never", true, 1000))
+		r := newTask(hops[0])
+		in := []*kgo.Record{{Topic: hops[0], Key: []byte("r1"), Value: []byte{0, 0, 0, 0}, Headers: codec.PartialHeaders("not this layout")}}
+		r.ReadAttributes(hops[0], in)
+		r.BeforeBatch(hops[0], Lag{})
+		err := r.Process(hops[0], in)
+		var le *LayoutError
+		if !errors.As(err, &le) {
+			t.Fatalf("Process: %v, want a layout error", err)
+		}
+	})
 }
