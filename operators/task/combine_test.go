@@ -853,16 +853,7 @@ func TestHostilePartials(t *testing.T) {
 			w := newTask(testTopic)
 			orders := genCombineOrders(rand.New(rand.NewPCG(3, 1)), 60)
 			for _, batch := range [][]*kgo.Record{orders[:10], orders[10:]} {
-				w.BeforeBatch(testTopic, Lag{})
-				if err := w.Process(testTopic, batch); err != nil {
-					t.Fatal(err)
-				}
-				w.AfterBatch(testTopic, Lag{})
-				pd := checkpointTask(t, w, prod)
-				prod.commit()
-				if err := w.Committed(pd); err != nil {
-					t.Fatal(err)
-				}
+				processCommitted(t, w, prod, testTopic, batch)
 			}
 			var partial *kgo.Record
 			for _, r := range prod.committed(hop) {
@@ -887,18 +878,7 @@ func TestHostilePartials(t *testing.T) {
 				r.Topic, r.Offset = hop, int64(i)
 			}
 			before := len(prod.committed(testGroup + "-dlq")) // the writer's (an order without a region)
-			r := newTask(hop)
-			r.ReadAttributes(hop, in)
-			r.BeforeBatch(hop, Lag{})
-			if err := r.Process(hop, in); err != nil {
-				t.Fatal(err)
-			}
-			r.AfterBatch(hop, Lag{})
-			pd := checkpointTask(t, r, prod)
-			prod.commit()
-			if err := r.Committed(pd); err != nil {
-				t.Fatal(err)
-			}
+			processCommitted(t, newTask(hop), prod, hop, in)
 			dead := prod.committed(testGroup + "-dlq")[before:]
 			if tc.reason == "" {
 				if len(dead) != 0 {
@@ -930,4 +910,21 @@ func TestHostilePartials(t *testing.T) {
 			t.Fatalf("Process: %v, want a layout error", err)
 		}
 	})
+}
+
+// processCommitted processes recs of topic through tk in real time, as one batch, and commits a
+// checkpoint of it.
+func processCommitted(t *testing.T, tk *Task, prod *fakeProducer, topic string, recs []*kgo.Record) {
+	t.Helper()
+	tk.ReadAttributes(topic, recs)
+	tk.BeforeBatch(topic, Lag{})
+	if err := tk.Process(topic, recs); err != nil {
+		t.Fatal(err)
+	}
+	tk.AfterBatch(topic, Lag{})
+	pd := checkpointTask(t, tk, prod)
+	prod.commit()
+	if err := tk.Committed(pd); err != nil {
+		t.Fatal(err)
+	}
 }
