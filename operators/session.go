@@ -487,7 +487,8 @@ func (s *Sessions) FoldPartial(st []byte, ts int64, in []byte) []byte {
 }
 
 // PartialStart returns the earliest event time of the partial p, the writer's record of a
-// partial state; false when p is not one of this operator's.
+// partial state; false when p is not one of this operator's (its times outside the years a
+// record's can be, MinTime to MaxTime, included).
 func (s *Sessions) PartialStart(p []byte) (int64, bool) {
 	size := s.agg.StateSize()
 	if len(p) < 4 {
@@ -500,7 +501,7 @@ func (s *Sessions) PartialStart(p []byte) (int64, bool) {
 	start := int64(math.MaxInt64)
 	for q := p[4:]; len(q) > 0; q = q[16+size:] {
 		first, last := int64(binary.BigEndian.Uint64(q)), int64(binary.BigEndian.Uint64(q[8:]))
-		if last < first || !s.agg.ValidState(q[16:16+size]) {
+		if last < first || first < MinTime || last > MaxTime || !s.agg.ValidState(q[16:16+size]) {
 			return 0, false
 		}
 		start = min(start, first)

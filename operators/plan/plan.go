@@ -534,7 +534,7 @@ func NewPlan(cfg *configs.Config) (*Plan, error) {
 			if len(readers) != 1 {
 				continue
 			}
-			if w.Rekey != "" && combines(readers[0], cfg.Processing.Guarantee == configs.ExactlyOnce) {
+			if w.Rekey != "" && combines(w, readers[0], cfg.Processing.Guarantee == configs.ExactlyOnce) {
 				r := *readers[0]
 				w.Combine = &r
 			} else if projects(readers[0]) {
@@ -617,7 +617,14 @@ func splitTaps(chains []ChainPlan) []ChainPlan {
 // top (of n at most operators.TopBoundMaxN) only those that may still enter it: for a top over
 // windows, only under exactly_once, whose commits carry what a writer announced of its
 // watermark to its next owner (a bound of what the reader knows).
-func combines(r *ChainPlan, exactlyOnce bool) bool {
+//
+// Over windows or sessions a writer's partial reaches the reader later than its records would
+// have, so the writer combines only records on time by the largest watermark it announced,
+// which must bound the reader's: under exactly_once, whose commits carry what the writer
+// announced to its partition's next owner, and only when the writer w never announces that it
+// is idle (its source's watermark.idle_after is 0): while it is idle the reader's watermark may
+// pass its own, and never goes back.
+func combines(w, r *ChainPlan, exactlyOnce bool) bool {
 	if r.Keyed == nil || len(r.Stages) > 0 || r.Tombstones || r.StreamJoin != nil || r.AsOf != nil {
 		return false
 	}
@@ -635,8 +642,10 @@ func combines(r *ChainPlan, exactlyOnce bool) bool {
 		return false
 	}
 	switch a.Window.Kind() {
-	case "", "session", "tumbling":
+	case "":
 		return true
+	case "session", "tumbling":
+		return exactlyOnce && w.Source.Watermark.IdleAfter == 0
 	}
 	return false // hopping: each record in several windows (a writer's partial would be per slice)
 }

@@ -82,3 +82,63 @@ func TestChainIDsUnique(t *testing.T) {
 		}
 	}
 }
+
+// TestTimedCombiningNeedsItsBound: a re-keying writer combines records into partial windows or
+// sessions only where the largest watermark it announced bounds its reader's: under
+// exactly_once (whose commits carry what it announced to the next owner) and with a source that
+// never announces idleness; otherwise it projects them. An aggregate without windows is
+// combined under either guarantee.
+func TestTimedCombiningNeedsItsBound(t *testing.T) {
+	for _, tc := range []struct {
+		name, guarantee, idle, window string
+		combined                      bool
+	}{
+		{"sessions", "exactly_once", "0s", "window: {session: 10s}", true},
+		{"tumbling", "exactly_once", "0s", "window: {tumbling: 10s}", true},
+		{"sessions at least once", "at_least_once", "0s", "window: {session: 10s}", false},
+		{"tumbling at least once", "at_least_once", "0s", "window: {tumbling: 10s}", false},
+		{"sessions idle_after", "exactly_once", "5s", "window: {session: 10s}", false},
+		{"tumbling idle_after", "exactly_once", "5s", "window: {tumbling: 10s}", false},
+		{"no window at least once", "at_least_once", "5s", "", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			doc := planHeader + fmt.Sprintf(`processing: {guarantee: %s}
+sources:
+  bids: {topic: bids, format: json, key: auction, timestamp: dateTime, watermark: {idle_after: %s}}
+operators:
+  - name: counts
+    aggregate:
+      input: bids
+      group_by: bidder
+      %s
+      fields: {n: {count: {}}}
+    output: out
+sinks:
+  out: {topic: out, format: json}
+`, tc.guarantee, tc.idle, tc.window)
+			cfg, err := configs.Parse([]byte(doc), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p, err := NewPlan(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var w *ChainPlan
+			for i := range p.Chains {
+				if p.Chains[i].Rekey != "" {
+					w = &p.Chains[i]
+				}
+			}
+			if w == nil {
+				t.Fatal("no re-keying chain")
+			}
+			if got := w.Combine != nil; got != tc.combined {
+				t.Fatalf("combined %v, want %v (projected %v)", got, tc.combined, w.Project != nil)
+			}
+			if !tc.combined && w.Project == nil {
+				t.Fatal("neither combined nor projected")
+			}
+		})
+	}
+}

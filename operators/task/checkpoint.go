@@ -244,7 +244,8 @@ func (t *Task) topicOffsets(pd *Pending) {
 	}
 }
 
-// What a writer filtering for a top over windows (chain.keepsSaid) last announced, in its
+// What a writer filtering for a top over windows, or combining windows or sessions
+// (chain.keepsSaid), last announced, in its
 // topic's committed Progress: saidPrefix and its ID, its watermark (chain.wmSaid); idlePrefix
 // and its ID, 1 if it announced idle after it. No operator name has a colon, so no chain ID
 // (an operator's name, a source's, rekey:<name> or taps:<name>) starts with either.
@@ -253,10 +254,12 @@ const (
 	idlePrefix = "idle:"
 )
 
-// keepsSaid reports whether c is a writer whose filter rests on what it announced of its
-// watermark (a top's over windows, combiner.dropsBeaten), which it commits with its offsets.
+// keepsSaid reports whether c is a writer whose filter or combining rests on what it announced
+// of its watermark (a top's over windows, combiner.dropsBeaten; partial windows or sessions,
+// combiner.project), which it commits with its offsets.
 func (c *chain) keepsSaid() bool {
-	return c.comb != nil && c.comb.bound != nil && c.comb.bound.Windowed()
+	cb := c.comb
+	return cb != nil && (cb.bound != nil && cb.bound.Windowed() || cb.timed())
 }
 
 // tableOffsets writes the tables' dead letters and offsets once no chain holds a backlog (a

@@ -203,6 +203,9 @@ func (t *Task) combine(c *chain, kr *kgo.Record, key []byte, wmPrev int64) bool 
 		t.release(c, kr.Offset) // the dead letters before the table's first record go now
 	}
 	i, st, ok := cb.part.slot(tk, cb.init)
+	if ok && cb.sess != nil && len(cb.sess.PartialBytes(st))+cb.sess.PartialSize()-4 > boundedRecord {
+		ok = false // a partial of this many sessions could reach no reader (sizelimit.go): as full
+	}
 	if !ok && !hold {
 		t.passOn(c, kr.Offset, hold)
 		return false // beyond the table's keys
@@ -241,8 +244,7 @@ var errMaybeLate = errors.New("maybe late for the reader")
 // window. While the writer has announced that it is idle, or has no committed announcement of
 // a watermark, records go as they are.
 func (cb *combiner) project(c *chain, r *operators.Record, key []byte, wmPrev int64) (in, tk []byte, err error) {
-	timed := cb.sess != nil || cb.agg.Closes()
-	if !timed {
+	if !cb.timed() {
 		in, err = cb.agg.ProjectInput(cb.input, r, cb.in[:0])
 		return in, key, err
 	}
@@ -270,6 +272,12 @@ func (cb *combiner) project(c *chain, r *operators.Record, key []byte, wmPrev in
 	}
 	in, err = cb.agg.ProjectInput(cb.input, r, cb.in[:0])
 	return in, cb.wk, err
+}
+
+// timed reports whether the combiner's partials are of windows or sessions, which the reader
+// may judge late (project).
+func (cb *combiner) timed() bool {
+	return cb.sess != nil || cb.agg != nil && cb.agg.Closes()
 }
 
 // init writes an empty partial state into dst.
@@ -534,7 +542,7 @@ func (t *Task) applyPartial(c *chain, kr *kgo.Record, fp string) error {
 	if agg.Closes() {
 		// A window's partial: the window's start, then the state (writePartials), merged into
 		// the window's state unless the watermark closed the window (it is late).
-		if len(st) < 8 || !t.windowOf(c, kr.Key, int64(binary.BigEndian.Uint64(st))) {
+		if len(st) < 8 || !t.windowOf(c, kr.Key, int64(binary.BigEndian.Uint64(st))) || len(kr.Key) == 0 {
 			t.deadLetterReason(c, kr, c.plan.Keyed.Name, fmt.Sprintf("a partial state of %d bytes that does not start with the start of one of %s's windows", len(st), c.plan.Keyed.Name), nil)
 			return nil
 		}
@@ -568,6 +576,9 @@ func (t *Task) partialLayoutError(c *chain, fp string) error {
 // windowOf reports whether start is the start of the window of c's aggregate (tumbling) that
 // holds it, leaving that window's key for group key key in c.wk.
 func (t *Task) windowOf(c *chain, key []byte, start int64) bool {
+	if start < operators.MinTime || start > operators.MaxTime {
+		return false // no record's window: its arithmetic stays far from int64's ends
+	}
 	n := 0
 	var err error
 	c.wk, _, err = c.ops.Agg.Assign(c.wk[:0], key, start, math.MinInt64, func([]byte) error {

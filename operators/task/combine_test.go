@@ -210,8 +210,10 @@ type combineRun struct {
 	dlq      []string
 	repart   int
 	partials int
-	bytes    int           // the repartition topic's records' values
-	prod     *fakeProducer // every topic's committed records
+	// maxPartial is the largest partial's key and value, in bytes.
+	maxPartial int
+	bytes      int           // the repartition topic's records' values
+	prod       *fakeProducer // every topic's committed records
 }
 
 // runCombine runs the inputs (by topic, partition 0: orders in testTopic, and a join's other
@@ -366,6 +368,7 @@ done:
 		res.bytes += len(rec.Value)
 		if _, ok := codec.PartialOf(rec.Headers); ok {
 			res.partials++
+			res.maxPartial = max(res.maxPartial, len(rec.Key)+len(rec.Value))
 		}
 	}
 	return res
@@ -742,82 +745,144 @@ func TestRekeyProgressIDs(t *testing.T) {
 // of its announcements (SetProgress) tells it that the reader may have closed the window: its
 // records for it go on, and the reader dead-letters each as late, none dropped on the way.
 func TestTopBoundAfterRestart(t *testing.T) {
-	doc := strings.Replace(combineConfig(`  - name: totals
+	g := newRestartRig(t, `  - name: totals
     top: {input: orders, group_by: region, n: 1, by: amount, window: {tumbling: 100ms}}
     output: out
-`, "never", true, 1000), "max_delay: 2s", "max_delay: 0s", 1)
-	newTask, prod, hops := combineTasks(t, doc)
-	repart := hops[0]
-	const base = 1_700_000_000_000
-	order := func(off, ts int64, amount int) *kgo.Record {
-		return &kgo.Record{Topic: testTopic, Offset: off, Key: []byte("c1"), Timestamp: time.UnixMilli(base + ts),
-			Value: fmt.Appendf(nil, `{"region":"r0","amount":%d,"order_id":"o%d","customer_id":"c1","ts":%d}`, amount, off, base+ts)}
-	}
-	w, r := newTask(testTopic), newTask(repart)
-	var wDone int64
-	var wProgress map[string]int64
-	var rNext int64
-	process := func(tk *Task, topic string, recs []*kgo.Record) {
-		if topic == repart {
-			tk.ReadAttributes(topic, recs)
-		}
-		tk.BeforeBatch(topic, Lag{Before: int64(len(recs)), After: 0})
-		if err := tk.Process(topic, recs); err != nil {
-			t.Fatal(err)
-		}
-		tk.AfterBatch(topic, Lag{})
-	}
-	commit := func() {
-		for _, tk := range []*Task{w, r} {
-			pd := checkpointTask(t, tk, prod)
-			prod.commit()
-			if err := tk.Committed(pd); err != nil {
-				t.Fatal(err)
-			}
-			if off, ok := pd.Offsets[testTopic]; ok && tk == w {
-				wDone, wProgress = off, pd.Progress[testTopic]
-			}
-		}
-	}
-	// step writes recs through the writer, commits, and lets the reader read what came of them.
-	step := func(recs ...*kgo.Record) {
-		process(w, testTopic, recs)
-		commit()
-		var in []*kgo.Record
-		for _, rec := range prod.committed(repart) {
-			if rec.Offset >= rNext {
-				in = append(in, rec)
-			}
-		}
-		if len(in) > 0 {
-			process(r, repart, in)
-			rNext = in[len(in)-1].Offset + 1
-		}
-		commit()
-	}
-	step(order(0, 10, 500), order(1, 1000, 1)) // the window [0, 100) closes at the reader
-	w.Close()
-	w = newTask(testTopic) // the new owner
-	if !w.Branches(testTopic) {
-		t.Fatal("a writer filtering for a top over windows does not ask for its committed progress")
-	}
-	if wDone != 2 || len(wProgress) == 0 {
-		t.Fatalf("the writer committed offset %d with progress %v, want 2 with its announcement", wDone, wProgress)
-	}
-	w.SetProgress(testTopic, wDone, wProgress)
-	step(order(2, 20, 10))
-	step(order(3, 30, 5), order(4, 40, 1), order(5, 1100, 7))
-	var late []string
-	for _, rec := range prod.committed(testGroup + "-dlq") {
-		late = append(late, hdr(rec, codec.HeaderError)+" "+string(rec.Value[strings.Index(string(rec.Value), `"order_id"`):][:15]))
-	}
-	want := []string{`late "order_id":"o2"`, `late "order_id":"o3"`, `late "order_id":"o4"`}
-	if !slices.Equal(late, want) {
+`)
+	g.step(restartOrder(0, 10, 500), restartOrder(1, 1000, 1)) // the window [0, 100) closes at the reader
+	g.restart()
+	g.step(restartOrder(2, 20, 10))
+	g.step(restartOrder(3, 30, 5), restartOrder(4, 40, 1), restartOrder(5, 1100, 7))
+	if late, want := g.deadLetters(), []string{`late "order_id":"o2"`, `late "order_id":"o3"`, `late "order_id":"o4"`}; !slices.Equal(late, want) {
 		t.Errorf("dead letters %q, want %q", late, want)
 	}
-	if n := len(prod.committed(testSink)); n != 2 {
+	if n := len(g.prod.committed(testSink)); n != 2 {
 		t.Errorf("%d rows, want 2 (the closed windows')", n)
 	}
+}
+
+// TestPartialSessionsAfterRestart: a writer combining records into partial sessions takes up,
+// as its partition's next owner, the watermark its predecessor announced, which its reader holds:
+// a record late by it goes as it is (the reader dead-letters it), and one on time is folded and
+// merged, not lost in a partial judged late by an earlier record.
+func TestPartialSessionsAfterRestart(t *testing.T) {
+	g := newRestartRig(t, combineSessionAgg)                 // sessions of a 30ms gap
+	g.step(restartOrder(0, 10, 1), restartOrder(1, 1000, 1)) // the reader's watermark: 1000
+	g.restart()
+	g.step(restartOrder(2, 20, 1))                           // late: 20 + 30 <= 1000
+	g.step(restartOrder(3, 960, 1), restartOrder(4, 985, 1)) // 960 late, 985 on time, within the gap
+	g.step(restartOrder(5, 2000, 1))                         // closes [10, 40) and [985, 1030)
+	if late, want := g.deadLetters(), []string{`late "order_id":"o2"`, `late "order_id":"o3"`}; !slices.Equal(late, want) {
+		t.Errorf("dead letters %q, want %q", late, want)
+	}
+	var rows []string
+	for _, r := range g.prod.committed(testSink) {
+		rows = append(rows, string(r.Value))
+	}
+	const base = 1_700_000_000_000
+	want := []string{
+		fmt.Sprintf(`{"key":"r0","window_start":%d,"window_end":%d,"n":1,"total":1}`, base+10, base+40),
+		fmt.Sprintf(`{"key":"r0","window_start":%d,"window_end":%d,"n":2,"total":2}`, base+985, base+1030),
+	}
+	if !slices.Equal(rows, want) {
+		t.Errorf("rows\n%s\nwant\n%s", strings.Join(rows, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// restartOrder is an order of region r0 at base + ts.
+func restartOrder(off, ts int64, amount int) *kgo.Record {
+	const base = 1_700_000_000_000
+	return &kgo.Record{Topic: testTopic, Offset: off, Key: []byte("c1"), Timestamp: time.UnixMilli(base + ts),
+		Value: fmt.Appendf(nil, `{"region":"r0","amount":%d,"order_id":"o%d","customer_id":"c1","ts":%d}`, amount, off, base+ts)}
+}
+
+// restartRig runs a combining writer (max_delay 0s, in real time) and its reader over the
+// operator op step by step, and restarts the writer as its partition's next owner, which takes
+// up its committed progress.
+type restartRig struct {
+	t         *testing.T
+	newTask   func(topics ...string) *Task
+	prod      *fakeProducer
+	repart    string
+	w, r      *Task
+	wDone     int64
+	wProgress map[string]int64
+	rNext     int64
+}
+
+func newRestartRig(t *testing.T, op string) *restartRig {
+	doc := strings.Replace(combineConfig(op, "never", true, 1000), "max_delay: 2s", "max_delay: 0s", 1)
+	newTask, prod, hops := combineTasks(t, doc)
+	g := &restartRig{t: t, newTask: newTask, prod: prod, repart: hops[0]}
+	g.w, g.r = newTask(testTopic), newTask(g.repart)
+	return g
+}
+
+func (g *restartRig) process(tk *Task, topic string, recs []*kgo.Record) {
+	if topic == g.repart {
+		tk.ReadAttributes(topic, recs)
+	}
+	tk.BeforeBatch(topic, Lag{Before: int64(len(recs)), After: 0})
+	if err := tk.Process(topic, recs); err != nil {
+		g.t.Fatal(err)
+	}
+	tk.AfterBatch(topic, Lag{})
+}
+
+func (g *restartRig) commit() {
+	for _, tk := range []*Task{g.w, g.r} {
+		pd := checkpointTask(g.t, tk, g.prod)
+		g.prod.commit()
+		if err := tk.Committed(pd); err != nil {
+			g.t.Fatal(err)
+		}
+		if off, ok := pd.Offsets[testTopic]; ok && tk == g.w {
+			g.wDone, g.wProgress = off, pd.Progress[testTopic]
+		}
+	}
+}
+
+// step writes recs through the writer, commits, and lets the reader read what came of them.
+func (g *restartRig) step(recs ...*kgo.Record) {
+	g.process(g.w, testTopic, recs)
+	g.commit()
+	var in []*kgo.Record
+	for _, rec := range g.prod.committed(g.repart) {
+		if rec.Offset >= g.rNext {
+			in = append(in, rec)
+		}
+	}
+	if len(in) > 0 {
+		g.process(g.r, g.repart, in)
+		g.rNext = in[len(in)-1].Offset + 1
+	}
+	g.commit()
+}
+
+// restart makes a new owner of the writer's partition, from its committed offset and progress.
+func (g *restartRig) restart() {
+	g.w.Close()
+	g.w = g.newTask(testTopic)
+	if !g.w.Branches(testTopic) {
+		g.t.Fatal("a writer whose filter or combining rests on its announcements does not ask for its committed progress")
+	}
+	if len(g.wProgress) == 0 {
+		g.t.Fatalf("the writer committed offset %d with progress %v, want its announcement", g.wDone, g.wProgress)
+	}
+	g.w.SetProgress(testTopic, g.wDone, g.wProgress)
+}
+
+// deadLetters returns each dead letter's reason and order id.
+func (g *restartRig) deadLetters() []string {
+	var out []string
+	for _, rec := range g.prod.committed(testGroup + "-dlq") {
+		what := fmt.Sprintf("not an order: %x", rec.Value)
+		if i := strings.Index(string(rec.Value), `"order_id"`); i >= 0 {
+			what = string(rec.Value[i:][:15])
+		}
+		out = append(out, hdr(rec, codec.HeaderError)+" "+what)
+	}
+	return out
 }
 
 // TestHostilePartials: a partial state on a repartition topic that its reader cannot merge (a
@@ -843,6 +908,16 @@ func TestHostilePartials(t *testing.T) {
 		{"sessions as written", combineSessionAgg, nil, false, ""},
 		{"sessions cut", combineSessionAgg, func(v []byte) []byte { return v[:len(v)-1] }, false, "not a partial state of totals"},
 		{"sessions none", combineSessionAgg, func(v []byte) []byte { return []byte{0, 0, 0, 0} }, false, "not a partial state of totals"},
+		{"window start beyond the years", combineWindowAgg, func(v []byte) []byte {
+			binary.BigEndian.PutUint64(v, uint64(math.MaxInt64/500*500)) // its windows' arithmetic would overflow
+			return v
+		}, false, "does not start with the start"},
+		{"sessions beyond the years", combineSessionAgg, func(v []byte) []byte {
+			first := int64(math.MinInt64 + 1)
+			binary.BigEndian.PutUint64(v[4:], uint64(first))
+			binary.BigEndian.PutUint64(v[12:], math.MaxInt64)
+			return v
+		}, false, "not a partial state of totals"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			doc := combineConfig(tc.doc, "never", true, 1000)
@@ -926,5 +1001,27 @@ func processCommitted(t *testing.T, tk *Task, prod *fakeProducer, topic string, 
 	prod.commit()
 	if err := tk.Committed(pd); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestPartialSessionsBounded: a key with more sessions than a partial of boundedRecord bytes
+// holds (orders of one region further apart than the gap, read as one backlog) crosses in
+// several partials, each small enough for any repartition topic, and the sessions are the plain
+// run's.
+func TestPartialSessionsBounded(t *testing.T) {
+	orders := make([]*kgo.Record, 600)
+	for i := range orders {
+		orders[i] = restartOrder(int64(i), int64(i)*100, i%7) // 100ms apart: a session each
+	}
+	inputs := map[string][]*kgo.Record{testTopic: orders}
+	for _, mode := range []string{"always", "auto"} {
+		want := runCombine(t, 1, combineConfig(combineSessionAgg, mode, false, 1000), inputs, false)
+		got := runCombine(t, 1, combineConfig(combineSessionAgg, mode, true, 1000), inputs, false)
+		if !slices.Equal(sorted(got.out), sorted(want.out)) || len(want.out) < 500 {
+			t.Fatalf("%s: %d sessions, the plain run %d:\n%s", mode, len(got.out), len(want.out), diffOutputs(sorted(want.out), sorted(got.out)))
+		}
+		if got.partials < 2 || got.maxPartial > boundedRecord {
+			t.Errorf("%s: %d partials, the largest %d bytes, want several of at most %d", mode, got.partials, got.maxPartial, boundedRecord)
+		}
 	}
 }

@@ -181,7 +181,7 @@ func (t *Task) processKeyed(c *chain, kc *keyedCtx, key []byte, ts int64, tag by
 // earliest event time, sorted in backlog, merged in real time.
 func (t *Task) applyKeyedPartial(c *chain, kr *kgo.Record, fp string) error {
 	pm, ok := c.kop.(operators.PartialMerger)
-	if !ok {
+	if !ok || len(c.chains) > 1 { // a session cogroup's writers never combine
 		t.deadLetterReason(c, kr, c.plan.Keyed.Name, "a partial state (header "+codec.HeaderPartial+"), which "+c.kop.Name()+" does not merge", nil)
 		return nil
 	}
