@@ -94,9 +94,10 @@ const (
     aggregate: {input: small, fields: {least: {min: orders.amount}}}
     output: out
 `
-	// Aggregates a re-keying writer projects its records for (project.go): windowed, and over
-	// sessions, emitting finals (the same whatever the checkpoints' timing while no order is
-	// late; TestProjectedDeadLettersWhole makes many late).
+	// Windowed aggregates, emitting finals (the same whatever the checkpoints' timing while no
+	// order is late; TestProjectedDeadLettersWhole makes many late): a re-keying writer
+	// combines its records into partial windows or sessions for tumbling windows and sessions
+	// (combine.go), and projects them for hopping windows (project.go).
 	combineWindowAgg = `  - name: totals
     aggregate:
       input: orders
@@ -121,15 +122,6 @@ const (
       group_by: region
       window: {session: 30ms}
       emit: final
-      fields: {n: {count: {}}, total: {sum: amount}}
-    output: out
-`
-	combineSessionUpdates = `  - name: totals
-    aggregate:
-      input: orders
-      group_by: region
-      window: {session: 30ms}
-      emit: updates
       fields: {n: {count: {}}, total: {sum: amount}}
     output: out
 `
@@ -497,7 +489,7 @@ func TestCombineOneAnswer(t *testing.T) {
 			{"window aggregate", combineWindowAgg, sorted, ""},
 			{"hopping aggregate", combineHoppingAgg, sorted, ""},
 			{"session aggregate", combineSessionAgg, sorted, ""},
-			{"session updates", combineSessionUpdates, upserted, ""},
+			{"session updates", strings.Replace(combineSessionAgg, "emit: final", "emit: updates", 1), upserted, ""},
 		} {
 			config := func(mode string, combine bool, cacheKeys int) string {
 				doc := combineConfig(op.doc, mode, combine, cacheKeys)
