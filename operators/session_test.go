@@ -232,6 +232,33 @@ func TestSessionPartials(t *testing.T) {
 			if emit == "final" && !slices.EqualFunc(got.outs, want.outs, bytes.Equal) {
 				t.Fatalf("seed %d: finals %q, want %q", seed, got.outs, want.outs)
 			}
+			if emit == "final" {
+				// And the sessions by their definition, from the records' times alone: sorted,
+				// a record less than the gap after the previous one joins its session.
+				ts := make([]int64, len(recs))
+				for i, r := range recs {
+					ts[i] = r.ts
+				}
+				slices.Sort(ts)
+				var oracle []string
+				for i := 0; i < len(ts); {
+					j := i + 1
+					for j < len(ts) && ts[j]-ts[j-1] < 20 {
+						j++
+					}
+					oracle = append(oracle, fmt.Sprintf(`"window_start":%d,"window_end":%d,`, ts[i], ts[j-1]+20)+fmt.Sprintf(`"orders":%d`, j-i))
+					i = j
+				}
+				if len(got.outs) != len(oracle) {
+					t.Fatalf("seed %d: %d sessions, the oracle %d: %q", seed, len(got.outs), len(oracle), got.outs)
+				}
+				for i, o := range got.outs {
+					ws, _, _ := strings.Cut(oracle[i], `"orders"`)
+					if !strings.Contains(string(o), ws) || !strings.Contains(string(o), oracle[i][len(ws):]) {
+						t.Fatalf("seed %d: session %s, the oracle's %s", seed, o, oracle[i])
+					}
+				}
+			}
 		}
 		s := mk()
 		for _, bad := range [][]byte{nil, {0, 0, 0}, {0, 0, 0, 0}, {0, 0, 0, 1, 1}, append([]byte{0, 0, 0, 2}, make([]byte, 2*(16+s.agg.StateSize())-1)...)} {
