@@ -42,6 +42,18 @@ func randomKeys(n int) [][]byte {
 	return keys
 }
 
+// compositeKeys returns n distinct keys as a group_by of three fields writes them (Nexmark
+// q16's distinct bidders per channel and day): they tie on their first 8 bytes, and within a
+// channel on about 30.
+func compositeKeys(n int) [][]byte {
+	channels := []string{"Apple", "Google", "Facebook", "Baidu", "channel-1", "channel-2"}
+	keys := make([][]byte, n)
+	for i := range keys {
+		keys[i] = fmt.Appendf(nil, `{"channel":%q,"day":"2015-07-%02d","bidder":%d}`, channels[i%len(channels)], 15+i/len(channels)%4, i)
+	}
+	return keys
+}
+
 // setKey writes "customer-%07d" of id into the 16-byte key k without allocating.
 func setKey(k []byte, id int) {
 	copy(k, "customer-")
@@ -122,7 +134,8 @@ func fillOneChunk(b *testing.B, keys [][]byte, n int) (*Sorter, []entry) {
 
 // BenchmarkSort1M sorts the slots of one chunk of 1M entries (16-byte keys, 16-byte payloads)
 // with the radix sort and with slices.SortFunc (pdqsort), for keys with a long common prefix
-// ("customer-0000042", 100k and 1M distinct) and for random keys. "pdq-nolcp" skips the
+// ("customer-0000042", 100k and 1M distinct), for composite keys (compositeKeys, 100k
+// distinct) and for random keys. "pdq-nolcp" skips the
 // common-prefix normalization, to show what it buys.
 func BenchmarkSort1M(b *testing.B) {
 	const n = 1_000_000
@@ -132,6 +145,7 @@ func BenchmarkSort1M(b *testing.B) {
 	}{
 		{"customer100k", benchKeys(100_000)},
 		{"customer1M", benchKeys(1_000_000)},
+		{"composite100k", compositeKeys(100_000)},
 		{"random1M", randomKeys(1_000_000)},
 	} {
 		s, unsorted := fillOneChunk(b, ks.keys, n)

@@ -98,6 +98,9 @@ func recordKey(buf []byte, pos uint64) []byte {
 // segSorter sorts the slots of one chunk by (key, ts, offset, insertion order).
 type segSorter struct {
 	buf []byte // the chunk's records
+	// lcp: the length of the key bytes every slot it sorts has in common; the prefixes are the
+	// 8 key bytes from there.
+	lcp int
 	// decisive: equal prefixes mean equal keys (all keys have the same length and fit in
 	// lcp+8 bytes), so the arena is never touched.
 	decisive bool
@@ -137,36 +140,46 @@ func (ss *segSorter) cmp(a, b entry) int {
 
 // normalize computes the chunk's common key prefix and rewrites the entries' prefixes to
 // the 8 key bytes that follow it, so keys such as "customer-0000042" still sort on the
-// fast path. It sets ss.decisive.
+// fast path. It sets ss.lcp and ss.decisive.
 func (ss *segSorter) normalize(seg []entry) {
+	ss.normalizeFrom(seg, 0)
+}
+
+// normalizeFrom is normalize for slots whose keys have their first from bytes in common. It
+// returns the shortest key's length, and false, having changed nothing, when a key is shorter
+// than from.
+func (ss *segSorter) normalizeFrom(seg []entry, from int) (minLen int, ok bool) {
 	if len(seg) == 0 {
-		return
+		return 0, true
 	}
 	first := recordKey(ss.buf, seg[0].pos)
 	lcp, minLen, maxLen := len(first), len(first), len(first)
 	for i := 1; i < len(seg); i++ {
 		k := recordKey(ss.buf, seg[i].pos)
-		if len(k) < minLen {
-			minLen = len(k)
-		}
-		if len(k) > maxLen {
-			maxLen = len(k)
-		}
-		if lcp > 0 {
+		minLen, maxLen = min(minLen, len(k)), max(maxLen, len(k))
+		if lcp > from {
 			n := min(lcp, len(k))
-			j := 0
+			j := from
+			for j+8 <= n && binary.LittleEndian.Uint64(k[j:]) == binary.LittleEndian.Uint64(first[j:]) {
+				j += 8
+			}
 			for j < n && k[j] == first[j] {
 				j++
 			}
 			lcp = j
 		}
 	}
+	if minLen < from {
+		return minLen, false
+	}
 	if lcp > 0 {
 		for i := range seg {
 			seg[i].prefix = prefixAt(recordKey(ss.buf, seg[i].pos), lcp)
 		}
 	}
+	ss.lcp = lcp
 	ss.decisive = minLen == maxLen && maxLen <= lcp+8
+	return minLen, true
 }
 
 // sortSlots sorts a chunk's slots in place.
@@ -178,6 +191,31 @@ func sortSlots(buf []byte, seg []entry, radix bool) {
 		return
 	}
 	slices.SortFunc(seg, ss.cmp)
+}
+
+// deeper sorts slots whose prefixes are all equal. Where the prefix was all key bytes (every
+// key at least lcp+8 long), their keys share lcp+8 bytes, and it radix-sorts them again on the
+// 8 key bytes after all the bytes they share: composite keys such as
+// {"channel":"Apple","day":"2015-07-15","bidder":1234} tie on their first 8 bytes by the
+// thousand, and comparing them whole took most of a chunk's sort. Otherwise (a key ends within
+// the prefix, equal prefixes are equal keys, or few slots) the comparison sort finishes them.
+func (ss *segSorter) deeper(es []entry) {
+	if len(es) <= radixCutoff || ss.decisive {
+		slices.SortFunc(es, ss.cmp)
+		return
+	}
+	sub := segSorter{buf: ss.buf}
+	minLen, ok := sub.normalizeFrom(es, ss.lcp+8)
+	switch {
+	case !ok:
+		slices.SortFunc(es, ss.cmp)
+	case minLen > sub.lcp:
+		sub.radix(es, 56)
+	default:
+		// Every key is the same, or one ends where they stop agreeing: sub's prefixes and
+		// decisive serve the comparison sort.
+		slices.SortFunc(es, sub.cmp)
+	}
 }
 
 // radixCutoff is the bucket size below which the radix sort hands over to insertion sort.
@@ -201,7 +239,7 @@ func (ss *segSorter) insertion(es []entry) {
 }
 
 // radix is an in-place MSD radix sort (American flag sort) on the prefix byte at shift,
-// finishing small buckets and full-prefix ties with the comparison sort.
+// finishing small buckets with the comparison sort and full-prefix ties with deeper.
 func (ss *segSorter) radix(es []entry, shift uint) {
 	for {
 		if len(es) <= radixCutoff {
@@ -215,7 +253,7 @@ func (ss *segSorter) radix(es []entry, shift uint) {
 		if count[byte(es[0].prefix>>shift)] == len(es) {
 			// One bucket: this byte does not discriminate; go to the next one.
 			if shift == 0 {
-				slices.SortFunc(es, ss.cmp)
+				ss.deeper(es)
 				return
 			}
 			shift -= 8
@@ -247,7 +285,7 @@ func (ss *segSorter) radix(es []entry, shift uint) {
 			if n > 1 {
 				bucket := es[start : start+n]
 				if shift == 0 {
-					slices.SortFunc(bucket, ss.cmp)
+					ss.deeper(bucket)
 				} else {
 					ss.radix(bucket, shift-8)
 				}
