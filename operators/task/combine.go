@@ -1,7 +1,6 @@
 package task
 
 import (
-	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -506,17 +505,19 @@ func (t *Task) writePartials(c *chain, p Producer, promise func(*kgo.Record, err
 		key, value := []byte(k), []byte(nil)
 		switch {
 		case cb.sess != nil:
-			value = bytes.Clone(cb.sess.PartialBytes(st))
+			value = t.arena.clone(cb.sess.PartialBytes(st))
 		case cb.agg.Closes():
 			// A window's partial: under its group key (the partition of the group's records),
 			// the window's start before the state.
 			gk, start, _ := codec.SplitWindowKey(key)
 			key = gk
-			value = append(binary.BigEndian.AppendUint64(make([]byte, 0, 8+len(st)), uint64(start)), st...)
+			value = append(binary.BigEndian.AppendUint64(t.arena.alloc(8+len(st)), uint64(start)), st...)
 		default:
-			value = bytes.Clone(st)
+			value = t.arena.clone(st)
 		}
-		p.Produce(&kgo.Record{Topic: c.plan.SinkTopic, Key: key, Value: value, Headers: cb.headers, Partition: -1, Timestamp: ts}, promise)
+		r := t.arena.record()
+		r.Topic, r.Partition, r.Key, r.Value, r.Headers, r.Timestamp = c.plan.SinkTopic, -1, key, value, cb.headers, ts
+		p.Produce(r, promise)
 	}
 	cb.reset()
 	c.recordsOut += int64(len(keys))

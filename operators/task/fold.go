@@ -119,11 +119,9 @@ type pendingKeys struct {
 	st   []byte // scratch: a pending key's stored state
 }
 
-// foldOut is what a fold's records are made of. Records come from slabs (an allocation per 256
-// rather than per record) and carry one timestamp per 1024 keys (franz-go would read the clock
-// for each).
+// foldOut is what a fold's records are made of. Records come from the task's arena and carry
+// one timestamp per 1024 keys (franz-go would read the clock for each).
 type foldOut struct {
-	slab    []kgo.Record
 	now     time.Time
 	scratch []byte // a rendered result
 	tk      []byte // a timer key
@@ -288,9 +286,9 @@ func (f *mergeFold) flushPending(key []byte) error {
 
 // emit writes one state key's state, changelog record and (new) timer, and unless silent its
 // result (emit: updates); a window the watermark has closed writes its final result instead
-// and is deleted (if it was stored). One allocation of exactly their size holds the key, the
-// state and the rendered result (rendered into a scratch buffer first); the producer owns it
-// until the promise. A switch emits millions of keys, and this is most of what it allocates.
+// and is deleted (if it was stored). One slice of exactly their size, from the task's arena,
+// holds the key, the state and the rendered result (rendered into a scratch buffer first); the
+// producer owns it until the promise.
 func (f *mergeFold) emit(sk, st []byte, write, stored bool) error {
 	c, pd := f.c, f.pd
 	if f.keys%1024 == 0 {
@@ -313,7 +311,7 @@ func (f *mergeFold) emit(sk, st []byte, write, stored bool) error {
 		f.out.scratch, kl, ts = f.agg.Result(sk, st, f.out.scratch[:0])
 		n += len(f.out.scratch)
 	}
-	buf := make([]byte, 0, n)
+	buf := f.t.arena.alloc(n)
 	buf = append(buf, sk...)
 	k := buf[:len(sk):len(sk)]
 	if render {
@@ -374,13 +372,9 @@ func (f *mergeFold) writeState(k, v []byte, write bool) error {
 	return nil
 }
 
-// record returns a record from the slab.
+// record returns a record from the task's arena.
 func (f *mergeFold) record(topic string, partition int32, k, v []byte) *kgo.Record {
-	if len(f.out.slab) == 0 {
-		f.out.slab = make([]kgo.Record, 256)
-	}
-	r := &f.out.slab[0]
-	f.out.slab = f.out.slab[1:]
+	r := f.t.arena.record()
 	r.Topic, r.Partition, r.Key, r.Value, r.Timestamp = topic, partition, k, v, f.out.now
 	return r
 }

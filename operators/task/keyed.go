@@ -126,7 +126,7 @@ func (t *Task) emitNow(c *chain) func(key, value []byte, ts int64) {
 		if c.plan.SinkTopic == "" {
 			return
 		}
-		c.outbox = append(c.outbox, c.timedResult(&kgo.Record{Topic: c.plan.SinkTopic, Key: bytes.Clone(key), Value: bytes.Clone(value), Partition: -1}, ts))
+		c.outbox = append(c.outbox, c.timedResult(t.arena.out(c.plan.SinkTopic, -1, key, value), ts))
 	}
 }
 
@@ -276,7 +276,7 @@ func (t *Task) emitTo(c *chain, p Producer, pd *Pending, out *int) func(key, val
 			}
 			c.resultView = kgo.Record{}
 		}
-		r := c.timedResult(&kgo.Record{Topic: c.plan.SinkTopic, Key: bytes.Clone(key), Value: bytes.Clone(value), Partition: -1}, ts)
+		r := c.timedResult(t.arena.out(c.plan.SinkTopic, -1, key, value), ts)
 		p.Produce(r, pd.promise)
 		pd.records++
 		c.recordsOut++
@@ -312,18 +312,19 @@ func (t *Task) writeKeyed(c *chain, e *entry, p Producer, pd *Pending, cl func(*
 	}
 	if e.deleted || len(e.state) == 0 {
 		if e.stored {
-			p.Produce(&kgo.Record{Topic: c.plan.Changelog, Partition: t.partition, Key: bytes.Clone(e.key)}, cl)
+			p.Produce(t.arena.out(c.plan.Changelog, t.partition, e.key, nil), cl)
 			pd.records++
 			return pd.batch.Delete(c.ns, e.key)
 		}
 		return nil
 	}
-	v := codec.AppendKeyed(nil, e.hasTimer, e.timer, e.state)
-	k := bytes.Clone(e.key)
-	if err := put(k, v); err != nil {
+	v := codec.AppendKeyed(t.arena.alloc(codec.KeyedPrefixSize+len(e.state)), e.hasTimer, e.timer, e.state)
+	r := t.arena.out(c.plan.Changelog, t.partition, e.key, nil)
+	r.Value, r.Headers = v, c.changelogHeaders(false)
+	if err := put(r.Key, v); err != nil {
 		return err
 	}
-	p.Produce(&kgo.Record{Topic: c.plan.Changelog, Partition: t.partition, Key: k, Value: v, Headers: c.changelogHeaders(false)}, cl)
+	p.Produce(r, cl)
 	pd.records++
 	if e.hasTimer && (!e.hasStoredTimer || e.storedTimer != e.timer) {
 		return pd.batch.Set(c.timerNS, codec.AppendTimerKey(tk[:0], e.timer, e.key), nil)

@@ -72,6 +72,7 @@ type Task struct {
 	batches   uint64 // Process calls (a provider's snapshots hold one: fork.go)
 	log       *slog.Logger
 	out       *errTracker // produce results of records sent outside a checkpoint (stateless outputs)
+	arena     outArena    // the produced records and their bytes
 	prep      *Pending    // folds done by Prepare, completed by the next Checkpoint
 
 	phase phase // the call order (order.go)
@@ -610,7 +611,7 @@ func (t *Task) applyStages(c *chain, kr *kgo.Record, i, from int, srcTime int64)
 		// A deleted row of an upsert stream: no stage has a row to read; the deletion goes on
 		// to the sink under its key.
 		if c.plan.SinkTopic != "" {
-			t.d.Producer.Produce(&kgo.Record{Topic: c.plan.SinkTopic, Key: bytes.Clone(c.rec.Key), Partition: -1}, t.out.promise)
+			t.d.Producer.Produce(t.arena.out(c.plan.SinkTopic, -1, c.rec.Key, nil), t.out.promise)
 			c.recordsOut++
 		}
 		return false, nil
@@ -661,14 +662,15 @@ func (t *Task) applyRecord(c *chain, kr *kgo.Record, wmPrev int64) error {
 		if c.proj != nil {
 			value = c.proj.value(c, key, wmPrev)
 		}
-		out := &kgo.Record{Topic: c.plan.SinkTopic, Key: bytes.Clone(key), Value: bytes.Clone(value), Partition: -1, Timestamp: time.UnixMilli(c.rec.Time)}
+		out := t.arena.out(c.plan.SinkTopic, -1, key, value)
+		out.Timestamp = time.UnixMilli(c.rec.Time)
 		t.d.Producer.Produce(out, t.out.promise)
 		c.recordsOut++
 		return nil
 	}
 	if !ops.Keyed() {
 		if c.plan.SinkTopic != "" {
-			out := &kgo.Record{Topic: c.plan.SinkTopic, Key: bytes.Clone(c.rec.Key), Value: bytes.Clone(c.rec.Value), Partition: -1}
+			out := t.arena.out(c.plan.SinkTopic, -1, c.rec.Key, c.rec.Value)
 			t.d.Producer.Produce(out, t.out.promise)
 			c.recordsOut++
 		}
@@ -967,7 +969,7 @@ func (e *errTracker) get() error {
 func (t *Task) tap(c *chain, si int) {
 	for _, tap := range c.plan.Taps {
 		if tap.Stage == si {
-			t.d.Producer.Produce(&kgo.Record{Topic: tap.SinkTopic, Key: bytes.Clone(c.rec.Key), Value: bytes.Clone(c.rec.Value), Partition: -1}, t.out.promise)
+			t.d.Producer.Produce(t.arena.out(tap.SinkTopic, -1, c.rec.Key, c.rec.Value), t.out.promise)
 			c.recordsOut++
 			t.d.Metrics.recordsOut(tap.SinkTopic, 1)
 		}
