@@ -41,6 +41,7 @@ import (
 type Distinct struct {
 	name  string
 	flags []string // column names, sorted: bit i is flags[i]
+	names [][]byte // each flag's column name as a JSON string, with its colon
 	drop  []string // members of the input left out of the output: the flags, and the window's columns
 	exprs []string
 	progs []*program
@@ -72,6 +73,9 @@ func NewDistinct(name string, cfg configs.Distinct) (*Distinct, error) {
 		d.flags = append(d.flags, f)
 	}
 	slices.Sort(d.flags)
+	for _, f := range d.flags {
+		d.names = append(d.names, append(jsonstr.AppendString(nil, f), ':'))
+	}
 	d.drop = d.flags
 	switch k := cfg.Window.Kind(); k {
 	case "":
@@ -269,7 +273,8 @@ func (d *Distinct) Process(ctx Context, key []byte, ts int64, in []byte) error {
 	}
 	d.st = binary.BigEndian.AppendUint64(append(d.st[:0], distinctVersion), seen|mask)
 	ctx.Put(d.st)
-	ctx.Emit(d.appendOutput(d.out[:0], in[8:], firsts))
+	d.out = d.appendOutput(d.out[:0], in[8:], firsts)
+	ctx.Emit(d.out)
 	return nil
 }
 
@@ -315,16 +320,12 @@ func (d *Distinct) processWindows(ctx Context, key []byte, ts int64, in []byte) 
 // JSON object) with a 0/1 column per flag, 1 for the flags in firsts.
 func (d *Distinct) appendOutput(dst, body []byte, firsts uint64) []byte {
 	dst = append(dst, body[:len(body)-1]...)
-	for i, f := range d.flags {
+	for i, name := range d.names {
 		if i > 0 || len(body) > 2 {
 			dst = append(dst, ',')
 		}
-		dst = jsonstr.AppendString(dst, f)
-		if firsts&(1<<i) != 0 {
-			dst = append(dst, ":1"...)
-		} else {
-			dst = append(dst, ":0"...)
-		}
+		dst = append(dst, name...)
+		dst = append(dst, '0'+byte(firsts>>i&1))
 	}
 	return append(dst, '}')
 }

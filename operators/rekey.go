@@ -15,6 +15,7 @@ import (
 type Rekey struct {
 	name  string
 	paths []path
+	names [][]byte // with several paths: each path's member name in the key, a JSON string and its colon
 	buf   []byte
 }
 
@@ -31,6 +32,11 @@ func NewRekey(name, spec string) (*Rekey, error) {
 	}
 	if len(k.paths) == 0 {
 		return nil, fmt.Errorf("operators: %s: group_by: no field path", name)
+	}
+	if len(k.paths) > 1 {
+		for _, p := range k.paths {
+			k.names = append(k.names, append(jsonstr.AppendString(nil, p.text), ':'))
+		}
 	}
 	return k, nil
 }
@@ -72,8 +78,7 @@ func (k *Rekey) Key(r *Record) ([]byte, error) {
 		if i > 0 {
 			k.buf = append(k.buf, ',')
 		}
-		k.buf = jsonstr.AppendString(k.buf, p.text)
-		k.buf = append(append(k.buf, ':'), raw...)
+		k.buf = append(append(k.buf, k.names[i]...), raw...)
 	}
 	return append(k.buf, '}'), nil
 }
