@@ -874,7 +874,16 @@ func b2u8(b bool) byte {
 // it has several inputs (a cogroup). Its results are made of these, the record's key and its
 // event time only: a record with only these members folds to the same bytes.
 func (a *Aggregate) ReadsMembers() (names []string, ok bool) {
-	if len(a.inputs) > 1 || a.env.all {
+	if len(a.inputs) > 1 {
+		return nil, false
+	}
+	return a.ReadsInput(0)
+}
+
+// ReadsInput is ReadsMembers for the records of input i of a cogroup (0 for an aggregate):
+// its fields, its strings, the retraction flag and the members its fields' wheres read.
+func (a *Aggregate) ReadsInput(i int) (names []string, ok bool) {
+	if i < 0 || i >= max(len(a.inputs), 1) {
 		return nil, false
 	}
 	names = []string{}
@@ -883,19 +892,33 @@ func (a *Aggregate) ReadsMembers() (names []string, ok bool) {
 			names = append(names, n)
 		}
 	}
-	for _, p := range a.fields {
+	for _, p := range a.inputFields(i) {
 		add(p.parts[0])
 	}
-	for _, pj := range a.proj {
-		for _, p := range pj.strs {
+	if i < len(a.proj) {
+		for _, p := range a.proj[i].strs {
 			add(p.parts[0])
 		}
 	}
 	if a.retract {
 		add(a.retractPath.parts[0])
 	}
-	for _, n := range a.env.names {
-		add(n)
+	all := false
+	for k := range a.specs {
+		if s := &a.specs[k]; s.where >= 0 && s.src == i {
+			eachVariable(a.wheres[s.where], func(n string) {
+				switch n {
+				case "key", "ts":
+				case "$env":
+					all = true
+				default:
+					add(n)
+				}
+			})
+		}
+	}
+	if all {
+		return nil, false
 	}
 	return names, true
 }

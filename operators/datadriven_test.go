@@ -133,8 +133,12 @@ func TestDataDriven(t *testing.T) {
 						cfg.Window = &configs.Window{Hopping: size, Advance: adv}
 					}
 				}
+				var keep []string
+				if k := arg("keep"); k != "" {
+					keep = strings.Split(k, ",")
+				}
 				var err error
-				dist, err = NewDistinct("firsts", cfg)
+				dist, err = NewDistinct("firsts", cfg, keep)
 				states = map[string][]byte{}
 				if err != nil {
 					return err.Error() + "\n"

@@ -43,6 +43,7 @@ type Distinct struct {
 	flags []string // column names, sorted: bit i is flags[i]
 	names [][]byte // each flag's column name as a JSON string, with its colon
 	drop  []string // members of the input left out of the output: the flags, and the window's columns
+	keep  []string // nil, or the only members of the input its output has (besides its columns)
 	exprs []string
 	progs []*program
 	env   exprEnv
@@ -63,12 +64,14 @@ const (
 	distinctWindowsVersion = 2 // with windows: the version, then (start, mask) per open window
 )
 
-// NewDistinct compiles a distinct operator; cfg must have been validated.
-func NewDistinct(name string, cfg configs.Distinct) (*Distinct, error) {
+// NewDistinct compiles a distinct operator; cfg must have been validated. keep, unless nil,
+// names the only members of its input records its output records have besides its columns
+// (those its readers read: plan.ChainPlan.Keep).
+func NewDistinct(name string, cfg configs.Distinct, keep []string) (*Distinct, error) {
 	if len(cfg.Flags) == 0 || len(cfg.Flags) > 64 {
 		return nil, fmt.Errorf("operators: distinct %s: needs 1 to 64 flags, not %d", name, len(cfg.Flags))
 	}
-	d := &Distinct{name: name}
+	d := &Distinct{name: name, keep: keep}
 	for f := range cfg.Flags {
 		d.flags = append(d.flags, f)
 	}
@@ -190,7 +193,7 @@ func (d *Distinct) store(ctx Context) {
 
 // Project evaluates the flags and appends their mask (8 bytes, big-endian) and the record's
 // value without the members named as flags (and, with windows, as the window's columns), which
-// Process adds. A record without a key, or one
+// Process adds, and with keep, only the members it names. A record without a key, or one
 // on which a flag fails (a missing field compared), is an *Error.
 func (d *Distinct) Project(_ int, r *Record, dst []byte) ([]byte, error) {
 	mask, err := d.Mask(r)
@@ -203,7 +206,8 @@ func (d *Distinct) Project(_ int, r *Record, dst []byte) ([]byte, error) {
 	dst = append(dst, '{')
 	first := true
 	for _, m := range idx {
-		if slices.ContainsFunc(d.drop, func(f string) bool { return nameEquals(v[m.ks:m.ke], m.esc, f) }) {
+		if slices.ContainsFunc(d.drop, func(f string) bool { return nameEquals(v[m.ks:m.ke], m.esc, f) }) ||
+			d.keep != nil && !slices.ContainsFunc(d.keep, func(f string) bool { return nameEquals(v[m.ks:m.ke], m.esc, f) }) {
 			continue
 		}
 		if !first {

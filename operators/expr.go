@@ -164,12 +164,8 @@ func (e *exprEnv) addProgram(p *program) {
 	if p.fast = e.compileFast(p.tree, p.src); p.fast == nil {
 		e.slow++
 	}
-	v := walkIdents(p.vm)
-	for _, id := range v.idents {
-		if v.callees[id] {
-			continue
-		}
-		switch n := id.Value; n {
+	eachVariable(p, func(n string) {
+		switch n {
 		case "key":
 			e.key = true
 		case "ts":
@@ -181,8 +177,19 @@ func (e *exprEnv) addProgram(p *program) {
 				e.names = append(e.names, n)
 			}
 		}
-	}
+	})
 	slices.Sort(e.names)
+}
+
+// eachVariable calls f with the name of each identifier p reads as a variable (not one it
+// calls).
+func eachVariable(p *program, f func(string)) {
+	v := walkIdents(p.vm)
+	for _, id := range v.idents {
+		if !v.callees[id] {
+			f(id.Value)
+		}
+	}
 }
 
 // fill loads r into the variables map (reused across records).

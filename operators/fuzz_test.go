@@ -285,7 +285,7 @@ func FuzzSessionState(f *testing.F) {
 // only ever adds flags to the mask, and emits a JSON object exactly when it adds one.
 func FuzzDistinctState(f *testing.F) {
 	d, err := NewDistinct("firsts", configs.Distinct{Input: "orders", Flags: map[string]string{
-		"all": "true", "cheap": "amount < 10", "dear": "amount >= 100"}})
+		"all": "true", "cheap": "amount < 10", "dear": "amount >= 100"}}, nil)
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -357,7 +357,7 @@ func distinctFuzzInput(t *testing.T, d *Distinct, value []byte, ts int64, st []b
 func FuzzDistinctWindowsState(f *testing.F) {
 	d, err := NewDistinct("firsts", configs.Distinct{Input: "orders", Flags: map[string]string{
 		"all": "true", "cheap": "amount < 10", "dear": "amount >= 100"},
-		Window: &configs.Window{Hopping: 30 * time.Millisecond, Advance: 10 * time.Millisecond, Grace: 5 * time.Millisecond}})
+		Window: &configs.Window{Hopping: 30 * time.Millisecond, Advance: 10 * time.Millisecond, Grace: 5 * time.Millisecond}}, nil)
 	if err != nil {
 		f.Fatal(err)
 	}

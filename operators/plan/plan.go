@@ -66,6 +66,11 @@ type ChainPlan struct {
 	// otherwise, so that a dead letter of the reader holds the whole record
 	// (processing.combine_before_rekey). nil: records go whole.
 	Project *ChainPlan
+	// Keep: a distinct's (Output) members its one reader reads of its results: that reader
+	// re-keys them by these fields, with no stage before, and combines them for, or projects
+	// them to, an operator that reads the others (see keepsFor). The distinct writes only these
+	// members and its columns (processing.combine_before_rekey). nil: its records whole.
+	Keep []string
 	// TimedOutput: the chain's records in its internal topic carry their event time as record
 	// timestamp and the chain announces its output watermark there (attributes.go). With
 	// Output, Keyed's results are the finals of windows (tumbling, hopping or session), each at its
@@ -559,6 +564,9 @@ func NewPlan(cfg *configs.Config) (*Plan, error) {
 				r := *readers[0]
 				w.Combine = &r
 			}
+			if len(readers) == 1 && w.Keyed.Distinct != nil {
+				w.Keep = keepsFor(readers[0])
+			}
 		}
 	}
 	p.Chains = splitTaps(p.Chains)
@@ -650,6 +658,13 @@ func combines(w, r *ChainPlan, exactlyOnce bool) bool {
 	return false // hopping: each record in several windows (a writer's partial would be per slice)
 }
 
+// keepNote is the explain line of a distinct's Keep.
+func keepNote(w io.Writer, keep []string) {
+	if keep != nil {
+		fmt.Fprintf(w, "     of its records it writes only the members its reader reads (%s), beside its columns (processing.combine_before_rekey)\n", strings.Join(keep, ", "))
+	}
+}
+
 // projectedMembers names the members the operator of r reads ("none" for none).
 func projectedMembers(r *ChainPlan) string {
 	names, ok := readMembers(r)
@@ -677,18 +692,49 @@ func projects(r *ChainPlan) bool {
 	return ok
 }
 
-// readMembers returns the members the operator of r reads (operators.MemberReader); false when
-// it does not say or may read any.
+// readMembers returns the members the operator of r reads (operators.MemberReader; of a
+// cogroup, those of r's input); false when it does not say or may read any.
 func readMembers(r *ChainPlan) ([]string, bool) {
 	ops, err := r.Build(nil, nil)
 	if err != nil {
 		return nil, false
+	}
+	if a, ok := ops.Operator().(*operators.Aggregate); ok && r.Cogroup != nil {
+		return a.ReadsInput(r.Input)
 	}
 	m, ok := ops.Operator().(operators.MemberReader)
 	if !ok {
 		return nil, false
 	}
 	return m.ReadsMembers()
+}
+
+// keepsFor returns the members r reads of the records it reads (ChainPlan.Keep): r re-keys
+// them with no stage before and sends nothing to a sink, and its writer combines them for, or
+// projects them to, its reader, which says what it reads (readMembers). nil: any.
+func keepsFor(r *ChainPlan) []string {
+	if r.Rekey == "" || len(r.Stages) > 0 || len(r.Taps) > 0 || r.Fork || r.Tombstones {
+		return nil
+	}
+	reader := r.Combine
+	if reader == nil {
+		reader = r.Project
+	}
+	if reader == nil {
+		return nil
+	}
+	names, ok := readMembers(reader)
+	if !ok {
+		return nil
+	}
+	keep := slices.Clone(names)
+	for _, p := range operators.SplitGroupBy(r.Rekey) {
+		if top, _, _ := strings.Cut(p, "."); !slices.Contains(keep, top) {
+			keep = append(keep, top)
+		}
+	}
+	slices.Sort(keep)
+	return keep
 }
 
 // filtersOutput reports whether the keyed operator of w, whose results only r reads (its
@@ -987,9 +1033,11 @@ func (p *Plan) Describe(w io.Writer) {
 			win, _ := operators.NewWindows(d.Distinct.Window)
 			fmt.Fprintf(w, "  -> distinct %s: per key and %s window, a key's first record passing some flag goes on once per window with the 0/1 columns %s, window_start and window_end, at the window's end - 1; its other records are dropped; state: a bitmask per key and open window, forgotten when the window closes, one timer per key; late records -> dead letters; backlog replays each key's records in arrival order\n",
 				d.Name, win, strings.Join(sortedFlags(d.Distinct.Flags), ", "))
+			keepNote(w, c.Keep)
 		} else if d := c.Keyed; d != nil && d.Distinct != nil {
 			fmt.Fprintf(w, "  -> distinct %s: a key's first record passing some flag goes on with the 0/1 columns %s (1: the key's first passing that flag), its other records are dropped; state: a bitmask per key, for ever; backlog replays each key's records in arrival order\n",
 				d.Name, strings.Join(sortedFlags(d.Distinct.Flags), ", "))
+			keepNote(w, c.Keep)
 		} else if t := c.Keyed; t != nil && t.Top != nil && t.Top.Window != nil {
 			win, _ := operators.NewWindows(t.Top.Window)
 			ranks := fmt.Sprintf("ranked 1 to %d, ties in arrival order", t.Top.N)
@@ -1248,7 +1296,7 @@ func (c ChainPlan) Build(rows func(table string) operators.Rows, values operator
 		return ops, err
 	}
 	if c.Keyed != nil && c.Keyed.Distinct != nil {
-		ops.Kop, err = operators.NewDistinct(c.Keyed.Name, *c.Keyed.Distinct)
+		ops.Kop, err = operators.NewDistinct(c.Keyed.Name, *c.Keyed.Distinct, c.Keep)
 		return ops, err
 	}
 	if c.Keyed != nil {
