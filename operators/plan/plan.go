@@ -616,7 +616,8 @@ func splitTaps(chains []ChainPlan) []ChainPlan {
 }
 
 // combines reports whether the writers of r's repartition topic may combine their records
-// for r's operator, r being its only reader and running no stage before it: an aggregate or a
+// for r's operator, r being its only reader and running no stage and writing no tap (which
+// writes r's records to a sink as they come) before it: an aggregate or a
 // cogroup without windows or retractions takes partial states (operators.Mergeable.Merge: a
 // state depends only on the multiset of its inputs), and so does one over tumbling windows
 // (per window), an aggregate of one input over sessions partial sessions
@@ -633,7 +634,7 @@ func splitTaps(chains []ChainPlan) []ChainPlan {
 // is idle (its source's watermark.idle_after is 0): while it is idle the reader's watermark may
 // pass its own, and never goes back.
 func combines(w, r *ChainPlan, exactlyOnce bool) bool {
-	if r.Keyed == nil || len(r.Stages) > 0 || r.Tombstones || r.StreamJoin != nil || r.AsOf != nil {
+	if r.Keyed == nil || len(r.Stages) > 0 || len(r.Taps) > 0 || r.Tombstones || r.StreamJoin != nil || r.AsOf != nil {
 		return false
 	}
 	if t := r.Keyed.Top; t != nil {
@@ -720,7 +721,7 @@ func keepsFor(r *ChainPlan) []string {
 	if reader == nil {
 		reader = r.Project
 	}
-	if reader == nil {
+	if reader == nil || len(reader.Taps) > 0 { // a tap writes the records whole to a sink
 		return nil
 	}
 	names, ok := readMembers(reader)

@@ -24,6 +24,9 @@ const (
 // alloc returns an empty slice with room for n bytes (and no more: an append beyond makes a
 // new array).
 func (a *outArena) alloc(n int) []byte {
+	if n == 0 {
+		return []byte{} // not nil, even before the first block: a nil value is a tombstone, a nil key none
+	}
 	if n > arenaLargest {
 		return make([]byte, 0, n)
 	}
