@@ -10,7 +10,8 @@
 // (backlog.sort_memory). A chunk is a slotted page: records (key, payload) are appended at its
 // front and a compact 32-byte index slot per record (normalized 8-byte key prefix, time,
 // offset, record position) at its back. When a chunk is full the sorter sorts its slots (an
-// MSD radix sort on the normalized prefix) and copies its records, in sorted order, into the
+// MSD radix sort on the normalized prefix, and where prefixes tie on the key bytes after all
+// those the tied keys share) and copies its records, in sorted order, into the
 // next chunk it reserves; the old memory becomes the new chunk to fill. The merge then reads
 // each chunk sequentially, and that costs no memory beyond the chunks themselves.
 // When a reservation fails, the sorter merges its chunks into a run file in its directory,
