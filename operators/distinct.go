@@ -43,7 +43,7 @@ type Distinct struct {
 	flags []string // column names, sorted: bit i is flags[i]
 	names [][]byte // each flag's column name as a JSON string, with its colon
 	drop  []string // members of the input left out of the output: the flags, and the window's columns
-	keep  []string // nil, or the only members of the input its output has (besides its columns)
+	keep  []string // nil, or the only members of the input its output has (besides its columns; none of drop)
 	exprs []string
 	progs []*program
 	env   exprEnv
@@ -91,6 +91,9 @@ func NewDistinct(name string, cfg configs.Distinct, keep []string) (*Distinct, e
 		d.drop = append(slices.Clip(d.flags), "window_start", "window_end")
 	default:
 		return nil, fmt.Errorf("operators: distinct %s: window: want tumbling or hopping, got %q", name, k)
+	}
+	if keep != nil { // what it keeps that is not dropped: one list to ask per member
+		d.keep = slices.DeleteFunc(slices.Clone(keep), func(m string) bool { return slices.Contains(d.drop, m) })
 	}
 	for _, f := range d.flags {
 		p, err := compile(name, cfg.Flags[f], expr.AsBool())
@@ -206,8 +209,8 @@ func (d *Distinct) Project(_ int, r *Record, dst []byte) ([]byte, error) {
 	dst = append(dst, '{')
 	first := true
 	for _, m := range idx {
-		if slices.ContainsFunc(d.drop, func(f string) bool { return nameEquals(v[m.ks:m.ke], m.esc, f) }) ||
-			d.keep != nil && !slices.ContainsFunc(d.keep, func(f string) bool { return nameEquals(v[m.ks:m.ke], m.esc, f) }) {
+		named := func(f string) bool { return nameEquals(v[m.ks:m.ke], m.esc, f) }
+		if d.keep != nil && !slices.ContainsFunc(d.keep, named) || d.keep == nil && slices.ContainsFunc(d.drop, named) {
 			continue
 		}
 		if !first {

@@ -146,15 +146,15 @@ func (ss *segSorter) normalize(seg []entry) {
 }
 
 // normalizeFrom is normalize for slots whose keys have their first from bytes in common. It
-// returns the shortest key's length, and false, having changed nothing, when a key is shorter
-// than from.
+// returns the shortest key's length, and false, having changed nothing, as soon as it meets a
+// key shorter than from.
 func (ss *segSorter) normalizeFrom(seg []entry, from int) (minLen int, ok bool) {
 	if len(seg) == 0 {
 		return 0, true
 	}
 	first := recordKey(ss.buf, seg[0].pos)
 	lcp, minLen, maxLen := len(first), len(first), len(first)
-	for i := 1; i < len(seg); i++ {
+	for i := 1; i < len(seg) && minLen >= from; i++ {
 		k := recordKey(ss.buf, seg[i].pos)
 		minLen, maxLen = min(minLen, len(k)), max(maxLen, len(k))
 		if lcp > from {
