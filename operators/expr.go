@@ -561,6 +561,8 @@ type selectStage struct {
 	// already (a join's where, evaluated on the pair just before its columns): its index is
 	// taken rather than made again.
 	indexed *exprEnv
+	// primed: parents are looked up for the record of the next appendRow already (column).
+	primed bool
 }
 
 // parentObject is the first member of some member path columns, as the current row has it.
@@ -648,6 +650,8 @@ func (s *selectStage) appendRow(dst []byte, r *Record, nullOnError bool) ([]byte
 	out := dst
 	base := len(dst) - 1 // the row's opening brace: its members' offsets count from it
 	s.row = s.row[:0]
+	primed := s.primed // column looked up r's parents
+	s.primed = false
 	filled := true
 	if err := s.env.begin(r); err != nil {
 		if !nullOnError {
@@ -658,8 +662,10 @@ func (s *selectStage) appendRow(dst []byte, r *Record, nullOnError bool) ([]byte
 			return out, &Error{Operator: s.name, Reason: err.Error()}
 		}
 	}
-	for k := range s.parents {
-		s.parents[k].seen = false
+	if !primed {
+		for k := range s.parents {
+			s.parents[k].seen = false
+		}
 	}
 	defer s.forgetParents()
 	for k, c := range s.cols {
@@ -748,11 +754,25 @@ func (s *selectStage) lookupPath(r *Record, c *selectCol) ([]byte, bool) {
 	return raw, ok
 }
 
+// column returns the raw JSON of member path column k of the row appendRow would write of r (as
+// lookupPath finds it), before it is written: the parent objects it looks up stay for that row,
+// or for the next column call, until forgetParents.
+func (s *selectStage) column(r *Record, k int) ([]byte, bool) {
+	if !s.primed {
+		for i := range s.parents {
+			s.parents[i].seen = false
+		}
+		s.primed = true
+	}
+	return s.lookupPath(r, &s.cols[k])
+}
+
 // forgetParents drops the row's parent objects, so they pin no record's memory.
 func (s *selectStage) forgetParents() {
 	for k := range s.parents {
 		s.parents[k].raw = nil
 	}
+	s.primed = false
 }
 
 // PairSelect is a join's select and where (configs.Join.Select, Where): the columns it writes
@@ -766,6 +786,11 @@ type PairSelect struct {
 	rec    Record
 	out    []byte
 	joined []byte // the joined record pair writes
+	// The column a result filter ranks rows by (pair's beaten), looked up for fname: its index
+	// in s.cols, -1 when it is none that copies a member of a side.
+	fname string
+	fcol  int
+	exprs bool // a column is an expression's result: a row's size has no bound before it is written
 }
 
 // NewPairSelect compiles the select of join name and its where; it returns nil when both are
@@ -826,6 +851,7 @@ func NewPairSelect(name string, cols []configs.Column, where string) (*PairSelec
 		s.indexed = &p.wenv
 	}
 	p.s = s
+	p.exprs = slices.ContainsFunc(s.cols, func(c selectCol) bool { return c.prog != nil })
 	return p, nil
 }
 
@@ -981,8 +1007,9 @@ func (p *PairSelect) IndexRow(r *Record) bool {
 // pair returns the columns of the pair {left: l, right: r} (a nil side is null) under key, as
 // Row returns those of that joined record, whose index it makes as it writes it; ok false: the
 // where does not hold for the pair (it is evaluated only when both sides are there: a left or
-// outer join's unmatched record is not a pair).
-func (p *PairSelect) pair(key []byte, left string, l []byte, right string, r []byte) (row []byte, ok bool, err error) {
+// outer join's unmatched record is not a pair). With f (nil: none), a row f drops is not
+// written: row nil, ok true.
+func (p *PairSelect) pair(f ResultFilter, key []byte, left string, l []byte, right string, r []byte) (row []byte, ok bool, err error) {
 	p.rec.Release()
 	p.joined, p.rec.members = appendPair(p.joined[:0], p.rec.members, left, l, right, r)
 	p.rec.Key, p.rec.Value = key, p.joined
@@ -996,8 +1023,51 @@ func (p *PairSelect) pair(key []byte, left string, l []byte, right string, r []b
 			p.wenv.forgetParents() // no index of the where's for the select to take
 		}
 	}
+	if f != nil && p.beaten(f, left, l, right, r) {
+		p.s.forgetParents()
+		p.rec.Release()
+		return nil, true, nil
+	}
 	row, err = p.row()
 	return row, true, err
+}
+
+// beaten reports whether the result filter f drops the row of the pair in p.rec, asked before it
+// is written: f ranks rows by a column that copies a member of a side (the row has it as that
+// member's JSON text, null when missing), and every column copies (so a bound of the row's size
+// is known: no column is longer than its side, or than null).
+func (p *PairSelect) beaten(f ResultFilter, left string, l []byte, right string, r []byte) bool {
+	name := f.FilterMember()
+	if name == "" || p.s == nil || p.exprs {
+		return false
+	}
+	if name != p.fname {
+		p.fname = name
+		p.fcol = slices.IndexFunc(p.s.cols, func(c selectCol) bool { return c.name == name })
+		if p.fcol >= 0 && p.s.cols[p.fcol].path.parts == nil {
+			p.fcol = -1
+		}
+	}
+	if p.fcol < 0 {
+		return false
+	}
+	size := 1 // the row's braces, less the comma its first column has not
+	for _, c := range p.s.cols {
+		side := c.field
+		if c.path.parts != nil {
+			side = c.path.parts[0]
+		}
+		n := len(nullJSON)
+		switch side {
+		case left:
+			n = max(n, len(l))
+		case right:
+			n = max(n, len(r))
+		}
+		size += len(c.head) + 1 + n
+	}
+	raw, ok := p.s.column(&p.rec, p.fcol)
+	return ok && f.DropsBeaten(raw, size)
 }
 
 // holds reports whether the where is true on p.rec: false, null or an error is not.

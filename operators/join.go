@@ -121,11 +121,12 @@ func emitPair(ctx Context, sel *PairSelect, buf *[]byte, key []byte, left string
 		ctx.Emit(*buf)
 		return true, nil
 	}
-	row, ok, err := sel.pair(key, left, l, right, r)
+	f, _ := ctx.(ResultFilter)
+	row, ok, err := sel.pair(f, key, left, l, right, r)
 	if err != nil {
 		return false, fmt.Errorf("operators: join: joined record: %w", err)
 	}
-	if ok {
+	if row != nil {
 		ctx.Emit(row)
 	}
 	return ok, nil

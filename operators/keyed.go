@@ -79,6 +79,19 @@ type Context interface {
 	EmitKey(key, value []byte)
 }
 
+// ResultFilter is a Context whose runtime filters the operator's results for their one reader, a
+// top (operators/task's combine.go): an operator may ask it of a result before writing it, and
+// need not write one it drops.
+type ResultFilter interface {
+	// FilterMember is the top-level member of a result the filter ranks it by, "" when the
+	// filter answers nothing before a result is written.
+	FilterMember() string
+	// DropsBeaten reports whether the filter drops the key's result, of at most size bytes
+	// (its value), whose FilterMember is raw (its JSON text): the results of the key it passed
+	// on before leave it no rank in the top. It counts a result it drops as dropped.
+	DropsBeaten(raw []byte, size int) bool
+}
+
 // TimedResults is a Keyed operator whose finals carry an event time (EmitAt) that later
 // operators may window: no final it emits after its watermark reached wm has an event time
 // before wm - OutputLag().

@@ -287,7 +287,7 @@ func TestRegularJoinKeepsSelectedMembers(t *testing.T) {
 		t.Fatalf("the side an expression reads: %s (%v), want it whole", in[1:], err)
 	}
 	for _, l := range []string{bid, `{"price":5,"t\u0069me":7,"price":6}`} {
-		row, _, err := j.sel.pair([]byte("a1"), "bids", []byte(l), "sellers", []byte(seller))
+		row, _, err := j.sel.pair(nil, []byte("a1"), "bids", []byte(l), "sellers", []byte(seller))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -335,12 +335,12 @@ func TestRegularJoinKeepsWhereMembers(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want, ok, err := j.sel.pair([]byte("a1"), "bids", []byte(bid), "sellers", []byte(seller))
+		want, ok, err := j.sel.pair(nil, []byte("a1"), "bids", []byte(bid), "sellers", []byte(seller))
 		if err != nil || !ok {
 			t.Fatalf("where %s on whole records: %v %v", c.where, ok, err)
 		}
 		want = bytes.Clone(want)
-		row, ok, err := j.sel.pair([]byte("a1"), "bids", l[1:], "sellers", rr[1:])
+		row, ok, err := j.sel.pair(nil, []byte("a1"), "bids", l[1:], "sellers", rr[1:])
 		if err != nil || !ok || c.sel != nil && !bytes.Equal(row, want) {
 			t.Errorf("where %s on kept members %s, %s: %s %v %v, want %s", c.where, l[1:], rr[1:], row, ok, err, want)
 		}
@@ -357,7 +357,7 @@ func TestSelectRowIndex(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	row, _, err := j.sel.pair([]byte("a1"), "bids", []byte(`{"price":5,"url":"x"}`), "sellers", []byte(`{"name":"ann"}`))
+	row, _, err := j.sel.pair(nil, []byte("a1"), "bids", []byte(`{"price":5,"url":"x"}`), "sellers", []byte(`{"name":"ann"}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -431,5 +431,102 @@ func TestSetIndexed(t *testing.T) {
 	_, _, _ = src.top("a")
 	if _, ok := src.AppendMembers(nil); ok {
 		t.Error("an index of a value that is not an object")
+	}
+}
+
+// askFilter is a ResultFilter that drops the rows whose member is in drop, and records what it
+// was asked.
+type askFilter struct {
+	member string
+	drop   map[string]bool
+	raws   []string
+	sizes  []int
+}
+
+func (f *askFilter) FilterMember() string { return f.member }
+
+func (f *askFilter) DropsBeaten(raw []byte, size int) bool {
+	f.raws, f.sizes = append(f.raws, string(raw)), append(f.sizes, size)
+	return f.drop[string(raw)]
+}
+
+// TestPairSelectAsksResultFilter: a join asks its context's result filter about a row before it
+// writes it, with the text of the column the filter ranks by (as the row would have it, null
+// when the member is missing: not asked) and a size the row does not exceed; a row the filter
+// drops is not written but the pair counts as matched; the rows written between dropped ones
+// are those written without a filter. A filter is not asked when the column is an expression's
+// (the row's size has no bound before it is written) or not a column.
+func TestPairSelectAsksResultFilter(t *testing.T) {
+	sel := []any{map[string]any{"id": "sellers.id"}, map[string]any{"price": "bids.price"}, "bids",
+		map[string]any{"name": "sellers.name"}, map[string]any{"extra": "bids.extra"}}
+	j, err := NewRegularJoin("j", configs.Join{Left: "bids", Right: "sellers", Unique: "right", Where: "bids.time <= sellers.until", Select: sel})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seller := `{"id":1,"name":"ann","until":9,"city":"Ber\"lin"}`
+	bids := []string{
+		`{"price":5,"time":7,"extra":"` + strings.Repeat("x", 300) + `"}`,
+		`{"price":6,"time":7}`,
+		`{"price":4,"time":10}`, // the where fails: not asked
+		`{"time":7,"extra":"no price"}`,
+		`{"price":12.50,"time":1,"extra":"\u0041"}`,
+	}
+	f := &askFilter{member: "price", drop: map[string]bool{"6": true}}
+	var wantRaws []string
+	for _, b := range bids {
+		want, wantOK, err := j.sel.pair(nil, []byte("a1"), "bids", []byte(b), "sellers", []byte(seller))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want = bytes.Clone(want)
+		asked := len(f.raws)
+		row, ok, err := j.sel.pair(f, []byte("a1"), "bids", []byte(b), "sellers", []byte(seller))
+		if err != nil || ok != wantOK {
+			t.Fatalf("%s: ok %v (%v), want %v", b, ok, err, wantOK)
+		}
+		if len(f.raws) > asked {
+			if f.sizes[asked] < len(want) {
+				t.Errorf("%s: asked with size %d, the row has %d bytes: %s", b, f.sizes[asked], len(want), want)
+			}
+			wantRaws = append(wantRaws, f.raws[asked])
+		}
+		var r Record
+		r.Set([]byte("a1"), 0, want)
+		price, found, _ := r.top("price")
+		switch {
+		case !wantOK:
+			if len(f.raws) > asked {
+				t.Errorf("%s: the where fails, yet the filter was asked", b)
+			}
+		case found && string(price) != "null" && len(f.raws) == asked:
+			t.Errorf("%s: not asked", b)
+		case f.drop[string(price)]:
+			if row != nil {
+				t.Errorf("%s: dropped, yet written: %s", b, row)
+			}
+		case !bytes.Equal(row, want):
+			t.Errorf("%s: row %s, want %s", b, row, want)
+		}
+	}
+	if got := strings.Join(wantRaws, " "); got != "5 6 12.50" {
+		t.Errorf("asked about %q, want 5 6 12.50", got)
+	}
+	for _, c := range []struct {
+		member string
+		sel    []any
+	}{
+		{"price", []any{map[string]any{"price": "bids.price * 2"}, map[string]any{"name": "sellers.name"}}},
+		{"price", []any{map[string]any{"price": "bids.price"}, map[string]any{"name": "upper(sellers.name)"}}},
+		{"cost", []any{map[string]any{"price": "bids.price"}}},
+		{"bids", []any{"bids"}},
+	} {
+		j, err := NewRegularJoin("j", configs.Join{Left: "bids", Right: "sellers", Unique: "right", Select: c.sel})
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := &askFilter{member: c.member, drop: map[string]bool{"6": true}}
+		if row, ok, err := j.sel.pair(f, []byte("a1"), "bids", []byte(bids[1]), "sellers", []byte(seller)); err != nil || !ok || row == nil || len(f.raws) > 0 {
+			t.Errorf("%v by %s: row %s ok %v (%v), asked %v; want the row written unasked", c.sel, c.member, row, ok, err, f.raws)
+		}
 	}
 }

@@ -110,10 +110,38 @@ func (b *TopBound) Beaten(key []byte, r *Record, slot func(k []byte) []byte) boo
 	return s != nil && b.beaten(s, v)
 }
 
+// Member is the top-level member of a record whose value the top ranks, when its field is one
+// ("" when it is a path into one).
+func (b *TopBound) Member() string {
+	if len(b.top.by.parts) != 1 {
+		return ""
+	}
+	return b.top.by.parts[0]
+}
+
+// BeatenMember is Beaten of a record not written yet, whose Member is raw (its JSON text).
+func (b *TopBound) BeatenMember(key, raw []byte, slot func(k []byte) []byte) bool {
+	v, ok := rankValue(raw)
+	if !ok || b.win != nil || len(b.top.by.parts) != 1 {
+		return false
+	}
+	s := slot(key)
+	return s != nil && b.beaten(s, v)
+}
+
 // value returns r's value of the top's field, if the top's projection would take it.
 func (b *TopBound) value(r *Record) (dec, bool) {
 	raw, ok, err := r.lookup(b.top.by)
-	if err != nil || !ok || len(raw) == 0 || raw[0] != '-' && (raw[0] < '0' || raw[0] > '9') {
+	if err != nil || !ok {
+		return dec{}, false
+	}
+	return rankValue(raw)
+}
+
+// rankValue returns the value of a top's field of JSON text raw, if the top's projection would
+// take it: a number.
+func rankValue(raw []byte) (dec, bool) {
+	if len(raw) == 0 || raw[0] != '-' && (raw[0] < '0' || raw[0] > '9') {
 		return dec{}, false
 	}
 	v, err := parseDecimal(raw)

@@ -352,6 +352,28 @@ func keepsResult(c *chain, r *kgo.Record) bool {
 	return c.comb == nil || c.plan.Rekey != "" || !c.comb.dropsResult(r)
 }
 
+// beatenMember is the member of a result that dropsResult's first question reads (the top's
+// field), "" when it asks none.
+func (cb *combiner) beatenMember() string {
+	if !cb.early {
+		return ""
+	}
+	return cb.bound.Member()
+}
+
+// dropsBeatenMember is dropsResult's first question, asked of a result (key, a value of at most
+// size bytes whose beatenMember is raw) before its operator writes it: it drops what
+// dropsResult would drop there, and counts it as dropsResult would. A result it keeps is asked
+// again as it is produced.
+func (cb *combiner) dropsBeatenMember(key, raw []byte, size int) bool {
+	if !cb.early || key == nil || len(key)+size > boundedRecord || cb.skip > 0 || !cb.bound.BeatenMember(key, raw, cb.slot) {
+		return false
+	}
+	cb.filtering() // true: skip is 0
+	cb.dropped++
+	return true
+}
+
 // rowIndexer is a keyed operator that can give a record the index of the result it emitted
 // last (operators.RegularJoin.IndexRow).
 type rowIndexer interface {

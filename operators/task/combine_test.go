@@ -65,6 +65,18 @@ const (
     top: {input: big, n: 2, by: orders.amount}
     output: out
 `
+	// The same with the join's columns and a top by one of them, without a filter between: the
+	// writer's filter answers the join before it writes a row (operators.ResultFilter).
+	combineJoinColumnsTop = `  - name: pairs
+    join:
+      left: orders
+      right: customers
+      unique: right
+      select: [{order: orders.order_id}, {amount: orders.amount}, {tier: customers.tier}]
+  - name: totals
+    top: {input: pairs, n: 2, by: amount}
+    output: out
+`
 	// A keyed operator whose results a re-keying chain sends, through a filter and a map, to an
 	// aggregate of each key's best value (the writer filters its results for it:
 	// plan.filtersOutput; Nexmark q4's shape): per (region, tier), over the results of every
@@ -484,6 +496,7 @@ func TestCombineOneAnswer(t *testing.T) {
 			{"window top", combineWindowTop, sorted, ""},
 			{"hopping top", combineHoppingTop, sorted, ""},
 			{"join top", combineJoinTop, lastPerKey, ""},
+			{"join columns top", combineJoinColumnsTop, lastPerKey, ""},
 			{"join max", combineJoinMax, lastPerKey, ""},
 			{"join min", combineJoinMin, lastPerKey, ""},
 			{"window aggregate", combineWindowAgg, sorted, ""},

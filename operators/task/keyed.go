@@ -112,6 +112,23 @@ func (k *keyedCtx) EmitAt(value []byte, ts int64) { k.emit(k.e.key, value, ts) }
 
 func (k *keyedCtx) EmitKey(key, value []byte) { k.emit(key, value, math.MinInt64) }
 
+// FilterMember is operators.ResultFilter's: the member the chain's filter for its reader's top
+// ranks its results by (combine.go dropsResult, whose first question DropsBeaten asks early).
+func (k *keyedCtx) FilterMember() string {
+	c := k.c
+	if c.comb == nil || c.plan.Rekey != "" || c.plan.SinkTopic == "" {
+		return "" // keepsResult keeps every result
+	}
+	return c.comb.beatenMember()
+}
+
+// DropsBeaten is operators.ResultFilter's: whether dropsResult would drop the key's result
+// before anything else is asked of it (its FilterMember's value beaten), asked before the
+// operator writes it.
+func (k *keyedCtx) DropsBeaten(raw []byte, size int) bool {
+	return k.c.comb.dropsBeatenMember(k.e.key, raw, size)
+}
+
 func (k *keyedCtx) mark() {
 	if !k.fold && !k.e.dirty {
 		k.e.dirty = true
