@@ -3,12 +3,15 @@
 # STREAMING/BATCH, sluice backlog.mode never/auto) on one real Kafka broker.
 #
 #   bash integration/peers/run.sh [--records N] [--keys K] [--smoke] [--workload orders|windows|join]
-#                                 [--runs N] [--brokers ADDR] [--out FILE] [--port P] [--keep] [harness flags...]
+#                                 [--runs N] [--brokers ADDR [--warm-dir DIR]] [--out FILE] [--port P] [--keep] [harness flags...]
 #
 # Starts a broker with integration/kafka/kafka.sh (unless --brokers is given), builds the Java
 # contenders (cached on their sources) and sluice, then runs the Go harness
 # (integration/peers/harness), which prefills the orders topic, runs every contender alone,
-# verifies it, and prints the table. --smoke: 20k records, 1k keys, short latency phase.
+# verifies it, and prints the table. Before every catch-up run the input topic's log segments are
+# read into the page cache (the broker's data directory: its own, or --warm-dir for the one of
+# --brokers), so that no contender reads its input from disk because a JVM before it pushed it
+# out. --smoke: 20k records, 1k keys, short latency phase.
 # --workload windows: 1-hour tumbling windows per key with one final per window (no latency phase).
 # --workload join: the orders joined with a customers table produced after them (FLIP-326).
 # Any other flag goes to the harness (go run ./integration/peers/harness -h lists them).
@@ -21,6 +24,7 @@ KAFKA_SH="$ROOT/integration/kafka/kafka.sh"
 COMMAND="bash integration/peers/run.sh $*"
 
 BROKERS=""
+WARM_DIR=""
 PORT=19592
 OUT=""
 KEEP=0
@@ -31,6 +35,7 @@ while [[ $# -gt 0 ]]; do
     --port) PORT="$2"; shift 2 ;;
     --out) OUT="$2"; shift 2 ;;
     --keep) KEEP=1; shift ;;
+    --warm-dir) WARM_DIR="$2"; shift 2 ;;
     --smoke) HARNESS_ARGS+=(-smoke); shift ;;
     --records|--keys|--contenders|--timeout|--latency-rate|--latency-duration|--latency-backlog|--java-heap|--seed|\
     --runs|--latency-warmup|--java-heap-tuned|--latency-runs|--latency-sweep|--latency-sweep-limit|\
@@ -69,7 +74,11 @@ if [[ -z "$BROKERS" ]]; then
   bash "$KAFKA_SH" fetch
   STARTED_BROKER=1
   BROKERS="$(bash "$KAFKA_SH" start --port "$PORT" --dir "$KAFKA_DIR")"
+  WARM_DIR="$KAFKA_DIR/node-1/data"
   log "broker at $BROKERS"
+fi
+if [[ -n "$WARM_DIR" ]]; then
+  HARNESS_ARGS+=(-warm-dir "$WARM_DIR")
 fi
 
 # build_java DIR: mvn package, skipped when pom.xml and src/ are unchanged since the last build.
