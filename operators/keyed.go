@@ -86,9 +86,10 @@ type ResultFilter interface {
 	// FilterMember is the top-level member of a result the filter ranks it by, "" when the
 	// filter answers nothing before a result is written.
 	FilterMember() string
-	// DropsBeaten reports whether the filter drops the key's result, of at most size bytes
-	// (its value), whose FilterMember is raw (its JSON text): the results of the key it passed
-	// on before leave it no rank in the top. It counts a result it drops as dropped.
+	// DropsBeaten reports whether the filter drops the result the operator would Emit (under
+	// the context's key), of at most size bytes (its value), whose FilterMember is raw (its
+	// JSON text): the results of the key it passed on before leave it no rank in the top. It
+	// counts a result it drops as dropped, as the filter would have when it was produced.
 	DropsBeaten(raw []byte, size int) bool
 }
 

@@ -511,6 +511,21 @@ func TestPairSelectAsksResultFilter(t *testing.T) {
 	if got := strings.Join(wantRaws, " "); got != "5 6 12.50" {
 		t.Errorf("asked about %q, want 5 6 12.50", got)
 	}
+	// Small sides, long and escaped column names: the names weigh in the bound.
+	small, err := NewRegularJoin("j", configs.Join{Left: "l", Right: "r", Unique: "right",
+		Select: []any{map[string]any{"a_column_name_longer_than_its_side": "l.a"}, map[string]any{"another\"quoted\"name_as_long_as_that": "r.b"}, map[string]any{"gone": "r.c"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f = &askFilter{member: "a_column_name_longer_than_its_side"}
+	want, _, err := small.sel.pair(nil, []byte("k"), "l", []byte(`{"a":1}`), "r", []byte(`{"b":2}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want = bytes.Clone(want)
+	if row, ok, err := small.sel.pair(f, []byte("k"), "l", []byte(`{"a":1}`), "r", []byte(`{"b":2}`)); err != nil || !ok || !bytes.Equal(row, want) || len(f.sizes) != 1 || f.sizes[0] < len(want) {
+		t.Errorf("small sides: row %s (%v %v), want %s; asked with sizes %v, the row has %d bytes", row, ok, err, want, f.sizes, len(want))
+	}
 	for _, c := range []struct {
 		member string
 		sel    []any

@@ -70,6 +70,10 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 t0=$SECONDS
+if [[ -n "$WARM_DIR" && -z "$BROKERS" ]]; then
+  echo "run.sh: --warm-dir is the data directory of the broker of --brokers (without it, run.sh reads its own broker's)" >&2
+  exit 2
+fi
 if [[ -z "$BROKERS" ]]; then
   bash "$KAFKA_SH" fetch
   STARTED_BROKER=1

@@ -112,20 +112,32 @@ func (k *keyedCtx) EmitAt(value []byte, ts int64) { k.emit(k.e.key, value, ts) }
 
 func (k *keyedCtx) EmitKey(key, value []byte) { k.emit(key, value, math.MinInt64) }
 
+// askBeforeWriting lets keyedCtx answer operators.ResultFilter (a variable for the tests, which
+// compare the results with and without it).
+var askBeforeWriting = true
+
 // FilterMember is operators.ResultFilter's: the member the chain's filter for its reader's top
 // ranks its results by (combine.go dropsResult, whose first question DropsBeaten asks early).
+// Only where a result is produced as it is emitted (fold: a fold, or a checkpoint's flush,
+// through emitTo, with this chain's filter): the question then meets the filter as
+// dropsResult would, in the same state. In real time a result waits in the operator's outbox
+// until the checkpoint, where the primary chain's filter judges it after those before it (its
+// slots may be reset meanwhile, or its skip window open): "" there.
 func (k *keyedCtx) FilterMember() string {
 	c := k.c
-	if c.comb == nil || c.plan.Rekey != "" || c.plan.SinkTopic == "" {
-		return "" // keepsResult keeps every result
+	if !askBeforeWriting || !k.fold || c.comb == nil || c.plan.Rekey != "" || c.plan.SinkTopic == "" {
+		return "" // keepsResult keeps every result, or asks later
 	}
 	return c.comb.beatenMember()
 }
 
 // DropsBeaten is operators.ResultFilter's: whether dropsResult would drop the key's result
-// before anything else is asked of it (its FilterMember's value beaten), asked before the
-// operator writes it.
+// (emitted under the context's key) before anything else is asked of it (its FilterMember's
+// value beaten), asked before the operator writes it; false when FilterMember is "".
 func (k *keyedCtx) DropsBeaten(raw []byte, size int) bool {
+	if k.FilterMember() == "" {
+		return false
+	}
 	return k.c.comb.dropsBeatenMember(k.e.key, raw, size)
 }
 

@@ -543,19 +543,27 @@ func (h *harness) settle() {
 	}
 	var read int64
 	defer func() { logf("settle: read %d MiB of %v's log segments", read>>20, topics) }()
-	for _, t := range topics {
-		dirs, _ := filepath.Glob(filepath.Join(h.cfg.warmDir, t+"-*"))
-		for _, d := range dirs {
-			if _, err := strconv.Atoi(strings.TrimPrefix(filepath.Base(d), t+"-")); err != nil {
-				continue // another topic's, whose name starts with t-
+	dirs, err := os.ReadDir(h.cfg.warmDir)
+	if err != nil {
+		logf("settle: %v", err)
+		return
+	}
+	buf := make([]byte, 1<<20)
+	for _, d := range dirs {
+		name := d.Name()
+		i := strings.LastIndexByte(name, '-')
+		if _, err := strconv.Atoi(name[i+1:]); !d.IsDir() || i < 0 || err != nil || !slices.Contains(topics, name[:i]) {
+			continue // not a partition of an input topic (topic-N)
+		}
+		segs, _ := os.ReadDir(filepath.Join(h.cfg.warmDir, name))
+		for _, seg := range segs {
+			if !strings.HasSuffix(seg.Name(), ".log") {
+				continue
 			}
-			segs, _ := filepath.Glob(filepath.Join(d, "*.log"))
-			for _, seg := range segs {
-				if f, err := os.Open(seg); err == nil {
-					n, _ := io.Copy(io.Discard, f)
-					read += n
-					_ = f.Close()
-				}
+			if f, err := os.Open(filepath.Join(h.cfg.warmDir, name, seg.Name())); err == nil {
+				n, _ := io.CopyBuffer(io.Discard, struct{ io.Reader }{f}, buf)
+				read += n
+				_ = f.Close()
 			}
 		}
 	}
