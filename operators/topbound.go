@@ -1,6 +1,9 @@
 package operators
 
-import "encoding/binary"
+import (
+	"encoding/binary"
+	"math"
+)
 
 // TopBoundMaxN is the largest n of a top whose writers keep a TopBound: a bound's slot holds n
 // values.
@@ -97,6 +100,33 @@ func (b *TopBound) Admit(key []byte, r *Record, wm int64, slot, add func(k []byt
 		b.enter(s, v)
 	}
 	return false
+}
+
+// AdmitReplacing is Admit of a record as its reader reads it (over windows, with no watermark:
+// every window counts as open), that also reports, in a bound of one without windows or ties,
+// whether r's value is now the one value of its key's slot (sole), and whether it replaced one
+// (replaced): the record admitted before r for key then ranks strictly after r, so r leaves it
+// no rank (a top of one would drop it for r; a max would never return it). A slot just made
+// (the first value since the slots were reset) replaces nothing.
+func (b *TopBound) AdmitReplacing(key []byte, r *Record, slot, add func(k []byte) []byte) (drop, sole, replaced bool) {
+	if b.win != nil {
+		return b.Admit(key, r, math.MinInt64, slot, add), false, false
+	}
+	v, ok := b.value(r)
+	if !ok {
+		return false, false, false
+	}
+	s := slot(key)
+	if s != nil && b.beaten(s, v) {
+		return true, false, false
+	}
+	sole = b.top.n == 1 && !b.ties
+	replaced = sole && s != nil && binary.LittleEndian.Uint16(s) == 1
+	if s == nil {
+		s = add(key)
+	}
+	b.enter(s, v)
+	return false, sole, replaced
 }
 
 // Beaten reports whether the slot of key (slot(key); a top without windows) leaves r no rank,

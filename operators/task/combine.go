@@ -88,6 +88,7 @@ type combiner struct {
 	rekey  *operators.Rekey
 	early  bool
 	rows   rowIndexer // the operator whose results they are, when it can index its last one
+	sole   soleResult // dropsResult's scratch
 	// The distinct's filter pays its way only when it drops many records (Nexmark q15: over
 	// 80%, and the run takes 0.6 of the CPU; q16: about 30%, where examining every record cost
 	// more than it saved):
@@ -349,7 +350,28 @@ func (cb *combiner) dropsBeaten(c *chain, key []byte, r *operators.Record, wmPre
 // one reader's top may want it (dropsResult). The task asks as it produces r, in the order of
 // the topic.
 func keepsResult(c *chain, r *kgo.Record) bool {
-	return c.comb == nil || c.plan.Rekey != "" || !c.comb.dropsResult(r)
+	keep, _ := judgeResult(c, r)
+	return keep
+}
+
+// judgeResult is keepsResult that also returns, of a result kept whose value is now the one
+// value the filter holds for its reader's key (operators.TopBound.AdmitReplacing), that key
+// and whether the value replaced one (in cb's scratch, until the next call; nil: any other
+// result).
+func judgeResult(c *chain, r *kgo.Record) (keep bool, sole *soleResult) {
+	if c.comb == nil || c.plan.Rekey != "" {
+		return true, nil
+	}
+	drop, sole := c.comb.dropsResult(r)
+	return !drop, sole
+}
+
+// soleResult is what dropsResult says of a result whose value is now the one value its filter
+// holds for the reader's key: the key, and whether the value replaced one (the result that
+// brought it, before this one, then has no rank at the reader).
+type soleResult struct {
+	key      []byte
+	replaced bool
 }
 
 // beatenMember is the member of a result that dropsResult's first question reads (the top's
@@ -383,10 +405,12 @@ type rowIndexer interface {
 // dropsResult reports whether the writer's filter for its reader cb (a keyed operator's
 // results: plan.filtersOutput) drops r: the stages before the top or the aggregate drop it, or
 // the results it passed on before r for the same key leave r no rank (operators.TopBound). A
-// result the stages or the operator refuse goes on: the reader dead-letters it.
-func (cb *combiner) dropsResult(r *kgo.Record) bool {
+// result the stages or the operator refuse goes on: the reader dead-letters it. sole is what
+// it says of a result kept whose value is now the one value it holds for the reader's key
+// (operators.TopBound.AdmitReplacing), in cb's scratch; nil for any other.
+func (cb *combiner) dropsResult(r *kgo.Record) (drop bool, sole *soleResult) {
 	if r.Key == nil || r.Value == nil || len(r.Key)+len(r.Value) > boundedRecord || !cb.filtering() {
-		return false
+		return false, nil
 	}
 	rec := &cb.rec
 	rec.Set(r.Key, r.Timestamp.UnixMilli(), r.Value) // as the reader decodes it
@@ -396,37 +420,42 @@ func (cb *combiner) dropsResult(r *kgo.Record) bool {
 	}
 	if cb.early && cb.bound.Beaten(r.Key, rec, cb.slot) { // first: cheaper than the filters
 		cb.dropped++
-		return true
+		return true, nil
 	}
 	for _, s := range cb.stages {
 		keep, err := s.Apply(rec)
 		if err != nil {
-			return false
+			return false, nil
 		}
 		if !keep {
 			cb.dropped++
-			return true
+			return true, nil
 		}
 	}
 	key := rec.Key
 	if cb.rekey != nil {
 		k, err := cb.rekey.Key(rec)
 		if err != nil {
-			return false
+			return false, nil
 		}
 		key = k
 	}
 	if len(key)+len(rec.Value) > boundedRecord {
-		return false // what the stages made of it might not reach the operator (sizelimit.go)
+		return false, nil // what the stages made of it might not reach the operator (sizelimit.go)
 	}
 	if cb.best.full(cb.limit) {
 		cb.best.reset()
 	}
-	if cb.bound.Admit(key, rec, math.MinInt64, cb.slot, cb.slotN) {
+	drop, one, replaced := cb.bound.AdmitReplacing(key, rec, cb.slot, cb.slotN)
+	if drop {
 		cb.dropped++
-		return true
+		return true, nil
 	}
-	return false
+	if !one {
+		return false, nil
+	}
+	cb.sole = soleResult{key: append(cb.sole.key[:0], key...), replaced: replaced}
+	return false, &cb.sole
 }
 
 // newOwnFilter returns the filter before the keyed operator of the chain cp itself, rather

@@ -20,6 +20,9 @@ import (
 	"github.com/valyala/fastjson"
 
 	"github.com/sluice-dev/sluice/changelog/codec"
+	"github.com/sluice-dev/sluice/configs"
+	"github.com/sluice-dev/sluice/operators"
+	"github.com/sluice-dev/sluice/operators/plan"
 	"github.com/sluice-dev/sluice/sorter"
 	"github.com/sluice-dev/sluice/state"
 )
@@ -156,6 +159,15 @@ sources:
   out: {topic: %s, format: json}
 `, testGroup, cacheKeys, combine, mode, testTopic, customersSource(op), op, testSink)
 }
+
+// combineJoinColumnsTopOne is combineJoinColumnsTop with a top of one (Nexmark q9's shape): a
+// fold holds each row that raised its key's best until the next one does (emitTo), and the top
+// gets about one row per key.
+var combineJoinColumnsTopOne = strings.Replace(combineJoinColumnsTop, "n: 2", "n: 1", 1)
+
+// holdsBest names TestCombineOneAnswer's operators whose writer's fold holds each key's best
+// result so far (emitTo): a top of one, a max, a min.
+var holdsBest = map[string]bool{"join columns top one": true, "join max": true, "join min": true}
 
 // combineCustomers is the topic of the customers a join reads beside the orders.
 const combineCustomers = "customers"
@@ -467,14 +479,22 @@ func perKey(out []string) []string {
 	return out
 }
 
-// withFilterWindow runs f with the distinct filter's window set to w (the tests run one seed
-// at a time).
+// withAskBeforeWriting runs f with askBeforeWriting set to ask (the tests run one seed at a
+// time).
 func withAskBeforeWriting[T any](ask bool, f func() T) T {
 	defer func(old bool) { askBeforeWriting = old }(askBeforeWriting)
 	askBeforeWriting = ask
 	return f()
 }
 
+// withHoldBest runs f with holdBest set to hold.
+func withHoldBest[T any](hold bool, f func() T) T {
+	defer func(old bool) { holdBest = old }(holdBest)
+	holdBest = hold
+	return f()
+}
+
+// withFilterWindow runs f with the distinct filter's window set to w.
 func withFilterWindow[T any](w int64, f func() T) T {
 	defer func(old int64) { filterWindow = old }(filterWindow)
 	filterWindow = w
@@ -503,6 +523,7 @@ func TestCombineOneAnswer(t *testing.T) {
 			{"hopping top", combineHoppingTop, sorted, ""},
 			{"join top", combineJoinTop, lastPerKey, ""},
 			{"join columns top", combineJoinColumnsTop, lastPerKey, ""},
+			{"join columns top one", combineJoinColumnsTopOne, lastPerKey, ""},
 			{"join max", combineJoinMax, lastPerKey, ""},
 			{"join min", combineJoinMin, lastPerKey, ""},
 			{"window aggregate", combineWindowAgg, sorted, ""},
@@ -540,7 +561,7 @@ func TestCombineOneAnswer(t *testing.T) {
 					got := withFilterWindow(v.window, func() combineRun {
 						return runCombine(t, seed, config(mode, true, v.cacheKeys), inputs, true)
 					})
-					if op.doc == combineJoinColumnsTop {
+					if op.doc == combineJoinColumnsTop || op.doc == combineJoinColumnsTopOne {
 						// The join asks the filter before it writes a row: the same records
 						// reach the output topic as when the filter judges every row written.
 						late := withAskBeforeWriting(false, func() combineRun {
@@ -551,6 +572,22 @@ func TestCombineOneAnswer(t *testing.T) {
 						if !slices.Equal(got.out, late.out) || !slices.Equal(got.dlq, late.dlq) || got.repart != late.repart {
 							t.Errorf("seed %d, %s: asked before writing, %d records crossed the output topic, %d results, %d dead letters; asked as produced, %d, %d, %d",
 								seed, name, got.repart, len(got.out), len(got.dlq), late.repart, len(late.out), len(late.dlq))
+						}
+					}
+					if holdsBest[op.name] {
+						// A fold holds each result that replaced its key's one value, and drops it
+						// when the next replaces it (emitTo): the same answers, fewer records.
+						all := withHoldBest(false, func() combineRun {
+							return withFilterWindow(v.window, func() combineRun {
+								return runCombine(t, seed, config(mode, true, v.cacheKeys), inputs, true)
+							})
+						})
+						if g, w := op.final(all.out), op.final(want.out); !slices.Equal(g, w) {
+							t.Errorf("seed %d, %s: without holding, results differ from the plain run's:\n%s", seed, name, diffOutputs(w, g))
+						}
+						folded := mode == "always" && v.cacheKeys > 2 && v.window == filterWindow
+						if got.repart > all.repart || folded && got.repart >= all.repart {
+							t.Errorf("seed %d, %s: %d records crossed the output topic holding the replaced results, %d without", seed, name, got.repart, all.repart)
 						}
 					}
 					if g, w := op.final(got.out), op.final(want.out); !slices.Equal(g, w) {
@@ -1083,5 +1120,75 @@ func TestWindowTopFilterBeforeAnnouncing(t *testing.T) {
 	}
 	if got := crossed(true, "1s"); got != plain {
 		t.Errorf("with idle_after: %d of the %d orders that re-key crossed before the writer's first committed announcement; want all, unexamined", got, plain)
+	}
+}
+
+// TestEmitToHoldsEachKeysBest: a fold's emission (emitTo) for a top of one holds each key's
+// best result so far and writes it when a result of another key, one the filter does not
+// examine, or the end of the fold (release) comes; a result that replaces it drops it; after the
+// filter's slots are reset, the first result of a key replaces nothing, and the one held goes
+// first. The topic gets the results it would get without holding, less the replaced ones, in
+// the same order.
+func TestEmitToHoldsEachKeysBest(t *testing.T) {
+	top, err := operators.NewTop("best", configs.Top{N: 1, By: "amount"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type result struct{ key, value string } // value "": a tombstone
+	for _, tc := range []struct {
+		name  string
+		limit int // the filter's keys before its slots are reset
+		in    []result
+		want  []string // key=amount as produced, in order
+	}{
+		{
+			name:  "replaced within a key",
+			limit: 100,
+			in: []result{
+				{"a", `{"amount":1}`}, {"a", `{"amount":5}`}, {"a", `{"amount":3}`}, {"a", `{"amount":7}`},
+				{"b", `{"amount":2}`}, {"b", ""}, {"b", `{"amount":4}`},
+				{"a", `{"amount":6}`}, {"a", `{"amount":8}`}, {"c", `{"amount":"x"}`}, {"c", `{"amount":9}`},
+			},
+			// a:1 and a:5 replaced, a:3 beaten; b:2 released by the tombstone, which the filter
+			// does not examine; b:4 replaces b:2's value, but b:2 was written: b:4 is held;
+			// a:6 beaten by a:7; a:8 held after b:4; c's unreadable value goes as it is.
+			want: []string{"a=7", "b=2", "b=", "b=4", "a=8", `c="x"`, "c=9"},
+		},
+		{
+			name:  "slots reset",
+			limit: 1,
+			in:    []result{{"a", `{"amount":5}`}, {"a", `{"amount":8}`}, {"a", `{"amount":9}`}},
+			// Each result finds the slots full (one key) and reset: none replaces anything.
+			want: []string{"a=5", "a=8", "a=9"},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := top.Bound()
+			cb := &combiner{bound: b, best: newSlotSet(b.SlotSize()), limit: tc.limit}
+			cb.slot, cb.slotN = cb.best.slot, cb.best.add
+			c := &chain{plan: plan.ChainPlan{SinkTopic: "out"}, comb: cb}
+			p := newFakeProducer()
+			out := 0
+			emit, release := (&Task{}).emitTo(c, p, &Pending{}, &out)
+			for _, r := range tc.in {
+				var v []byte
+				if r.value != "" {
+					v = []byte(r.value)
+				}
+				emit([]byte(r.key), v, 0)
+			}
+			release()
+			var got []string
+			for _, r := range p.txn {
+				amount := strings.TrimSuffix(strings.TrimPrefix(string(r.Value), `{"amount":`), "}")
+				got = append(got, string(r.Key)+"="+amount)
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("produced %q, want %q", got, tc.want)
+			}
+			if out != len(tc.want) || c.recordsOut != int64(len(tc.want)) {
+				t.Errorf("counted %d (chain %d), produced %d", out, c.recordsOut, len(tc.want))
+			}
+		})
 	}
 }
