@@ -744,16 +744,24 @@ func keepsFor(r *ChainPlan) []string {
 // keys by the results' own key, after filters only; or an aggregate whose one field is the max
 // or min of a number (operators.Aggregate.Bound: only each key's best value counts), after
 // filters and maps, keyed by the results' key, r's local key or r's re-key (then the one
-// reader of r's repartition topic, which r combines for). r's stages must read no event time
-// unless w's results carry theirs, and r sends nothing to a sink on the way. w's operator must
-// write its results as it makes them or flushes them (not an aggregate's or cogroup's folds).
+// reader of r's repartition topic, which r combines for); or, when w is an aggregate over
+// windows that writes each window's final once (TimedOutput), a top over windows after filters
+// and maps and r's re-key. r's stages must read no event time unless w's results carry theirs,
+// and r sends nothing to a sink on the way. A cogroup's results are never filtered.
 func filtersOutput(w, r *ChainPlan) bool {
-	if w.Keyed == nil || w.Keyed.Aggregate != nil || w.Cogroup != nil ||
+	if w.Keyed == nil || w.Cogroup != nil ||
 		len(r.Taps) > 0 || r.Fork || r.Tombstones || r.StreamJoin != nil || r.AsOf != nil {
 		return false
 	}
 	maps := true
 	switch {
+	case w.Keyed.Aggregate != nil:
+		// The finals of its windows, each written once at its window's end - 1, for a top over
+		// windows through r's re-key (Nexmark q5: the counts per auction and window, for the
+		// auctions at each window's highest count).
+		if !w.TimedOutput || w.OutputChangelog || r.Rekey == "" || r.Combine == nil || !windowTop(r.Combine) {
+			return false
+		}
 	case r.Keyed != nil && r.Keyed.Top != nil:
 		if r.Keyed.Top.Window != nil || r.Keyed.Top.N > operators.TopBoundMaxN || r.Rekey != "" || r.LocalKey != "" {
 			return false
@@ -786,6 +794,13 @@ func filtersOutput(w, r *ChainPlan) bool {
 		}
 	}
 	return true
+}
+
+// windowTop reports whether a's operator is a top over windows whose writers may filter for it
+// (n at most operators.TopBoundMaxN) and whose input only grows.
+func windowTop(a *ChainPlan) bool {
+	return a.Keyed != nil && a.Keyed.Top != nil && a.Keyed.Top.Window != nil &&
+		a.Keyed.Top.N <= operators.TopBoundMaxN && !a.Tombstones && a.Cogroup == nil
 }
 
 // bestOnly reports whether a's operator is an aggregate of its records' best value alone
@@ -1119,7 +1134,9 @@ func (p *Plan) Describe(w io.Writer) {
 			}
 		}
 		if c.Output && c.Combine != nil {
-			if r := c.Combine; r.Keyed != nil && r.Keyed.Top != nil {
+			if r := c.Combine; r.Keyed == nil && r.Combine != nil && windowTop(r.Combine) {
+				fmt.Fprintf(w, "     filtered for top %s: a final its filters drop, or that the finals written before it leave no rank in the top's window under its re-key, does not go on (processing.combine_before_rekey)\n", r.Combine.Keyed.Name)
+			} else if r.Keyed != nil && r.Keyed.Top != nil {
 				fmt.Fprintf(w, "     filtered for top %s: a result its filters drop, or that the results written before it for its key leave no rank in the top, does not go on (processing.combine_before_rekey)\n", r.Keyed.Name)
 			} else {
 				if r.Keyed == nil {

@@ -254,12 +254,13 @@ const (
 	idlePrefix = "idle:"
 )
 
-// keepsSaid reports whether c is a writer whose filter or combining rests on what it announced
-// of its watermark (a top's over windows, combiner.dropsBeaten; partial windows or sessions,
-// combiner.project), which it commits with its offsets.
+// keepsSaid reports whether c is a re-keying writer whose filter or combining rests on what it
+// announced of its watermark (a top's over windows, combiner.dropsBeaten; partial windows or
+// sessions, combiner.project), which it commits with its offsets. (A filter of window finals,
+// dropsResult, rests on no watermark.)
 func (c *chain) keepsSaid() bool {
 	cb := c.comb
-	return cb != nil && (cb.bound != nil && cb.bound.Windowed() || cb.timed())
+	return cb != nil && c.plan.Rekey != "" && (cb.bound != nil && cb.bound.Windowed() || cb.timed())
 }
 
 // tableOffsets writes the tables' dead letters and offsets once no chain holds a backlog (a

@@ -12,6 +12,7 @@ import (
 	"github.com/sluice-dev/sluice/changelog/codec"
 	"github.com/sluice-dev/sluice/operators"
 	"github.com/sluice-dev/sluice/operators/plan"
+	"github.com/sluice-dev/sluice/producer"
 )
 
 // A re-keying writer whose records one operator alone reads (plan.ChainPlan.Combine, on by
@@ -55,6 +56,19 @@ import (
 //     watermark leaves open, which bounds the reader's (dropsBeaten); the writer commits what it
 //     announced with its offsets for the partition's next owner (topicOffsets, SetProgress).
 //
+// A keyed operator's results that one such writer re-keys for a top over windows pass a filter
+// of the same kind as they are written (plan.filtersOutput, dropsResult): an aggregate's
+// window finals (Nexmark q5: the counts per auction and hopping window, 3M at 10M events, of
+// which the top ranks the highest per window). The filter applies the writer's stages and its
+// re-key, and drops a final that the finals it passed on before for the same re-keyed key and
+// the same partition of its output topic leave no rank in its window, every window counting as
+// open: they reach the top before it through the same partition and re-keying task, in order,
+// so either the top ranks them, and then not the final, or the top's watermark had closed the
+// window, and then the final is late there too (it is dropped rather than a dead letter; no
+// result changes). Its slots are per partition (paths) because a partition of the output is
+// one path: finals of other partitions may reach the top after this one, or late while it is
+// not (a re-keying task the top leaves out of its watermark while it says its input is idle).
+//
 // The same in both modes: in real time a partial covers one checkpoint's records, which the
 // reader sees no earlier than the commit of that checkpoint anyway (read_committed). An abort
 // forgets the table and the flags with the records they came from (chain.rewind).
@@ -89,6 +103,10 @@ type combiner struct {
 	early  bool
 	rows   rowIndexer // the operator whose results they are, when it can index its last one
 	sole   soleResult // dropsResult's scratch
+	// paths: for an aggregate's window finals (a top over windows reads them through a re-key),
+	// the partitions of its output topic; a slot is per re-keyed key and partition, pk its key.
+	paths int32
+	pk    []byte
 	// The distinct's filter pays its way only when it drops many records (Nexmark q15: over
 	// 80%, and the run takes 0.6 of the CPU; q16: about 30%, where examining every record cost
 	// more than it saved):
@@ -150,6 +168,11 @@ func newCombiner(w *plan.ChainPlan, ops *plan.Ops, limit int) (*combiner, error)
 		b, early = op.Bound(), results
 	case *operators.WindowTop:
 		b = op.Bound()
+	}
+	if results && b == nil && ops.Rekey != nil && ops.Combine != nil {
+		if wt, ok := ops.Combine.Kop.(*operators.WindowTop); ok {
+			b, key = wt.Bound(), ops.Rekey // an aggregate's window finals, for a top over windows
+		}
 	}
 	if results && b == nil {
 		agg, k := ops.Agg, ops.LocalKey
@@ -324,8 +347,8 @@ func (cb *combiner) dropsFlagless(key []byte, r *operators.Record) bool {
 // without one), the filter lets records go unexamined. A writer that never announces idleness
 // and has no committed announcement is taken as not heard from: its reader's watermark
 // MinInt64, nothing late there yet (a writer reading windows' finals in a backlog announces
-// nothing until they have all come: Nexmark q5's 3M counts went unexamined). A reader may be
-// further on (it heard "idle" under an earlier idle_after, or this writer's marks while
+// nothing until they have all come: Nexmark q5's 3M counts went unexamined here, until its
+// aggregate filtered them as it wrote them). A reader may be further on (it heard "idle" under an earlier idle_after, or this writer's marks while
 // combine_before_rekey was off and no said: was committed, or it ended a bounded run at its
 // last window's close): a record the filter drops there that the reader would take as late is
 // dropped rather than a dead letter, and no result changes (the records that beat it went
@@ -365,6 +388,10 @@ func judgeResult(c *chain, r *kgo.Record) (keep bool, sole *soleResult) {
 	drop, sole := c.comb.dropsResult(r)
 	return !drop, sole
 }
+
+// kafkaPartition is the partition of n that the producer gives a record with this key
+// (producer.Partitioner).
+var kafkaPartition = kgo.KafkaHasher(producer.Murmur2)
 
 // soleResult is what dropsResult says of a result whose value is now the one value its filter
 // holds for the reader's key: the key, and whether the value replaced one (the result that
@@ -442,6 +469,12 @@ func (cb *combiner) dropsResult(r *kgo.Record) (drop bool, sole *soleResult) {
 	}
 	if len(key)+len(rec.Value) > boundedRecord {
 		return false, nil // what the stages made of it might not reach the operator (sizelimit.go)
+	}
+	if cb.paths > 0 {
+		// The finals that reach the top before r through the same partition of the output
+		// topic, and so the same re-keying task, in order.
+		cb.pk = binary.BigEndian.AppendUint32(append(cb.pk[:0], key...), uint32(kafkaPartition(r.Key, int(cb.paths))))
+		key = cb.pk
 	}
 	if cb.best.full(cb.limit) {
 		cb.best.reset()

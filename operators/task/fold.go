@@ -324,11 +324,13 @@ func (f *mergeFold) emit(sk, st []byte, write, stored bool) error {
 			r := f.record(c.plan.SinkTopic, f.t.partition, k, out)
 			r.Headers = f.hdr
 			f.p.Produce(r, f.cl)
-		} else {
-			f.p.Produce(c.timedResult(f.record(c.plan.SinkTopic, -1, k[:kl:kl], out), ts), pd.promise)
+			pd.records++
+			c.recordsOut++
+		} else if r := c.timedResult(f.record(c.plan.SinkTopic, -1, k[:kl:kl], out), ts); keepsResult(c, r) {
+			f.p.Produce(r, pd.promise)
+			pd.records++
+			c.recordsOut++
 		}
-		pd.records++
-		c.recordsOut++
 	}
 	f.keys++
 	if closing {

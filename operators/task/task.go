@@ -385,6 +385,13 @@ func (t *Task) addChain(cp plan.ChainPlan, g groupBuild) error {
 	if c.comb, err = newCombiner(&cp, ops.Combine, t.cacheCap); err != nil {
 		return err
 	}
+	if c.comb != nil && cp.Rekey == "" && ops.Agg != nil {
+		// An aggregate's window finals filtered for a top over windows: one path per partition
+		// of the output topic (combine.go), or no filter when their number is unknown.
+		if c.comb.paths = c.internalParts; c.comb.paths <= 0 {
+			c.comb = nil
+		}
+	}
 	c.proj = newProjector(ops.Project)
 	if ri, ok := ops.Kop.(rowIndexer); ok && c.comb != nil && cp.Rekey == "" {
 		c.comb.rows = ri

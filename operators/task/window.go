@@ -305,10 +305,12 @@ func (t *Task) flushMergeable(c *chain, p Producer, pd *Pending) error {
 		at, closes := agg.CloseAt(e.key)
 		if c.plan.SinkTopic != "" && (e.closing && final || !final && e.updated) {
 			v, kl, ts := agg.Result(e.key, e.state, nil)
-			p.Produce(c.timedResult(&kgo.Record{Topic: c.plan.SinkTopic, Key: e.key[:kl:kl], Value: v, Partition: -1}, ts), pd.promise)
-			c.recordsOut++
-			pd.records++
-			out++
+			if r := c.timedResult(&kgo.Record{Topic: c.plan.SinkTopic, Key: e.key[:kl:kl], Value: v, Partition: -1}, ts); keepsResult(c, r) {
+				p.Produce(r, pd.promise)
+				c.recordsOut++
+				pd.records++
+				out++
+			}
 		}
 		tk = codec.AppendTimerKey(tk[:0], at, e.key)
 		if e.closing {
@@ -560,10 +562,12 @@ func (t *Task) sweepTimers(c *chain, wm int64, closed map[string]struct{}, p Pro
 		st = v
 		if final && c.plan.SinkTopic != "" {
 			r, kl, ts := agg.Result(wk, v, nil)
-			p.Produce(c.timedResult(&kgo.Record{Topic: c.plan.SinkTopic, Key: append([]byte(nil), wk[:kl]...), Value: r, Partition: -1}, ts), pd.promise)
-			c.recordsOut++
-			pd.records++
-			out++
+			if rec := c.timedResult(&kgo.Record{Topic: c.plan.SinkTopic, Key: append([]byte(nil), wk[:kl]...), Value: r, Partition: -1}, ts); keepsResult(c, rec) {
+				p.Produce(rec, pd.promise)
+				c.recordsOut++
+				pd.records++
+				out++
+			}
 		}
 		k2 := append([]byte(nil), wk...)
 		p.Produce(&kgo.Record{Topic: c.plan.Changelog, Partition: t.partition, Key: k2}, cl)
