@@ -348,12 +348,13 @@ func (cb *combiner) dropsFlagless(key []byte, r *operators.Record) bool {
 // and has no committed announcement is taken as not heard from: its reader's watermark
 // MinInt64, nothing late there yet (a writer reading windows' finals in a backlog announces
 // nothing until they have all come: Nexmark q5's 3M counts went unexamined here, until its
-// aggregate filtered them as it wrote them). A reader may be further on (it heard "idle" under an earlier idle_after, or this writer's marks while
-// combine_before_rekey was off and no said: was committed, or it ended a bounded run at its
-// last window's close): a record the filter drops there that the reader would take as late is
-// dropped rather than a dead letter, and no result changes (the records that beat it went
-// before it, in its windows). Partial states and projections, whose records the reader must not
-// take as late, wait for a committed announcement (combiner.project, project.go).
+// aggregate filtered them as it wrote them). A reader may be further on (it heard "idle" under
+// an earlier idle_after, or this writer's marks while combine_before_rekey was off and no said:
+// was committed, or it ended a bounded run at its last window's close): a record the filter
+// drops there that the reader would take as late is dropped rather than a dead letter, and no
+// result changes (the records that beat it went before it, in its windows). Partial states and
+// projections, whose records the reader must not take as late, wait for a committed
+// announcement (combiner.project, project.go).
 func (cb *combiner) dropsBeaten(c *chain, key []byte, r *operators.Record, wmPrev int64) bool {
 	bounded := !c.idleSaid && (c.done.wmSaid != math.MinInt64 || c.idleAfter == 0)
 	if cb.bound.Windowed() && !bounded || !cb.filtering() {
