@@ -302,19 +302,37 @@ func (f *mergeFold) emit(sk, st []byte, write, stored bool) error {
 	// With changelog: output the result is the changelog record, silent or not.
 	outLog := c.plan.OutputChangelog
 	render := (!f.silent || outLog) && c.plan.SinkTopic != "" && (closing || !f.final)
-	n := len(sk) + len(st)
+	n := len(sk)
+	if !closing {
+		n += len(st)
+	}
 	var (
-		kl int
-		ts int64
+		kl   int
+		ts   int64
+		keep bool // render, and the result is kept (asked once, before it is copied)
 	)
 	if render {
 		f.out.scratch, kl, ts = f.agg.Result(sk, st, f.out.scratch[:0])
-		n += len(f.out.scratch)
+		keep = true
+		if !outLog && c.comb != nil {
+			// Asked first, of the result as it is (as emitTo asks): a filter drops most of
+			// what it examines, and a result dropped takes nothing from the arena.
+			var v []byte
+			if len(f.out.scratch) > 0 {
+				v = f.out.scratch
+			}
+			c.resultView = kgo.Record{Topic: c.plan.SinkTopic, Partition: -1, Key: sk[:kl:kl], Value: v, Timestamp: f.out.now}
+			keep = keepsResult(c, c.timedResult(&c.resultView, ts))
+			c.resultView = kgo.Record{}
+		}
+		if keep {
+			n += len(f.out.scratch)
+		}
 	}
 	buf := f.t.arena.alloc(n)
 	buf = append(buf, sk...)
 	k := buf[:len(sk):len(sk)]
-	if render {
+	if keep {
 		var out []byte // nil: a row that left (Result wrote nothing), a tombstone
 		if len(f.out.scratch) > 0 {
 			out = append(buf[len(buf):], f.out.scratch...)
@@ -326,7 +344,8 @@ func (f *mergeFold) emit(sk, st []byte, write, stored bool) error {
 			f.p.Produce(r, f.cl)
 			pd.records++
 			c.recordsOut++
-		} else if r := c.timedResult(f.record(c.plan.SinkTopic, -1, k[:kl:kl], out), ts); keepsResult(c, r) {
+		} else {
+			r := c.timedResult(f.record(c.plan.SinkTopic, -1, k[:kl:kl], out), ts)
 			f.p.Produce(r, pd.promise)
 			pd.records++
 			c.recordsOut++
