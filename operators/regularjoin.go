@@ -89,6 +89,32 @@ func NewRegularJoin(name string, cfg configs.Join) (*RegularJoin, error) {
 // Name returns the operator name.
 func (j *RegularJoin) Name() string { return j.name }
 
+// SameUnderKey reports whether every row the join emits under one key has the same value of
+// each of members (top-level members of its rows): each is a column that copies the unique
+// side, or a member path of it, whose first record of a key is in every pair of the key (a
+// filter that asks of a row before it is written may take the re-keyed key of an earlier row
+// of the key: combine.go dropsBeatenMember).
+func (j *RegularJoin) SameUnderKey(members []string) bool {
+	if j.unique < 0 || j.left == j.right || j.sel == nil || j.sel.s == nil || len(members) == 0 {
+		return false
+	}
+	side := j.left
+	if j.unique == sideRight {
+		side = j.right
+	}
+	for _, m := range members {
+		i := slices.IndexFunc(j.sel.s.cols, func(c selectCol) bool { return c.name == m })
+		if i < 0 {
+			return false
+		}
+		c := j.sel.s.cols[i]
+		if c.prog != nil || c.path.parts == nil && c.field != side || c.path.parts != nil && c.path.parts[0] != side {
+			return false
+		}
+	}
+	return true
+}
+
 // Attributes: the join sorts its input in backlog (by key) and emits as pairs complete.
 func (j *RegularJoin) Attributes() Attributes {
 	return Attributes{InternalSorter: true, OutputOnCheckpoint: true}

@@ -545,3 +545,39 @@ func TestPairSelectAsksResultFilter(t *testing.T) {
 		}
 	}
 }
+
+// TestSameUnderKey: the members every row of one key has alike are the columns that copy the
+// unique side (whole, or a member path of it), and only those.
+func TestSameUnderKey(t *testing.T) {
+	sel := []any{
+		map[string]any{"id": "sellers.id"}, map[string]any{"tier": "sellers.tier.level"}, "sellers",
+		map[string]any{"price": "bids.price"}, map[string]any{"upper": "upper(sellers.name)"}, "bids",
+	}
+	for _, c := range []struct {
+		unique, left string
+		sel          []any
+		members      []string
+		want         bool
+	}{
+		{"right", "bids", sel, []string{"id", "tier"}, true},
+		{"right", "bids", sel, []string{"id", "sellers"}, true},
+		{"right", "bids", sel, []string{"id", "price"}, false}, // the other side's
+		{"right", "bids", sel, []string{"upper"}, false},       // an expression
+		{"right", "bids", sel, []string{"bids"}, false},        // the other side whole
+		{"right", "bids", sel, []string{"missing"}, false},     // no such column
+		{"right", "bids", sel, nil, false},                     // no members
+		{"left", "bids", sel, []string{"price"}, true},         // the left side unique
+		{"left", "bids", sel, []string{"id"}, false},           // the right side then varies
+		{"", "bids", sel, []string{"id"}, false},               // no unique side
+		{"right", "sellers", sel, []string{"id"}, false},       // a join of one input with itself
+		{"right", "bids", nil, []string{"sellers"}, false},     // no select: the joined record
+	} {
+		j, err := NewRegularJoin("j", configs.Join{Left: c.left, Right: "sellers", Unique: c.unique, Select: c.sel})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := j.SameUnderKey(c.members); got != c.want {
+			t.Errorf("unique %q, left %s, members %v: SameUnderKey %v, want %v", c.unique, c.left, c.members, got, c.want)
+		}
+	}
+}

@@ -54,6 +54,15 @@ func SplitGroupBy(spec string) []string {
 // Name returns the name given to NewRekey.
 func (k *Rekey) Name() string { return k.name }
 
+// Members returns the top-level member each of its field paths starts at, in their order.
+func (k *Rekey) Members() []string {
+	out := make([]string, len(k.paths))
+	for i, p := range k.paths {
+		out[i] = p.parts[0]
+	}
+	return out
+}
+
 // Key returns r's new key. The result is valid until the next call or until r changes. A
 // missing field, or one that is not a string or a number, is an *Error (a dead letter).
 func (k *Rekey) Key(r *Record) ([]byte, error) {

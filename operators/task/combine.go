@@ -1,6 +1,7 @@
 package task
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -102,7 +103,14 @@ type combiner struct {
 	rekey  *operators.Rekey
 	early  bool
 	rows   rowIndexer // the operator whose results they are, when it can index its last one
-	sole   soleResult // dropsResult's scratch
+	// underKey: every result the operator emits under one key re-keys to the same key
+	// (operators.RegularJoin.SameUnderKey), so the first question may be asked of a result not
+	// written yet, with the re-keyed key of the last one judged (memoKey, of the results' key
+	// memoOf; memo: they are set).
+	underKey        bool
+	memo            bool
+	memoOf, memoKey []byte
+	sole            soleResult // dropsResult's scratch
 	// paths: for an aggregate's window finals (a top over windows reads them through a re-key),
 	// the partitions of its output topic; a slot is per re-keyed key and partition, pk its key.
 	paths int32
@@ -405,7 +413,7 @@ type soleResult struct {
 // beatenMember is the member of a result that dropsResult's first question reads (the top's
 // field), "" when it asks none.
 func (cb *combiner) beatenMember() string {
-	if !cb.early {
+	if !cb.early && !cb.underKey {
 		return ""
 	}
 	return cb.bound.Member()
@@ -416,12 +424,29 @@ func (cb *combiner) beatenMember() string {
 // dropsResult would drop there, and counts it as dropsResult would. A result it keeps is asked
 // again as it is produced.
 func (cb *combiner) dropsBeatenMember(key, raw []byte, size int) bool {
-	if !cb.early || key == nil || len(key)+size > boundedRecord || cb.skip > 0 || !cb.bound.BeatenMember(key, raw, cb.slot) {
+	if !cb.early && !cb.underKey || key == nil || len(key)+size > boundedRecord || cb.skip > 0 {
+		return false
+	}
+	if cb.underKey {
+		// The key the result re-keys to: that of the last result of its key judged (and not
+		// when dropsResult would reset the slots first).
+		if !cb.memo || !bytes.Equal(key, cb.memoOf) || len(cb.memoKey)+size > boundedRecord || cb.best.full(cb.limit) {
+			return false
+		}
+		key = cb.memoKey
+	}
+	if !cb.bound.BeatenMember(key, raw, cb.slot) {
 		return false
 	}
 	cb.filtering() // true: skip is 0
 	cb.dropped++
 	return true
+}
+
+// sameUnderKey is a keyed operator that can tell whether the results it emits under one key
+// all have the same values of some members (operators.RegularJoin.SameUnderKey).
+type sameUnderKey interface {
+	SameUnderKey(members []string) bool
 }
 
 // rowIndexer is a keyed operator that can give a record the index of the result it emitted
@@ -467,6 +492,9 @@ func (cb *combiner) dropsResult(r *kgo.Record) (drop bool, sole *soleResult) {
 			return false, nil
 		}
 		key = k
+		if cb.underKey {
+			cb.memoOf, cb.memoKey, cb.memo = append(cb.memoOf[:0], r.Key...), append(cb.memoKey[:0], key...), true
+		}
 	}
 	if len(key)+len(rec.Value) > boundedRecord {
 		return false, nil // what the stages made of it might not reach the operator (sizelimit.go)

@@ -109,6 +109,19 @@ const (
     aggregate: {input: small, fields: {least: {min: orders.amount}}}
     output: out
 `
+	// Nexmark q4's shape: the aggregate re-keys the join's rows by columns of the unique side
+	// alone, so every row of a customer re-keys alike and the join's filter asks of a row
+	// before it is written (operators.RegularJoin.SameUnderKey).
+	combineJoinUnderKey = `  - name: pairs
+    join:
+      left: orders
+      right: customers
+      unique: right
+      select: [{cust: customers.id}, {tier: customers.tier}, {amount: orders.amount}]
+  - name: totals
+    aggregate: {input: pairs, group_by: "cust, tier", fields: {best: {max: amount}}}
+    output: out
+`
 	// Windowed aggregates, emitting finals (the same whatever the checkpoints' timing while no
 	// order is late; TestProjectedDeadLettersWhole makes many late): a re-keying writer
 	// combines its records into partial windows or sessions for tumbling windows and sessions
@@ -182,7 +195,7 @@ var combineJoinColumnsTopOne = strings.Replace(combineJoinColumnsTop, "n: 2", "n
 
 // holdsBest names TestCombineOneAnswer's operators whose writer's fold holds each key's best
 // result so far (emitTo): a top of one, a max, a min.
-var holdsBest = map[string]bool{"join columns top one": true, "join max": true, "join min": true}
+var holdsBest = map[string]bool{"join columns top one": true, "join max": true, "join min": true, "join max under key": true}
 
 // combineCustomers is the topic of the customers a join reads beside the orders.
 const combineCustomers = "customers"
@@ -542,6 +555,7 @@ func TestCombineOneAnswer(t *testing.T) {
 			{"join columns top one", combineJoinColumnsTopOne, lastPerKey, ""},
 			{"join max", combineJoinMax, lastPerKey, ""},
 			{"join min", combineJoinMin, lastPerKey, ""},
+			{"join max under key", combineJoinUnderKey, lastPerKey, ""},
 			{"window aggregate", combineWindowAgg, sorted, ""},
 			{"hopping aggregate", combineHoppingAgg, sorted, ""},
 			{"session aggregate", combineSessionAgg, sorted, ""},
@@ -578,7 +592,7 @@ func TestCombineOneAnswer(t *testing.T) {
 					got := withFilterWindow(v.window, func() combineRun {
 						return runCombine(t, seed, config(mode, true, v.cacheKeys), inputs, true)
 					})
-					if op.doc == combineJoinColumnsTop || op.doc == combineJoinColumnsTopOne {
+					if op.doc == combineJoinColumnsTop || op.doc == combineJoinColumnsTopOne || op.doc == combineJoinUnderKey {
 						// The join asks the filter before it writes a row: the same records
 						// reach the output topic as when the filter judges every row written.
 						late := withAskBeforeWriting(false, func() combineRun {
@@ -602,8 +616,11 @@ func TestCombineOneAnswer(t *testing.T) {
 						if g, w := op.final(all.out), op.final(want.out); !slices.Equal(g, w) {
 							t.Errorf("seed %d, %s: without holding, results differ from the plain run's:\n%s", seed, name, diffOutputs(w, g))
 						}
-						folded := mode == "always" && v.cacheKeys > 2 && v.window == filterWindow
-						if got.repart > all.repart || folded && got.repart >= all.repart {
+						// Fewer or as many: while the filter examines every record (with a short
+						// filter window the replaced results it counts as dropped move the windows
+						// it lets through unexamined, either way).
+						folded := mode == "always" && v.cacheKeys > 2
+						if v.window == filterWindow && (got.repart > all.repart || folded && got.repart >= all.repart) {
 							t.Errorf("seed %d, %s: %d records crossed the output topic holding the replaced results, %d without", seed, name, got.repart, all.repart)
 						}
 					}

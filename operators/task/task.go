@@ -396,6 +396,10 @@ func (t *Task) addChain(cp plan.ChainPlan, g groupBuild) error {
 	if ri, ok := ops.Kop.(rowIndexer); ok && c.comb != nil && cp.Rekey == "" {
 		c.comb.rows = ri
 	}
+	if su, ok := ops.Kop.(sameUnderKey); ok && c.comb != nil && cp.Rekey == "" && c.comb.rekey != nil &&
+		c.comb.bound != nil && !c.comb.bound.Windowed() && c.comb.paths == 0 && len(c.comb.stages) == 0 {
+		c.comb.underKey = su.SameUnderKey(c.comb.rekey.Members())
+	}
 	c.own = newOwnFilter(&cp, ops, t.cacheCap)
 	t.chains = append(t.chains, c)
 	t.byTopic[cp.Source.Topic] = append(t.byTopic[cp.Source.Topic], c)
