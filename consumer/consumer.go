@@ -988,7 +988,7 @@ func (e *Engine) closeInternal(ctx context.Context) error {
 	ends.Each(func(lo kadm.ListedOffset) {
 		if r := e.runs[tp{e.groupOf(lo.Topic), lo.Partition}]; r != nil {
 			runs = append(runs, r)
-			at = append(at, batch{topic: lo.Topic, closeAt: lo.Offset})
+			at = append(at, batch{topic: lo.Topic, closes: true, closeAt: lo.Offset})
 		}
 	})
 	e.mu.Unlock()

@@ -27,8 +27,11 @@ type batch struct {
 	lag, lagAfter         int64 // records left to process before and after the batch
 	timeLag, timeLagAfter time.Duration
 	epoch                 uint64
-	end                   bool  // bounded run: the batch reaches the end offset the partition had at start
-	closeAt               int64 // > 0: no records; a bounded run's internal topic ends at this offset (closeInternal)
+	end                   bool // bounded run: the batch reaches the end offset the partition had at start
+	// closes: no records; a bounded run's internal topic ends at offset closeAt (closeInternal),
+	// 0 when it is empty
+	closes  bool
+	closeAt int64
 }
 
 type ckptReq struct {
@@ -244,7 +247,7 @@ func (e *Engine) run(ctx context.Context, cl *kgo.Client, r *runner) {
 // checkpoints first), then what the lag after it asks for. It returns false if the goroutine
 // must exit.
 func (e *Engine) handleBatch(ctx context.Context, cl *kgo.Client, r *runner, b batch) bool {
-	if b.closeAt > 0 {
+	if b.closes {
 		// An internal topic of a bounded run ended: the input ends now if the task has
 		// processed it to there; if not, the batch that gets there will say so.
 		pos, ok := r.pos[b.topic]

@@ -243,7 +243,12 @@ func runBounded(ctx context.Context, t *testing.T, cfg *configs.Config) {
 // Each internal topic ends once the stage writing it has finished, so the run exits by itself
 // with every customer's total exact: every order is in exactly one final, all of which the end
 // of input closes. A second run over unchanged input writes nothing new.
-func TestRunBoundedStages(t *testing.T) { runBoundedStages(t, nil) }
+func TestRunBoundedStages(t *testing.T) { runBoundedStages(t, nil, 20_000) }
+
+// TestRunBoundedStagesEmpty is TestRunBoundedStages over an empty input: no stage writes a
+// record, each internal topic ends at offset 0, and the run must still exit by itself (it
+// waited for ever once: an end at offset 0 was taken for no end).
+func TestRunBoundedStagesEmpty(t *testing.T) { runBoundedStages(t, nil, 0) }
 
 // TestRunBoundedStagesAborts is TestRunBoundedStages with checkpoints that abort: sluice's k-th
 // produce request (outputs, internal topics, changelogs) is refused with a non-retriable error, for k at several points of the run (before, around and after a stage's
@@ -286,14 +291,14 @@ func TestRunBoundedStagesAborts(t *testing.T) {
 					defer mu.Unlock()
 					t.Logf("sluice's produce requests %d, refused %d", n, refused)
 				})
-			})
+			}, 20_000)
 		})
 	}
 }
 
-// runBoundedStages is TestRunBoundedStages with inject (if not nil) applied to its cluster
-// before the runs.
-func runBoundedStages(t *testing.T, inject func(*kfake.Cluster)) {
+// runBoundedStages is TestRunBoundedStages over that many orders, with inject (if not nil)
+// applied to its cluster before the runs.
+func runBoundedStages(t *testing.T, inject func(*kfake.Cluster), records int64) {
 	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "orders"))
 	if err != nil {
 		t.Fatal(err)
@@ -302,7 +307,7 @@ func runBoundedStages(t *testing.T, inject func(*kfake.Cluster)) {
 	brokers := c.ListenAddrs()
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
-	s := workload.Spec{Records: 20_000, Keys: 500, Partitions: 3, Seed: 3, Span: 6 * time.Hour}
+	s := workload.Spec{Records: records, Keys: 500, Partitions: 3, Seed: 3, Span: 6 * time.Hour}
 	cl, err := kgo.NewClient(append(workload.ProducerOpts(), kgo.SeedBrokers(brokers...))...)
 	if err != nil {
 		t.Fatal(err)
