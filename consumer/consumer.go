@@ -117,6 +117,9 @@ type Engine struct {
 type signals struct {
 	sessSet chan struct{} // closed once sess is set: rebalance callbacks may fire before Open returns
 	urgent  chan struct{} // a task asks for a checkpoint now (mode switch, full cache)
+	// wake ends the poll loop's wait for a fetch: a task asked for a checkpoint, or finished
+	// its inputs (a bounded run's internal topic may end now), or a rebalance waits
+	wake    chan struct{}
 	folding atomic.Int32  // tasks folding a backlog ahead of a checkpoint (Task.Prepare)
 	blocked chan struct{} // franz-go wants to rebalance
 	failed  chan error    // a task goroutine failed
@@ -166,7 +169,7 @@ func New(o Options) (*Engine, error) {
 	e := &Engine{
 		o:          o,
 		log:        o.Logger,
-		signals:    signals{sessSet: make(chan struct{}), urgent: make(chan struct{}, 1), blocked: make(chan struct{}, 1), failed: make(chan error, 1)},
+		signals:    signals{sessSet: make(chan struct{}), urgent: make(chan struct{}, 1), wake: make(chan struct{}, 1), blocked: make(chan struct{}, 1), failed: make(chan error, 1)},
 		runs:       map[tp]*runner{},
 		tm:         task.NewMetrics(o.Registry),
 		m:          newEngineMetrics(o.Registry),
@@ -283,7 +286,7 @@ func (e *Engine) Run(ctx context.Context) error {
 			kgo.OnPartitionsAssigned(func(_ context.Context, cl *kgo.Client, a map[string][]int32) { e.assigned(runCtx, cl, a) }),
 			kgo.OnPartitionsRevoked(func(_ context.Context, _ *kgo.Client, r map[string][]int32) { e.revoked(r, "revoked") }),
 			kgo.OnPartitionsLost(func(_ context.Context, _ *kgo.Client, l map[string][]int32) { e.revoked(l, "lost") }),
-			kgo.OnPartitionsCallbackBlocked(func(context.Context, *kgo.Client) { signal(e.blocked) }),
+			kgo.OnPartitionsCallbackBlocked(func(context.Context, *kgo.Client) { signal(e.blocked); signal(e.wake) }),
 		}, extra...),
 	}
 	for {
@@ -355,6 +358,16 @@ func (e *Engine) loop(ctx context.Context) error {
 			wait = foldPoll // a checkpoint waits for the fold: poll on meanwhile
 		}
 		pollCtx, cancel := context.WithTimeout(ctx, wait)
+		go func() {
+			// A checkpoint asked for, or a bounded run's stage done, is served now rather
+			// than when the wait ends (up to commit_interval later, at every stage of a
+			// pipeline run as a batch job).
+			select {
+			case <-e.wake:
+				cancel()
+			case <-pollCtx.Done():
+			}
+		}()
 		fs := e.sess.Poll(pollCtx)
 		cancel()
 		if ctx.Err() != nil {
@@ -433,6 +446,10 @@ func caughtUp(fs kgo.Fetches, isTable func(string) bool) bool {
 
 // foldPoll is how often the poll loop looks again while a checkpoint waits for a fold.
 const foldPoll = 20 * time.Millisecond
+
+// settlePoll is how soon a bounded run looks again at an internal topic whose writers are done
+// while their last transaction's markers are not all written (closeInternal).
+const settlePoll = 10 * time.Millisecond
 
 // dispatch hands every fetched partition to its task, in order. While a task's channel is full
 // it still serves checkpoints (a task waiting for one would otherwise deadlock the loop). It
@@ -965,6 +982,9 @@ func (e *Engine) closeInternal(ctx context.Context) error {
 		}
 	})
 	if !settled {
+		// Markers are written within milliseconds of the commit: look again soon rather
+		// than when the poll's wait ends.
+		time.AfterFunc(settlePoll, func() { signal(e.wake) })
 		return nil
 	}
 	starts, err := producer.RetryList(ctx, func() (kadm.ListedOffsets, error) { return e.adm.ListStartOffsets(ctx, ready...) })
@@ -1156,6 +1176,12 @@ func (e *Engine) fetchErr(fs kgo.Fetches) error {
 		return nil
 	}
 	return out
+}
+
+// askCheckpoint asks the poll loop for a checkpoint now.
+func (e *Engine) askCheckpoint() {
+	signal(e.urgent)
+	signal(e.wake)
 }
 
 func signal(c chan struct{}) {

@@ -310,7 +310,7 @@ func (e *Engine) handleBatch(ctx context.Context, cl *kgo.Client, r *runner, b b
 			return false
 		}
 	} else if r.t.NeedsCheckpoint() {
-		signal(e.urgent)
+		e.askCheckpoint()
 	}
 	return true
 }
@@ -330,6 +330,7 @@ func (e *Engine) endInput(ctx context.Context, r *runner, topic string) bool {
 	}
 	if r.t.Finished() {
 		r.finished.Store(true)
+		signal(e.wake) // an internal topic whose writers are done now ends at once (closeInternal)
 		e.log.Info("input ended", "topics", r.topics, "partition", r.key.p)
 	}
 	return true
@@ -352,7 +353,7 @@ func (e *Engine) switchNow(ctx context.Context, r *runner) bool {
 			return false
 		}
 	}
-	signal(e.urgent)
+	e.askCheckpoint()
 	select {
 	case <-ctx.Done():
 		return false
@@ -414,7 +415,7 @@ func (e *Engine) process(ctx context.Context, r *runner, b batch) bool {
 		// so no task holds the others up for the rest of a large batch.
 		var q *ckptReq
 		if r.t.NeedsCheckpoint() {
-			signal(e.urgent)
+			e.askCheckpoint()
 			select {
 			case <-ctx.Done():
 				return false
