@@ -149,7 +149,15 @@ func listTopics(ctx context.Context, adm *kadm.Client, topics ...string) (kadm.T
 	return producer.Retry(ctx, func() (kadm.TopicDetails, error) { return adm.ListTopics(ctx, topics...) })
 }
 
-// Partitions returns the partition count of each topic; a missing topic is an error.
+// MissingTopicError is Partitions' error for a topic the brokers do not have.
+type MissingTopicError struct{ Topic string }
+
+func (e *MissingTopicError) Error() string {
+	return fmt.Sprintf("changelog: topic %s does not exist", e.Topic)
+}
+
+// Partitions returns the partition count of each topic; a missing topic is a
+// *MissingTopicError.
 func Partitions(ctx context.Context, adm *kadm.Client, topics ...string) (map[string]int32, error) {
 	details, err := listTopics(ctx, adm, topics...)
 	if err != nil {
@@ -159,7 +167,7 @@ func Partitions(ctx context.Context, adm *kadm.Client, topics ...string) (map[st
 	for _, t := range topics {
 		d, ok := details[t]
 		if !ok || d.Err != nil || len(d.Partitions) == 0 {
-			return nil, fmt.Errorf("changelog: topic %s does not exist", t)
+			return nil, &MissingTopicError{Topic: t}
 		}
 		out[t] = int32(len(d.Partitions))
 	}

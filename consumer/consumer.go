@@ -798,6 +798,9 @@ func (e *Engine) ensureTopics(ctx context.Context) (producer.Limits, error) {
 		}
 	}
 	parts, err := changelog.Partitions(ctx, e.adm, inputs...)
+	if mt := (*changelog.MissingTopicError)(nil); errors.As(err, &mt) {
+		return nil, missingInput(cfg, mt.Topic)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -1176,6 +1179,27 @@ func (e *Engine) fetchErr(fs kgo.Fetches) error {
 		return nil
 	}
 	return out
+}
+
+// missingInput is the error for an input topic the brokers do not have, naming the key of the
+// sources or tables that read it.
+func missingInput(cfg *configs.Config, topic string) error {
+	var keys []string
+	for name, s := range cfg.Sources {
+		if s.Topic == topic {
+			keys = append(keys, "sources."+name+".topic")
+		}
+	}
+	for name, tb := range cfg.Tables {
+		if tb.Topic == topic {
+			keys = append(keys, "tables."+name+".topic")
+		}
+	}
+	slices.Sort(keys)
+	if len(keys) == 0 {
+		return fmt.Errorf("consumer: topic %s does not exist", topic)
+	}
+	return &configs.Error{Key: strings.Join(keys, ", "), Msg: fmt.Sprintf("topic %s does not exist on the brokers; create it, or name a topic that exists", topic)}
 }
 
 // askCheckpoint asks the poll loop for a checkpoint now.

@@ -14,6 +14,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 	"github.com/twmb/franz-go/pkg/kfake"
 
+	"github.com/sluice-dev/sluice/configs"
 	"github.com/sluice-dev/sluice/state"
 )
 
@@ -174,4 +175,26 @@ func TestKafkaUnreachableAtStart(t *testing.T) {
 		t.Error(`no "kafka reachable" line after the broker came up`)
 	}
 	e.stopClean(t)
+}
+
+// TestMissingSourceTopic: a source whose topic the brokers do not have stops the engine at
+// start with a config error naming the source's key and the topic (not the changelog code
+// that found it missing).
+func TestMissingSourceTopic(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(partitions, "some-other-topic"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	e := newEngine(t, newConfig(t, c.ListenAddrs(), pipelineOpts{}), nil)
+	e.start(t)
+	select {
+	case <-e.done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("Run did not stop on a missing source topic")
+	}
+	var ce *configs.Error
+	if !errors.As(e.err, &ce) || ce.Key != "sources.orders.topic" || !strings.Contains(e.err.Error(), inputTopic) {
+		t.Fatalf("Run = %v, want a config error for sources.orders.topic naming %s", e.err, inputTopic)
+	}
 }
