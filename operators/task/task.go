@@ -108,6 +108,7 @@ type chain struct {
 	comb       *combiner   // a re-keying writer's combining for its reader, or a keyed operator's filter of its results (combine.go); nil: none
 	proj       *projector  // a re-keying writer's projection for its reader (project.go); nil: none
 	resultView kgo.Record  // a keyed operator's result as its filter (comb) examines it, before it is copied
+	rendered   []byte      // scratch: a mergeable operator's result (produceResult)
 	own        *combiner   // the filter before the chain's own operator (newOwnFilter: a distinct keyed in its input's partition, a top); nil: none
 	snaps      []*snapshot // what came of a batch's records after some stages, for forks (fork.go)
 	from       *snapshot   // a fork's: its provider's snapshot it starts from (fork.go); nil: none

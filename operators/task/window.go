@@ -1,6 +1,7 @@
 package task
 
 import (
+	"bytes"
 	"container/heap"
 	"errors"
 	"fmt"
@@ -236,6 +237,30 @@ func (c *chain) timedResult(r *kgo.Record, ts int64) *kgo.Record {
 	return r
 }
 
+// produceResult renders the result of the mergeable operator's state key k (state st) and
+// produces it unless the chain's filter drops it (keepsResult, asked of a view of the rendered
+// result before anything is copied: a filter drops most of what it examines, Nexmark q5's
+// window finals); the record produced owns copies of its key and value. It reports whether it
+// produced.
+func (c *chain) produceResult(k, st []byte, p Producer, pd *Pending) bool {
+	var kl int
+	var ts int64
+	c.rendered, kl, ts = c.ops.Agg.Result(k, st, c.rendered[:0])
+	var v []byte // nil: a row that left (Result wrote nothing), a tombstone
+	if len(c.rendered) > 0 {
+		v = c.rendered
+	}
+	r := c.timedResult(&kgo.Record{Topic: c.plan.SinkTopic, Key: k[:kl:kl], Value: v, Partition: -1}, ts)
+	if !keepsResult(c, r) {
+		return false
+	}
+	r.Key, r.Value = bytes.Clone(r.Key), bytes.Clone(v)
+	p.Produce(r, pd.promise)
+	c.recordsOut++
+	pd.records++
+	return true
+}
+
 // outputLag is how far behind its operator's watermark the event time of a result the chain
 // emits later can lie: a window's grace, or a Keyed operator's OutputLag.
 func (c *chain) outputLag() int64 {
@@ -304,11 +329,7 @@ func (t *Task) flushMergeable(c *chain, p Producer, pd *Pending) error {
 		}
 		at, closes := agg.CloseAt(e.key)
 		if c.plan.SinkTopic != "" && (e.closing && final || !final && e.updated) {
-			v, kl, ts := agg.Result(e.key, e.state, nil)
-			if r := c.timedResult(&kgo.Record{Topic: c.plan.SinkTopic, Key: e.key[:kl:kl], Value: v, Partition: -1}, ts); keepsResult(c, r) {
-				p.Produce(r, pd.promise)
-				c.recordsOut++
-				pd.records++
+			if c.produceResult(e.key, e.state, p, pd) {
 				out++
 			}
 		}
@@ -561,11 +582,7 @@ func (t *Task) sweepTimers(c *chain, wm int64, closed map[string]struct{}, p Pro
 		}
 		st = v
 		if final && c.plan.SinkTopic != "" {
-			r, kl, ts := agg.Result(wk, v, nil)
-			if rec := c.timedResult(&kgo.Record{Topic: c.plan.SinkTopic, Key: append([]byte(nil), wk[:kl]...), Value: r, Partition: -1}, ts); keepsResult(c, rec) {
-				p.Produce(rec, pd.promise)
-				c.recordsOut++
-				pd.records++
+			if c.produceResult(wk, v, p, pd) {
 				out++
 			}
 		}
