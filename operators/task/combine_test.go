@@ -641,6 +641,9 @@ func TestCombineOneAnswer(t *testing.T) {
 					if op.name == "aggregate" {
 						checkCombineOracle(t, name, orders, lastPerKey(got.out))
 					}
+					if op.doc == combineJoinUnderKey {
+						checkJoinMaxOracle(t, name, orders, customers, lastPerKey(got.out))
+					}
 					if op.name == "aggregate" && got.partials == 0 {
 						t.Errorf("seed %d, %s: no partial state crossed the repartition topic", seed, name)
 					}
@@ -694,6 +697,58 @@ func TestProjectedDeadLettersWhole(t *testing.T) {
 			}
 		}
 	})
+}
+
+// checkJoinMaxOracle checks combineJoinUnderKey's final results (lastPerKey lines) against the
+// orders and customers themselves: per customer id and the tier of that customer's first record,
+// the largest amount of the customer's orders (an order without an amount is a dead letter).
+func checkJoinMaxOracle(t *testing.T, name string, orders, customers []*kgo.Record, finals []string) {
+	t.Helper()
+	tier := map[string]int{}
+	for _, r := range customers {
+		v, err := fastjson.ParseBytes(r.Value)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := tier[string(v.GetStringBytes("id"))]; !ok {
+			tier[string(v.GetStringBytes("id"))] = v.GetInt("tier")
+		}
+	}
+	want := map[string]*big.Rat{}
+	for _, r := range orders {
+		v, err := fastjson.ParseBytes(r.Value)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cust, amt := string(v.GetStringBytes("customer_id")), v.Get("amount")
+		tr, ok := tier[cust]
+		if !ok || amt == nil {
+			continue
+		}
+		a, ok := new(big.Rat).SetString(amt.String())
+		if !ok {
+			t.Fatalf("amount %s", amt)
+		}
+		k := fmt.Sprintf("%s/%d", cust, tr)
+		if w := want[k]; w == nil || a.Cmp(w) > 0 {
+			want[k] = a
+		}
+	}
+	if len(finals) != len(want) {
+		t.Errorf("%s: %d (customer, tier) keys in the results, want %d", name, len(finals), len(want))
+	}
+	for _, line := range finals {
+		_, value, _ := strings.Cut(line, " ")
+		v, err := fastjson.Parse(value)
+		if err != nil {
+			t.Fatalf("%s: result %s: %v", name, line, err)
+		}
+		k := fmt.Sprintf("%s/%d", v.GetStringBytes("cust"), v.GetInt("tier"))
+		best, ok := new(big.Rat).SetString(v.Get("best").String())
+		if w := want[k]; w == nil || !ok || best.Cmp(w) != 0 {
+			t.Errorf("%s: result %s, want best %v for %s", name, line, w, k)
+		}
+	}
 }
 
 // checkCombineOracle checks combineAggregate's final results (lastPerKey lines) against the
