@@ -6,7 +6,8 @@
 // Goroutines (see DESIGN.md for the whole map):
 //   - the poll loop (Engine.Run): polls, dispatches batches to task goroutines through bounded
 //     channels, and runs every checkpoint: it is the only goroutine that begins and ends
-//     transactions, so a checkpoint never overlaps a poll;
+//     transactions, so a checkpoint never overlaps a poll; a waker per poll ends the poll's wait
+//     when a task asks for a checkpoint or finishes its inputs;
 //   - one goroutine per task: restores the task's state from its changelog, then processes
 //     batches, and takes part in checkpoints (it writes its records into the open transaction and
 //     waits for the outcome before it processes more);
