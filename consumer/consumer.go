@@ -653,6 +653,13 @@ func (e *Engine) checkpoint(ctx context.Context) error {
 		// twice once a restart processes their inputs again. The engine is stopping: abort.
 		commit = false
 	}
+	if commit && len(offsets) == 0 && e.sess.Produced() {
+		// A transaction with records but no offsets (mode announcements at start, timers on
+		// idle input): franz-go ends one as if the broker lacked KIP-447 and holds its session
+		// lock for 500 ms after it, which stalls the next checkpoint and every task waiting at
+		// its barrier. Committing again an offset where a restart resumes anyway avoids that.
+		offsets = e.standingOffset(runs)
+	}
 	committed, err := e.sess.EndWithMetadata(ctx, offsets, meta, commit)
 	if err != nil {
 		return e.checkpointErr("end transaction", err)
@@ -669,6 +676,9 @@ func (e *Engine) checkpoint(ctx context.Context) error {
 		e.mu.Lock()
 		e.epoch++
 		e.mu.Unlock()
+	}
+	if committed {
+		e.noteCommitted(runs, reqs)
 	}
 	seeks, err := e.deliverOutcome(runs, reqs, committed)
 	if err != nil {
@@ -688,6 +698,48 @@ func (e *Engine) checkpoint(ctx context.Context) error {
 	}
 	if produceErr != nil && !committed {
 		return e.checkpointFailed(produceErr)
+	}
+	return nil
+}
+
+// noteCommitted records, per task, the offsets its committed checkpoint carried.
+func (e *Engine) noteCommitted(runs []*runner, reqs []*ckptReq) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for i, r := range runs {
+		if reqs[i] == nil || reqs[i].pd == nil {
+			continue
+		}
+		for topic, off := range reqs[i].pd.Offsets {
+			r.committed[topic] = off
+		}
+	}
+}
+
+// standingOffset returns one partition's offset that committing again changes nothing: where
+// a restart resumes anyway (the offset this member last committed for it, else the first it
+// dispatched since the assignment: the group's offset, or where the reset put it). Only a
+// stream topic without branches qualifies: a branching topic's metadata carries its chains'
+// progress, which an offset committed again would drop. Nil if no partition qualifies yet.
+func (e *Engine) standingOffset(runs []*runner) map[string]map[int32]int64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, r := range runs {
+		if !r.isRestored() {
+			continue
+		}
+		for _, topic := range r.topics {
+			if e.isTable(topic) || r.t.Branches(topic) {
+				continue
+			}
+			off, ok := r.committed[topic]
+			if !ok {
+				off, ok = r.first[topic]
+			}
+			if ok && off >= 0 {
+				return map[string]map[int32]int64{topic: {r.key.p: off}}
+			}
+		}
 	}
 	return nil
 }

@@ -2,6 +2,8 @@ package consumer_test
 
 import (
 	"errors"
+	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -475,5 +477,108 @@ func TestLostSessionRestarts(t *testing.T) {
 	checkTotals(t, expected(in), readTotals(t, brokers))
 	if !strings.Contains(e.logs.tail(100000), "Kafka session lost") {
 		t.Errorf("no \"Kafka session lost\" line in the log")
+	}
+}
+
+// TestEveryCommitCarriesOffsets: a transaction that commits records also commits offsets, even
+// when no task has offsets to commit (a re-keying writer in backlog mode announces its mode at
+// its first batch and holds its offsets until the backlog's checkpoint). franz-go ends a
+// transaction without offsets as if the broker lacked KIP-447 and then holds its session for
+// 500 ms, which stalled the next checkpoint; the engine commits again an offset where a restart
+// resumes anyway. The totals are exact.
+func TestEveryCommitCarriesOffsets(t *testing.T) {
+	c := newCluster(t)
+	brokers := c.ListenAddrs()
+	// The input in many small batches, fetched one at a time: the re-keying writers sort their
+	// backlog over many checkpoints, the first of which carries their mode's announcements.
+	var ins []orders
+	for i := range 40 {
+		ins = append(ins, orders{n: 100, keys: 50, seed: 100 + i})
+		produce(t, brokers, ins[i])
+	}
+	doc := fmt.Sprintf(`
+kafka: {brokers: [%s]}
+group: g
+instance_id: i-0
+processing: {guarantee: exactly_once, commit_interval: 5ms, state_dir: %q}
+backlog: {enter_lag: 100, exit_lag: 10, sort_memory: 4MiB, mode: auto, progress_interval: 0s}
+http: {listen: "off"}
+sources:
+  orders: {topic: %s, format: json, key: customer_id, timestamp: ts}
+operators:
+  - name: %s
+    aggregate:
+      input: orders
+      group_by: customer_id
+      fields: {amount: {sum: amount}, orders: {count: {}}}
+    output: totals_out
+sinks:
+  totals_out: {topic: %s, format: json}
+`, strings.Join(brokers, ", "), t.TempDir(), inputTopic, operator, sinkTopic)
+	cfg, err := configs.Parse([]byte(doc), nil)
+	if err != nil {
+		t.Fatalf("config: %v", err)
+	}
+	txnID := cfg.TransactionalID()
+
+	// Per transaction of the engine's producer: whether it produced and committed offsets.
+	var mu sync.Mutex
+	var produced, offsetsSent bool
+	var withRecords, withoutOffsets int
+	c.ControlKey(int16(kmsg.Produce), func(r kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		if req := r.(*kmsg.ProduceRequest); req.TransactionID != nil && *req.TransactionID == txnID {
+			mu.Lock()
+			produced = true
+			mu.Unlock()
+		}
+		return nil, nil, false
+	})
+	c.ControlKey(int16(kmsg.TxnOffsetCommit), func(r kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		if req := r.(*kmsg.TxnOffsetCommitRequest); req.TransactionalID == txnID && len(req.Topics) > 0 {
+			mu.Lock()
+			offsetsSent = true
+			mu.Unlock()
+		}
+		return nil, nil, false
+	})
+	c.ControlKey(int16(kmsg.EndTxn), func(r kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		req := r.(*kmsg.EndTxnRequest)
+		if req.TransactionalID != txnID {
+			return nil, nil, false
+		}
+		mu.Lock()
+		if req.Commit && produced {
+			withRecords++
+			if !offsetsSent {
+				withoutOffsets++
+			}
+		}
+		produced, offsetsSent = false, false
+		mu.Unlock()
+		return nil, nil, false
+	})
+
+	e := newEngine(t, cfg, nil, kgo.FetchMaxPartitionBytes(1))
+	e.start(t)
+	want := expected(ins...)
+	adm := admin(t, brokers)
+	waitFor(t, 20*time.Second, "the sink topic", func() (bool, error) {
+		ts, err := adm.ListTopics(t.Context(), sinkTopic)
+		return err == nil && ts.Has(sinkTopic), e.failed()
+	})
+	waitFor(t, 30*time.Second, "the exact totals", func() (bool, error) {
+		return maps.Equal(readTotals(t, brokers), want), e.failed()
+	})
+	e.stopClean(t)
+	mu.Lock()
+	defer mu.Unlock()
+	if withRecords == 0 {
+		t.Fatal("no transaction committed records")
+	}
+	if withoutOffsets > 0 {
+		t.Errorf("%d of %d transactions committed records without offsets", withoutOffsets, withRecords)
 	}
 }

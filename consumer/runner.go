@@ -65,7 +65,10 @@ type runner struct {
 	restored atomic.Bool
 	finished atomic.Bool      // bounded run: the task has committed the end of its input
 	first    map[string]int64 // by topic: first offset dispatched since assignment or the last abort (guarded by Engine.mu)
-	waiting  bool             // the task's streams are paused until its tables load (runner goroutine only)
+	// committed: by topic, the offset this member last committed for the partition (guarded by
+	// Engine.mu); with first, where a restart resumes (standingOffset).
+	committed map[string]int64
+	waiting   bool // the task's streams are paused until its tables load (runner goroutine only)
 	// Bounded run: by topic, the offset after the last batch processed (past transaction
 	// markers) in epoch posEpoch (runner goroutine only).
 	pos      map[string]int64
@@ -98,7 +101,7 @@ func (e *Engine) assigned(ctx context.Context, cl *kgo.Client, a map[string][]in
 				continue
 			}
 			rctx, cancel := context.WithCancel(ctx)
-			r := &runner{key: k, topics: []string{topic}, in: make(chan batch, 1), ckpt: make(chan *ckptReq, 1), done: make(chan struct{}), cancel: cancel, first: map[string]int64{}}
+			r := &runner{key: k, topics: []string{topic}, in: make(chan batch, 1), ckpt: make(chan *ckptReq, 1), done: make(chan struct{}), cancel: cancel, first: map[string]int64{}, committed: map[string]int64{}}
 			e.runs[k] = r
 			r.ctx = rctx
 			start = append(start, r)

@@ -296,6 +296,9 @@ func (s *Session) Produce(r *kgo.Record, promise func(*kgo.Record, error)) {
 	s.cl.Produce(context.Background(), r, promise)
 }
 
+// Produced reports whether a record was produced since the last End.
+func (s *Session) Produced() bool { return s.produced.Load() }
+
 // Flush waits until every produced record has been acknowledged or failed (promises called).
 func (s *Session) Flush(ctx context.Context) error {
 	return s.cl.Flush(ctx)
