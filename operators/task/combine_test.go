@@ -616,11 +616,13 @@ func TestCombineOneAnswer(t *testing.T) {
 						if g, w := op.final(all.out), op.final(want.out); !slices.Equal(g, w) {
 							t.Errorf("seed %d, %s: without holding, results differ from the plain run's:\n%s", seed, name, diffOutputs(w, g))
 						}
-						// Fewer or as many: while the filter examines every record (with a short
-						// filter window the replaced results it counts as dropped move the windows
-						// it lets through unexamined, either way).
-						folded := mode == "always" && v.cacheKeys > 2
-						if v.window == filterWindow && (got.repart > all.repart || folded && got.repart >= all.repart) {
+						// No more: while the filter examines every record (with a short filter
+						// window the replaced results it counts as dropped move the windows it lets
+						// through unexamined, either way). Not always fewer: when no key of the
+						// writer has a result replaced (each join key one pair, as seed
+						// 1796564957814936672 draws), holding has nothing to drop;
+						// TestEmitToHoldsEachKeysBest shows the records it saves.
+						if v.window == filterWindow && got.repart > all.repart {
 							t.Errorf("seed %d, %s: %d records crossed the output topic holding the replaced results, %d without", seed, name, got.repart, all.repart)
 						}
 					}
