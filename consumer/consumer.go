@@ -653,7 +653,7 @@ func (e *Engine) checkpoint(ctx context.Context) error {
 		// twice once a restart processes their inputs again. The engine is stopping: abort.
 		commit = false
 	}
-	if commit && len(offsets) == 0 && e.sess.Produced() {
+	if commit && len(offsets) == 0 && e.o.Config.Processing.Guarantee == configs.ExactlyOnce && e.sess.Produced() {
 		// A transaction with records but no offsets (mode announcements at start, timers on
 		// idle input): franz-go ends one as if the broker lacked KIP-447 and holds its session
 		// lock for 500 ms after it, which stalls the next checkpoint and every task waiting at
