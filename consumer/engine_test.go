@@ -2,7 +2,6 @@ package consumer_test
 
 import (
 	"errors"
-	"fmt"
 	"maps"
 	"slices"
 	"strings"
@@ -496,29 +495,7 @@ func TestEveryCommitCarriesOffsets(t *testing.T) {
 		ins = append(ins, orders{n: 100, keys: 50, seed: 100 + i})
 		produce(t, brokers, ins[i])
 	}
-	doc := fmt.Sprintf(`
-kafka: {brokers: [%s]}
-group: g
-instance_id: i-0
-processing: {guarantee: exactly_once, commit_interval: 5ms, state_dir: %q}
-backlog: {enter_lag: 100, exit_lag: 10, sort_memory: 4MiB, mode: auto, progress_interval: 0s}
-http: {listen: "off"}
-sources:
-  orders: {topic: %s, format: json, key: customer_id, timestamp: ts}
-operators:
-  - name: %s
-    aggregate:
-      input: orders
-      group_by: customer_id
-      fields: {amount: {sum: amount}, orders: {count: {}}}
-    output: totals_out
-sinks:
-  totals_out: {topic: %s, format: json}
-`, strings.Join(brokers, ", "), t.TempDir(), inputTopic, operator, sinkTopic)
-	cfg, err := configs.Parse([]byte(doc), nil)
-	if err != nil {
-		t.Fatalf("config: %v", err)
-	}
+	cfg := newConfig(t, brokers, pipelineOpts{commitInterval: "5ms", enterLag: 100, exitLag: 10, groupBy: "customer_id"})
 	txnID := cfg.TransactionalID()
 
 	// Per transaction of the engine's producer: whether it produced and committed offsets.
@@ -561,6 +538,12 @@ sinks:
 		return nil, nil, false
 	})
 
+	// Each fetch answered 10 ms late: the writers' backlog spans many 5 ms checkpoints.
+	c.ControlKey(int16(kmsg.Fetch), func(kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		c.SleepControl(func() { time.Sleep(10 * time.Millisecond) })
+		return nil, nil, false
+	})
 	e := newEngine(t, cfg, nil, kgo.FetchMaxPartitionBytes(1))
 	e.start(t)
 	want := expected(ins...)

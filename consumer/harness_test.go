@@ -56,6 +56,7 @@ type pipelineOpts struct {
 	enterLag, exitLag int64
 	catchUp           bool   // processing.commit_on_catch_up
 	changelog         string // the aggregate's changelog: topic (""), or output
+	groupBy           string // the aggregate's group_by ("": none, the source's key)
 }
 
 // newConfig returns the orders-totals pipeline of group "g", instance "i-0": per customer_id,
@@ -71,6 +72,10 @@ func newConfig(t *testing.T, brokers []string, o pipelineOpts) *configs.Config {
 	if o.changelog == "" {
 		o.changelog = configs.ChangelogOwnTopic
 	}
+	groupBy := ""
+	if o.groupBy != "" {
+		groupBy = "\n      group_by: " + o.groupBy
+	}
 	doc := fmt.Sprintf(`
 kafka: {brokers: [%s]}
 group: g
@@ -83,14 +88,14 @@ sources:
 operators:
   - name: %s
     aggregate:
-      input: orders
+      input: orders%s
       fields: {amount: {sum: amount}, orders: {count: {}}}
       changelog: %s
     output: totals_out
 sinks:
   totals_out: {topic: %s, format: json}
 `, strings.Join(brokers, ", "), o.commitInterval, o.catchUp, t.TempDir(), o.enterLag, o.exitLag,
-		inputTopic, operator, o.changelog, sinkTopic)
+		inputTopic, operator, groupBy, o.changelog, sinkTopic)
 	cfg, err := configs.Parse([]byte(doc), nil)
 	if err != nil {
 		t.Fatalf("config: %v", err)
