@@ -6,7 +6,7 @@
 //
 //	nexmarkcmp ends    --brokers B --topics t1,t2,...         sum of the topics' end offsets (-1: a topic is missing)
 //	nexmarkcmp create  --brokers B --topic T [--partitions 8] create T (exit 0 if it exists)
-//	nexmarkcmp delete  --brokers B --prefix P                 delete every topic whose name starts with P
+//	nexmarkcmp delete  --brokers B --prefix P [--except T,...] delete every topic whose name starts with P, but T...
 //	nexmarkcmp rows    --brokers B --query qN --side flink|sluice --topic T
 //	nexmarkcmp compare --brokers B --query qN --flink T1 --sluice T2
 //
@@ -29,6 +29,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -49,6 +50,7 @@ func main() {
 	topic := fs.String("topic", "", "create, rows: the topic")
 	partitions := fs.Int("partitions", 8, "create: partitions")
 	prefix := fs.String("prefix", "", "delete: the topics' name prefix (at least 8 characters)")
+	except := fs.String("except", "", "delete: comma-separated topics to keep")
 	query := fs.String("query", "", "rows, compare: the Nexmark query (q0, q5, ...)")
 	side := fs.String("side", "", "rows: flink or sluice (which columns and semantics)")
 	flinkTopic := fs.String("flink", "", "compare: Flink's result topic")
@@ -67,7 +69,7 @@ func main() {
 	case "create":
 		err = create(ctx, seeds, *topic, int32(*partitions))
 	case "delete":
-		err = deletePrefix(ctx, seeds, *prefix)
+		err = deletePrefix(ctx, seeds, *prefix, strings.Split(*except, ","))
 	case "rows":
 		var s spec
 		if s, err = lookup(*query); err == nil {
@@ -146,7 +148,8 @@ func create(ctx context.Context, brokers []string, topic string, partitions int3
 	return nil
 }
 
-func deletePrefix(ctx context.Context, brokers []string, prefix string) error {
+// deletePrefix deletes every topic whose name starts with prefix, but those named in keep.
+func deletePrefix(ctx context.Context, brokers []string, prefix string, keep []string) error {
 	if len(prefix) < 8 {
 		return fmt.Errorf("delete: prefix %q is shorter than 8 characters", prefix)
 	}
@@ -162,7 +165,7 @@ func deletePrefix(ctx context.Context, brokers []string, prefix string) error {
 	}
 	var names []string
 	for _, t := range all.Names() {
-		if strings.HasPrefix(t, prefix) {
+		if strings.HasPrefix(t, prefix) && !slices.Contains(keep, t) {
 			names = append(names, t)
 		}
 	}
