@@ -194,6 +194,12 @@ type Restorer struct {
 	// holds something else (an aggregate whose results are its changelog); it returns val
 	// itself for the others. An error is the record's (ErrLayout). Nil stores values as they are.
 	Decode func(op string, key, val []byte) ([]byte, error)
+	// Gather, for an operator whose changelog records are each a part of a key's state (a top
+	// whose rows are its changelog, one Kafka key per rank), returns the key rec's state is
+	// stored under and that state with rec applied to the key's state so far, which old
+	// returns (stored, or gathered earlier in this restore; nil: none); ok false for a record
+	// that is a whole state (Decode). An error with ok is the record's (ErrLayout). Nil: none.
+	Gather func(op string, rec *kgo.Record, old func(key []byte) ([]byte, error)) (key, st []byte, ok bool, err error)
 	// Opts are the options each restore client starts from, after kgo.SeedBrokers(Brokers):
 	// the connection's (dial.Opts: TLS, SASL) and test hooks.
 	Opts []kgo.Opt
@@ -288,6 +294,9 @@ func (r *Restorer) Restore(ctx context.Context, topic string, ns state.Namespace
 	}
 	b := r.Store.NewBatch()
 	defer func() { b.Close() }()
+	// The states gathered into the batch (Gather), which the store does not show until it
+	// commits.
+	g := gathered{store: r.Store, ns: ns, batch: map[string][]byte{}}
 	for next < hi.Offset {
 		fs := cl.PollFetches(ctx)
 		if err := ctx.Err(); err != nil {
@@ -312,7 +321,7 @@ func (r *Restorer) Restore(ctx context.Context, topic string, ns state.Namespace
 				return
 			}
 			st.Records++
-			aerr = r.apply(b, rec, ns, fp, layout, accepted, &marks)
+			aerr = r.apply(b, rec, ns, fp, layout, accepted, &marks, &g)
 		})
 		if aerr != nil {
 			return st, aerr
@@ -326,6 +335,7 @@ func (r *Restorer) Restore(ctx context.Context, topic string, ns state.Namespace
 			}
 			b.Close()
 			b = r.Store.NewBatch()
+			clear(g.batch)
 		}
 	}
 	st.Duration = time.Since(start)
@@ -340,7 +350,7 @@ func (r *Restorer) Restore(ctx context.Context, topic string, ns state.Namespace
 // its pending mark set or cleared (codec.IsPendingRecord; *marks: the pending namespace may
 // hold keys). A record that does not decode is an error wrapping ErrLayout; nothing of it is
 // applied.
-func (r *Restorer) apply(b state.Batch, rec *kgo.Record, ns state.Namespace, fp, layout string, accepted []string, marks *bool) error {
+func (r *Restorer) apply(b state.Batch, rec *kgo.Record, ns state.Namespace, fp, layout string, accepted []string, marks *bool, g *gathered) error {
 	if codec.IsWatermarkRecord(rec) {
 		if !codec.ValidWatermarkRecord(rec.Key, rec.Value) {
 			return invalidWatermark(rec, ns)
@@ -350,8 +360,19 @@ func (r *Restorer) apply(b state.Batch, rec *kgo.Record, ns state.Namespace, fp,
 	if err := checkLayout(rec, ns, fp, layout, accepted); err != nil {
 		return err
 	}
-	val := rec.Value
-	if val != nil && r.Decode != nil {
+	key, val := rec.Key, rec.Value
+	var part bool
+	if r.Gather != nil {
+		k, st, ok, err := r.Gather(ns.Operator, rec, g.get)
+		if ok && err != nil {
+			return undecodable(rec, ns, layout, err)
+		}
+		if part = ok; part {
+			key, val = k, st
+			g.batch[string(k)] = st
+		}
+	}
+	if !part && val != nil && r.Decode != nil {
 		var err error
 		if val, err = r.Decode(ns.Operator, rec.Key, val); err != nil {
 			return undecodable(rec, ns, layout, err)
@@ -363,18 +384,37 @@ func (r *Restorer) apply(b state.Batch, rec *kgo.Record, ns state.Namespace, fp,
 	pendNS := codec.PendingNamespace(ns)
 	if codec.IsPendingRecord(rec) {
 		*marks = true
-		if err := b.Set(pendNS, rec.Key, []byte{}); err != nil {
+		if err := b.Set(pendNS, key, []byte{}); err != nil {
 			return err
 		}
 	} else if *marks {
-		if err := b.Delete(pendNS, rec.Key); err != nil {
+		if err := b.Delete(pendNS, key); err != nil {
 			return err
 		}
 	}
 	if val == nil {
-		return b.Delete(ns, rec.Key)
+		return b.Delete(ns, key)
 	}
-	return b.Set(ns, rec.Key, val)
+	return b.Set(ns, key, val)
+}
+
+// gathered are the states a restore gathered (Restorer.Gather) into its uncommitted batch.
+type gathered struct {
+	store state.Store
+	ns    state.Namespace
+	batch map[string][]byte
+}
+
+// get returns key's state so far: gathered into the batch, or stored, or nil.
+func (g *gathered) get(key []byte) ([]byte, error) {
+	if v, ok := g.batch[string(key)]; ok {
+		return v, nil
+	}
+	v, ok, err := g.store.Get(g.ns, key, nil)
+	if err != nil || !ok {
+		return nil, err
+	}
+	return v, nil
 }
 
 func (r *Restorer) log() *slog.Logger {

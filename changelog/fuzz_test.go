@@ -46,7 +46,7 @@ func FuzzApplyRecord(f *testing.F) {
 		st := state.NewMem()
 		b := st.NewBatch()
 		marks := false
-		err := r.apply(b, rec, ns, fp, "n=count()", nil, &marks)
+		err := r.apply(b, rec, ns, fp, "n=count()", nil, &marks, nil)
 		if err != nil {
 			if !errors.Is(err, ErrLayout) {
 				t.Fatalf("apply: %v, want ErrLayout", err)

@@ -511,6 +511,8 @@ type Top struct {
 	// window when it closes, instead of an upsert stream.
 	Window *Window `koanf:"window" default:"none" doc:"Tumbling or hopping event-time windows (with grace) to rank within: each key and window keeps only its top rows and writes them once, when the window closes (the watermark passes its end + grace), each row the record with the rank column, under the key, at the window's end - 1 as event time (as an aggregate's finals; later operators may window them); then the window's state is deleted. A record whose every window is closed is late (dead-letter topic). Without window: an upsert stream of one row per key and rank."`
 	Ties   bool    `koanf:"ties" doc:"With window only: rank as SQL's RANK() (1 + the number of records strictly better) and keep every record whose rank is at most n, so records tied with the n-th all come out with the same rank; with n: 1, exactly the records at the window's maximum (or minimum). A window keeps n records plus those tied with its n-th, never the rest of its input. false: ranks 1 to n, ties in arrival order (ROW_NUMBER())."`
+	// Changelog: where the state's changelog lives (ChangelogTopic, ChangelogOutput).
+	Changelog string `koanf:"changelog" enum:"topic,output" default:"topic" doc:"topic: the operator's own compacted changelog topic <group>-<name>-changelog, beside its output. output: its output topic is its changelog (each row once instead of the row and the key's whole state): each row goes to the input's partition number with the state's layout header and its key's header (sluice.key), and a restore gathers each key's latest rows back into its state. Needs a sink (json) that only this operator writes and no later operator reads, with as many partitions as the input, and no window."`
 }
 
 // Changes turns an upsert stream into its changes: per key, the retraction of the row a new row
@@ -599,7 +601,7 @@ const (
 	JoinOuter = "outer"
 )
 
-// Aggregate changelogs (Aggregate.Changelog).
+// Changelogs of an aggregate or a top (Aggregate.Changelog, Top.Changelog).
 const (
 	ChangelogOwnTopic = "topic"
 	ChangelogOutput   = "output"
@@ -607,6 +609,9 @@ const (
 
 // OutputChangelog reports whether the aggregate's output topic is its changelog.
 func (a *Aggregate) OutputChangelog() bool { return a != nil && a.Changelog == ChangelogOutput }
+
+// OutputChangelog reports whether the top's output topic is its changelog.
+func (t *Top) OutputChangelog() bool { return t != nil && t.Changelog == ChangelogOutput }
 
 // Join sides (unique).
 const (

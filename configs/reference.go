@@ -35,7 +35,8 @@ operators:
   - {name: rk, rekey: {input: s, by: x}, output: o}
   - {name: ch, changes: {input: tn}, output: o}
   - {name: ao, aggregate: {input: s, fields: {n: {count: {}}}, changelog: topic}, output: z}
-sinks: {o: {topic: out, schema: '{"type":"record","name":"R","fields":[]}'}, z: {topic: out-z}}
+  - {name: to, top: {input: s, n: 3, by: x, changelog: topic}, output: y}
+sinks: {o: {topic: out, schema: '{"type":"record","name":"R","fields":[]}'}, z: {topic: out-z}, y: {topic: out-y}}
 schema_registry: {urls: ["http://probe:8081"]}
 `
 

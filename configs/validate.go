@@ -497,6 +497,9 @@ func (c *Config) validateOperators() *Error {
 // output): a restore rebuilds every state from the latest result of its key, so the results
 // must give the state back exactly and nothing else may write there.
 func (c *Config) checkOutputChangelog(p string, op *Operator) *Error {
+	if op.Top != nil {
+		return c.checkTopOutputChangelog(p, op)
+	}
 	a := op.Aggregate
 	if a == nil {
 		return nil
@@ -505,17 +508,14 @@ func (c *Config) checkOutputChangelog(p string, op *Operator) *Error {
 	if err := checkEnum(key, a.Changelog, ChangelogOwnTopic, ChangelogOutput); err != nil || !a.OutputChangelog() {
 		return err
 	}
+	if err := c.checkOwnSink(key, op, "aggregate"); err != nil {
+		return err
+	}
 	switch {
-	case op.Output == "":
-		return errorf(key, "output needs a sink for the results (a later operator reads them, and a restore needs a topic only this operator writes); use changelog: topic")
-	case c.ReadByLater(op.Name):
-		return errorf(key, "output: a later operator reads this aggregate's results; use changelog: topic")
 	case a.Window != nil:
 		return errorf(key, "output: a window's results leave its state when it closes, so they cannot rebuild it; use changelog: topic")
 	case a.Retractions:
 		return errorf(key, "output: with retractions a key whose rows were all taken back has no result, but may have a state; use changelog: topic")
-	case c.Sinks[op.Output].Format == "avro":
-		return errorf(key, "output: sink %q writes avro; a restore reads the results back as JSON, so it needs format: json (or use changelog: topic)", op.Output)
 	}
 	for _, name := range sortedKeys(a.Fields) {
 		sp, _ := parseAggSpec(name, a.Fields[name])
@@ -528,9 +528,37 @@ func (c *Config) checkOutputChangelog(p string, op *Operator) *Error {
 			return errorf(p+".aggregate.fields."+name, "a field with where or type: string has a state its result does not give back (a filtered count of its own, a string); changelog: output rebuilds the state from the results; use changelog: topic")
 		}
 	}
+	return nil
+}
+
+// checkTopOutputChangelog checks a top whose output topic is its changelog (changelog:
+// output): a restore gathers each key's latest rows back into its state, so nothing else may
+// write there, and no row may leave the result (a window's rows leave its state when it closes).
+func (c *Config) checkTopOutputChangelog(p string, op *Operator) *Error {
+	tp, key := op.Top, p+".top.changelog"
+	if err := checkEnum(key, tp.Changelog, ChangelogOwnTopic, ChangelogOutput); err != nil || !tp.OutputChangelog() {
+		return err
+	}
+	if tp.Window != nil {
+		return errorf(key, "output: a window's rows leave its state when it closes, so they cannot rebuild it; use changelog: topic")
+	}
+	return c.checkOwnSink(key, op, "top")
+}
+
+// checkOwnSink checks that operator op (an aggregate or a top, whose changelog: output is at
+// key) writes a json sink of its own that no later operator reads.
+func (c *Config) checkOwnSink(key string, op *Operator, kind string) *Error {
+	switch {
+	case op.Output == "":
+		return errorf(key, "output needs a sink for the results (a later operator reads them, and a restore needs a topic only this operator writes); use changelog: topic")
+	case c.ReadByLater(op.Name):
+		return errorf(key, "output: a later operator reads this %s's results; use changelog: topic", kind)
+	case c.Sinks[op.Output].Format == "avro":
+		return errorf(key, "output: sink %q writes avro; a restore reads the results back as JSON, so it needs format: json (or use changelog: topic)", op.Output)
+	}
 	for j, other := range c.Operators {
 		if other.Name != op.Name && other.Output == op.Output {
-			return errorf(key, "output: sink %q is also written by operators[%d] (%s), and a restore would read its records as this aggregate's states; give this aggregate a sink of its own", op.Output, j, other.Name)
+			return errorf(key, "output: sink %q is also written by operators[%d] (%s), and a restore would read its records as this %s's states; give this %s a sink of its own", op.Output, j, other.Name, kind, kind)
 		}
 	}
 	return nil

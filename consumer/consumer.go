@@ -254,7 +254,7 @@ func (e *Engine) Run(ctx context.Context) error {
 		return err
 	}
 	e.rest = &changelog.Restorer{Brokers: cfg.Kafka.Brokers, Store: e.o.Store, Admin: e.adm, Logger: e.log, Opts: kafka,
-		Valid: checks.Valid, Layout: checks.Layout, Accepted: checks.Accepted, Decode: checks.Decode}
+		Valid: checks.Valid, Layout: checks.Layout, Accepted: checks.Accepted, Decode: checks.Decode, Gather: checks.Gather}
 
 	g := producer.AtLeastOnce
 	if cfg.Processing.Guarantee != "at_least_once" {

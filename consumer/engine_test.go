@@ -2,6 +2,7 @@ package consumer_test
 
 import (
 	"errors"
+	"fmt"
 	"maps"
 	"slices"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/sluice-dev/sluice/changelog/codec"
 	"github.com/sluice-dev/sluice/configs"
 	"github.com/sluice-dev/sluice/producer"
 	"github.com/sluice-dev/sluice/state"
@@ -411,6 +413,104 @@ func TestRestoreFromChangelog(t *testing.T) {
 			e2.stopClean(t)
 		})
 	}
+}
+
+// TestTopRestoreFromOutput: a top whose rows are its changelog (changelog: output). A second
+// engine of the same group that lost the first one's state gathers each customer's rows back
+// from the sink (sluice_restored_records_total counts them), and its rows after more input are
+// the 3 largest orders per customer of both batches exactly, whether the first engine wrote its
+// rows in real time or by folding a backlog. No changelog topic is created.
+func TestTopRestoreFromOutput(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		enterLag int64 // of the first engine (0: it stays in real time)
+	}{{name: "Realtime"}, {name: "Backlog", enterLag: 50}} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newCluster(t)
+			brokers := c.ListenAddrs()
+			first := orders{n: 500, keys: 40, seed: 8}
+			produce(t, brokers, first)
+			o1 := pipelineOpts{commitInterval: "1m", top: 3, changelog: configs.ChangelogOutput}
+			if tc.enterLag > 0 {
+				o1.enterLag, o1.exitLag = tc.enterLag, 10
+			}
+			e1 := newEngine(t, newConfig(t, brokers, o1), nil)
+			e1.start(t)
+			adm := admin(t, brokers)
+			waitProcessed(t, e1, first.n)
+			if err := e1.stopAndWait(t); err != nil {
+				t.Fatalf("first engine: Run after cancel = %v, want nil", err)
+			}
+
+			e2 := newEngine(t, newConfig(t, brokers, pipelineOpts{top: 3, changelog: configs.ChangelogOutput}), nil)
+			e2.start(t)
+			waitFor(t, 20*time.Second, "the second engine to be ready", func() (bool, error) { return e2.Ready(), e2.failed() })
+			second := orders{n: 300, keys: 40, seed: 9}
+			produce(t, brokers, second)
+			waitCaughtUp(t, e2, adm)
+
+			got := map[string]string{}
+			readSink(t, brokers, func(r *kgo.Record) {
+				if k := codec.Header(r, codec.HeaderKey); k == nil || !strings.Contains(string(r.Key), string(k)) {
+					t.Fatalf("row %s=%s has key header %q", r.Key, r.Value, k)
+				}
+				got[string(r.Key)] = string(r.Value)
+			})
+			want := topRows(3, first, second)
+			if len(got) != len(want) {
+				t.Errorf("%d rows, want %d", len(got), len(want))
+			}
+			for k, v := range want {
+				if got[k] != v {
+					t.Errorf("row %s = %s, want %s", k, got[k], v)
+				}
+			}
+			if restored, keys := e2.metric(t, "sluice_restored_records_total"), float64(len(expected(first))); restored < keys {
+				t.Errorf("sluice_restored_records_total = %v with the state lost, want >= %v (a row per key at least)", restored, keys)
+			}
+			topics, err := adm.ListTopics(t.Context())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if topics.Has(e2.cfg.ChangelogTopic(operator)) {
+				t.Errorf("changelog: output created the changelog topic %s", e2.cfg.ChangelogTopic(operator))
+			}
+			e2.stopClean(t)
+		})
+	}
+}
+
+// topRows returns the rows of a top of n orders by amount per customer over the batches in
+// order (ties: the earlier first), by Kafka key {"key":"<customer>","rank":r}.
+func topRows(n int, batches ...orders) map[string]string {
+	type order struct {
+		cents int64
+		value string
+	}
+	tops := map[string][]order{}
+	for _, o := range batches {
+		i := 0
+		o.each(func(key string, cents, ts int64) {
+			rows := tops[key]
+			at := len(rows)
+			for j, r := range rows {
+				if cents > r.cents {
+					at = j
+					break
+				}
+			}
+			rows = slices.Insert(rows, at, order{cents, o.value(i, key, cents, ts)})
+			tops[key] = rows[:min(len(rows), n)]
+			i++
+		})
+	}
+	out := map[string]string{}
+	for key, rows := range tops {
+		for j, r := range rows {
+			out[fmt.Sprintf(`{"key":%q,"rank":%d}`, key, j+1)] = strings.TrimSuffix(r.value, "}") + fmt.Sprintf(`,"rank":%d}`, j+1)
+		}
+	}
+	return out
 }
 
 // openState opens a Pebble store in dir, closed at cleanup (a second Close is harmless).

@@ -57,6 +57,9 @@ type pipelineOpts struct {
 	catchUp           bool   // processing.commit_on_catch_up
 	changelog         string // the aggregate's changelog: topic (""), or output
 	groupBy           string // the aggregate's group_by ("": none, the source's key)
+	// top: instead of the aggregate, a top of this many orders by amount per customer_id,
+	// changelog as changelog says (0: the aggregate).
+	top int
 }
 
 // newConfig returns the orders-totals pipeline of group "g", instance "i-0": per customer_id,
@@ -76,6 +79,13 @@ func newConfig(t *testing.T, brokers []string, o pipelineOpts) *configs.Config {
 	if o.groupBy != "" {
 		groupBy = "\n      group_by: " + o.groupBy
 	}
+	op := fmt.Sprintf(`aggregate:
+      input: orders%s
+      fields: {amount: {sum: amount}, orders: {count: {}}}
+      changelog: %s`, groupBy, o.changelog)
+	if o.top > 0 {
+		op = fmt.Sprintf("top: {input: orders, n: %d, by: amount, changelog: %s}", o.top, o.changelog)
+	}
 	doc := fmt.Sprintf(`
 kafka: {brokers: [%s]}
 group: g
@@ -87,15 +97,12 @@ sources:
   orders: {topic: %s, format: json, key: customer_id, timestamp: ts}
 operators:
   - name: %s
-    aggregate:
-      input: orders%s
-      fields: {amount: {sum: amount}, orders: {count: {}}}
-      changelog: %s
+    %s
     output: totals_out
 sinks:
   totals_out: {topic: %s, format: json}
 `, strings.Join(brokers, ", "), o.commitInterval, o.catchUp, t.TempDir(), o.enterLag, o.exitLag,
-		inputTopic, operator, groupBy, o.changelog, sinkTopic)
+		inputTopic, operator, op, sinkTopic)
 	cfg, err := configs.Parse([]byte(doc), nil)
 	if err != nil {
 		t.Fatalf("config: %v", err)
@@ -285,6 +292,11 @@ func (o orders) each(fn func(key string, cents int64, ts int64)) {
 	}
 }
 
+// value is the JSON value of order i of the batch (produce).
+func (o orders) value(i int, key string, cents, ts int64) string {
+	return fmt.Sprintf(`{"order_id":"o-%d-%d","customer_id":%q,"amount":%d.%02d,"ts":%d}`, o.seed, i, key, cents/100, cents%100, ts)
+}
+
 // expected returns the exact totals of all the given batches together.
 func expected(batches ...orders) map[string]total {
 	out := map[string]total{}
@@ -310,7 +322,7 @@ func produce(t *testing.T, brokers []string, o orders) {
 	defer cl.Close()
 	var recs []*kgo.Record
 	o.each(func(key string, cents, ts int64) {
-		v := fmt.Sprintf(`{"order_id":"o-%d-%d","customer_id":%q,"amount":%d.%02d,"ts":%d}`, o.seed, len(recs), key, cents/100, cents%100, ts)
+		v := o.value(len(recs), key, cents, ts)
 		recs = append(recs, &kgo.Record{Key: []byte(key), Value: []byte(v), Timestamp: time.UnixMilli(ts)})
 	})
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
@@ -430,6 +442,34 @@ func waitProcessed(t *testing.T, e *engine, n int) {
 // transaction is open on it) and returns the last total per key. Amounts are parsed exactly.
 func readTotals(t *testing.T, brokers []string) map[string]total {
 	t.Helper()
+	out := map[string]total{}
+	readSink(t, brokers, func(r *kgo.Record) {
+		var v struct {
+			Key    string      `json:"key"`
+			Amount json.Number `json:"amount"`
+			Orders json.Number `json:"orders"`
+		}
+		if err := json.Unmarshal(r.Value, &v); err != nil {
+			t.Fatalf("%s[%d]@%d: %v: %s", sinkTopic, r.Partition, r.Offset, err, r.Value)
+		}
+		amount, ok := new(big.Rat).SetString(v.Amount.String())
+		count, err := v.Orders.Int64()
+		if !ok || err != nil || v.Key != string(r.Key) {
+			t.Fatalf("%s[%d]@%d: malformed total %s", sinkTopic, r.Partition, r.Offset, r.Value)
+		}
+		cents := new(big.Rat).Mul(amount, big.NewRat(100, 1))
+		if !cents.IsInt() {
+			t.Fatalf("%s[%d]@%d: amount %s is not a whole number of cents", sinkTopic, r.Partition, r.Offset, v.Amount)
+		}
+		out[v.Key] = total{cents: cents.Num().Int64(), count: count}
+	})
+	return out
+}
+
+// readSink reads the sink with read_committed from its start to its end (once no transaction
+// is open on it), passing each record to fn in each partition's order.
+func readSink(t *testing.T, brokers []string, fn func(r *kgo.Record)) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
 	adm := admin(t, brokers)
@@ -465,9 +505,8 @@ func readTotals(t *testing.T, brokers []string) map[string]total {
 			want[p] = kgo.NewOffset().AtStart()
 		}
 	}
-	out := map[string]total{}
 	if len(want) == 0 {
-		return out
+		return
 	}
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...),
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{sinkTopic: want}),
@@ -489,27 +528,9 @@ func readTotals(t *testing.T, brokers []string) map[string]total {
 			if r.Attrs.IsControl() || r.Offset >= ends[r.Partition] {
 				return
 			}
-			var v struct {
-				Key    string      `json:"key"`
-				Amount json.Number `json:"amount"`
-				Orders json.Number `json:"orders"`
-			}
-			if err := json.Unmarshal(r.Value, &v); err != nil {
-				t.Fatalf("%s[%d]@%d: %v: %s", sinkTopic, r.Partition, r.Offset, err, r.Value)
-			}
-			amount, ok := new(big.Rat).SetString(v.Amount.String())
-			count, err := v.Orders.Int64()
-			if !ok || err != nil || v.Key != string(r.Key) {
-				t.Fatalf("%s[%d]@%d: malformed total %s", sinkTopic, r.Partition, r.Offset, r.Value)
-			}
-			cents := new(big.Rat).Mul(amount, big.NewRat(100, 1))
-			if !cents.IsInt() {
-				t.Fatalf("%s[%d]@%d: amount %s is not a whole number of cents", sinkTopic, r.Partition, r.Offset, v.Amount)
-			}
-			out[v.Key] = total{cents: cents.Num().Int64(), count: count}
+			fn(r)
 		})
 	}
-	return out
 }
 
 // inputTotals reads the input topic below the given offsets (per partition) and returns the

@@ -24,13 +24,15 @@ import (
 // commit. Backlog mode replays each key's records in arrival order, so both modes give the same
 // rows. State: a version byte, the first changed rank (0-based; n when none), the number of
 // rows, then per row its value as a decimal (16 bytes) and its record (4-byte length, bytes).
-// Not safe for concurrent use; Layout, ValidState and IsLate are.
+// Not safe for concurrent use; Layout, ValidState, GatherRow and IsLate are.
 type Top struct {
 	name string
 	n    int
 	by   path
 	desc bool
 	rank string // the rank column's name
+	// outputLog: its rows are its changelog (configs.Top.Changelog output; GatherRow).
+	outputLog bool
 
 	rows []topRow // decoded state, scratch
 	st   []byte
@@ -54,7 +56,7 @@ func NewTop(name string, cfg configs.Top) (*Top, error) {
 	if err != nil {
 		return nil, fmt.Errorf("operators: top %s: by: %w", name, err)
 	}
-	t := &Top{name: name, n: cfg.N, by: by, desc: cfg.Order != configs.OrderAsc, rank: cfg.Rank}
+	t := &Top{name: name, n: cfg.N, by: by, desc: cfg.Order != configs.OrderAsc, rank: cfg.Rank, outputLog: cfg.OutputChangelog()}
 	if t.rank == "" {
 		t.rank = "rank"
 	}
@@ -75,11 +77,20 @@ func (t *Top) Layout() Layout {
 	if t.desc {
 		order = configs.OrderDesc
 	}
-	return Layout{Kind: "top", Version: topVersion, Parts: []string{
+	l := Layout{Kind: "top", Version: topVersion, Parts: []string{
 		LayoutPart("n", "count", strconv.Itoa(t.n)),
 		LayoutPart("by", order, t.by.text),
 	}}
+	if t.outputLog {
+		// The stored offsets are the output topic's; a restore reads rows, not states.
+		l.Parts = append(l.Parts, LayoutPart("changelog", "output", t.rank))
+	}
+	return l
 }
+
+// OutputChangelog reports whether its rows are its changelog (configs.Top.Changelog output),
+// which a restore gathers back into states with GatherRow.
+func (t *Top) OutputChangelog() bool { return t.outputLog }
 
 // Project appends the record's value of the by field (16 bytes) and its JSON; a record without
 // a key, or whose field is missing or not a number, is an *Error.
@@ -189,21 +200,75 @@ func (t *Top) rowValue(dst, rec []byte, r int) []byte {
 	return append(strconv.AppendInt(append(dst, ':'), int64(r), 10), '}')
 }
 
-// ValidState reports whether b is a state of this operator.
+// ValidState reports whether b is a state of this operator (one a restore is gathering, with
+// ranks still missing, too).
 func (t *Top) ValidState(b []byte) bool {
 	_, ok := t.decodeInto(b, nil)
 	return ok
 }
 
-// decode loads a state into t.rows (empty for none) and returns its first changed rank.
+// decode loads a state into t.rows (empty for none) and returns its first changed rank. A state
+// with a rank missing (a restore from rows that did not give every rank back) is not ok.
 func (t *Top) decode(b []byte) (changed int, ok bool) {
+	t.rows = t.rows[:0]
 	if len(b) == 0 {
-		t.rows = t.rows[:0]
 		return t.n, true
 	}
-	t.rows = t.rows[:0]
-	changed, ok = t.decodeInto(b, &t.rows)
-	return changed, ok
+	if changed, ok = t.decodeInto(b, &t.rows); !ok {
+		return 0, false
+	}
+	for _, r := range t.rows {
+		if len(r.rec) == 0 {
+			return 0, false
+		}
+	}
+	return changed, true
+}
+
+// GatherRow appends to dst the state old (a state of key, or empty for none) with the row
+// (rowKey, row) that Flush wrote for key put back at its rank: the inverse of Flush, for a
+// restore from the output topic (changelog: output), which applies each key's latest row per
+// rank in any order. Ranks not gathered yet are missing (a record of length 0, which decode
+// refuses). The record is row without the rank column; a row that Flush would not have written
+// for key is an error.
+func (t *Top) GatherRow(key, rowKey, row, old, dst []byte) ([]byte, error) {
+	// The rank: rowKey ends with ,"<rank>":r}.
+	end := len(rowKey) - 1
+	colon := bytes.LastIndexByte(rowKey, ':')
+	if end < 0 || rowKey[end] != '}' || colon < 0 {
+		return dst, fmt.Errorf("key %q is not a row key of top %s", rowKey, t.name)
+	}
+	r, err := strconv.Atoi(string(rowKey[colon+1 : end]))
+	if err != nil || r < 1 || r > t.n || !bytes.Equal(t.rowKey(nil, key, r), rowKey) {
+		return dst, fmt.Errorf("key %q is not a row key of top %s for key %q (ranks 1 to %d)", rowKey, t.name, key, t.n)
+	}
+	// The record: row without its last column, the rank.
+	suffix := strconv.AppendInt(append(jsonstr.AppendString(nil, t.rank), ':'), int64(r), 10)
+	suffix = append(suffix, '}')
+	body, ok := bytes.CutSuffix(row, suffix)
+	if !ok || len(body) == 0 || body[0] != '{' {
+		return dst, fmt.Errorf("row %q of key %q does not end with its rank column %s", row, rowKey, suffix)
+	}
+	body = bytes.TrimSuffix(body, []byte{','})
+	rec := append(append(make([]byte, 0, len(body)+1), body...), '}')
+	if !bytes.Equal(t.rowValue(nil, rec, r), row) {
+		return dst, fmt.Errorf("row %q of key %q is not one this config writes", row, rowKey)
+	}
+	in, err := t.Project(0, &Record{Key: key, Value: rec}, nil)
+	if err != nil {
+		return dst, fmt.Errorf("row %q of key %q: %w", row, rowKey, err)
+	}
+	var rows []topRow
+	if len(old) > 0 {
+		if _, ok := t.decodeInto(old, &rows); !ok {
+			return dst, fmt.Errorf("key %q: stored state is not a top state", key)
+		}
+	}
+	for len(rows) < r {
+		rows = append(rows, topRow{})
+	}
+	rows[r-1] = topRow{v: loadDec(in), rec: in[16:]}
+	return appendTopState(dst, rows, t.n), nil // nothing of it is due: the rows are written
 }
 
 func (t *Top) decodeInto(b []byte, rows *[]topRow) (int, bool) {
@@ -234,15 +299,20 @@ func (t *Top) decodeInto(b []byte, rows *[]topRow) (int, bool) {
 
 // encode writes t.rows with the first changed rank into a new state (t.st, reused).
 func (t *Top) encode(changed int) []byte {
-	st := append(t.st[:0], topVersion)
+	t.st = appendTopState(t.st[:0], t.rows, changed)
+	return t.st
+}
+
+// appendTopState appends the state of rows with the first changed rank to dst.
+func appendTopState(dst []byte, rows []topRow, changed int) []byte {
+	st := append(dst, topVersion)
 	st = binary.LittleEndian.AppendUint16(st, uint16(changed))
-	st = binary.LittleEndian.AppendUint16(st, uint16(len(t.rows)))
-	for _, r := range t.rows {
+	st = binary.LittleEndian.AppendUint16(st, uint16(len(rows)))
+	for _, r := range rows {
 		st = binary.LittleEndian.AppendUint64(st, r.v.lo)
 		st = binary.LittleEndian.AppendUint64(st, r.v.hi)
 		st = binary.LittleEndian.AppendUint32(st, uint32(len(r.rec)))
 		st = append(st, r.rec...)
 	}
-	t.st = st
 	return st
 }

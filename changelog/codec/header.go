@@ -24,6 +24,10 @@ const (
 	// announced watermark on an attribute record, and the watermark a late record's dead letter
 	// was judged by.
 	HeaderWatermark = "sluice.watermark"
+	// HeaderKey carries, on a row of an operator whose rows are its changelog and several rows
+	// make one key's state (a top with changelog: output), the key whose state the row is part
+	// of; a restore gathers the rows by it.
+	HeaderKey = "sluice.key"
 )
 
 // Headers of attribute records (in-band announcements of a writer of an internal topic:

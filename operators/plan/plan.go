@@ -34,9 +34,11 @@ type ChainPlan struct {
 	Sink       string             // sink name ("" = the chain drops its output)
 	SinkTopic  string
 	Changelog  string // changelog topic of Keyed ("" when stateless)
-	// OutputChangelog: Keyed is an aggregate whose results are its changelog (changelog:
-	// output): Changelog is SinkTopic, each result goes to the task's partition with the
-	// layout header, and a restore rebuilds the states from them (operators.Aggregate.StateOf).
+	// OutputChangelog: Keyed is an aggregate or a top whose results are its changelog
+	// (changelog: output): Changelog is SinkTopic, each result goes to the task's partition
+	// with the layout header, and a restore rebuilds the states from them
+	// (operators.Aggregate.StateOf; a top's rows carry their key's header, and
+	// operators.Top.GatherRow puts each back into its key's state).
 	OutputChangelog bool
 	Tables          []string         // the tables its joins read, in stage order
 	Cogroup         *configs.Cogroup // the cogroup Keyed is (Keyed.Aggregate is its fields as an aggregate's), or nil
@@ -469,9 +471,9 @@ func NewPlan(cfg *configs.Config) (*Plan, error) {
 					if more {
 						c.SinkTopic, c.Output = cfg.OutputTopic(op.Name), true
 						c.TimedOutput = timedResults(&op)
-					} else if op.Aggregate.OutputChangelog() {
+					} else if op.Aggregate.OutputChangelog() || op.Top.OutputChangelog() {
 						// Its results are its changelog (validated: a sink of its own, no
-						// window, no avg): one write per key.
+						// window, no avg): one write per key (a top: per row).
 						c.Changelog, c.OutputChangelog = c.SinkTopic, true
 					}
 					break

@@ -13,12 +13,14 @@ import (
 type outArena struct {
 	buf  []byte
 	recs []kgo.Record
+	hdrs []kgo.RecordHeader
 }
 
 const (
 	arenaBlock   = 64 << 10        // bytes per block
 	arenaLargest = arenaBlock / 16 // a larger slice gets an allocation of its own
 	arenaRecords = 256             // records per block
+	arenaHeaders = 1024            // headers per block
 )
 
 // alloc returns an empty slice with room for n bytes (and no more: an append beyond makes a
@@ -61,4 +63,20 @@ func (a *outArena) record() *kgo.Record {
 	r := &a.recs[0]
 	a.recs = a.recs[1:]
 	return r
+}
+
+// headers returns hs followed by the header key: value (a copy), from a block.
+func (a *outArena) headers(hs []kgo.RecordHeader, key string, value []byte) []kgo.RecordHeader {
+	n := len(hs) + 1
+	if n > arenaHeaders/16 {
+		return append(append(make([]kgo.RecordHeader, 0, n), hs...), kgo.RecordHeader{Key: key, Value: a.clone(value)})
+	}
+	if len(a.hdrs) < n {
+		a.hdrs = make([]kgo.RecordHeader, arenaHeaders)
+	}
+	out := a.hdrs[:n:n]
+	a.hdrs = a.hdrs[n:]
+	copy(out, hs)
+	out[n-1] = kgo.RecordHeader{Key: key, Value: a.clone(value)}
+	return out
 }

@@ -55,6 +55,9 @@ type keyedCtx struct {
 	wm   int64
 	fold bool
 	emit func(key, value []byte, ts int64)
+	// row, for a chain whose rows are its changelog (plan.OutputChangelog), emits instead of
+	// emit: each row with the key whose state it is part of (rowsTo).
+	row func(stateKey, key, value []byte)
 }
 
 func (k *keyedCtx) Watermark() int64 { return k.wm }
@@ -106,11 +109,23 @@ func (k *keyedCtx) ClearTimer() {
 	k.mark()
 }
 
-func (k *keyedCtx) Emit(value []byte) { k.emit(k.e.key, value, math.MinInt64) }
+func (k *keyedCtx) Emit(value []byte) { k.EmitAt(value, math.MinInt64) }
 
-func (k *keyedCtx) EmitAt(value []byte, ts int64) { k.emit(k.e.key, value, ts) }
+func (k *keyedCtx) EmitAt(value []byte, ts int64) {
+	if k.row != nil {
+		k.row(k.e.key, k.e.key, value)
+		return
+	}
+	k.emit(k.e.key, value, ts)
+}
 
-func (k *keyedCtx) EmitKey(key, value []byte) { k.emit(key, value, math.MinInt64) }
+func (k *keyedCtx) EmitKey(key, value []byte) {
+	if k.row != nil {
+		k.row(k.e.key, key, value)
+		return
+	}
+	k.emit(key, value, math.MinInt64)
+}
 
 // askBeforeWriting lets keyedCtx answer operators.ResultFilter (a variable for the tests, which
 // compare the results with and without it).
@@ -277,9 +292,10 @@ func (t *Task) flushKeyed(c *chain, p Producer, pd *Pending) error {
 	cl := pd.changelogPromise(c.ns)
 	out := 0
 	emit, release := t.emitTo(c, p, pd, &out)
+	row := t.rowsTo(c, p, pd, &out)
 	defer func() { t.d.Metrics.recordsOut(c.plan.SinkTopic, out) }()
 	for _, e := range c.dirty {
-		if err := t.flushUpdates(c, e, emit); err != nil {
+		if err := t.flushUpdates(c, e, emit, row); err != nil {
 			return err
 		}
 		if err := t.writeKeyed(c, e, p, pd, cl, func(k, v []byte) error { return pd.batch.Set(c.ns, k, v) }); err != nil {
@@ -354,14 +370,34 @@ func (t *Task) emitTo(c *chain, p Producer, pd *Pending, out *int) (emit func(ke
 	return emit, release
 }
 
+// rowsTo returns, for a chain whose rows are its changelog (plan.OutputChangelog; else nil),
+// the emission of a checkpoint's rows: each to the task's partition of the output topic with
+// the layout header and the header of the key whose state it is part of (codec.HeaderKey), in
+// the checkpoint's transaction, and counted in out; the changelog's offset is the last row's.
+func (t *Task) rowsTo(c *chain, p Producer, pd *Pending, out *int) func(stateKey, key, value []byte) {
+	if !c.plan.OutputChangelog {
+		return nil
+	}
+	cl := pd.changelogPromise(c.ns)
+	layout := c.changelogHeaders(false)
+	return func(stateKey, key, value []byte) {
+		r := t.arena.out(c.plan.SinkTopic, t.partition, key, value)
+		r.Headers = t.arena.headers(layout, codec.HeaderKey, stateKey)
+		p.Produce(r, cl)
+		pd.records++
+		c.recordsOut++
+		*out++
+	}
+}
+
 // flushUpdates calls an Updater's Flush on the key's entry before the checkpoint writes it (an
-// operator writing updates writes what changed once per commit).
-func (t *Task) flushUpdates(c *chain, e *entry, emit func(key, value []byte, ts int64)) error {
+// operator writing updates writes what changed once per commit); row: rowsTo's, or nil.
+func (t *Task) flushUpdates(c *chain, e *entry, emit func(key, value []byte, ts int64), row func(stateKey, key, value []byte)) error {
 	u, ok := c.kop.(operators.Updater)
 	if !ok || !u.Updates() || e.deleted || len(e.state) == 0 {
 		return nil
 	}
-	kc := keyedCtx{t: t, c: c, e: e, fold: true, emit: emit} // the entry is written next: nothing to mark
+	kc := keyedCtx{t: t, c: c, e: e, fold: true, emit: emit, row: row} // the entry is written next: nothing to mark
 	if err := u.Flush(&kc, e.key); err != nil {
 		return fmt.Errorf("task %d: %s: %w", t.partition, c.kop.Name(), err)
 	}
@@ -369,7 +405,8 @@ func (t *Task) flushUpdates(c *chain, e *entry, emit func(key, value []byte, ts 
 }
 
 // writeKeyed writes one key's entry into the checkpoint: its state through put (or its deletion),
-// its changelog record, and its timer's move in the timer namespace.
+// its changelog record (none when its rows are its changelog: flushUpdates wrote them), and its
+// timer's move in the timer namespace.
 func (t *Task) writeKeyed(c *chain, e *entry, p Producer, pd *Pending, cl func(*kgo.Record, error), put func(k, v []byte) error) error {
 	if pd.batch == nil {
 		pd.batch = t.d.Store.NewBatch()
@@ -380,15 +417,33 @@ func (t *Task) writeKeyed(c *chain, e *entry, p Producer, pd *Pending, cl func(*
 			return err
 		}
 	}
+	rows := c.plan.OutputChangelog
 	if e.deleted || len(e.state) == 0 {
 		if e.stored {
-			p.Produce(t.arena.out(c.plan.Changelog, t.partition, e.key, nil), cl)
-			pd.records++
+			if !rows { // a top, whose rows are its changelog, never deletes a key
+				p.Produce(t.arena.out(c.plan.Changelog, t.partition, e.key, nil), cl)
+				pd.records++
+			}
 			return pd.batch.Delete(c.ns, e.key)
 		}
 		return nil
 	}
 	v := codec.AppendKeyed(t.arena.alloc(codec.KeyedPrefixSize+len(e.state)), e.hasTimer, e.timer, e.state)
+	if rows {
+		if err := put(e.key, v); err != nil {
+			return err
+		}
+	} else if err := t.produceKeyed(c, e, v, p, pd, cl, put); err != nil {
+		return err
+	}
+	if e.hasTimer && (!e.hasStoredTimer || e.storedTimer != e.timer) {
+		return pd.batch.Set(c.timerNS, codec.AppendTimerKey(tk[:0], e.timer, e.key), nil)
+	}
+	return nil
+}
+
+// produceKeyed writes a key's stored value v through put and produces it as its changelog record.
+func (t *Task) produceKeyed(c *chain, e *entry, v []byte, p Producer, pd *Pending, cl func(*kgo.Record, error), put func(k, v []byte) error) error {
 	r := t.arena.out(c.plan.Changelog, t.partition, e.key, nil)
 	r.Value, r.Headers = v, c.changelogHeaders(false)
 	if err := put(r.Key, v); err != nil {
@@ -396,9 +451,6 @@ func (t *Task) writeKeyed(c *chain, e *entry, p Producer, pd *Pending, cl func(*
 	}
 	p.Produce(r, cl)
 	pd.records++
-	if e.hasTimer && (!e.hasStoredTimer || e.storedTimer != e.timer) {
-		return pd.batch.Set(c.timerNS, codec.AppendTimerKey(tk[:0], e.timer, e.key), nil)
-	}
 	return nil
 }
 
@@ -440,9 +492,10 @@ func (t *Task) foldKeyed(ctx context.Context, c *chain, p Producer, pd *Pending,
 	cl := pd.changelogPromise(c.ns)
 	out := 0
 	emit, release := t.emitTo(c, p, pd, &out)
+	row := t.rowsTo(c, p, pd, &out)
 	touched := map[string]struct{}{} // keys whose stored timer (<= wm) the fold handled
 	var e entry
-	kc := keyedCtx{t: t, c: c, e: &e, fold: true, emit: emit}
+	kc := keyedCtx{t: t, c: c, e: &e, fold: true, emit: emit, row: row}
 	fire := func(upTo int64) error {
 		for e.hasTimer && !e.deleted && e.timer <= upTo {
 			kc.wm = upTo
@@ -460,7 +513,7 @@ func (t *Task) foldKeyed(ctx context.Context, c *chain, p Producer, pd *Pending,
 		if err := fire(wm); err != nil {
 			return err
 		}
-		if err := t.flushUpdates(c, &e, emit); err != nil {
+		if err := t.flushUpdates(c, &e, emit, row); err != nil {
 			return err
 		}
 		return t.writeKeyed(c, &e, p, pd, cl, put)
@@ -510,7 +563,7 @@ func (t *Task) foldKeyed(ctx context.Context, c *chain, p Producer, pd *Pending,
 		return err
 	}
 	if hasState {
-		if err := t.sweepKeyed(c, wm, touched, p, pd, emit); err != nil {
+		if err := t.sweepKeyed(c, wm, touched, p, pd, emit, row); err != nil {
 			return err
 		}
 	}
@@ -524,10 +577,10 @@ func (t *Task) foldKeyed(ctx context.Context, c *chain, p Producer, pd *Pending,
 
 // sweepKeyed fires, at the end of a keyed chain's fold, the stored timers up to wm of the keys
 // the backlog did not touch, and writes those keys.
-func (t *Task) sweepKeyed(c *chain, wm int64, touched map[string]struct{}, p Producer, pd *Pending, emit func(key, value []byte, ts int64)) error {
+func (t *Task) sweepKeyed(c *chain, wm int64, touched map[string]struct{}, p Producer, pd *Pending, emit func(key, value []byte, ts int64), row func(stateKey, key, value []byte)) error {
 	cl := pd.changelogPromise(c.ns)
 	var e entry
-	kc := keyedCtx{t: t, c: c, e: &e, fold: true, emit: emit, wm: wm}
+	kc := keyedCtx{t: t, c: c, e: &e, fold: true, emit: emit, row: row, wm: wm}
 	put := func(k, v []byte) error { return pd.batch.Set(c.ns, k, v) }
 	err := t.d.Store.Scan(c.timerNS, func(k, _ []byte) error {
 		at, key, err := splitTimerKey(k)
@@ -559,7 +612,7 @@ func (t *Task) sweepKeyed(c *chain, wm int64, touched map[string]struct{}, p Pro
 				return fmt.Errorf("task %d: %s: %w", t.partition, c.kop.Name(), err)
 			}
 		}
-		if err := t.flushUpdates(c, &e, emit); err != nil {
+		if err := t.flushUpdates(c, &e, emit, row); err != nil {
 			return err
 		}
 		return t.writeKeyed(c, &e, p, pd, cl, put)
@@ -587,6 +640,7 @@ func (t *Task) restoreKeyedTimers(c *chain) error {
 type keyedState struct {
 	layout operators.Layout
 	valid  func([]byte) bool
+	gather func(key, rowKey, row, old, dst []byte) ([]byte, error) // rowsLog.GatherRow, or nil
 }
 
 func (k keyedState) Layout() operators.Layout { return k.layout }

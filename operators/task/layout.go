@@ -262,7 +262,11 @@ func stateSizes(ops *plan.Ops) string {
 func spec(ops *plan.Ops) stateSpec {
 	var s stateSpec = ops.Agg
 	if ops.Kop != nil {
-		s = keyedState{layout: ops.Kop.Layout(), valid: ops.Kop.ValidState}
+		k := keyedState{layout: ops.Kop.Layout(), valid: ops.Kop.ValidState}
+		if r, ok := ops.Kop.(rowsLog); ok && r.OutputChangelog() {
+			k.gather = r.GatherRow
+		}
+		s = k
 	}
 	if ops.LocalKey != nil {
 		return inputPartitioned{s}
@@ -329,6 +333,45 @@ func (s StateChecks) Decode(op string, key, val []byte) ([]byte, error) {
 		return r.StateOf(key, val, nil)
 	}
 	return val, nil
+}
+
+// rowsLog is a keyed operator whose rows may be its changelog, several to a key's state (a top
+// with changelog: output).
+type rowsLog interface {
+	OutputChangelog() bool
+	GatherRow(key, rowKey, row, old, dst []byte) ([]byte, error)
+}
+
+// Gather puts a row of operator op (a keyed operator whose rows are its changelog) back into
+// the state of its key (its codec.HeaderKey), whose state so far old returns; ok false for the
+// other operators' records, which are whole states. For changelog.Restorer.Gather.
+func (s StateChecks) Gather(op string, rec *kgo.Record, old func(key []byte) ([]byte, error)) (key, st []byte, ok bool, err error) {
+	k, isKeyed := specOf(s[op]).(keyedState)
+	if !isKeyed || k.gather == nil {
+		return nil, nil, false, nil
+	}
+	key = codec.Header(rec, codec.HeaderKey)
+	switch {
+	case key == nil:
+		return nil, nil, true, fmt.Errorf("a row without its key's header %s", codec.HeaderKey)
+	case rec.Value == nil:
+		return nil, nil, true, errors.New("a tombstone (the operator never deletes a row)")
+	}
+	prev, err := old(key)
+	if err != nil {
+		return nil, nil, true, err
+	}
+	var top []byte
+	if prev != nil {
+		var valid bool
+		if top, valid = codec.KeyedState(prev); !valid {
+			return nil, nil, true, fmt.Errorf("key %q: stored state is not a keyed state", key)
+		}
+	}
+	if top, err = k.gather(key, rec.Key, rec.Value, top, nil); err != nil {
+		return nil, nil, true, err
+	}
+	return key, codec.AppendKeyed(nil, false, 0, top), true, nil
 }
 
 // Layout returns operator op's layout fingerprint and text ("" for an operator it does not

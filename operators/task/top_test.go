@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/big"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -17,18 +18,20 @@ import (
 // last value of every row (Kafka key {"key":k,"rank":r}) must be what an oracle that ranks each
 // key's good records in offset order computes, and every bad record one dead letter.
 
-func topConfig(n int, order string) func(mode string, enter, exit int64, cacheKeys int, every string) string {
+// topConfig is the pipeline of a top of n by amount; changelog: "topic", or "output" (its rows
+// are its changelog).
+func topConfig(n int, order, changelog string) func(mode string, enter, exit int64, cacheKeys int, every string) string {
 	return func(mode string, enter, exit int64, cacheKeys int, every string) string {
 		return fmt.Sprintf(`
 %ssources:
   orders: {topic: %s, format: json, key: customer_id, timestamp: ts}
 operators:
   - name: %s
-    top: {input: orders, n: %d, by: amount, order: %s}
+    top: {input: orders, n: %d, by: amount, order: %s, changelog: %s}
     output: out
 sinks:
   out: {topic: %s, format: json}
-`, testHeader(mode, enter, exit, cacheKeys, every), testTopic, testOp, n, order, testSink)
+`, testHeader(mode, enter, exit, cacheKeys, every), testTopic, testOp, n, order, changelog, testSink)
 	}
 }
 
@@ -95,7 +98,16 @@ func topOracle(in []topRec, n int, desc bool) (map[string]string, int) {
 	return want, dead
 }
 
-func TestTopOneAnswerTwoModes(t *testing.T) {
+func TestTopOneAnswerTwoModes(t *testing.T) { eachTopSeed(t, "topic") }
+
+// TestTopOneAnswerTwoModesOutputLog is TestTopOneAnswerTwoModes with the top's rows as its
+// changelog (changelog: output): the same rows, each to the task's partition with its key's
+// header, and the stored states are what a restore gathers from the committed rows, at the
+// offset after the last.
+func TestTopOneAnswerTwoModesOutputLog(t *testing.T) { eachTopSeed(t, "output") }
+
+// eachTopSeed runs topOneAnswer for each seed (-long: more; -seed: one).
+func eachTopSeed(t *testing.T, changelog string) {
 	seeds := 20
 	if *flagLong {
 		seeds = 400
@@ -104,20 +116,23 @@ func TestTopOneAnswerTwoModes(t *testing.T) {
 		if *flagSeed != 0 && seed != *flagSeed {
 			continue
 		}
-		t.Run(fmt.Sprint(seed), func(t *testing.T) { topOneAnswer(t, seed) })
+		t.Run(fmt.Sprint(seed), func(t *testing.T) { topOneAnswer(t, seed, changelog) })
 	}
 }
 
-func topOneAnswer(t *testing.T, seed uint64) {
+func topOneAnswer(t *testing.T, seed uint64, changelog string) {
 	rng := rand.New(rand.NewPCG(seed, 19))
 	n := []int{1, 3, 10}[rng.IntN(3)]
 	order := []string{"desc", "asc"}[rng.IntN(2)]
 	recs, in := genTop(rng, []int{1, 50, 500, 2000}[rng.IntN(4)])
 	want, wantDead := topOracle(in, n, order == "desc")
 	for _, ms := range keyedModes(rng) {
-		ms.config = topConfig(n, order)
+		ms.config = topConfig(n, order, changelog)
 		r := runMode(t, seed, ms, genInput{recs: recs})
 		what := fmt.Sprintf("%s (top %d %s; %s)", ms.name, n, order, r.summary)
+		if changelog == "output" {
+			checkGathered(t, what, ms.config(ms.mode, ms.enter, ms.exit, ms.cacheKeys, "0s"), r)
+		}
 		if r.offset != int64(len(recs)) {
 			t.Fatalf("%s: committed offset %d, want %d", what, r.offset, len(recs))
 		}
@@ -132,4 +147,50 @@ func topOneAnswer(t *testing.T, seed uint64) {
 			t.Fatalf("%s: %d outputs for %d rows", what, len(r.outs), len(want))
 		}
 	}
+}
+
+// checkGathered checks a run of a top whose rows are its changelog: every committed row went to
+// the task's partition with its key's header, the states a restore gathers from them
+// (StateChecks.Gather, in the rows' order) are the stored states byte for byte, and the stored
+// changelog offset is the one after the last row.
+func checkGathered(t *testing.T, what, doc string, r runResult) {
+	t.Helper()
+	checks, err := NewStateChecks(mustPlan(t, doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	gathered := map[string][]byte{}
+	old := func(k []byte) ([]byte, error) { return gathered[string(k)], nil }
+	for _, row := range r.outs {
+		if row.Partition != 0 {
+			t.Fatalf("%s: row %s went to partition %d, want the task's, 0", what, row.Key, row.Partition)
+		}
+		k, st, ok, err := checks.Gather(testOp, row, old)
+		if !ok || err != nil {
+			t.Fatalf("%s: row %s=%s: Gather = %v, %v", what, row.Key, row.Value, ok, err)
+		}
+		gathered[string(k)] = st
+	}
+	var got []string
+	for k, st := range gathered {
+		got = append(got, fmt.Sprintf("%s=%x", k, st))
+	}
+	stored := slices.Sorted(slices.Values(r.state))
+	slices.Sort(got)
+	for i := range max(len(got), len(stored)) {
+		if i >= len(got) || i >= len(stored) || got[i] != stored[i] {
+			t.Fatalf("%s: the states gathered from the rows (%d) differ from the stored ones (%d), first at %d:\ngathered %.200s\nstored   %.200s",
+				what, len(got), len(stored), i, at(got, i), at(stored, i))
+		}
+	}
+	if len(r.outs) > 0 && r.stored != r.outs[len(r.outs)-1].Offset+1 {
+		t.Fatalf("%s: stored changelog offset %d, want %d (after the last row)", what, r.stored, r.outs[len(r.outs)-1].Offset+1)
+	}
+}
+
+func at(s []string, i int) string {
+	if i < len(s) {
+		return s[i]
+	}
+	return "(none)"
 }

@@ -380,8 +380,10 @@ func (c *chain) committedMergeable() {
 
 // checkpointWatermark writes a windowed chain's watermark when its offset moves in this
 // checkpoint: a changelog record and the store, so both match the offset committed with them.
+// A chain whose output topic is its changelog writes none there: its operator (a top without
+// window, an aggregate without window) decides nothing by event time.
 func (t *Task) checkpointWatermark(c *chain, p Producer, pd *Pending) error {
-	if !c.timed() {
+	if !c.timed() || c.plan.OutputChangelog {
 		return nil
 	}
 	n := pd.next[c]
