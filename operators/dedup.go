@@ -121,6 +121,9 @@ func (d *Dedup) OnTimer(ctx Context, _ []byte, _ int64) error {
 	return nil
 }
 
+// LastWins: keep last stores the key's latest record whatever it held, and emits it at Flush.
+func (d *Dedup) LastWins() bool { return d.last }
+
 // Updates reports whether the operator writes at checkpoints (keep last).
 func (d *Dedup) Updates() bool { return d.last }
 
@@ -134,3 +137,5 @@ func (d *Dedup) Flush(ctx Context, key []byte) error {
 	ctx.Delete()
 	return nil
 }
+
+var _ LastWins = (*Dedup)(nil)

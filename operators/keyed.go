@@ -136,6 +136,18 @@ type Updater interface {
 	Flush(ctx Context, key []byte) error
 }
 
+// LastWins is a Keyed operator whose result for a key, after its records are processed in
+// arrival order, depends on the last of them alone: Process of a record replaces the key's whole
+// state whatever it held, sets no timer and emits nothing (dedup keep: last). In backlog the
+// runtime may then drop a record before sorting it when a later record of the same key arrives
+// (it holds each key's latest record in a small table, task/latest.go): the fold replays fewer
+// records and writes the same state and outputs.
+type LastWins interface {
+	Keyed
+	// LastWins reports whether the operator, as configured, has the property.
+	LastWins() bool
+}
+
 // MemberReader is an operator whose results are made of a few top-level members of its input
 // records (besides their keys and event times): ReadsMembers names them (ok false: it may read
 // any). A writer that re-keys records for it may write only those (operators/plan, Project).

@@ -446,6 +446,9 @@ func (t *Task) Committed(pd *Pending) (err error) {
 		if c.part != nil {
 			c.part.reset()
 		}
+		if c.last != nil {
+			c.last.reset()
+		}
 		if pd.silent[c] {
 			c.hasPending = c.kop == nil // a Keyed operator's backlog checkpoint emitted its outputs
 			c.lastBackCkpt = t.d.Clock()
@@ -515,6 +518,9 @@ func (t *Task) Aborted(pd *Pending) map[string]int64 {
 		c.slices.reset()
 		if c.part != nil {
 			c.part.reset()
+		}
+		if c.last != nil {
+			c.last.reset()
 		}
 		if c.det != nil {
 			if c.inBack {

@@ -166,13 +166,25 @@ func dedupOneAnswer(t *testing.T, seed uint64, local bool) {
 	}
 	wantFirst, wantLast, wantDead := dedupOracle(in, keep, within, maxDelay)
 	cfg := dedupConfig(keep, within, maxDelay, local)
+	// keep last holds each key's latest record in a table in backlog (latest.go): its shipped
+	// bounds, or ones that evict, overflow their bytes and give up on a low hit rate mid-backlog.
+	lim := rand.New(rand.NewPCG(seed, 19))
+	defer func(old struct {
+		keys          int
+		bytes, window int64
+	}) {
+		latestLimits = old
+	}(latestLimits)
+	latestLimits.keys = []int{latestLimits.keys, 1, 3, 16}[lim.IntN(4)]
+	latestLimits.bytes = []int64{latestLimits.bytes, 120}[lim.IntN(2)]
+	latestLimits.window = []int64{latestLimits.window, 4}[lim.IntN(2)]
 	if p := mustPlan(t, cfg("auto", 50, 10, 1, "0s")); len(p.Chains) != 1 || (p.Chains[0].LocalKey != "") != local {
 		t.Fatalf("local_rekey %v: want one chain, keyed locally as local_rekey says, got %+v", local, p.Chains)
 	}
 	for _, ms := range keyedModes(rng) {
 		ms.config = cfg
 		r := runMode(t, seed, ms, genInput{recs: recs})
-		what := fmt.Sprintf("%s (keep %s, within %d, max_delay %d; %s)", ms.name, keep, within, maxDelay, r.summary)
+		what := fmt.Sprintf("%s (keep %s, within %d, max_delay %d, table %+v; %s)", ms.name, keep, within, maxDelay, latestLimits, r.summary)
 		checkCommitted(t, what, r, len(recs), wantDead)
 		if keep == "last" {
 			if !mapsEqual(r.last, wantLast) {

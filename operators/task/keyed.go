@@ -192,7 +192,15 @@ func (t *Task) applyKeyed(c *chain, kr *kgo.Record, in []byte, wmPrev int64) err
 		// several inputs replays a key's records in the order they arrived across its inputs
 		// (offsets of different topics do not compare).
 		c.arrivals++
-		if err := c.sorter.Add(c.rec.Key, wmPrev, c.arrivals, c.wk); err != nil {
+		held := false
+		var err error
+		if c.last != nil {
+			held, err = c.last.add(c.rec.Key, wmPrev, c.arrivals, c.wk, c.sorter.Add)
+		}
+		if err == nil && !held {
+			err = c.sorter.Add(c.rec.Key, wmPrev, c.arrivals, c.wk)
+		}
+		if err != nil {
 			return fmt.Errorf("task %d: sorter: %w", t.partition, err)
 		}
 		return nil
@@ -474,6 +482,11 @@ func (c *chain) committedKeyed() {
 // the timers up to the watermark so far fired in between, is what one replay does, so its
 // outputs (finals of closed sessions, join pairs) are the same, emitted in that checkpoint.
 func (t *Task) foldKeyed(ctx context.Context, c *chain, p Producer, pd *Pending, stay bool) error {
+	if c.last != nil {
+		if err := c.last.drain(c.sorter.Add); err != nil {
+			return fmt.Errorf("task %d: sorter: %w", t.partition, err)
+		}
+	}
 	it, err := c.sorter.Merge()
 	if err != nil {
 		return fmt.Errorf("task %d: merge: %w", t.partition, err)

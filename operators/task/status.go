@@ -57,7 +57,8 @@ type ChainStatus struct {
 type BacklogStatus struct {
 	SortedRecords int64 `json:"sorted_records"` // records taken in backlog (pre-aggregated or sorted)
 	// PreAggregatedKeys are the keys whose records are aggregated in memory (up to
-	// processing.cache_keys); records of other keys are sorted.
+	// processing.cache_keys), or for an operator that keeps each key's last record (dedup keep
+	// last) the keys whose latest record it holds (up to 4096); records of other keys are sorted.
 	PreAggregatedKeys  int     `json:"pre_aggregated_keys"`
 	PreAggregatedBytes int64   `json:"pre_aggregated_bytes"`
 	Progress           float64 `json:"progress"` // 0..1: sorted / (sorted + lag)
@@ -162,6 +163,9 @@ func (t *Task) publish() {
 			}
 			if c.part != nil {
 				b.PreAggregatedKeys, b.PreAggregatedBytes = c.part.len(), c.part.memBytes()
+			}
+			if c.last != nil { // the latest record of each key it holds (a LastWins operator)
+				b.PreAggregatedKeys, b.PreAggregatedBytes = c.last.len(), c.last.memBytes()
 			}
 			if c.sorter != nil {
 				ss := c.sorter.Stats()

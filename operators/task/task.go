@@ -170,6 +170,7 @@ type opState struct {
 	inBack bool    // current mode: backlog (records go to the partials, or beyond them the sorter)
 	sorter *sorter.Sorter
 	part   *partials  // backlog pre-aggregation of the first cache_keys keys
+	last   *latest    // backlog: each key's latest record, for an operators.LastWins (latest.go)
 	slices sliceState // hopping windows folded by slice in a backlog (slice.go)
 
 	cache map[string]*entry // real-time write-back cache
@@ -376,6 +377,9 @@ func (t *Task) addChain(cp plan.ChainPlan, g groupBuild) error {
 			}
 			if a, ok := ops.Agg.(interface{ Slices() *operators.Windows }); ok && c.kop == nil {
 				c.slices.w = a.Slices()
+			}
+			if lw, ok := c.kop.(operators.LastWins); ok && lw.LastWins() {
+				c.last = newLatest()
 			}
 		}
 	}
@@ -881,6 +885,9 @@ func (c *chain) buffered() int64 {
 	}
 	if c.part != nil {
 		n += int64(c.part.len())
+	}
+	if c.last != nil {
+		n += int64(c.last.len())
 	}
 	return n
 }
