@@ -484,9 +484,17 @@ func (m *mapStage) Apply(r *Record) (bool, error) {
 	}
 	// The new value's index is made as it is written (each member's offsets), not by parsing
 	// it again: its members are the input's, valid, and the values appendAnyJSON writes.
-	out := append(r.scratchValue(), '{')
+	var out []byte
 	nidx := m.idx[:0]
 	var err error
+	if m.adds(idx, len(val)) {
+		// Every member stays where it is: the loop below would copy the value byte for byte.
+		out = append(r.scratchValue(), val[:len(val)-1]...)
+		nidx = append(nidx, idx...)
+		idx = nil
+	} else {
+		out = append(r.scratchValue(), '{')
+	}
 	for j, mem := range idx {
 		k := m.of[j]
 		if k >= 0 && m.last[k] != j {
@@ -530,6 +538,30 @@ func (m *mapStage) Apply(r *Record) (bool, error) {
 	}
 	m.idx = r.setIndexedValue(out, nidx)
 	return true, nil
+}
+
+// mapCopiesWhole lets a map that only adds members copy the value whole (a variable for the
+// tests, which compare both ways).
+var mapCopiesWhole = true
+
+// adds reports whether the map only adds members to a value of n bytes indexed by idx: it has
+// members, none of them is set, and they are written compactly (no space between the braces,
+// names, colons, values and commas), as the loop of Apply writes them.
+func (m *mapStage) adds(idx []member, n int) bool {
+	if !mapCopiesWhole || len(idx) == 0 || idx[0].ks != 2 || idx[len(idx)-1].ve != int32(n-1) {
+		return false
+	}
+	for k := range m.last {
+		if m.last[k] >= 0 {
+			return false
+		}
+	}
+	for j := range idx {
+		if idx[j].vs != idx[j].ke+2 || (j > 0 && idx[j].ks != idx[j-1].ve+2) {
+			return false
+		}
+	}
+	return true
 }
 
 // fieldOf returns the index of the field a member's raw name (escaped when esc) names, or -1.

@@ -2,6 +2,8 @@ package operators
 
 import (
 	"errors"
+	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
@@ -168,5 +170,76 @@ func TestChain(t *testing.T) {
 	want := `{"key":"c-0000042","amount":742.2,"avg_amount":247.4,"max_amount":247.4,"min_amount":247.4,"orders":3}`
 	if got := string(a.Render(r.Key, state, nil)); got != want {
 		t.Errorf("got  %s\nwant %s", got, want)
+	}
+}
+
+// TestMapCopiesWhole checks that a map whose set only adds members, copying a compact value
+// whole, writes the bytes and the index the member-by-member copy writes: random objects
+// (compact or spaced, duplicate and escaped names, nested values, empty), setting fields
+// they have or not; the index must also be the one a parse of the new value gives.
+func TestMapCopiesWhole(t *testing.T) {
+	defer func(old bool) { mapCopiesWhole = old }(mapCopiesWhole)
+	rng := rand.New(rand.NewPCG(3, 4))
+	names := []string{"a", "b", "price", `x\"y`, `\u0061`, "dateTime"}
+	values := []string{"1", "-2.5", `"s"`, `"e\"sc\n"`, "null", "true", `{"k":[1,{"z":2}]}`, "[]"}
+	for i := range 3000 {
+		var b strings.Builder
+		sp := func() {
+			if rng.IntN(4) == 0 {
+				b.WriteString([]string{" ", "\n", "\t "}[rng.IntN(3)])
+			}
+		}
+		spaced := rng.IntN(2) == 0
+		b.WriteString("{")
+		for j := range rng.IntN(6) {
+			if j > 0 {
+				b.WriteString(",")
+			}
+			if spaced {
+				sp()
+			}
+			b.WriteString(`"` + names[rng.IntN(len(names))] + `"`)
+			if spaced {
+				sp()
+			}
+			b.WriteString(":")
+			if spaced {
+				sp()
+			}
+			b.WriteString(values[rng.IntN(len(values))])
+			if spaced {
+				sp()
+			}
+		}
+		b.WriteString("}")
+		set := map[string]string{}
+		for range 1 + rng.IntN(2) {
+			set[[]string{"window_start", "a", "price", "w2"}[rng.IntN(4)]] = []string{"ts - ts % 10", "1.5", "'x'", "nil"}[rng.IntN(4)]
+		}
+		var outs [2]string
+		var idxs [2][]member
+		for w, whole := range []bool{false, true} {
+			mapCopiesWhole = whole
+			m, err := NewMap("m", configs.Map{Input: "in", Set: set})
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := decoded(t, "k", b.String(), 12345)
+			if keep, err := m.Apply(r); err != nil || !keep {
+				t.Fatalf("%d: %s with %v: %v, %v", i, b.String(), set, keep, err)
+			}
+			idx, err := r.index()
+			if err != nil {
+				t.Fatal(err)
+			}
+			parsed, err := indexObject(r.Value, nil)
+			if err != nil || !slices.Equal(parsed, idx) {
+				t.Fatalf("%d: %s with %v (whole %v): index %v, a parse of %s gives %v (%v)", i, b.String(), set, whole, idx, r.Value, parsed, err)
+			}
+			outs[w], idxs[w] = string(r.Value), slices.Clone(idx)
+		}
+		if outs[0] != outs[1] || !slices.Equal(idxs[0], idxs[1]) {
+			t.Fatalf("%d: %s with %v: member by member %s %v, whole %s %v", i, b.String(), set, outs[0], idxs[0], outs[1], idxs[1])
+		}
 	}
 }
