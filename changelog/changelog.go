@@ -23,6 +23,7 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -58,7 +59,10 @@ type Topic struct {
 }
 
 // Ensure creates the missing topics and checks the existing ones. rf is the replication factor
-// of created topics (-1: the broker default).
+// of created topics (-1: the broker default). The missing topics are created at once: one request
+// for the topics of each kind (partitions, configs), the kinds in parallel (a pipeline of several
+// stages has ten or more internal topics, which one request each took a start a third of a second
+// on a local broker); the first failure in the order of topics is returned.
 func Ensure(ctx context.Context, adm *kadm.Client, topics []Topic, rf int16) error {
 	names := make([]string, 0, len(topics))
 	for _, t := range topics {
@@ -68,6 +72,7 @@ func Ensure(ctx context.Context, adm *kadm.Client, topics []Topic, rf int16) err
 	if err != nil {
 		return fmt.Errorf("changelog: list topics: %w", err)
 	}
+	var missing []Topic
 	for _, t := range topics {
 		if d, ok := details[t.Name]; ok && d.Err == nil {
 			if n := int32(len(d.Partitions)); t.Exact && n != t.Partitions {
@@ -75,22 +80,75 @@ func Ensure(ctx context.Context, adm *kadm.Client, topics []Topic, rf int16) err
 			}
 			continue
 		}
-		cfg := map[string]*string{}
-		if t.Compacted {
-			cfg["cleanup.policy"] = ptr("compact")
+		missing = append(missing, t)
+	}
+	// One request per kind of topic (partitions and configs), the kinds in parallel: the
+	// controller commits each request's topics together.
+	type kind struct {
+		parts                int32
+		compacted, repartite bool
+	}
+	var kinds []kind
+	byKind := map[kind][]string{}
+	for _, t := range missing {
+		k := kind{t.Partitions, t.Compacted, t.Repartition}
+		if _, ok := byKind[k]; !ok {
+			kinds = append(kinds, k)
 		}
-		if t.Repartition {
-			cfg["retention.ms"] = ptr("-1")
-			cfg["message.timestamp.type"] = ptr("CreateTime")
-			cfg["message.timestamp.before.max.ms"] = ptr("9223372036854775807")
-			cfg["message.timestamp.after.max.ms"] = ptr("9223372036854775807")
+		byKind[k] = append(byKind[k], t.Name)
+	}
+	errs := make([]error, len(kinds))
+	var wg sync.WaitGroup
+	for i, k := range kinds {
+		wg.Go(func() { errs[i] = create(ctx, adm, byKind[k], k.parts, k.compacted, k.repartite, rf) })
+	}
+	wg.Wait()
+	for _, t := range missing { // the first failure in the order of topics
+		for _, err := range errs {
+			var te *topicError
+			if errors.As(err, &te) && te.topic == t.Name {
+				return err
+			}
 		}
-		resp, err := adm.CreateTopic(ctx, t.Partitions, rf, cfg, t.Name)
-		if err == nil {
-			err = resp.Err
+	}
+	return errors.Join(errs...)
+}
+
+// topicError is the failure to create one topic.
+type topicError struct {
+	topic string
+	err   error
+}
+
+func (e *topicError) Error() string {
+	return fmt.Sprintf("changelog: create topic %s: %v", e.topic, e.err)
+}
+func (e *topicError) Unwrap() error { return e.err }
+
+// create creates the topics names, of parts partitions each, in one request (an existing one is
+// not an error).
+func create(ctx context.Context, adm *kadm.Client, names []string, parts int32, compacted, repartition bool, rf int16) error {
+	cfg := map[string]*string{}
+	if compacted {
+		cfg["cleanup.policy"] = ptr("compact")
+	}
+	if repartition {
+		cfg["retention.ms"] = ptr("-1")
+		cfg["message.timestamp.type"] = ptr("CreateTime")
+		cfg["message.timestamp.before.max.ms"] = ptr("9223372036854775807")
+		cfg["message.timestamp.after.max.ms"] = ptr("9223372036854775807")
+	}
+	resps, err := adm.CreateTopics(ctx, parts, rf, cfg, names...)
+	if err != nil {
+		return &topicError{names[0], err}
+	}
+	for _, name := range names {
+		r, ok := resps[name]
+		if !ok {
+			return &topicError{name, errors.New("the broker did not answer for it")}
 		}
-		if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
-			return fmt.Errorf("changelog: create topic %s: %w", t.Name, err)
+		if r.Err != nil && !errors.Is(r.Err, kerr.TopicAlreadyExists) {
+			return &topicError{name, r.Err}
 		}
 	}
 	return nil

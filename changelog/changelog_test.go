@@ -381,6 +381,65 @@ func TestEnsure(t *testing.T) {
 	}
 }
 
+// TestEnsureKinds: the missing topics of several kinds (partitions, compacted, repartition)
+// are created together, each with its own count and configs, beside one that exists; a topic the
+// broker refuses is named in the error.
+func TestEnsureKinds(t *testing.T) {
+	c := newCluster(t)
+	ctx := t.Context()
+	if err := changelog.Ensure(ctx, admin(t, c), []changelog.Topic{{Name: "k-out", Partitions: 2}}, -1); err != nil {
+		t.Fatal(err)
+	}
+	topics := []changelog.Topic{
+		{Name: "k-a-changelog", Partitions: 3, Exact: true, Compacted: true},
+		{Name: "k-a-repartition", Partitions: 3, Exact: true, Repartition: true},
+		{Name: "k-out", Partitions: 2},
+		{Name: "k-b-changelog", Partitions: 3, Exact: true, Compacted: true},
+		{Name: "k-b-repartition", Partitions: 5, Exact: true, Repartition: true},
+		{Name: "k-dlq", Partitions: 5},
+	}
+	if err := changelog.Ensure(ctx, admin(t, c), topics, -1); err != nil {
+		t.Fatalf("Ensure: %v", err)
+	}
+	names := make([]string, 0, len(topics))
+	for _, tp := range topics {
+		names = append(names, tp.Name)
+	}
+	parts, err := changelog.Partitions(ctx, admin(t, c), names...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rcs, err := admin(t, c).DescribeTopicConfigs(ctx, names...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tp := range topics {
+		if parts[tp.Name] != tp.Partitions {
+			t.Errorf("%s: %d partitions, want %d", tp.Name, parts[tp.Name], tp.Partitions)
+		}
+		rc, err := rcs.On(tp.Name, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]string{}
+		for _, cfg := range rc.Configs {
+			if cfg.Value != nil {
+				got[cfg.Key] = *cfg.Value
+			}
+		}
+		if (got["cleanup.policy"] == "compact") != tp.Compacted {
+			t.Errorf("%s: cleanup.policy %q, compacted %v", tp.Name, got["cleanup.policy"], tp.Compacted)
+		}
+		if (got["retention.ms"] == "-1") != tp.Repartition {
+			t.Errorf("%s: retention.ms %q, repartition %v", tp.Name, got["retention.ms"], tp.Repartition)
+		}
+	}
+	err = changelog.Ensure(ctx, admin(t, c), []changelog.Topic{{Name: "k-fine", Partitions: 1}, {Name: "k-bad", Partitions: 0}}, -1)
+	if err == nil || !strings.Contains(err.Error(), "k-bad") || strings.Contains(err.Error(), "k-fine") {
+		t.Errorf("Ensure of a topic of 0 partitions: %v, want an error naming k-bad alone", err)
+	}
+}
+
 // TestPartitions: Partitions reports each topic's partition count and names a missing topic.
 func TestPartitions(t *testing.T) {
 	c := newCluster(t)

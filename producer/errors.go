@@ -64,9 +64,10 @@ func Retriable(err error) bool {
 const retryFor = 30 * time.Second
 
 // Retry calls fn until it succeeds, fails with an error that is not Retriable, retryFor has
-// passed (then it returns the last error) or ctx ends, backing off from 50 ms to 1 s.
+// passed (then it returns the last error) or ctx ends, backing off from 10 ms to 1 s (a topic
+// just created is known to every broker some tens of milliseconds later).
 func Retry[T any](ctx context.Context, fn func() (T, error)) (T, error) {
-	wait := 50 * time.Millisecond
+	wait := 10 * time.Millisecond
 	deadline := time.Now().Add(retryFor)
 	for {
 		v, err := fn()
