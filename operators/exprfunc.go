@@ -362,9 +362,8 @@ func cachedDateFormat(parts []datePart) func(ms int64) any {
 	}
 }
 
-// regexpExtract is regexp_extract with re compiled; lit, when not empty, is a text every match
-// of re contains (requiredLiteral): a string without it has no match, found without running re.
-func regexpExtract(re *regexp.Regexp, lit string, group int, v any) (any, error) {
+// regexpExtract is regexp_extract with its pattern compiled (x); a nil v gives nil.
+func regexpExtract(x *extractor, group int, v any) (any, error) {
 	if v == nil {
 		return nil, nil
 	}
@@ -372,17 +371,167 @@ func regexpExtract(re *regexp.Regexp, lit string, group int, v any) (any, error)
 	if err != nil {
 		return nil, err
 	}
-	if lit != "" && !strings.Contains(s, lit) {
-		return nil, nil
-	}
-	if group < 0 || group > re.NumSubexp() {
+	if group < 0 || group > x.re.NumSubexp() {
 		return nil, nil // as Flink's: a group the pattern does not have gives null
 	}
-	m := re.FindStringSubmatchIndex(s)
+	m := x.find(s)
 	if m == nil || m[2*group] < 0 {
 		return nil, nil
 	}
 	return s[m[2*group]:m[2*group+1]], nil
+}
+
+// extractor is a compiled regexp_extract pattern. lit, when not empty, is a text every match of
+// re contains (requiredLiteral): a string without it has no match, found without running re.
+// When every match holds a literal of the pattern (at) at most w bytes after its start, and the
+// pattern's only assertions are ^ and $ (start, when not nil), a search starts w bytes before
+// the literal's first occurrence: Go's regular expressions try each start in turn (for a short
+// text, a backtracker whose cost grows with the text), and most of a URL lies before the
+// "channel_id=" Nexmark q21 looks for.
+type extractor struct {
+	re    *regexp.Regexp
+	lit   string
+	start *litStart
+}
+
+// litStart is the search that starts near the literal at: re again with ^ matching nowhere
+// (mid), for a search that starts past the text's start, where ^ cannot match.
+type litStart struct {
+	at  string
+	w   int
+	mid *regexp.Regexp
+}
+
+// newExtractor compiles pat.
+func newExtractor(pat string) (*extractor, error) {
+	re, err := regexp.Compile(pat)
+	if err != nil {
+		return nil, err
+	}
+	return &extractor{re: re, lit: requiredLiteral(pat), start: newLitStart(pat)}, nil
+}
+
+// find returns re.FindStringSubmatchIndex(s).
+func (x *extractor) find(s string) []int {
+	if x.lit != "" && !strings.Contains(s, x.lit) {
+		return nil
+	}
+	if x.start == nil {
+		return x.re.FindStringSubmatchIndex(s)
+	}
+	p := strings.Index(s, x.start.at)
+	if p < 0 {
+		return nil
+	}
+	from := p - x.start.w
+	for from > 0 && !utf8.RuneStart(s[from]) {
+		from-- // a rune's first byte: where the whole text's search could start too
+	}
+	if from <= 0 {
+		return x.re.FindStringSubmatchIndex(s)
+	}
+	// A match starts at or after from: the literal's occurrence in it begins at most w bytes after
+	// its start, and no occurrence begins before p. From there on, mid matches what re matches
+	// (the characters are the same, ^ matches neither, and no other assertion looks back).
+	m := x.start.mid.FindStringSubmatchIndex(s[from:])
+	for i := range m {
+		if m[i] >= 0 {
+			m[i] += from
+		}
+	}
+	return m
+}
+
+// newLitStart returns the literal search of pat, or nil when pat is not a concatenation with a
+// literal (case-sensitive, without U+FFFD, which matches any invalid byte) after a part of
+// bounded width, or has an assertion other than ^ and $ (\b, \B and a multi-line ^ or $ look at
+// the character before a position, which a search from the middle does not have).
+func newLitStart(pat string) *litStart {
+	re, err := syntax.Parse(pat, syntax.Perl)
+	if err != nil || re.Op != syntax.OpConcat || !onlyTextAnchors(re) {
+		return nil
+	}
+	w := 0
+	for i, sub := range re.Sub {
+		if sub.Op == syntax.OpLiteral && sub.Flags&syntax.FoldCase == 0 && !slices.Contains(sub.Rune, utf8.RuneError) {
+			if i == 0 {
+				return nil // the search starts at the literal anyway
+			}
+			mid, err := regexp.Compile(noBeginText(re).String())
+			if err != nil {
+				return nil
+			}
+			return &litStart{at: string(sub.Rune), w: w, mid: mid}
+		}
+		sw, ok := maxWidth(sub)
+		if !ok {
+			return nil
+		}
+		w += sw
+	}
+	return nil
+}
+
+// onlyTextAnchors reports whether re's only empty-width assertions are ^ and $ of the whole text.
+func onlyTextAnchors(re *syntax.Regexp) bool {
+	switch re.Op {
+	case syntax.OpBeginLine, syntax.OpEndLine, syntax.OpWordBoundary, syntax.OpNoWordBoundary:
+		return false
+	}
+	for _, sub := range re.Sub {
+		if !onlyTextAnchors(sub) {
+			return false
+		}
+	}
+	return true
+}
+
+// maxWidth returns the most bytes re matches (ok false: no bound).
+func maxWidth(re *syntax.Regexp) (int, bool) {
+	switch re.Op {
+	case syntax.OpEmptyMatch, syntax.OpBeginText, syntax.OpEndText, syntax.OpNoMatch:
+		return 0, true
+	case syntax.OpLiteral:
+		return len(re.Rune) * utf8.UTFMax, true // a folded literal may match longer encodings than its own
+	case syntax.OpCharClass, syntax.OpAnyCharNotNL, syntax.OpAnyChar:
+		return utf8.UTFMax, true
+	case syntax.OpCapture, syntax.OpQuest:
+		return maxWidth(re.Sub[0])
+	case syntax.OpRepeat:
+		if re.Max < 0 {
+			return 0, false
+		}
+		n, ok := maxWidth(re.Sub[0])
+		return n * re.Max, ok
+	case syntax.OpConcat, syntax.OpAlternate:
+		total := 0
+		for _, sub := range re.Sub {
+			n, ok := maxWidth(sub)
+			if !ok {
+				return 0, false
+			}
+			if re.Op == syntax.OpConcat {
+				total += n
+			} else {
+				total = max(total, n)
+			}
+		}
+		return total, true
+	}
+	return 0, false // star, plus, and anything else
+}
+
+// noBeginText returns a copy of re in which ^ (the start of the text) matches nowhere.
+func noBeginText(re *syntax.Regexp) *syntax.Regexp {
+	c := *re
+	if c.Op == syntax.OpBeginText {
+		return &syntax.Regexp{Op: syntax.OpNoMatch}
+	}
+	c.Sub = make([]*syntax.Regexp, len(re.Sub))
+	for i, sub := range re.Sub {
+		c.Sub[i] = noBeginText(sub)
+	}
+	return &c
 }
 
 func extractGroup(v any) (int, error) {
@@ -412,7 +561,7 @@ func fnRegexpExtract(args ...any) (any, error) {
 			return nil, err
 		}
 	}
-	return regexpExtract(re, "", group, args[0])
+	return regexpExtract(&extractor{re: re}, group, args[0])
 }
 
 func constRegexpExtract(consts []any) (func(args ...any) (any, error), error) {
@@ -420,19 +569,18 @@ func constRegexpExtract(consts []any) (func(args ...any) (any, error), error) {
 	if !ok {
 		return nil, nil
 	}
-	re, err := regexp.Compile(pat)
+	x, err := newExtractor(pat)
 	if err != nil {
 		return nil, err
 	}
-	lit := requiredLiteral(pat)
 	if len(consts) == 2 {
-		return func(args ...any) (any, error) { return regexpExtract(re, lit, 0, args[0]) }, nil
+		return func(args ...any) (any, error) { return regexpExtract(x, 0, args[0]) }, nil
 	}
 	if g, ok := consts[2].(int); ok {
-		if g < 0 || g > re.NumSubexp() {
-			return nil, fmt.Errorf("group %d: the pattern %q has groups 0 to %d", g, pat, re.NumSubexp())
+		if g < 0 || g > x.re.NumSubexp() {
+			return nil, fmt.Errorf("group %d: the pattern %q has groups 0 to %d", g, pat, x.re.NumSubexp())
 		}
-		return func(args ...any) (any, error) { return regexpExtract(re, lit, g, args[0]) }, nil
+		return func(args ...any) (any, error) { return regexpExtract(x, g, args[0]) }, nil
 	}
 	return func(args ...any) (any, error) {
 		if args[2] == nil {
@@ -442,7 +590,7 @@ func constRegexpExtract(consts []any) (func(args ...any) (any, error), error) {
 		if err != nil {
 			return nil, err
 		}
-		return regexpExtract(re, lit, g, args[0])
+		return regexpExtract(x, g, args[0])
 	}, nil
 }
 

@@ -234,7 +234,7 @@ func TestRequiredLiteral(t *testing.T) {
 			t.Errorf("requiredLiteral(%q) = %q, want %q", pat, got, want)
 		}
 		re := regexp.MustCompile(pat)
-		lit := requiredLiteral(pat)
+		x := &extractor{re: re, lit: requiredLiteral(pat)}
 		rng := rand.New(rand.NewPCG(1, uint64(len(pat))))
 		parts := []string{"a", "b", "c", "d", "x", "&", "=", "channel_id=", "ß", "\xff", "/item", "A", "B", "C", "bar", "e", "\uFFFD"}
 		for range 3000 {
@@ -244,11 +244,45 @@ func TestRequiredLiteral(t *testing.T) {
 			}
 			s := b.String()
 			for g := range re.NumSubexp() + 1 {
-				got, err1 := regexpExtract(re, lit, g, s)
-				want, err2 := regexpExtract(re, "", g, s)
+				got, err1 := regexpExtract(x, g, s)
+				want, err2 := regexpExtract(&extractor{re: re}, g, s)
 				if got != want || err1 != nil || err2 != nil {
 					t.Fatalf("%q on %q group %d: %v, without the literal %v", pat, s, g, got, want)
 				}
+			}
+		}
+	}
+}
+
+// TestLiteralStart: a pattern whose literal follows a part of bounded width is searched from
+// just before the literal's first occurrence, and finds, on random texts (multi-byte and invalid
+// UTF-8, the literal several times, at the start or not), every group at the offsets the whole
+// text's search gives; patterns it must not start late (\b, multi-line anchors, an unbounded
+// part before every literal) search the whole text.
+func TestLiteralStart(t *testing.T) {
+	for pat, fast := range map[string]bool{
+		"(&|^)channel_id=([^&]*)": true, "(a|^)b?cd(x*)": true, "..lit(e)": true, "(?i:k)lit": true,
+		"(é|ab){2}lit$": true, "^lit": true, "x?(?P<n>y)lit(z|$)": true, "[^&]{0,3}lit": true,
+		`\blit`: false, "(?m)(^|a)lit": false, "a*lit": false, "lit": false, "(?i)lit": false, "a|lit": false,
+		`(a|^)lit\B`: false, "(?m)a?lit$": false,
+	} {
+		x, err := newExtractor(pat)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if (x.start != nil) != fast {
+			t.Errorf("%q: starts at its literal %v, want %v", pat, x.start != nil, fast)
+		}
+		rng := rand.New(rand.NewPCG(2, uint64(len(pat))))
+		parts := []string{"a", "b", "&", "lit", "channel_id=", "cd", "x", "y", "z", "é", "ab", "K", "\u212a", "\xff", "\xc3", "\n", " ", "e", "ß"}
+		for range 4000 {
+			var b strings.Builder
+			for range rng.IntN(12) {
+				b.WriteString(parts[rng.IntN(len(parts))])
+			}
+			s := b.String()
+			if got, want := x.find(s), x.re.FindStringSubmatchIndex(s); !slices.Equal(got, want) {
+				t.Fatalf("%q on %q: %v, the whole text's search %v", pat, s, got, want)
 			}
 		}
 	}
