@@ -565,11 +565,12 @@ func (p *pipeline) waitCommitted(ctx context.Context, within time.Duration, nudg
 	adm := p.admin()
 	progress := make(map[int32]*partProgress)
 	var (
-		behind  int64
-		lastErr error
+		behind        int64
+		lastErr       error
+		polls, failed int
 	)
 	what := func() string {
-		msg := fmt.Sprintf("the group to commit every input offset (last seen: %d behind, error %v)", behind, lastErr)
+		msg := fmt.Sprintf("the group to commit every input offset (last seen: %d behind, error %v; %d of %d polls failed)", behind, lastErr, failed, polls)
 		for _, in := range ins {
 			if st, ok := in.status(context.Background()); ok {
 				b, _ := json.Marshal(st)
@@ -590,7 +591,16 @@ func (p *pipeline) waitCommitted(ctx context.Context, within time.Duration, nudg
 		pctx, pcancel := context.WithTimeout(ctx, pollRequestTimeout)
 		ok, b, stuck, err := p.caughtUp(pctx, adm, progress)
 		pcancel()
-		behind, lastErr = b, err
+		polls++
+		if err != nil {
+			// A fresh client for the next poll: a CI run's wait once saw every ListOffsets of
+			// its client time out for two minutes while every instance reported no lag.
+			failed++
+			adm = p.admin()
+		} else {
+			behind = b
+		}
+		lastErr = err
 		if nudge && err == nil {
 			for _, part := range stuck {
 				if err := p.nudge(ctx, part); err != nil {
