@@ -408,7 +408,11 @@ func newExtractor(pat string) (*extractor, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &extractor{re: re, lit: requiredLiteral(pat), start: newLitStart(pat)}, nil
+	x := &extractor{re: re, lit: requiredLiteral(pat), start: newLitStart(pat)}
+	if x.start != nil && strings.Contains(x.start.at, x.lit) {
+		x.lit = "" // find looks for the literal it starts at, which holds lit: one scan, not two
+	}
+	return x, nil
 }
 
 // find returns re.FindStringSubmatchIndex(s).
