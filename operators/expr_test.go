@@ -1,8 +1,10 @@
 package operators
 
 import (
+	"encoding/json"
 	"errors"
 	"math/rand/v2"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -237,9 +239,30 @@ func TestMapCopiesWhole(t *testing.T) {
 				t.Fatalf("%d: %s with %v (whole %v): index %v, a parse of %s gives %v (%v)", i, b.String(), set, whole, idx, r.Value, parsed, err)
 			}
 			outs[w], idxs[w] = string(r.Value), slices.Clone(idx)
+			// Independently: the input's members (the last of duplicates) with the set ones
+			// replaced or added, as encoding/json reads both.
+			want := decodeJSONMap(t, b.String())
+			for f, e := range set {
+				want[f] = map[string]any{"ts - ts % 10": json.Number("12340"), "1.5": json.Number("1.5"), "'x'": "x", "nil": nil}[e]
+			}
+			if got := decodeJSONMap(t, string(r.Value)); !reflect.DeepEqual(got, want) {
+				t.Fatalf("%d: %s with %v (whole %v): %s reads as %v, want %v", i, b.String(), set, whole, r.Value, got, want)
+			}
 		}
 		if outs[0] != outs[1] || !slices.Equal(idxs[0], idxs[1]) {
 			t.Fatalf("%d: %s with %v: member by member %s %v, whole %s %v", i, b.String(), set, outs[0], idxs[0], outs[1], idxs[1])
 		}
 	}
+}
+
+// decodeJSONMap reads a JSON object with encoding/json, numbers as their text.
+func decodeJSONMap(t *testing.T, s string) map[string]any {
+	t.Helper()
+	d := json.NewDecoder(strings.NewReader(s))
+	d.UseNumber()
+	m := map[string]any{}
+	if err := d.Decode(&m); err != nil {
+		t.Fatalf("%s: %v", s, err)
+	}
+	return m
 }
