@@ -257,7 +257,7 @@ func TestDefaults(t *testing.T) {
 		Kafka:      Kafka{Brokers: []string{"127.0.0.1:9092"}, TransactionTimeout: 2 * time.Minute, ReplicationFactor: -1, FetchMaxBytes: 32 * MiB, Compression: "none"},
 		Group:      "revenue",
 		InstanceID: "pod-0",
-		Processing: Processing{Guarantee: "exactly_once", CommitInterval: 100 * time.Millisecond, StateDir: "./data", CacheKeys: 100000, CombineBeforeRekey: true, MaxCheckpointFailures: 100, MinFreeSpace: 64 * MiB},
+		Processing: Processing{Guarantee: "exactly_once", CommitInterval: 100 * time.Millisecond, StateDir: "./data", CacheKeys: 100000, CombineBeforeRekey: true, InlineStages: true, MaxCheckpointFailures: 100, MinFreeSpace: 64 * MiB},
 		Backlog: Backlog{Mode: "auto", EnterLag: 50000, ExitLag: 500, SortMemory: 256 * MiB,
 			ProgressInterval: 5 * time.Second},
 		HTTP:    HTTP{Listen: "127.0.0.1:9464"},

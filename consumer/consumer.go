@@ -883,9 +883,13 @@ func (e *Engine) ensureTopics(ctx context.Context) (producer.Limits, error) {
 			seen[c.Changelog] = true
 			topics = append(topics, changelog.Topic{Name: c.Changelog, Partitions: n, Exact: true, Compacted: true})
 		}
-		if _, internal := reparts[c.SinkTopic]; c.SinkTopic != "" && !internal && !seen[c.SinkTopic] {
-			seen[c.SinkTopic] = true
-			topics = append(topics, changelog.Topic{Name: c.SinkTopic, Partitions: n})
+		sink := c.SinkTopic
+		if c.After != nil {
+			sink = c.After.SinkTopic // the output topic's name stands for stages run in the task (plan.ChainPlan.After)
+		}
+		if _, internal := reparts[sink]; sink != "" && !internal && !seen[sink] {
+			seen[sink] = true
+			topics = append(topics, changelog.Topic{Name: sink, Partitions: n})
 		}
 		for _, tap := range c.Taps {
 			if !seen[tap.SinkTopic] {

@@ -95,6 +95,14 @@ type ChainPlan struct {
 	// taps, this one skips them. Each chain's progress is committed with the offsets.
 	Fork         bool
 	SharedStages int
+	// After: the stateless chain that alone read Keyed's results from its output topic, run
+	// instead on each result as Keyed emits it, in this chain's task and transaction
+	// (processing.inline_stages; inlineReaders): its source decodes the result as it decoded
+	// the topic's records (at the time the result would have had there), its stages run, and
+	// what they keep goes to its sink. SinkTopic still names the output topic, which is
+	// neither created nor read: what the task produces to it goes to these stages
+	// (operators/task/after.go). nil: none.
+	After *ChainPlan
 	// TapsOnly: the chain writes its Taps and nothing else, split from the chain after it,
 	// whose operator may hold that chain's progress (splitTaps).
 	TapsOnly bool
@@ -571,6 +579,9 @@ func NewPlan(cfg *configs.Config) (*Plan, error) {
 			}
 		}
 	}
+	if cfg.Processing.InlineStages {
+		p.Chains = inlineReaders(p.Chains)
+	}
 	p.Chains = splitTaps(p.Chains)
 	// Compile everything once now, so a bad expression is a config error, not a runtime one.
 	for _, c := range p.Chains {
@@ -579,6 +590,64 @@ func NewPlan(cfg *configs.Config) (*Plan, error) {
 		}
 	}
 	return p, nil
+}
+
+// inlineReaders runs each chain of filters and maps that alone reads a keyed operator's results
+// and writes them to a sink in the task of that operator, on each result as it is emitted
+// (ChainPlan.After), rather than through the output topic: the results are produced once, not
+// twice, and need not wait for their transaction's commit to be read (read_committed) before
+// the stages see them. The reader is stateless, so which task runs it changes nothing in what
+// it writes: each result is decoded as it would have been read (key, value, and the timestamp
+// the writer gives it), and per key the results come in the same order. Not for a reader with
+// taps (its own output: the keyed operator's sink), a join as of processing time (its tables
+// are read in the partitions of the output topic), a re-key or an operator, nor for a writer
+// whose output topic something else depends on (its changelog, a combining or projecting
+// reader, a distinct writing only what its reader reads).
+func inlineReaders(chains []ChainPlan) []ChainPlan {
+	inlined := map[int]bool{}
+	for i := range chains {
+		w := &chains[i]
+		if !w.Output || w.Keyed == nil || w.Rekey != "" || w.OutputChangelog || w.Combine != nil || w.Project != nil || w.Keep != nil {
+			continue
+		}
+		reader, n := -1, 0
+		for j := range chains {
+			if chains[j].Source.Topic == w.SinkTopic {
+				reader, n = j, n+1
+			}
+		}
+		if n != 1 || !inlinable(&chains[reader]) {
+			continue
+		}
+		r := chains[reader]
+		w.After, w.Output = &r, false
+		inlined[reader] = true
+	}
+	if len(inlined) == 0 {
+		return chains
+	}
+	out := make([]ChainPlan, 0, len(chains)-len(inlined))
+	for i, c := range chains {
+		if !inlined[i] {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// inlinable reports whether r, the one chain reading a keyed operator's results, can run on
+// them in the writer's task (inlineReaders): filters and maps ending in a sink, nothing else.
+func inlinable(r *ChainPlan) bool {
+	if r.Keyed != nil || r.Rekey != "" || r.LocalKey != "" || r.Sink == "" || len(r.Taps) > 0 || r.TapsOnly || r.Fork ||
+		len(r.Tables) > 0 || r.Combine != nil || r.Project != nil || r.After != nil {
+		return false
+	}
+	for _, s := range r.Stages {
+		if s.Filter == nil && s.Map == nil {
+			return false
+		}
+	}
+	return true
 }
 
 // splitTaps gives the taps of a chain that may hold its progress behind its last record a
@@ -1128,6 +1197,12 @@ func (p *Plan) Describe(w io.Writer) {
 			fmt.Fprintf(w, "  -> output topic %s (results, in the transaction of the checkpoint that emits them, each final at its window's end - 1; after them the task announces its output watermark, its watermark - grace, under which no later final lies; later operators read them)\n", c.SinkTopic)
 		} else if c.Output {
 			fmt.Fprintf(w, "  -> output topic %s (results, in the transaction of the checkpoint that emits them; later operators read them)\n", c.SinkTopic)
+		} else if a := c.After; a != nil {
+			fmt.Fprintf(w, "  -> on each result as it is emitted, in this task and transaction (processing.inline_stages: no output topic):\n")
+			for _, s := range a.Stages {
+				fmt.Fprintf(w, "  -> %s %s (stateless)\n", s.Kind(), s.Name)
+			}
+			fmt.Fprintf(w, "  -> sink %s (topic %s)\n", a.Sink, a.SinkTopic)
 		} else if c.SinkTopic != "" && c.Rekey == "" {
 			if sk := cfg.Sinks[c.Sink]; sk.Format == configs.FormatAvro {
 				fmt.Fprintf(w, "  -> sink %s (topic %s, avro, subject strategy %s)\n", c.Sink, c.SinkTopic, sk.SubjectStrategy)
@@ -1200,6 +1275,8 @@ type Ops struct {
 	// Project: with Rekey, the operators of the chain the writer projects its records for
 	// (ChainPlan.Project).
 	Project *Ops
+	// After: the operators of ChainPlan.After (its source and stages), run on each result.
+	After *Ops
 }
 
 // Operator is the keyed operator the chain ends in, whatever its capability (nil: none).
@@ -1250,6 +1327,11 @@ func (c ChainPlan) Build(rows func(table string) operators.Rows, values operator
 	}
 	if c.Project != nil {
 		if ops.Project, err = c.Project.Build(nil, values); err != nil {
+			return nil, err
+		}
+	}
+	if c.After != nil {
+		if ops.After, err = c.After.Build(nil, values); err != nil {
 			return nil, err
 		}
 	}

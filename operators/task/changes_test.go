@@ -294,12 +294,14 @@ func retractionsOneAnswer(t *testing.T, seed uint64) {
 
 // TestTombstonesPassStages: the chain that reads an aggregate with retractions passes its
 // tombstones (a key that left the result) past its map to the sink under their key; its rows
-// go through the map. A tombstone anywhere else stays a dead letter.
+// go through the map. A tombstone anywhere else stays a dead letter. (The map reads the output
+// topic: processing.inline_stages off; TestInlineStagesAsReadBack compares both ways.)
 func TestTombstonesPassStages(t *testing.T) {
 	plan := mustPlan(t, `
 kafka: {brokers: [127.0.0.1:9092]}
 group: meta
 instance_id: i-0
+processing: {inline_stages: false}
 sources:
   orders: {topic: orders, key: tier}
 operators:

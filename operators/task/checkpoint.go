@@ -111,7 +111,7 @@ func (t *Task) Checkpoint(p Producer) (pd *Pending, err error) {
 	}
 	pd.inline = t.out
 	t.out = &errTracker{}
-	if err := t.checkpointAll(p, pd); err != nil {
+	if err := t.checkpointAll(t.producer(p), pd); err != nil {
 		t.abortPending(pd)
 		return nil, err
 	}
@@ -325,6 +325,7 @@ func (t *Task) WantsFold() bool {
 // used again but for Close.
 func (t *Task) Prepare(ctx context.Context, p Producer) error {
 	t.must("Prepare", phaseIdle, phasePrepared)
+	p = t.producer(p)
 	for _, c := range t.chains {
 		if !c.leaving() || (t.prep != nil && foldedIn(t.prep, c)) {
 			continue

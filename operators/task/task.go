@@ -71,9 +71,11 @@ type Task struct {
 	needCkpt  bool
 	batches   uint64 // Process calls (a provider's snapshots hold one: fork.go)
 	log       *slog.Logger
-	out       *errTracker // produce results of records sent outside a checkpoint (stateless outputs)
-	arena     outArena    // the produced records and their bytes
-	prep      *Pending    // folds done by Prepare, completed by the next Checkpoint
+	out       *errTracker             // produce results of records sent outside a checkpoint (stateless outputs)
+	arena     outArena                // the produced records and their bytes
+	after     map[string]*afterStages // the stages run on the results produced to an output topic, by its name (after.go)
+	afterP    *afterProducer          // the producer last given to Checkpoint or Prepare, behind them
+	prep      *Pending                // folds done by Prepare, completed by the next Checkpoint
 
 	phase phase // the call order (order.go)
 
@@ -287,6 +289,9 @@ func NewGroup(plan *plan.Plan, topics []string, partition int32, d Deps) (*Task,
 			return nil, err
 		}
 	}
+	if len(t.after) > 0 {
+		t.d.Producer = &afterProducer{p: d.Producer, by: t.after}
+	}
 	t.topic = topics[0]
 	if err := t.checkLayouts(); err != nil {
 		t.Close()
@@ -323,6 +328,7 @@ func (t *Task) addChain(cp plan.ChainPlan, g groupBuild) error {
 	if err != nil {
 		return err
 	}
+	t.addAfter(cp, ops)
 	c := &chain{plan: cp, ops: ops, next: -1, input: cp.Input,
 		inputTime: inputTime{maxDelay: cp.Source.Watermark.MaxDelay.Milliseconds(), iwm: math.MinInt64,
 			idleAfter: cp.Source.Watermark.IdleAfter, lastSeen: d.Clock()},
