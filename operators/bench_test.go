@@ -159,7 +159,7 @@ func BenchmarkPairSelect(b *testing.B) {
 	b.SetBytes(int64(len(bid) + len(auction)))
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, _, err := sel.pair(nil, bidB[11:15], "bid", bidB, "auction", auctionB); err != nil {
+		if _, _, err := sel.pair(nil, bidB[11:15], "bid", bidB, "auction", auctionB, false); err != nil {
 			b.Fatal(err)
 		}
 	}

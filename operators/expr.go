@@ -88,10 +88,13 @@ type exprEnv struct {
 	// tree (any: the VM runs them all).
 	slots   []fslot
 	parents []pathParent // the top-level members the path slots read into
-	rec     *Record
-	fast    bool
-	filled  bool
-	slow    int
+	// borrow, when set, gives the index another reader made of exactly that slice for the
+	// same record (a join's select, for its where: PairSelect.pair), so pathOf need not scan it.
+	borrow func(raw []byte, dst *[]member) bool
+	rec    *Record
+	fast   bool
+	filled bool
+	slow   int
 }
 
 // identVisitor collects identifiers (other than the names of called functions) and calls of
@@ -799,6 +802,21 @@ func (s *selectStage) column(r *Record, k int) ([]byte, bool) {
 	return s.lookupPath(r, &s.cols[k])
 }
 
+// parentIndexOf sets *dst to the index of the object raw when s indexed that very slice as a
+// parent of the row it is looking up (column, before appendRow), and reports whether it did.
+func (s *selectStage) parentIndexOf(raw []byte, dst *[]member) bool {
+	if !s.primed {
+		return false
+	}
+	for k := range s.parents {
+		if o := &s.parents[k]; o.seen && o.indexed && sameBytes(o.raw, raw) {
+			*dst = append((*dst)[:0], o.members...)
+			return true
+		}
+	}
+	return false
+}
+
 // forgetParents drops the row's parent objects, so they pin no record's memory.
 func (s *selectStage) forgetParents() {
 	for k := range s.parents {
@@ -881,6 +899,7 @@ func NewPairSelect(name string, cols []configs.Column, where string) (*PairSelec
 	}
 	if p.where != nil {
 		s.indexed = &p.wenv
+		p.wenv.borrow = s.parentIndexOf
 	}
 	p.s = s
 	p.exprs = slices.ContainsFunc(s.cols, func(c selectCol) bool { return c.prog != nil })
@@ -1041,11 +1060,32 @@ func (p *PairSelect) IndexRow(r *Record) bool {
 // where does not hold for the pair (it is evaluated only when both sides are there: a left or
 // outer join's unmatched record is not a pair). With f (nil: none), a row f drops is not
 // written: row nil, ok true.
-func (p *PairSelect) pair(f ResultFilter, key []byte, left string, l []byte, right string, r []byte) (row []byte, ok bool, err error) {
+//
+// With anyOK (the caller does not read ok), a pair f drops is dropped before the where is
+// evaluated: whether the where holds for it changes nothing the caller sees, and most pairs a
+// result filter sees it drops (Nexmark q9: the bids that do not beat their auction's best so
+// far), so most pairs are spared the where; the where then takes the side's index the select
+// made for f (exprEnv.borrow).
+func (p *PairSelect) pair(f ResultFilter, key []byte, left string, l []byte, right string, r []byte, anyOK bool) (row []byte, ok bool, err error) {
 	p.rec.Release()
 	p.joined, p.rec.members = appendPair(p.joined[:0], p.rec.members, left, l, right, r)
 	p.rec.Key, p.rec.Value = key, p.joined
 	p.rec.setIndexed(p.joined, nil)
+	if anyOK && f != nil && p.where != nil && p.s != nil && !p.exprs && l != nil && r != nil {
+		p.wenv.forgetParents() // the where's index is the last pair's: none for the select to take
+		if p.beaten(f, left, l, right, r) {
+			p.s.forgetParents()
+			p.rec.Release()
+			return nil, true, nil
+		}
+		if !p.holds() {
+			p.s.forgetParents()
+			p.rec.Release()
+			return nil, false, nil
+		}
+		row, err = p.row()
+		return row, true, err
+	}
 	if p.where != nil {
 		if l != nil && r != nil && !p.holds() {
 			p.rec.Release()

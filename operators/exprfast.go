@@ -257,7 +257,9 @@ func (e *exprEnv) pathOf(r *Record, idx []member, s *fslot) ([]byte, bool) {
 		default:
 			var err error
 			o.gen++
-			o.members, err = indexObject(raw, o.members)
+			if e.borrow == nil || !e.borrow(raw, &o.members) {
+				o.members, err = indexObject(raw, o.members)
+			}
 			o.indexed = err == nil && membersDecodable(raw, o.members)
 			o.last = o.last[:0]
 			if o.indexed {

@@ -115,14 +115,16 @@ func appendPair(dst []byte, idx []member, left string, l []byte, right string, r
 // emitPair emits the pair {left: l, right: r} as emitJoined does, building the joined record in
 // *buf; with sel, its index comes with it, so the where and the columns read it without parsing
 // it again. It reports whether it emitted it: false when sel's where does not hold for the pair.
-func emitPair(ctx Context, sel *PairSelect, buf *[]byte, key []byte, left string, l []byte, right string, r []byte) (bool, error) {
+//
+// anyOK: the caller does not read the result (see PairSelect.pair).
+func emitPair(ctx Context, sel *PairSelect, buf *[]byte, key []byte, left string, l []byte, right string, r []byte, anyOK bool) (bool, error) {
 	if sel == nil {
 		*buf, _ = appendPair((*buf)[:0], nil, left, l, right, r)
 		ctx.Emit(*buf)
 		return true, nil
 	}
 	f, _ := ctx.(ResultFilter)
-	row, ok, err := sel.pair(f, key, left, l, right, r)
+	row, ok, err := sel.pair(f, key, left, l, right, r, anyOK)
 	if err != nil {
 		return false, fmt.Errorf("operators: join: joined record: %w", err)
 	}

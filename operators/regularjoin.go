@@ -286,7 +286,7 @@ func (j *RegularJoin) emit(ctx Context, key []byte, side byte, value, other []by
 	if side == sideRight {
 		l, r = other, value
 	}
-	_, err := emitPair(ctx, j.sel, &j.out, key, j.left, l, j.right, r)
+	_, err := emitPair(ctx, j.sel, &j.out, key, j.left, l, j.right, r, true)
 	return err
 }
 
