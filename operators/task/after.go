@@ -93,6 +93,7 @@ func (s *afterStages) produce(p Producer, r *kgo.Record, promise func(*kgo.Recor
 			return
 		}
 		p.Produce(t.arena.out(s.sinkTopic, -1, key, nil), promise)
+		t.d.Metrics.recordsOut(s.sinkTopic, 1)
 		return
 	}
 	ts := r.Timestamp
@@ -114,6 +115,17 @@ func (s *afterStages) produce(p Producer, r *kgo.Record, promise func(*kgo.Recor
 		}
 	}
 	p.Produce(t.arena.out(s.sinkTopic, -1, s.rec.Key, s.rec.Value), promise)
+	t.d.Metrics.recordsOut(s.sinkTopic, 1)
+}
+
+// outTopic is the topic c's results are counted under in sluice_records_out_total: its sink,
+// repartition or output topic, or "" (not counted there) when stages run on them in the task,
+// which count what they write to their sink.
+func (c *chain) outTopic() string {
+	if c.plan.After != nil {
+		return ""
+	}
+	return c.plan.SinkTopic
 }
 
 // deadLetter produces the dead letter of result r into the same transaction.

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluice-dev/sluice/changelog/codec"
@@ -208,4 +209,59 @@ func headerOf(r *kgo.Record, key string) string {
 		}
 	}
 	return ""
+}
+
+// TestInlineStagesCounted: the records the stages write count under their sink in
+// sluice_records_out_total, none under the output topic the plan no longer has, and the dead
+// letters of the stages and of their source are declared at 0 from the start.
+func TestInlineStagesCounted(t *testing.T) {
+	plan := mustPlan(t, testHeader("never", 30, 5, 100, "0s")+`sources:
+  orders: {topic: orders, format: json, key: customer_id, timestamp: ts}
+operators:
+`+afterPipelines[0]+`sinks:
+  out: {topic: `+testSink+`, format: json}
+`)
+	reg := prometheus.NewRegistry()
+	m := NewMetrics(reg)
+	m.Declare(plan)
+	prod := newFakeProducer()
+	tk, err := New(plan, testTopic, 0, Deps{Store: state.NewMem(), Producer: prod, Logger: discardLogger(), Metrics: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tk.Close()
+	rng := rand.New(rand.NewPCG(3, 3))
+	d := &driver{t: t, rng: rng, task: tk, prod: prod, input: genAfterInput(rng, 300), maxBatch: 20, pCkpt: 0.3, offset: -1,
+		lag: func(d *driver, end int) int64 { return int64(len(d.input) - end) }}
+	d.run()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	dead := map[string]bool{}
+	for _, mf := range mfs {
+		for _, s := range mf.GetMetric() {
+			for _, lp := range s.GetLabel() {
+				switch {
+				case mf.GetName() == "sluice_records_out_total" && lp.GetName() == "topic":
+					out[lp.GetValue()] = s.GetCounter().GetValue()
+				case mf.GetName() == "sluice_dead_letters_total" && lp.GetName() == "operator":
+					dead[lp.GetValue()] = true
+				}
+			}
+		}
+	}
+	// Aborted transactions count too (the counter says what was produced); this driver aborts none.
+	if n := len(prod.committed(testSink)); n == 0 || out[testSink] != float64(n) {
+		t.Errorf("records out for %s: %v, want %d (the sink's records)", testSink, out[testSink], n)
+	}
+	if v, ok := out[testGroup+"-totals-output"]; ok {
+		t.Errorf("records out for the output topic the plan dropped: %v", v)
+	}
+	for _, op := range []string{"cols", "some", "source totals", "produce " + testSink} {
+		if !dead[op] {
+			t.Errorf("dead letters of %q not declared (declared: %v)", op, dead)
+		}
+	}
 }

@@ -166,7 +166,7 @@ func (t *Task) checkpointChain(c *chain, p Producer, pd *Pending) error {
 	if kept > 0 {
 		pd.records += kept
 		c.recordsOut += int64(kept)
-		t.d.Metrics.recordsOut(c.plan.SinkTopic, kept)
+		t.d.Metrics.recordsOut(c.outTopic(), kept)
 	}
 	c.outbox = nil
 	pd.records += t.flushCombined(c, p, pd.promise)

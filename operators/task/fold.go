@@ -69,7 +69,7 @@ func (t *Task) fold(ctx context.Context, c *chain, p Producer, pd *Pending, sile
 		}
 	}
 	if !silent || c.plan.OutputChangelog {
-		t.d.Metrics.recordsOut(c.plan.SinkTopic, int(f.keys))
+		t.d.Metrics.recordsOut(c.outTopic(), int(f.keys))
 	}
 	pd.folded = append(pd.folded, c)
 	pd.keys[c] = f.keys

@@ -301,7 +301,7 @@ func (t *Task) flushKeyed(c *chain, p Producer, pd *Pending) error {
 	out := 0
 	emit, release := t.emitTo(c, p, pd, &out)
 	row := t.rowsTo(c, p, pd, &out)
-	defer func() { t.d.Metrics.recordsOut(c.plan.SinkTopic, out) }()
+	defer func() { t.d.Metrics.recordsOut(c.outTopic(), out) }()
 	for _, e := range c.dirty {
 		if err := t.flushUpdates(c, e, emit, row); err != nil {
 			return err
@@ -581,7 +581,7 @@ func (t *Task) foldKeyed(ctx context.Context, c *chain, p Producer, pd *Pending,
 		}
 	}
 	release()
-	t.d.Metrics.recordsOut(c.plan.SinkTopic, out)
+	t.d.Metrics.recordsOut(c.outTopic(), out)
 	pd.folded = append(pd.folded, c)
 	pd.keys[c] = int64(keys)
 	pd.silent[c] = stay

@@ -293,7 +293,14 @@ func (m *Metrics) Declare(plan *plan.Plan) {
 		for _, tp := range c.Taps {
 			dead("produce " + tp.SinkTopic)
 		}
-		if c.SinkTopic != "" {
+		if a := c.After; a != nil {
+			// Its output topic's name stands for these stages (after.go).
+			dead("source " + a.SourceName)
+			for _, st := range a.Stages {
+				dead(st.Name)
+			}
+			dead("produce " + a.SinkTopic)
+		} else if c.SinkTopic != "" {
 			dead("produce " + c.SinkTopic)
 		}
 	}

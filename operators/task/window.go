@@ -360,7 +360,7 @@ func (t *Task) flushMergeable(c *chain, p Producer, pd *Pending) error {
 			}
 		}
 	}
-	t.d.Metrics.recordsOut(c.plan.SinkTopic, out)
+	t.d.Metrics.recordsOut(c.outTopic(), out)
 	pd.flushed = append(pd.flushed, c)
 	return nil
 }
@@ -596,7 +596,7 @@ func (t *Task) sweepTimers(c *chain, wm int64, closed map[string]struct{}, p Pro
 	if err != nil && !errors.Is(err, errStopScan) {
 		return fmt.Errorf("task %d: timers: %w", t.partition, err)
 	}
-	t.d.Metrics.recordsOut(c.plan.SinkTopic, out)
+	t.d.Metrics.recordsOut(c.outTopic(), out)
 	return nil
 }
 
