@@ -20,7 +20,8 @@ import (
 
 // ChainPlan is one linear chain: a source, its stateless stages (filter, map, and stream-table
 // joins), and an optional keyed operator, writing to a sink topic (or, when later operators
-// read its results, to its output topic: Output). An aggregate with group_by
+// read its results, to its output topic: Output; or, when those are only filters and maps
+// ending in a sink, through them in the same task: After). An aggregate with group_by
 // splits its chain in two: the first ends by writing its records, re-keyed by the group_by
 // field, to the aggregate's repartition topic (Rekey), and the second reads that topic as its
 // source; unless the group_by keeps the input's partition (processing.local_rekey,

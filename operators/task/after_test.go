@@ -143,7 +143,7 @@ operators:
 		want := rp.committed(testSink)
 		var wantDead []*kgo.Record
 		for _, r := range gotDead {
-			if headerOf(r, codec.HeaderOperator) == "source orders" {
+			if hdr(r, codec.HeaderOperator) == "source orders" {
 				wantDead = append(wantDead, r) // the writer's own
 			}
 		}
@@ -160,7 +160,7 @@ operators:
 			}
 		}
 		for _, r := range wantDead {
-			if headerOf(r, codec.HeaderOperator) == "share" {
+			if hdr(r, codec.HeaderOperator) == "share" {
 				stageDead++
 			}
 		}
@@ -176,7 +176,7 @@ operators:
 			t.Fatalf("%s: %d dead letters, want %d:\n%s\nwant\n%s", what, len(gotDead), len(wantDead), recordLines(gotDead), recordLines(wantDead))
 		}
 		for i := range gotDead {
-			g, w := headerOf(gotDead[i], codec.HeaderOperator), headerOf(wantDead[i], codec.HeaderOperator)
+			g, w := hdr(gotDead[i], codec.HeaderOperator), hdr(wantDead[i], codec.HeaderOperator)
 			if g != w || string(gotDead[i].Value) != string(wantDead[i].Value) {
 				t.Fatalf("%s: dead letter %d: operator %q value %q, want %q %q", what, i, g, gotDead[i].Value, w, wantDead[i].Value)
 			}
@@ -199,16 +199,6 @@ func recordLines(rs []*kgo.Record) string {
 		fmt.Fprintf(&b, "  %s %s\n", r.Key, v)
 	}
 	return b.String()
-}
-
-// headerOf returns the value of r's header key ("" when it has none).
-func headerOf(r *kgo.Record, key string) string {
-	for _, h := range r.Headers {
-		if h.Key == key {
-			return string(h.Value)
-		}
-	}
-	return ""
 }
 
 // TestInlineStagesCounted: the records the stages write count under their sink in
