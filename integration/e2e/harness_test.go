@@ -269,6 +269,7 @@ func (in *instance) start() {
 		t.Fatal(err)
 	}
 	cmd.Stdout = io.Discard
+	kafkatest.DieWithTest(cmd)
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("starting instance %s: %v", in.id, err)
 	}

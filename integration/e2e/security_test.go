@@ -176,6 +176,7 @@ func runToExit(t *testing.T, p *pipeline, within time.Duration) (int, string) {
 	cmd.Env = childEnv(p, "SLUICE_INSTANCE_ID=refused", "SLUICE_PROCESSING__STATE_DIR="+filepath.Join(t.TempDir(), "state"))
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
+	kafkatest.DieWithTest(cmd)
 	err := cmd.Run()
 	if ctx.Err() != nil {
 		t.Fatalf("sluice still running after %v:\n%s", within, stderr.String())

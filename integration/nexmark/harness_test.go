@@ -251,6 +251,7 @@ func runQuery(t testing.TB, ds *dataset, o runOpts) *runResult {
 	var launched time.Time
 	launch := func() {
 		launched = time.Now()
+		kafkatest.DieWithTest(cmd)
 		if err := cmd.Start(); err != nil {
 			t.Fatalf("starting sluice: %v", err)
 		}
