@@ -76,6 +76,38 @@ func (b *Budget) tryReserve(size int) (mem []entry, ok bool) {
 	return nil, true
 }
 
+// Reserve reserves n bytes for memory a task holds beside its sorters (its own, not the
+// budget's) if that keeps Used within Limit, dropping kept chunk memory as needed so that
+// reserved plus kept still fit: memory for what spares the sorters work, from what they may
+// use. Release gives it back.
+func (b *Budget) Reserve(n int64) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if n < 0 || b.used+n > b.limit {
+		return false
+	}
+	b.used += n
+	for sz, l := range b.free {
+		for len(l) > 0 && b.used+b.freeSize > b.limit {
+			l[len(l)-1] = nil
+			l = l[:len(l)-1]
+			b.freeSize -= int64(sz)
+		}
+		b.free[sz] = l
+	}
+	return true
+}
+
+// Release returns n bytes that Reserve reserved.
+func (b *Budget) Release(n int64) {
+	if n <= 0 {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.used -= n
+}
+
 // release returns n reserved bytes; mems are the released chunks' memory (of n bytes in all),
 // kept for reuse.
 func (b *Budget) release(n int64, mems ...[]entry) {
