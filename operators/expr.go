@@ -598,6 +598,12 @@ type selectStage struct {
 	indexed *exprEnv
 	// primed: parents are looked up for the record of the next appendRow already (column).
 	primed bool
+	// given: the index of one parent object of the row, made before the row (that very slice
+	// of the row's bytes: PairSelect.judge's), taken rather than made again; nil raw: none.
+	given struct {
+		raw     []byte
+		members []member
+	}
 }
 
 // parentObject is the first member of some member path columns, as the current row has it.
@@ -761,6 +767,10 @@ func (s *selectStage) lookupPath(r *Record, c *selectCol) ([]byte, bool) {
 		raw, ok, _ := r.top(o.name)
 		switch {
 		case !ok || len(raw) == 0 || raw[0] != '{':
+		case s.given.raw != nil && sameBytes(s.given.raw, raw):
+			o.members = append(o.members[:0], s.given.members...)
+			o.raw, o.indexed = raw, true
+			o.last = o.last[:0]
 		case bytes.Equal(raw, o.last):
 			o.raw, o.indexed = raw, true // members index it already
 		case s.indexed != nil && s.indexed.parentIndex(raw, &o.members):
@@ -1104,11 +1114,85 @@ func (p *PairSelect) pair(f ResultFilter, key []byte, left string, l []byte, rig
 	return row, true, err
 }
 
+// judge reports whether the row of the pair {left: l, right: r} (both there) under key would
+// not be written: f drops it (asked as pair asks it, before the where), or the where does not
+// hold. A side may be given in part (the members the where and f's column read: judgeMembers),
+// llen and rlen being the lengths of the whole records, which bound the row's size. judged
+// false: the row cannot be judged before it is written (no select, a column that is an
+// expression's, or f asks nothing).
+//
+// given, when not nil, is the index of the side given (l when givenLeft, else r), which the
+// select and the where take rather than scan that side again.
+func (p *PairSelect) judge(f ResultFilter, key []byte, left string, l []byte, llen int, right string, r []byte, rlen int,
+	given []member, givenLeft bool) (drop, judged bool) {
+	if p.s == nil || p.exprs || f == nil || f.FilterMember() == "" || l == nil || r == nil {
+		return false, false
+	}
+	p.rec.Release()
+	p.joined, p.rec.members = appendPair(p.joined[:0], p.rec.members, left, l, right, r)
+	p.rec.Key, p.rec.Value = key, p.joined
+	p.rec.setIndexed(p.joined, nil)
+	p.wenv.forgetParents() // the where's index is the last pair's: none for the select to take
+	if given != nil && len(p.rec.members) == 2 {
+		// appendPair copied the sides as they are: the given index (offsets from the side's
+		// opening brace) indexes the copy too.
+		m := p.rec.members[1]
+		if givenLeft {
+			m = p.rec.members[0]
+		}
+		p.s.given.raw, p.s.given.members = p.joined[m.vs:m.ve], given
+	}
+	drop = p.beatenSized(f, left, llen, right, rlen) || p.where != nil && !p.holds()
+	p.s.given.raw, p.s.given.members = nil, nil
+	p.s.forgetParents()
+	p.rec.Release()
+	return drop, true
+}
+
+// judgeMembers returns the top-level members of side that judge reads of it, for a filter
+// that ranks rows by the column member: those the where reads, and the one that column copies
+// if it copies one of side's. false: judge may read side whole, or cannot judge.
+func (p *PairSelect) judgeMembers(side, member string) ([]string, bool) {
+	if p.s == nil || p.exprs {
+		return nil, false
+	}
+	out := []string{}
+	if p.where != nil {
+		var whole bool
+		if out, whole = sideMembers(p.where.vm.Node(), side, out); whole {
+			return nil, false
+		}
+	}
+	i := slices.IndexFunc(p.s.cols, func(c selectCol) bool { return c.name == member })
+	if i < 0 {
+		return nil, false
+	}
+	switch c := p.s.cols[i]; {
+	case c.path.parts == nil:
+		if c.field == side {
+			return nil, false
+		}
+	case c.path.parts[0] == side:
+		if len(c.path.parts) < 2 {
+			return nil, false
+		}
+		if !slices.Contains(out, c.path.parts[1]) {
+			out = append(out, c.path.parts[1])
+		}
+	}
+	return out, true
+}
+
 // beaten reports whether the result filter f drops the row of the pair in p.rec, asked before it
 // is written: f ranks rows by a column that copies a member of a side (the row has it as that
 // member's JSON text, null when missing), and every column copies (so a bound of the row's size
 // is known: no column is longer than its side, or than null).
 func (p *PairSelect) beaten(f ResultFilter, left string, l []byte, right string, r []byte) bool {
+	return p.beatenSized(f, left, len(l), right, len(r))
+}
+
+// beatenSized is beaten with the lengths of the sides (the records the row's columns copy).
+func (p *PairSelect) beatenSized(f ResultFilter, left string, llen int, right string, rlen int) bool {
 	name := f.FilterMember()
 	if name == "" || p.s == nil || p.exprs {
 		return false
@@ -1132,9 +1216,9 @@ func (p *PairSelect) beaten(f ResultFilter, left string, l []byte, right string,
 		n := len(nullJSON)
 		switch side {
 		case left:
-			n = max(n, len(l))
+			n = max(n, llen)
 		case right:
-			n = max(n, len(r))
+			n = max(n, rlen)
 		}
 		size += len(c.head) + 1 + n
 	}

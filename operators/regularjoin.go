@@ -115,6 +115,93 @@ func (j *RegularJoin) SameUnderKey(members []string) bool {
 	return true
 }
 
+// JoinJudge asks, before a backlog sorts a record of a regular join's side that is not unique,
+// whether its pair with the key's unique record would be written: what the join asks at the
+// fold (RegularJoin.Process) of a filter of its results (ResultFilter) and of its where, for
+// the pair it would emit once that record is the key's unique one. It reads of the unique
+// record only the members the where and the filter's column read (Keep). Not safe for
+// concurrent use: its join's.
+type JoinJudge struct {
+	j    *RegularJoin
+	keep []string
+	out  []byte
+}
+
+// Judge returns the join's JoinJudge for a filter of its results that ranks rows by the column
+// member, or nil when it cannot judge before it writes a row: no unique side, no select, a
+// column that is an expression's, a where or a column that reads the unique side whole.
+func (j *RegularJoin) Judge(member string) *JoinJudge {
+	if j.unique < 0 || j.left == j.right || j.sel == nil || member == "" {
+		return nil
+	}
+	side := j.left
+	if j.unique == sideRight {
+		side = j.right
+	}
+	keep, ok := j.sel.judgeMembers(side, member)
+	if !ok {
+		return nil
+	}
+	return &JoinJudge{j: j, keep: keep}
+}
+
+// Stored reports what the join's state st of a key holds of the unique side: its record (as
+// Project gave it, after the tag and the side byte), or none yet (the key has no state, or only
+// the other side's records, which wait for it). ok false: st is not a state the judge can read.
+func (jj *JoinJudge) Stored(st []byte) (u []byte, none, ok bool) {
+	if len(st) == 0 {
+		return nil, true, true
+	}
+	e, valid := rjRead(st, uint32(len(st)))
+	if !valid {
+		return nil, false, false
+	}
+	if int(e.side) != jj.j.unique {
+		return nil, true, true // the other side's records wait for it
+	}
+	if e.start != 0 || e.prevSame != 0 || e.lastOther != 0 {
+		return nil, false, false // the unique record stays alone
+	}
+	return st[:uint32(len(st))-rjTrailer], false, true
+}
+
+// UniqueSide is the side byte (Project's, after its tag) of the unique side's records.
+func (jj *JoinJudge) UniqueSide() byte { return byte(jj.j.unique) }
+
+// Keep appends to dst what Pair reads of the unique record u (Project's, after its tag and
+// side byte): its members that the judge reads, as an object.
+func (jj *JoinJudge) Keep(dst, u []byte) []byte {
+	idx, err := indexObject(u, nil)
+	if err != nil {
+		return append(dst, u...) // not an object: the fold pairs it as it is too
+	}
+	return appendMembers(dst, u, idx, jj.keep)
+}
+
+// Pair reports whether the pair of in (Project's input of the other side, after its tag: its
+// side byte, then the record projected from rec, the decoded record) and the key's unique
+// record, of which u is Keep's part and ulen the whole record's length, would not be written at
+// the fold: f drops its row, or the where does not hold. judged false: it cannot tell. It
+// pairs rec as it is, with its index, where the fold pairs in: the where and the columns read
+// only members that Project keeps, as they are.
+func (jj *JoinJudge) Pair(f ResultFilter, key, in []byte, rec *Record, u []byte, ulen int) (drop, judged bool) {
+	j := jj.j
+	if len(in) < 1 || int(in[0]) == j.unique || in[0] > sideRight {
+		return false, false
+	}
+	v, vlen := in[1:], len(in)-1
+	idx, err := rec.index()
+	if err == nil {
+		v = rec.Value
+	} else {
+		idx = nil
+	}
+	if j.unique == sideLeft {
+		return j.sel.judge(f, key, j.left, u, ulen, j.right, v, vlen, idx, false)
+	}
+	return j.sel.judge(f, key, j.left, v, vlen, j.right, u, ulen, idx, true)
+}
+
 // Attributes: the join sorts its input in backlog (by key) and emits as pairs complete.
 func (j *RegularJoin) Attributes() Attributes {
 	return Attributes{InternalSorter: true, OutputOnCheckpoint: true}

@@ -672,3 +672,77 @@ func (f *bestFilter) keep(row []byte) {
 		f.best[f.seller] = max(f.best[f.seller], p)
 	}
 }
+
+// TestJoinJudge: JoinJudge.Pair, given the decoded record of the other side and only the
+// members of the unique record that the where and the filter's column read, drops exactly the
+// pairs whose row pair (the fold's) does not write, for the same filter state: the where fails,
+// or the filter drops the row.
+func TestJoinJudge(t *testing.T) {
+	cfg := configs.Join{Left: "bids", Right: "sellers", Unique: "right", Where: "bids.time <= sellers.until && bids.time >= sellers.from",
+		Select: []any{map[string]any{"id": "sellers.id"}, map[string]any{"price": "bids.price"}, map[string]any{"t": "bids.time"},
+			map[string]any{"extra": "bids.extra"}, map[string]any{"name": "sellers.name"}}}
+	fold, err := NewRegularJoin("j", cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	early, err := NewRegularJoin("j", cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	jj := early.Judge("price")
+	if jj == nil || jj.UniqueSide() != sideRight {
+		t.Fatal("no judge for a unique right side and a member column")
+	}
+	if early.Judge("name") != nil && len(jj.keep) == 0 {
+		t.Fatal("judge keeps nothing of the unique side")
+	}
+	src, err := NewSource("bids", configs.Source{Format: configs.FormatJSON})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(9, 10))
+	sellers := []string{`{"id":1,"name":"ann","from":20,"until":60,"more":"x"}`, `{"name":"b\"o","id":2,"from":0,"until":99}`, `{"id":3,"from":"no","until":99}`}
+	f := &bestFilter{best: map[string]int{}}
+	var rec Record
+	var kept []byte
+	drops, keeps := 0, 0
+	for i := range 5000 {
+		seller := sellers[rng.IntN(len(sellers))]
+		price := strconv.Itoa(rng.IntN(100))
+		extra := []string{`"ab"`, `"\n"`, `12`, `9e999999`}[rng.IntN(4)]
+		b := fmt.Sprintf(`{"price":1,"url":"u","time":%d,"extra":%s,"price":%s}`, rng.IntN(100), extra, price)
+		if rng.IntN(10) == 0 {
+			b = fmt.Sprintf(`{"prize":%s,"time":%d,"extra":%s}`, price, rng.IntN(100), extra)
+		}
+		f.seller = seller
+		row, _, err := fold.sel.pair(f, []byte("k"), "bids", []byte(b), "sellers", []byte(seller), true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		row = bytes.Clone(row)
+		if err := src.Decode([]byte("k"), []byte(b), 0, &rec); err != nil {
+			t.Fatal(err)
+		}
+		in, err := early.Project(sideLeft, &rec, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		kept = jj.Keep(kept[:0], []byte(seller))
+		drop, judged := jj.Pair(f, []byte("k"), in, &rec, kept, len(seller))
+		if !judged {
+			t.Fatalf("pair %d not judged", i)
+		}
+		if drop != (row == nil) {
+			t.Fatalf("pair %d, %s with %s: drop %v, the fold writes %s", i, b, seller, drop, row)
+		}
+		if row != nil {
+			f.keep(row)
+			keeps++
+		} else {
+			drops++
+		}
+	}
+	if drops < 100 || keeps < 100 {
+		t.Fatalf("%d dropped, %d kept: a case is not tested", drops, keeps)
+	}
+}

@@ -159,6 +159,22 @@ func (b *TopBound) BeatenMember(key, raw []byte, slot func(k []byte) []byte) boo
 	return s != nil && b.beaten(s, v)
 }
 
+// EnterMember counts in the slot of key (slot(key), or add(key) when it has none) a record not
+// written yet whose Member is raw, as Admit counts a record it passes on; false when raw is no
+// value the top ranks (nothing counted).
+func (b *TopBound) EnterMember(key, raw []byte, slot, add func(k []byte) []byte) bool {
+	v, ok := rankValue(raw)
+	if !ok || b.win != nil || len(b.top.by.parts) != 1 {
+		return false
+	}
+	s := slot(key)
+	if s == nil {
+		s = add(key)
+	}
+	b.enter(s, v)
+	return true
+}
+
 // value returns r's value of the top's field, if the top's projection would take it.
 func (b *TopBound) value(r *Record) (dec, bool) {
 	raw, ok, err := r.lookup(b.top.by)
