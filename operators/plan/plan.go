@@ -593,6 +593,21 @@ func NewPlan(cfg *configs.Config) (*Plan, error) {
 	return p, nil
 }
 
+// judgedBeforeSorting reports whether the regular join of chain c, whose results the top of
+// chain r reads with no stage between, judges in a backlog the records of its side that is not
+// unique before it sorts them (operators/task's joinFilter; operators.RegularJoin.Judge).
+func judgedBeforeSorting(c, r *ChainPlan) bool {
+	if len(r.Stages) > 0 || r.Keyed.Top.Window != nil || r.Keyed.Top.N > operators.TopBoundMaxN || strings.Contains(r.Keyed.Top.By, ".") {
+		return false
+	}
+	ops, err := c.Build(nil, nil)
+	if err != nil {
+		return false
+	}
+	j, ok := ops.Kop.(*operators.RegularJoin)
+	return ok && j.Judge(r.Keyed.Top.By) != nil
+}
+
 // inlineReaders runs each chain of filters and maps that alone reads a keyed operator's results
 // and writes them to a sink in the task of that operator, on each result as it is emitted
 // (ChainPlan.After), rather than through the output topic: the results are produced once, not
@@ -1216,6 +1231,9 @@ func (p *Plan) Describe(w io.Writer) {
 				fmt.Fprintf(w, "     filtered for top %s: a final its filters drop, or that the finals written before it leave no rank in the top's window under its re-key, does not go on (processing.combine_before_rekey)\n", r.Combine.Keyed.Name)
 			} else if r.Keyed != nil && r.Keyed.Top != nil {
 				fmt.Fprintf(w, "     filtered for top %s: a result its filters drop, or that the results written before it for its key leave no rank in the top, does not go on (processing.combine_before_rekey)\n", r.Keyed.Name)
+				if judgedBeforeSorting(&c, r) {
+					fmt.Fprintf(w, "     and in a backlog before its sorter: a record whose pair with its key's unique record the where refuses, or whose row the rows of the key's records kept before it leave no rank in the top, is dropped (neither sorted nor replayed)\n")
+				}
 			} else {
 				if r.Keyed == nil {
 					r = r.Combine

@@ -523,6 +523,9 @@ func (t *Task) Aborted(pd *Pending) map[string]int64 {
 		if c.last != nil {
 			c.last.reset()
 		}
+		if c.jf != nil {
+			c.jf.reset() // the sorted records it judged are dropped
+		}
 		if c.det != nil {
 			if c.inBack {
 				t.d.Metrics.setBacklog(c, false)

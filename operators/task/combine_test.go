@@ -515,6 +515,13 @@ func withAskBeforeWriting[T any](ask bool, f func() T) T {
 	return f()
 }
 
+// withFilterBeforeSorting runs f with filterBeforeSorting set to on.
+func withFilterBeforeSorting[T any](on bool, f func() T) T {
+	defer func(old bool) { filterBeforeSorting = old }(filterBeforeSorting)
+	filterBeforeSorting = on
+	return f()
+}
+
 // withHoldBest runs f with holdBest set to hold.
 func withHoldBest[T any](hold bool, f func() T) T {
 	defer func(old bool) { holdBest = old }(holdBest)
@@ -603,6 +610,26 @@ func TestCombineOneAnswer(t *testing.T) {
 						if !slices.Equal(got.out, late.out) || !slices.Equal(got.dlq, late.dlq) || got.repart != late.repart {
 							t.Errorf("seed %d, %s: asked before writing, %d records crossed the output topic, %d results, %d dead letters; asked as produced, %d, %d, %d",
 								seed, name, got.repart, len(got.out), len(got.dlq), late.repart, len(late.out), len(late.dlq))
+						}
+					}
+					if op.doc == combineJoinColumnsTop || op.doc == combineJoinColumnsTopOne {
+						// The join drops before its sorter the orders whose rows could not enter
+						// the top (joinFilter): the same answers and dead letters as sorting them.
+						before := joinFiltered.Load()
+						again := withFilterWindow(v.window, func() combineRun {
+							return runCombine(t, seed, config(mode, true, v.cacheKeys), inputs, true)
+						})
+						filtered := joinFiltered.Load() - before
+						all := withFilterBeforeSorting(false, func() combineRun {
+							return withFilterWindow(v.window, func() combineRun {
+								return runCombine(t, seed, config(mode, true, v.cacheKeys), inputs, true)
+							})
+						})
+						if g, w := op.final(all.out), op.final(again.out); !slices.Equal(g, w) || !slices.Equal(all.dlq, again.dlq) {
+							t.Errorf("seed %d, %s: results or dead letters differ without the filter before the sorter:\n%s", seed, name, diffOutputs(g, w))
+						}
+						if mode == "always" && filtered == 0 {
+							t.Errorf("seed %d, %s: the join's filter before its sorter dropped nothing", seed, name)
 						}
 					}
 					if holdsBest[op.name] {

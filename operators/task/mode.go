@@ -90,6 +90,9 @@ func (c *chain) policy() backlog.State {
 
 func (t *Task) enterBacklog(c *chain) {
 	c.inBack = true
+	if c.jf != nil {
+		c.jf.reset()
+	}
 	c.backStart = t.d.Clock()
 	c.lastLog = c.backStart
 	c.lastBackCkpt = c.backStart
@@ -99,6 +102,9 @@ func (t *Task) enterBacklog(c *chain) {
 
 func (t *Task) leaveBacklog(c *chain, folded int64) {
 	c.inBack = false
+	if c.jf != nil {
+		c.jf.reset()
+	}
 	d := t.d.Clock().Sub(c.backStart)
 	rate := 0.0
 	if d > 0 {

@@ -171,9 +171,10 @@ type opState struct {
 	layout *layout // the keyed operator's state layout and changelog headers (layout.go)
 	inBack bool    // current mode: backlog (records go to the partials, or beyond them the sorter)
 	sorter *sorter.Sorter
-	part   *partials  // backlog pre-aggregation of the first cache_keys keys
-	last   *latest    // backlog: each key's latest record, for an operators.LastWins (latest.go)
-	slices sliceState // hopping windows folded by slice in a backlog (slice.go)
+	part   *partials   // backlog pre-aggregation of the first cache_keys keys
+	last   *latest     // backlog: each key's latest record, for an operators.LastWins (latest.go)
+	jf     *joinFilter // backlog: a join's filter of its records before the sorter (joinfilter.go); nil: none
+	slices sliceState  // hopping windows folded by slice in a backlog (slice.go)
 
 	cache map[string]*entry // real-time write-back cache
 	dirty []*entry
@@ -412,6 +413,9 @@ func (t *Task) addChain(cp plan.ChainPlan, g groupBuild) error {
 		c.comb.underKey = su.SameUnderKey(c.comb.rekey.Members())
 	}
 	c.own = newOwnFilter(&cp, ops, t.cacheCap)
+	if c.jf == nil && c.sorter != nil {
+		c.jf = newJoinFilter(c, d)
+	}
 	t.chains = append(t.chains, c)
 	t.byTopic[cp.Source.Topic] = append(t.byTopic[cp.Source.Topic], c)
 	t.linkFork(c)
@@ -724,6 +728,15 @@ func (t *Task) applyRecord(c *chain, kr *kgo.Record, wmPrev int64) error {
 	}
 	if c.own != nil && c.own.bound != nil && c.own.dropsOwn(c.rec.Key, &c.rec) {
 		return nil // the top's earlier records leave it no rank
+	}
+	if c.jf != nil && c.inBack && len(in) > 1 { // a join's filter before its sorter
+		drop, err := t.joinDrops(c, c.rec.Key, in[1:])
+		if err != nil {
+			return err
+		}
+		if drop {
+			return nil // its row would not enter the top the join's results are for
+		}
 	}
 	c.scratch = in
 	if c.kop != nil {
