@@ -1150,9 +1150,10 @@ func (p *PairSelect) judge(f ResultFilter, key []byte, left string, l []byte, ll
 }
 
 // judgeMembers returns the top-level members of side that judge reads of it, for a filter
-// that ranks rows by the column member: those the where reads, and the one that column copies
-// if it copies one of side's. false: judge may read side whole, or cannot judge.
-func (p *PairSelect) judgeMembers(side, member string) ([]string, bool) {
+// that ranks rows by the column member, and that the columns also read (for a row of side's
+// record alone: a re-key's): those the where reads, and those the columns copy of side's.
+// false: judge or those columns may read side whole, or the columns are not there.
+func (p *PairSelect) judgeMembers(side, member string, also []string) ([]string, bool) {
 	if p.s == nil || p.exprs {
 		return nil, false
 	}
@@ -1163,21 +1164,23 @@ func (p *PairSelect) judgeMembers(side, member string) ([]string, bool) {
 			return nil, false
 		}
 	}
-	i := slices.IndexFunc(p.s.cols, func(c selectCol) bool { return c.name == member })
-	if i < 0 {
-		return nil, false
-	}
-	switch c := p.s.cols[i]; {
-	case c.path.parts == nil:
-		if c.field == side {
+	for _, name := range append([]string{member}, also...) {
+		i := slices.IndexFunc(p.s.cols, func(c selectCol) bool { return c.name == name })
+		if i < 0 {
 			return nil, false
 		}
-	case c.path.parts[0] == side:
-		if len(c.path.parts) < 2 {
-			return nil, false
-		}
-		if !slices.Contains(out, c.path.parts[1]) {
-			out = append(out, c.path.parts[1])
+		switch c := p.s.cols[i]; {
+		case c.path.parts == nil:
+			if c.field == side {
+				return nil, false
+			}
+		case c.path.parts[0] == side:
+			if len(c.path.parts) < 2 {
+				return nil, false
+			}
+			if !slices.Contains(out, c.path.parts[1]) {
+				out = append(out, c.path.parts[1])
+			}
 		}
 	}
 	return out, true

@@ -129,8 +129,10 @@ type JoinJudge struct {
 
 // Judge returns the join's JoinJudge for a filter of its results that ranks rows by the column
 // member, or nil when it cannot judge before it writes a row: no unique side, no select, a
-// column that is an expression's, a where or a column that reads the unique side whole.
-func (j *RegularJoin) Judge(member string) *JoinJudge {
+// column that is an expression's, a where or a column that reads the unique side whole. also
+// names the columns, copies of the unique side's members (SameUnderKey), that UniqueRow must
+// write too (the reader's re-key's).
+func (j *RegularJoin) Judge(member string, also []string) *JoinJudge {
 	if j.unique < 0 || j.left == j.right || j.sel == nil || member == "" {
 		return nil
 	}
@@ -138,11 +140,27 @@ func (j *RegularJoin) Judge(member string) *JoinJudge {
 	if j.unique == sideRight {
 		side = j.right
 	}
-	keep, ok := j.sel.judgeMembers(side, member)
+	if len(also) > 0 && !j.SameUnderKey(also) {
+		return nil
+	}
+	keep, ok := j.sel.judgeMembers(side, member, also)
 	if !ok {
 		return nil
 	}
 	return &JoinJudge{j: j, keep: keep}
+}
+
+// UniqueRow returns the row the join writes of a pair of the unique record u (Keep's part of it)
+// with an empty record of the other side: the columns that copy the unique side's members
+// (those Judge was given among them) as in every row of the key; valid until the next call.
+func (jj *JoinJudge) UniqueRow(key, u []byte) ([]byte, error) {
+	j := jj.j
+	l, r := []byte("{}"), u
+	if j.unique == sideLeft {
+		l, r = u, []byte("{}")
+	}
+	jj.out, _ = appendPair(jj.out[:0], nil, j.left, l, j.right, r)
+	return j.sel.Row(key, jj.out)
 }
 
 // Stored reports what the join's state st of a key holds of the unique side: its record (as

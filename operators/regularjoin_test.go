@@ -689,11 +689,11 @@ func TestJoinJudge(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	jj := early.Judge("price")
+	jj := early.Judge("price", nil)
 	if jj == nil || jj.UniqueSide() != sideRight {
 		t.Fatal("no judge for a unique right side and a member column")
 	}
-	if early.Judge("name") != nil && len(jj.keep) == 0 {
+	if early.Judge("name", nil) != nil && len(jj.keep) == 0 {
 		t.Fatal("judge keeps nothing of the unique side")
 	}
 	src, err := NewSource("bids", configs.Source{Format: configs.FormatJSON})

@@ -593,11 +593,13 @@ func NewPlan(cfg *configs.Config) (*Plan, error) {
 	return p, nil
 }
 
-// judgedBeforeSorting reports whether the regular join of chain c, whose results the top of
-// chain r reads with no stage between, judges in a backlog the records of its side that is not
-// unique before it sorts them (operators/task's joinFilter; operators.RegularJoin.Judge).
+// judgedBeforeSorting reports whether the regular join of chain c judges in a backlog the
+// records of its side that is not unique before it sorts them (operators/task's joinFilter;
+// operators.RegularJoin.Judge): its results go, with no stage between, to the top of chain r,
+// or (r nil) through a re-key by columns of its unique side alone to an aggregate of each key's
+// best value.
 func judgedBeforeSorting(c, r *ChainPlan) bool {
-	if len(r.Stages) > 0 || r.Keyed.Top.Window != nil || r.Keyed.Top.N > operators.TopBoundMaxN || strings.Contains(r.Keyed.Top.By, ".") {
+	if r != nil && (len(r.Stages) > 0 || r.Keyed.Top.Window != nil || r.Keyed.Top.N > operators.TopBoundMaxN || strings.Contains(r.Keyed.Top.By, ".")) {
 		return false
 	}
 	ops, err := c.Build(nil, nil)
@@ -605,7 +607,22 @@ func judgedBeforeSorting(c, r *ChainPlan) bool {
 		return false
 	}
 	j, ok := ops.Kop.(*operators.RegularJoin)
-	return ok && j.Judge(r.Keyed.Top.By) != nil
+	if !ok {
+		return false
+	}
+	if r != nil {
+		return j.Judge(r.Keyed.Top.By, nil) != nil
+	}
+	rd := ops.Combine // the re-keying reader, and after it the aggregate
+	if rd == nil || rd.Rekey == nil || len(rd.Stages) > 0 || rd.Combine == nil {
+		return false
+	}
+	a, ok := rd.Combine.Agg.(*operators.Aggregate)
+	if !ok {
+		return false
+	}
+	b := a.Bound()
+	return b != nil && j.Judge(b.Member(), rd.Rekey.Members()) != nil
 }
 
 // inlineReaders runs each chain of filters and maps that alone reads a keyed operator's results
@@ -1239,6 +1256,9 @@ func (p *Plan) Describe(w io.Writer) {
 					r = r.Combine
 				}
 				fmt.Fprintf(w, "     filtered for %s, an aggregate of each key's best value: a result the stages before it drop, or that a result written before it for its key equals or beats, does not go on (processing.combine_before_rekey)\n", r.Keyed.Name)
+				if judgedBeforeSorting(&c, nil) {
+					fmt.Fprintf(w, "     and in a backlog before its sorter: a record whose pair with its key's unique record the where refuses, or whose row the rows of the key's records kept before it equal or beat, is dropped (neither sorted nor replayed)\n")
+				}
 			}
 		}
 	}

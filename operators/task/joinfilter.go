@@ -11,10 +11,12 @@ import (
 )
 
 // A regular join with a unique side whose results are filtered for a top (Nexmark q9: each
-// auction, unique per id, with its bids, for the highest bid per auction) sorts every record of
-// the other side in a backlog, and at the fold pairs each with the key's unique record and asks
-// the filter of its results (combine.go) whether the row could still enter the top: most cannot
-// (a bid its auction's earlier bids beat). joinFilter asks that question before the sorter, of
+// auction, unique per id, with its bids, for the highest bid per auction), or re-keyed by
+// columns of the unique side alone for a max or a min (q4: the highest bid per auction and
+// category), sorts every record of the other side in a backlog, and at the fold pairs each with
+// the key's unique record and asks the filter of its results (combine.go) whether the row
+// could still enter the top, or change the max: most cannot (a bid its auction's earlier bids
+// beat). joinFilter asks that question before the sorter, of
 // the records whose key's unique record came earlier in the same backlog, and drops those whose
 // row would not be written: they are neither sorted, spilled nor replayed.
 //
@@ -27,8 +29,12 @@ import (
 // values). At the fold each of those rows reaches the top before r's, or is dropped there by the
 // results' filter because rows that reached the top before it rank at least as high; either way
 // the top holds rows that leave r's row no rank, so the top's rows, state and outputs do not
-// depend on whether r's row reaches it. A row that might be too large for the output topic
-// (boundedRecord) is neither dropped nor counted: at the fold it may become a dead letter.
+// depend on whether r's row reaches it. Re-keyed for a max or a min, every row of the key goes
+// to one key of the aggregate (the one the unique record's columns make), which is order-free:
+// a row that one of those kept equals or beats changes nothing there. A row that might be too
+// large for the reader (boundedRecord, under the key it reaches the reader with) is neither
+// dropped nor counted: at the fold it may become a dead letter; so is every row of a key whose
+// re-key fails (a dead letter each).
 //
 // What it holds, for every key of the backlog (it reads the key's state once, at its first
 // record): whether its unique record is known, and then the members of that record the where
@@ -45,6 +51,11 @@ type joinFilter struct {
 	unique byte
 	bound  *operators.TopBound
 	member string
+	// rekey: the reader's re-key, when the rows go to a max or a min by it (Nexmark q4): every
+	// row of a key re-keys alike (operators.RegularJoin.SameUnderKey), to the key that the
+	// unique record gives; nil for a top of the results' key.
+	rekey  *operators.Rekey
+	rec    operators.Record // scratch: the row the re-key reads
 	budget interface {
 		Reserve(int64) bool
 		Release(int64)
@@ -55,11 +66,11 @@ type joinFilter struct {
 	reserved int64
 	refused  bloom // keys it had no room for: their records are not judged, even once it has
 
-	cur   []byte // the current key's slot (operators.TopBound's)
-	key   []byte // and its key
-	raw   []byte // what DropsBeaten was asked of the current record: its rank member
-	size  int
-	asked bool
+	cur    []byte // the current key's slot (operators.TopBound's)
+	keyLen int    // and the length of the key its rows reach the reader under
+	raw    []byte // what DropsBeaten was asked of the current record: its rank member
+	size   int
+	asked  bool
 
 	// The filter pays its way only when it drops many records: it counts the records of a
 	// window (filterWindow) and those it dropped, and below a quarter it asks nothing for the
@@ -83,26 +94,36 @@ const (
 )
 
 const (
-	joinSlotHead = 13      // off, length, whole length, keyState
+	joinSlotHead = 17      // off, length, whole length, keyState, the rows' key length
 	joinReserve  = 1 << 20 // what the filter reserves of the sort budget at a time
 )
 
 // newJoinFilter returns the filter before the sorter of the join of chain c (its results'
 // filter comb), or nil when there is none to ask: a regular join with a unique side and a
-// select whose results are filtered, without stages or a re-key, for a top without windows.
+// select whose results are filtered, without stages, for a top without windows of the results'
+// key, or through a re-key by columns of the unique side alone for an aggregate of each key's
+// best value.
 func newJoinFilter(c *chain, d Deps) *joinFilter {
 	j, ok := c.kop.(*operators.RegularJoin)
 	cb := c.comb
-	if !ok || !filterBeforeSorting || d.Budget == nil || cb == nil || cb.bound == nil || !cb.early || cb.underKey || cb.rekey != nil ||
-		len(cb.stages) > 0 || cb.paths > 0 || cb.bound.Windowed() || cb.bound.Member() == "" || c.plan.Rekey != "" {
+	if !ok || !filterBeforeSorting || d.Budget == nil || cb == nil || cb.bound == nil || len(cb.stages) > 0 || cb.paths > 0 ||
+		cb.bound.Windowed() || cb.bound.Member() == "" || c.plan.Rekey != "" {
 		return nil
 	}
-	jj := j.Judge(cb.bound.Member())
+	var also []string
+	switch {
+	case cb.early && !cb.underKey && cb.rekey == nil: // a top of the results' key
+	case cb.underKey && cb.rekey != nil: // a max or a min re-keyed by the unique side's columns
+		also = cb.rekey.Members()
+	default:
+		return nil
+	}
+	jj := j.Judge(cb.bound.Member(), also)
 	if jj == nil {
 		return nil
 	}
-	return &joinFilter{judge: jj, unique: jj.UniqueSide(), bound: cb.bound, member: cb.bound.Member(), budget: d.Budget,
-		keys: newSlotSet(joinSlotHead + cb.bound.SlotSize())}
+	return &joinFilter{judge: jj, unique: jj.UniqueSide(), bound: cb.bound, member: cb.bound.Member(), rekey: cb.rekey,
+		budget: d.Budget, keys: newSlotSet(joinSlotHead + cb.bound.SlotSize())}
 }
 
 // reset forgets every key and gives back its memory: a backlog starts, or its sorted records
@@ -140,8 +161,8 @@ func (t *Task) joinDrops(c *chain, key, in []byte) (bool, error) {
 	}
 	off, n := binary.LittleEndian.Uint32(s), binary.LittleEndian.Uint32(s[4:])
 	whole := int(binary.LittleEndian.Uint32(s[8:]))
-	jf.cur, jf.key, jf.asked = s[joinSlotHead:], key, false
-	defer func() { jf.cur, jf.key = nil, nil }()
+	jf.cur, jf.keyLen, jf.asked = s[joinSlotHead:], int(binary.LittleEndian.Uint32(s[13:])), false
+	defer func() { jf.cur = nil }()
 	drop, judged := jf.judge.Pair(jf, key, in, &c.rec, jf.arena[off:off+n], whole)
 	if !judged {
 		return false, nil
@@ -150,7 +171,7 @@ func (t *Task) joinDrops(c *chain, key, in []byte) (bool, error) {
 	if drop {
 		jf.dropped++
 		joinFiltered.Add(1)
-	} else if jf.asked && len(key)+jf.size <= boundedRecord {
+	} else if jf.asked && jf.keyLen+jf.size <= boundedRecord {
 		jf.bound.EnterMember(key, jf.raw, jf.slotOf, jf.slotOf)
 	}
 	if jf.looked == filterWindow {
@@ -170,7 +191,7 @@ func (t *Task) joinUnique(c *chain, key, u []byte) error {
 	if err != nil || s == nil || s[12] != keyAwaited {
 		return err // not judged, or a later unique record of the key, which the join ignores
 	}
-	jf.hold(s, u)
+	jf.hold(s, key, u)
 	return nil
 }
 
@@ -211,13 +232,14 @@ func (t *Task) joinKey(c *chain, key []byte) ([]byte, error) {
 	case none:
 		s[12] = keyAwaited
 	default:
-		jf.hold(s, u)
+		jf.hold(s, key, u)
 	}
 	return s, nil
 }
 
-// hold keeps in slot s what the judge reads of the key's unique record u.
-func (jf *joinFilter) hold(s, u []byte) {
+// hold keeps in slot s what the judge reads of the unique record u of key. With a re-key, a key
+// whose rows it fails on is not judged: each of them is a dead letter of its own.
+func (jf *joinFilter) hold(s, key, u []byte) {
 	s[12] = keyUnjudged
 	off := len(jf.arena)
 	if !jf.room(len(u)) {
@@ -228,9 +250,26 @@ func (jf *joinFilter) hold(s, u []byte) {
 		jf.arena = jf.arena[:off]
 		return
 	}
+	keyLen := len(key)
+	if jf.rekey != nil {
+		row, err := jf.judge.UniqueRow(key, jf.arena[off:])
+		if err != nil {
+			jf.arena = jf.arena[:off]
+			return
+		}
+		jf.rec.Set(key, 0, row)
+		k, err := jf.rekey.Key(&jf.rec)
+		jf.rec.Release()
+		if err != nil {
+			jf.arena = jf.arena[:off]
+			return
+		}
+		keyLen = len(k)
+	}
 	binary.LittleEndian.PutUint32(s, uint32(off))
 	binary.LittleEndian.PutUint32(s[4:], uint32(len(jf.arena)-off))
 	binary.LittleEndian.PutUint32(s[8:], uint32(len(u)))
+	binary.LittleEndian.PutUint32(s[13:], uint32(keyLen))
 	s[12] = keyHeld
 }
 
@@ -258,7 +297,7 @@ func (jf *joinFilter) FilterMember() string { return jf.member }
 // dropped: at the fold it may become a dead letter.
 func (jf *joinFilter) DropsBeaten(raw []byte, size int) bool {
 	jf.raw, jf.size, jf.asked = append(jf.raw[:0], raw...), size, true
-	if len(jf.key)+size > boundedRecord {
+	if jf.keyLen+size > boundedRecord {
 		return false
 	}
 	return jf.bound.BeatenMember(nil, raw, jf.slotOf)
