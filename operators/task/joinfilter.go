@@ -126,13 +126,14 @@ func newJoinFilter(c *chain, d Deps) *joinFilter {
 		budget: d.Budget, keys: newSlotSet(joinSlotHead + cb.bound.SlotSize())}
 }
 
-// reset forgets every key and gives back its memory: a backlog starts, or its sorted records
-// were dropped.
+// reset forgets every key and frees its memory, giving back what it reserved: a backlog starts
+// or ends, or its sorted records were dropped.
 func (jf *joinFilter) reset() {
-	jf.keys.reset()
-	jf.arena = jf.arena[:0]
+	if jf.keys.len() > 0 || cap(jf.arena) > 0 {
+		jf.keys, jf.arena = newSlotSet(jf.keys.width), nil
+	}
 	jf.budget.Release(jf.reserved)
-	jf.refused.reset()
+	jf.refused.bits = nil
 	jf.reserved, jf.cur = 0, nil
 	jf.looked, jf.dropped, jf.skip = 0, 0, 0
 }
@@ -343,6 +344,3 @@ func (b *bloom) has(key []byte) bool {
 	}
 	return true
 }
-
-// reset empties the filter.
-func (b *bloom) reset() { clear(b.bits) }
