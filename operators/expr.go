@@ -1077,10 +1077,7 @@ func (p *PairSelect) IndexRow(r *Record) bool {
 // far), so most pairs are spared the where; the where then takes the side's index the select
 // made for f (exprEnv.borrow).
 func (p *PairSelect) pair(f ResultFilter, key []byte, left string, l []byte, right string, r []byte, anyOK bool) (row []byte, ok bool, err error) {
-	p.rec.Release()
-	p.joined, p.rec.members = appendPair(p.joined[:0], p.rec.members, left, l, right, r)
-	p.rec.Key, p.rec.Value = key, p.joined
-	p.rec.setIndexed(p.joined, nil)
+	p.setPair(key, left, l, right, r)
 	if anyOK && f != nil && p.where != nil && p.s != nil && !p.exprs && l != nil && r != nil {
 		p.wenv.forgetParents() // the where's index is the last pair's: none for the select to take
 		if p.beaten(f, left, l, right, r) {
@@ -1114,6 +1111,14 @@ func (p *PairSelect) pair(f ResultFilter, key []byte, left string, l []byte, rig
 	return row, true, err
 }
 
+// setPair makes p.rec the joined record {left: l, right: r} under key, indexed as it is written.
+func (p *PairSelect) setPair(key []byte, left string, l []byte, right string, r []byte) {
+	p.rec.Release()
+	p.joined, p.rec.members = appendPair(p.joined[:0], p.rec.members, left, l, right, r)
+	p.rec.Key, p.rec.Value = key, p.joined
+	p.rec.setIndexed(p.joined, nil)
+}
+
 // judge reports whether the row of the pair {left: l, right: r} (both there) under key would
 // not be written: f drops it (asked as pair asks it, before the where), or the where does not
 // hold. A side may be given in part (the members the where and f's column read: judgeMembers),
@@ -1128,10 +1133,7 @@ func (p *PairSelect) judge(f ResultFilter, key []byte, left string, l []byte, ll
 	if p.s == nil || p.exprs || f == nil || f.FilterMember() == "" || l == nil || r == nil {
 		return false, false
 	}
-	p.rec.Release()
-	p.joined, p.rec.members = appendPair(p.joined[:0], p.rec.members, left, l, right, r)
-	p.rec.Key, p.rec.Value = key, p.joined
-	p.rec.setIndexed(p.joined, nil)
+	p.setPair(key, left, l, right, r)
 	p.wenv.forgetParents() // the where's index is the last pair's: none for the select to take
 	if given != nil && len(p.rec.members) == 2 {
 		// appendPair copied the sides as they are: the given index (offsets from the side's

@@ -64,15 +64,7 @@ func (b *Budget) tryReserve(size int) (mem []entry, ok bool) {
 		b.freeSize -= n
 		return mem, true
 	}
-	// New memory: drop kept chunks of other sizes until reserved plus kept fit the limit.
-	for sz, l := range b.free {
-		for len(l) > 0 && b.used+b.freeSize > b.limit {
-			l[len(l)-1] = nil
-			l = l[:len(l)-1]
-			b.freeSize -= int64(sz)
-		}
-		b.free[sz] = l
-	}
+	b.trimKept() // new memory
 	return nil, true
 }
 
@@ -87,6 +79,12 @@ func (b *Budget) Reserve(n int64) bool {
 		return false
 	}
 	b.used += n
+	b.trimKept()
+	return true
+}
+
+// trimKept drops kept chunks until reserved plus kept fit the limit. b.mu is held.
+func (b *Budget) trimKept() {
 	for sz, l := range b.free {
 		for len(l) > 0 && b.used+b.freeSize > b.limit {
 			l[len(l)-1] = nil
@@ -95,7 +93,6 @@ func (b *Budget) Reserve(n int64) bool {
 		}
 		b.free[sz] = l
 	}
-	return true
 }
 
 // Release returns n bytes that Reserve reserved.

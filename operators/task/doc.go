@@ -4,7 +4,7 @@
 // silently) or in real-time mode (a write-back cache over the state store), with event time,
 // windows and timers (window.go), Keyed operators such as session windows, joins, dedup,
 // top-N, changes and distinct (keyed.go), the mergeable aggregates (task.go, fold.go; hopping windows folded by slice in a backlog: slice.go), the backlog mode carried between stages through internal topics
-// (attributes.go), records combined before a re-key (combine.go) or written with only the members their reader reads (project.go), the filters and maps after a keyed operator run on its results in its task (after.go), branches that start from
+// (attributes.go), records combined before a re-key (combine.go) or written with only the members their reader reads (project.go), the filters and maps after a keyed operator run on its results in its task (after.go), a join's records its results' filter would drop judged before its sorter (joinfilter.go), branches that start from
 // what the first chain made of a record (fork.go), and makes its work durable through checkpoints driven by the consumer (a
 // chain's progress as one value: progress.go; the mode policy it applies: mode.go and package
 // backlog; the record layouts: changelog/codec). Its calls follow the order of
