@@ -705,15 +705,26 @@ func TestJoinJudge(t *testing.T) {
 	f := &bestFilter{best: map[string]int{}}
 	var rec Record
 	var kept []byte
+	// The oracle: each seller's interval (the third's "from" is no number: its where fails),
+	// and the best price of the rows written for it so far.
+	from, until := []int{20, 0, -1}, []int{60, 99, -1}
+	best := map[int]int{}
 	drops, keeps := 0, 0
 	for i := range 5000 {
-		seller := sellers[rng.IntN(len(sellers))]
-		price := strconv.Itoa(rng.IntN(100))
-		extra := []string{`"ab"`, `"\n"`, `12`, `9e999999`}[rng.IntN(4)]
-		b := fmt.Sprintf(`{"price":1,"url":"u","time":%d,"extra":%s,"price":%s}`, rng.IntN(100), extra, price)
-		if rng.IntN(10) == 0 {
-			b = fmt.Sprintf(`{"prize":%s,"time":%d,"extra":%s}`, price, rng.IntN(100), extra)
+		si := rng.IntN(len(sellers))
+		seller := sellers[si]
+		p := rng.IntN(100)
+		price := strconv.Itoa(p)
+		xi := rng.IntN(4)
+		extra := []string{`"ab"`, `"\n"`, `12`, `9e999999`}[xi] // the last one the where's VM cannot decode
+		tm := rng.IntN(100)
+		b := fmt.Sprintf(`{"price":1,"url":"u","time":%d,"extra":%s,"price":%s}`, tm, extra, price) // the later price wins
+		hasPrice := rng.IntN(10) != 0
+		if !hasPrice {
+			b = fmt.Sprintf(`{"prize":%s,"time":%d,"extra":%s}`, price, tm, extra)
 		}
+		bp, seen := best[si]
+		wantDrop := hasPrice && seen && p <= bp || xi == 3 || si == 2 || tm < from[si] || tm > until[si]
 		f.seller = seller
 		row, _, err := fold.sel.pair(f, []byte("k"), "bids", []byte(b), "sellers", []byte(seller), true)
 		if err != nil {
@@ -735,7 +746,13 @@ func TestJoinJudge(t *testing.T) {
 		if drop != (row == nil) {
 			t.Fatalf("pair %d, %s with %s: drop %v, the fold writes %s", i, b, seller, drop, row)
 		}
+		if drop != wantDrop {
+			t.Fatalf("pair %d, %s with %s: drop %v, want %v", i, b, seller, drop, wantDrop)
+		}
 		if row != nil {
+			if hasPrice {
+				best[si] = max(best[si], p)
+			}
 			f.keep(row)
 			keeps++
 		} else {
