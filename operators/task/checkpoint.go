@@ -254,13 +254,21 @@ const (
 	idlePrefix = "idle:"
 )
 
-// keepsSaid reports whether c is a re-keying writer whose filter or combining rests on what it
-// announced of its watermark (a top's over windows, combiner.dropsBeaten; partial windows or
-// sessions, combiner.project), which it commits with its offsets. (A filter of window finals,
-// dropsResult, rests on no watermark.)
+// keepsSaid reports whether c is a re-keying writer whose filter, combining or projection rests
+// on what it announced of its watermark (a top's over windows, combiner.dropsBeaten; partial
+// windows or sessions, combiner.project; projected records, projector.value), which it commits
+// with its offsets: its reader keeps the largest watermark each writer announced, so a next
+// owner that started over from its own records would take a record for on time that the
+// reader judges late. (A filter of window finals, dropsResult, rests on no watermark.)
 func (c *chain) keepsSaid() bool {
+	if c.plan.Rekey == "" {
+		return false
+	}
+	if c.proj != nil {
+		return true
+	}
 	cb := c.comb
-	return cb != nil && c.plan.Rekey != "" && (cb.bound != nil && cb.bound.Windowed() || cb.timed())
+	return cb != nil && (cb.bound != nil && cb.bound.Windowed() || cb.timed())
 }
 
 // tableOffsets writes the tables' dead letters and offsets once no chain holds a backlog (a

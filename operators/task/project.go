@@ -22,8 +22,10 @@ import (
 // be late for it. The reader's watermark when it reads the record is the smallest of its
 // writers' latest announcements before it, this writer's among them: at most the largest
 // watermark the writer announced or will announce (as combiner.dropsBeaten reasons), so a
-// record on time by that is on time for the reader. While the writer has announced that it is
-// idle, or has no committed announcement of a watermark yet, every record goes whole.
+// record on time by that is on time for the reader. A next owner of the writer's partition
+// starts from the announcement its offsets were committed with (chain.keepsSaid, SetProgress),
+// not from its own records: the reader keeps the largest. While the writer has announced that
+// it is idle, or has no committed announcement of a watermark yet, every record goes whole.
 type projector struct {
 	names []string
 	kop   operators.Keyed     // the reader's operator: one of these
