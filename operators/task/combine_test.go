@@ -377,6 +377,12 @@ func runCombine(t *testing.T, seed uint64, doc string, inputs map[string][]*kgo.
 			batch := recs[wNext[topic] : int(wNext[topic])+n]
 			feed(w, topic, batch, int64(len(recs))-wNext[topic])
 			wNext[topic] += int64(len(batch))
+			if len(wDone) == 0 && wNext[topic] >= int64(len(recs)/4) {
+				// A commit before most of the input: a schedule that aborted every checkpoint
+				// until the end (seed 1796627606950590013) leaves the writer no committed
+				// watermark to combine or project by, and the run shows nothing of them.
+				checkpoint(false)
+			}
 		default:
 			n := min(1+rng.IntN(20), len(in))
 			feed(r, hop, in[:n], int64(len(in)))
@@ -601,51 +607,54 @@ func TestCombineOneAnswer(t *testing.T) {
 						continue
 					}
 					name := fmt.Sprintf("%s mode=%s cache_keys=%d filter_window=%d", op.name, mode, v.cacheKeys, v.window)
+					before := joinFiltered.Load()
 					got := withFilterWindow(v.window, func() combineRun {
 						return runCombine(t, seed, config(mode, true, v.cacheKeys), inputs, true)
 					})
-					if op.doc == combineJoinColumnsTop || op.doc == combineJoinColumnsTopOne || op.doc == combineJoinUnderKey {
-						// The join asks the filter before it writes a row: the same records
-						// reach the output topic as when the filter judges every row written.
-						late := withAskBeforeWriting(false, func() combineRun {
-							return withFilterWindow(v.window, func() combineRun {
-								return runCombine(t, seed, config(mode, true, v.cacheKeys), inputs, true)
+					filtered := joinFiltered.Load() - before
+					// exact is a run whose records crossing the output topic are a function of
+					// the schedule: got, or for a join with a filter before its sorter, a run
+					// without it. That filter does not judge the keys the real-time cache holds
+					// (joinKey), and the cache evicts at random (makeRoom): the records that
+					// cross may differ by a few between two runs of the same schedule (seed
+					// 1796628328849775305), never the results.
+					exact, exactFilter := got, true
+					// run is exact's run with holding (emitTo) and asking before writing as told.
+					run := func(hold, ask bool) combineRun {
+						return withHoldBest(hold, func() combineRun {
+							return withAskBeforeWriting(ask, func() combineRun {
+								return withFilterBeforeSorting(exactFilter, func() combineRun {
+									return withFilterWindow(v.window, func() combineRun {
+										return runCombine(t, seed, config(mode, true, v.cacheKeys), inputs, true)
+									})
+								})
 							})
 						})
-						if !slices.Equal(got.out, late.out) || !slices.Equal(got.dlq, late.dlq) || got.repart != late.repart {
-							t.Errorf("seed %d, %s: asked before writing, %d records crossed the output topic, %d results, %d dead letters; asked as produced, %d, %d, %d",
-								seed, name, got.repart, len(got.out), len(got.dlq), late.repart, len(late.out), len(late.dlq))
-						}
 					}
 					if op.doc == combineJoinColumnsTop || op.doc == combineJoinColumnsTopOne || op.doc == combineJoinUnderKey {
 						// The join drops before its sorter the orders whose rows could not enter
 						// the top or change the max (joinFilter): the same answers and dead
 						// letters as sorting them.
-						before := joinFiltered.Load()
-						again := withFilterWindow(v.window, func() combineRun {
-							return runCombine(t, seed, config(mode, true, v.cacheKeys), inputs, true)
-						})
-						filtered := joinFiltered.Load() - before
-						all := withFilterBeforeSorting(false, func() combineRun {
-							return withFilterWindow(v.window, func() combineRun {
-								return runCombine(t, seed, config(mode, true, v.cacheKeys), inputs, true)
-							})
-						})
-						if g, w := op.final(all.out), op.final(again.out); !slices.Equal(g, w) || !slices.Equal(all.dlq, again.dlq) {
+						exactFilter = false
+						exact = run(true, true)
+						if g, w := op.final(exact.out), op.final(got.out); !slices.Equal(g, w) || !slices.Equal(exact.dlq, got.dlq) {
 							t.Errorf("seed %d, %s: results or dead letters differ without the filter before the sorter:\n%s", seed, name, diffOutputs(g, w))
 						}
 						if mode == "always" && filtered == 0 {
 							t.Errorf("seed %d, %s: the join's filter before its sorter dropped nothing", seed, name)
 						}
+						// The join asks the filter before it writes a row: the same records
+						// reach the output topic as when the filter judges every row written.
+						late := run(true, false)
+						if !slices.Equal(exact.out, late.out) || !slices.Equal(exact.dlq, late.dlq) || exact.repart != late.repart {
+							t.Errorf("seed %d, %s: asked before writing, %d records crossed the output topic, %d results, %d dead letters; asked as produced, %d, %d, %d",
+								seed, name, exact.repart, len(exact.out), len(exact.dlq), late.repart, len(late.out), len(late.dlq))
+						}
 					}
 					if holdsBest[op.name] {
 						// A fold holds each result that replaced its key's one value, and drops it
 						// when the next replaces it (emitTo): the same answers, fewer records.
-						all := withHoldBest(false, func() combineRun {
-							return withFilterWindow(v.window, func() combineRun {
-								return runCombine(t, seed, config(mode, true, v.cacheKeys), inputs, true)
-							})
-						})
+						all := run(false, true)
 						if g, w := op.final(all.out), op.final(want.out); !slices.Equal(g, w) {
 							t.Errorf("seed %d, %s: without holding, results differ from the plain run's:\n%s", seed, name, diffOutputs(w, g))
 						}
@@ -655,8 +664,8 @@ func TestCombineOneAnswer(t *testing.T) {
 						// writer has a result replaced (each join key one pair, as seed
 						// 1796564957814936672 draws), holding has nothing to drop;
 						// TestEmitToHoldsEachKeysBest shows the records it saves.
-						if v.window == filterWindow && got.repart > all.repart {
-							t.Errorf("seed %d, %s: %d records crossed the output topic holding the replaced results, %d without", seed, name, got.repart, all.repart)
+						if v.window == filterWindow && exact.repart > all.repart {
+							t.Errorf("seed %d, %s: %d records crossed the output topic holding the replaced results, %d without", seed, name, exact.repart, all.repart)
 						}
 					}
 					if g, w := op.final(got.out), op.final(want.out); !slices.Equal(g, w) {
