@@ -735,14 +735,33 @@ func (s *selectStage) appendRow(dst []byte, r *Record, nullOnError bool) ([]byte
 			out = append(out, nullJSON...)
 			continue
 		}
-		v, err := s.env.run(c.prog)
-		if err != nil {
-			if nullOnError {
+		var v any
+		if tv, ok := s.env.runTyped(c.prog); ok {
+			// The tree's result, written as appendAnyJSON writes it boxed, without boxing the
+			// usual kinds.
+			switch tv.k {
+			case fNil:
 				out = append(out, nullJSON...)
 				continue
+			case fInt:
+				out = strconv.AppendInt(out, tv.i, 10)
+				continue
+			case fBool:
+				out = strconv.AppendBool(out, tv.b)
+				continue
 			}
-			return out, &Error{Operator: s.name, Reason: fmt.Sprintf("select %s: %s", c.name, s.env.reason(err))}
+			v = tv.box()
+		} else {
+			var err error
+			if v, err = s.env.run(c.prog); err != nil {
+				if nullOnError {
+					out = append(out, nullJSON...)
+					continue
+				}
+				return out, &Error{Operator: s.name, Reason: fmt.Sprintf("select %s: %s", c.name, s.env.reason(err))}
+			}
 		}
+		var err error
 		mark := len(out)
 		if out, err = appendAnyJSON(out, v); err != nil {
 			if nullOnError {

@@ -150,6 +150,18 @@ func (e *exprEnv) begin(r *Record) error {
 	return nil
 }
 
+// runTyped is run's tree alone: p's result on the record of the last begin as the tree
+// computes it, unboxed; false when the VM must evaluate it (run).
+func (e *exprEnv) runTyped(p *program) (fval, bool) {
+	if !e.fast {
+		return fval{}, false
+	}
+	if v, ok := p.fast(e); ok && (v.k == fBool || !p.wantBool) {
+		return v, true
+	}
+	return fval{}, false
+}
+
 // run evaluates p on the record of the last begin (which succeeded).
 func (e *exprEnv) run(p *program) (any, error) {
 	if e.fast {
@@ -683,7 +695,8 @@ func (e *exprEnv) compileCall(n *ast.CallNode, src []rune) fnode {
 		}
 	}
 	vals := make([]any, len(args)) // the stage runs on one goroutine
-	call := func(e *exprEnv) (v fval, ok bool) {
+	var call fnode
+	call = func(e *exprEnv) (v fval, ok bool) {
 		defer func() {
 			clear(vals)
 			if recover() != nil { // expr-lang's runtime panics with its errors, as in the VM
@@ -703,6 +716,9 @@ func (e *exprEnv) compileCall(n *ast.CallNode, src []rune) fnode {
 		}
 		return fvalOf(out), true
 	}
+	if id.Value == "int" && exprFuncs["int"].fn == nil && len(args) == 1 {
+		return intCall(n.Arguments[0], args[0], call)
+	}
 	if onMs == nil {
 		return call
 	}
@@ -713,4 +729,62 @@ func (e *exprEnv) compileCall(n *ast.CallNode, src []rune) fnode {
 		}
 		return call(e)
 	}
+}
+
+// intCall is the tree of int(a), a's tree arg, call the general call: an int is itself, and a
+// string of at most 18 bytes is read as strconv.Atoi reads it (the VM's builtin.Int), without
+// boxing the argument or the result; the key read so needs no string of it. Anything else
+// (a decimal, a longer string, one Atoi refuses) is the general call's.
+func intCall(a ast.Node, arg, call fnode) fnode {
+	if id, ok := a.(*ast.IdentifierNode); ok && id.Value == "key" {
+		return func(e *exprEnv) (fval, bool) {
+			if i, ok := atoiShort(e.rec.Key); ok {
+				return fval{k: fInt, i: i}, true
+			}
+			return call(e)
+		}
+	}
+	return func(e *exprEnv) (fval, bool) {
+		v, ok := arg(e)
+		if !ok {
+			return fval{}, false
+		}
+		switch v.k {
+		case fInt:
+			return v, true
+		case fStr:
+			if s, _ := v.x.(string); s != "" {
+				if i, ok := atoiShort(unsafe.Slice(unsafe.StringData(s), len(s))); ok {
+					return fval{k: fInt, i: i}, true
+				}
+			}
+		}
+		return call(e)
+	}
+}
+
+// atoiShort is strconv.Atoi's fast path (a sign, then only decimal digits, at most 18 bytes in
+// all, where no overflow is possible) on bytes; false for anything it would not take there.
+func atoiShort(b []byte) (int64, bool) {
+	if len(b) == 0 || len(b) > 18 {
+		return 0, false
+	}
+	neg := b[0] == '-'
+	if b[0] == '-' || b[0] == '+' {
+		if b = b[1:]; len(b) == 0 {
+			return 0, false
+		}
+	}
+	var n int64
+	for _, c := range b {
+		c -= '0'
+		if c > 9 {
+			return 0, false
+		}
+		n = n*10 + int64(c)
+	}
+	if neg {
+		n = -n
+	}
+	return n, true
 }

@@ -82,7 +82,11 @@ func TestFastAgreesWithVM(t *testing.T) {
 		"1 - big", "big + n", "big * -1", "a * big", "c == 'x/y'", "d == true", "a != a", "t % 1000", "e == nil", "missing != nil",
 		"c == nil", "nil == nil", "f == nil", "b != nil", "nil == d",
 		"lower(c) in ['x/y']", "a > 1 || f == nil", "a > 1 || h == nil", "f", "h", "min(h)", "upper(c) in ['X/Y', 'SS/SS']", "a in [5, 10000]", "c in []", "b in [12]", "n in [1000]",
-		"o.p.q + 1", "o.d > f.g", "o.s == 'x/y'", "f.g * 2", "o.i < 0 && o.p.q > 2", "o.p == nil", "o.missing == nil", "o.p.x"}
+		"o.p.q + 1", "o.d > f.g", "o.s == 'x/y'", "f.g * 2", "o.i < 0 && o.p.q > 2", "o.p == nil", "o.missing == nil", "o.p.x",
+		"int(key)", "int(key) + 1", "int(a)", "int(c)", "int(n)", "int(b)", "int(missing)", "int(string(key))"}
+	// The records' keys: int(key) reads them without the VM where strconv.Atoi's fast path
+	// would (intCall), and leaves the others to it.
+	keys := []string{"k/1", "42", "-7", "+3", "", "007", "123456789012345678", "1234567890123456789", "-", "9223372036854775807", "-9223372036854775808", "1_000", " 5"}
 	var compiled, treed, evaluated, byTree int
 	for k := range n + len(edges) {
 		opt := expr.AsAny()
@@ -110,9 +114,10 @@ func TestFastAgreesWithVM(t *testing.T) {
 		if p.fast != nil {
 			treed++
 		}
-		for _, value := range fastRecords {
-			r := &Record{Key: []byte("k/1"), Value: []byte(value), Time: 1436918400123}
-			vr := &Record{Key: []byte("k/1"), Value: []byte(value), Time: 1436918400123}
+		for j, value := range fastRecords {
+			key := keys[(j+k)%len(keys)]
+			r := &Record{Key: []byte(key), Value: []byte(value), Time: 1436918400123}
+			vr := &Record{Key: []byte(key), Value: []byte(value), Time: 1436918400123}
 			beginErr := env.begin(r)
 			fillErr := vmEnv.fill(vr)
 			if fmt.Sprint(beginErr) != fmt.Sprint(fillErr) {
