@@ -244,6 +244,11 @@ func (e *Engine) Run(ctx context.Context) error {
 		}
 		return err
 	}
+	// The first transaction produces to them: a topic created a moment ago may not be served
+	// by its leader yet (changelog.AwaitWritable).
+	if !changelog.AwaitWritable(ctx, admCl, slices.Collect(maps.Keys(limits)), awaitWritable) {
+		e.log.Debug("a topic's leader did not serve it yet; producing anyway", "waited", awaitWritable)
+	}
 	if e.o.Bounded {
 		if e.bounds, err = e.listBounds(ctx); err != nil {
 			return err
@@ -841,6 +846,9 @@ func (e *Engine) deliverOutcome(runs []*runner, reqs []*ckptReq, committed bool)
 // ensureTopics checks the sources and creates the internal topics and missing sinks. It returns
 // the effective max.message.bytes of every topic the pipeline writes (sinks, internal, changelog
 // and dead-letter topics), which bound the producer's batches and records.
+// awaitWritable bounds the wait at start for the leaders of the topics the engine produces to.
+const awaitWritable = 5 * time.Second
+
 func (e *Engine) ensureTopics(ctx context.Context) (producer.Limits, error) {
 	cfg := e.o.Config
 	reparts := e.internal
