@@ -843,12 +843,12 @@ func (e *Engine) deliverOutcome(runs []*runner, reqs []*ckptReq, committed bool)
 	return seeks, nil
 }
 
-// ensureTopics checks the sources and creates the internal topics and missing sinks. It returns
-// the effective max.message.bytes of every topic the pipeline writes (sinks, internal, changelog
-// and dead-letter topics), which bound the producer's batches and records.
 // awaitWritable bounds the wait at start for the leaders of the topics the engine produces to.
 const awaitWritable = 5 * time.Second
 
+// ensureTopics checks the sources and creates the internal topics and missing sinks. It returns
+// the effective max.message.bytes of every topic the pipeline writes (sinks, internal, changelog
+// and dead-letter topics), which bound the producer's batches and records.
 func (e *Engine) ensureTopics(ctx context.Context) (producer.Limits, error) {
 	cfg := e.o.Config
 	reparts := e.internal

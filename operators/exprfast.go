@@ -695,8 +695,7 @@ func (e *exprEnv) compileCall(n *ast.CallNode, src []rune) fnode {
 		}
 	}
 	vals := make([]any, len(args)) // the stage runs on one goroutine
-	var call fnode
-	call = func(e *exprEnv) (v fval, ok bool) {
+	call := func(e *exprEnv) (v fval, ok bool) {
 		defer func() {
 			clear(vals)
 			if recover() != nil { // expr-lang's runtime panics with its errors, as in the VM
