@@ -731,13 +731,13 @@ func (e *exprEnv) compileCall(n *ast.CallNode, src []rune) fnode {
 }
 
 // intCall is the tree of int(a), a's tree arg, call the general call: an int is itself, and a
-// string of at most 18 bytes is read as strconv.Atoi reads it (the VM's builtin.Int), without
+// string is read as strconv.Atoi reads it (the VM's builtin.Int) where atoi can, without
 // boxing the argument or the result; the key read so needs no string of it. Anything else
-// (a decimal, a longer string, one Atoi refuses) is the general call's.
+// (a decimal, a string atoi leaves) is the general call's.
 func intCall(a ast.Node, arg, call fnode) fnode {
 	if id, ok := a.(*ast.IdentifierNode); ok && id.Value == "key" {
 		return func(e *exprEnv) (fval, bool) {
-			if i, ok := atoiShort(e.rec.Key); ok {
+			if i, ok := atoi(e.rec.Key); ok {
 				return fval{k: fInt, i: i}, true
 			}
 			return call(e)
@@ -753,7 +753,7 @@ func intCall(a ast.Node, arg, call fnode) fnode {
 			return v, true
 		case fStr:
 			if s, _ := v.x.(string); s != "" {
-				if i, ok := atoiShort(unsafe.Slice(unsafe.StringData(s), len(s))); ok {
+				if i, ok := atoi(unsafe.Slice(unsafe.StringData(s), len(s))); ok {
 					return fval{k: fInt, i: i}, true
 				}
 			}
@@ -762,28 +762,11 @@ func intCall(a ast.Node, arg, call fnode) fnode {
 	}
 }
 
-// atoiShort is strconv.Atoi's fast path (a sign, then only decimal digits, at most 18 bytes in
-// all, where no overflow is possible) on bytes; false for anything it would not take there.
-func atoiShort(b []byte) (int64, bool) {
-	if len(b) == 0 || len(b) > 18 {
-		return 0, false
+// atoi is strconv.Atoi on bytes where it reads what parseInt64 reads (Atoi also takes a '+'
+// sign); false for the rest, which Atoi may still take (more than 19 digits) or refuse.
+func atoi(b []byte) (int64, bool) {
+	if len(b) > 1 && b[0] == '+' && b[1] != '-' {
+		b = b[1:]
 	}
-	neg := b[0] == '-'
-	if b[0] == '-' || b[0] == '+' {
-		if b = b[1:]; len(b) == 0 {
-			return 0, false
-		}
-	}
-	var n int64
-	for _, c := range b {
-		c -= '0'
-		if c > 9 {
-			return 0, false
-		}
-		n = n*10 + int64(c)
-	}
-	if neg {
-		n = -n
-	}
-	return n, true
+	return parseInt64(b)
 }

@@ -84,8 +84,8 @@ func TestFastAgreesWithVM(t *testing.T) {
 		"lower(c) in ['x/y']", "a > 1 || f == nil", "a > 1 || h == nil", "f", "h", "min(h)", "upper(c) in ['X/Y', 'SS/SS']", "a in [5, 10000]", "c in []", "b in [12]", "n in [1000]",
 		"o.p.q + 1", "o.d > f.g", "o.s == 'x/y'", "f.g * 2", "o.i < 0 && o.p.q > 2", "o.p == nil", "o.missing == nil", "o.p.x",
 		"int(key)", "int(key) + 1", "int(a)", "int(c)", "int(n)", "int(b)", "int(missing)", "int(string(key))"}
-	// The records' keys: int(key) reads them without the VM where strconv.Atoi's fast path
-	// would (intCall), and leaves the others to it.
+	// The records' keys: int(key) reads them without the VM where atoi can (intCall: a sign,
+	// digits, at most 19 of them), and leaves the others to it.
 	keys := []string{"k/1", "42", "-7", "+3", "", "007", "123456789012345678", "1234567890123456789", "-", "9223372036854775807", "-9223372036854775808", "1_000", " 5"}
 	var compiled, treed, evaluated, byTree int
 	for k := range n + len(edges) {
