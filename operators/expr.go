@@ -405,7 +405,7 @@ type mapStage struct {
 	escs   []bool   // per field: its head's name has a backslash escape
 	progs  []*program
 	env    exprEnv
-	vals   []any
+	vals   []fval   // per field: its value on the record being mapped
 	last   []int    // per field: index of the member it replaces, or -1
 	of     []int    // per input member: the field it names, or -1
 	idx    []member // the index of the value it writes, made as it writes it (swapped with the record's)
@@ -449,7 +449,7 @@ func NewMap(name string, cfg configs.Map) (Stage, error) {
 		m.progs = append(m.progs, p)
 		m.env.addProgram(p)
 	}
-	m.vals = make([]any, len(m.fields))
+	m.vals = make([]fval, len(m.fields))
 	m.last = make([]int, len(m.fields))
 	for _, f := range m.fields {
 		head := append(jsonstr.AppendString(nil, f), ':')
@@ -466,11 +466,15 @@ func (m *mapStage) Apply(r *Record) (bool, error) {
 		return false, &Error{Operator: m.name, Reason: err.Error()}
 	}
 	for k, p := range m.progs {
+		if tv, ok := m.env.runTyped(p); ok {
+			m.vals[k] = tv
+			continue
+		}
 		v, err := m.env.run(p)
 		if err != nil {
 			return false, &Error{Operator: m.name, Reason: fmt.Sprintf("set %s: %s", m.fields[k], m.env.reason(err))}
 		}
-		m.vals[k] = v
+		m.vals[k] = fval{k: fAny, x: v}
 	}
 	idx, _ := r.index() // begin succeeded, so Value is indexed
 	val := r.Value
@@ -513,7 +517,7 @@ func (m *mapStage) Apply(r *Record) (bool, error) {
 		nm.vs = int32(len(out))
 		if k < 0 {
 			out = append(out, val[mem.vs:mem.ve]...)
-		} else if out, err = appendAnyJSON(out, m.vals[k]); err != nil {
+		} else if out, err = appendFval(out, m.vals[k]); err != nil {
 			return false, &Error{Operator: m.name, Reason: fmt.Sprintf("set %s: %v", m.fields[k], err)}
 		}
 		nm.ve = int32(len(out))
@@ -529,7 +533,7 @@ func (m *mapStage) Apply(r *Record) (bool, error) {
 		nm := member{ks: int32(len(out) + 1), ke: int32(len(out) + len(m.heads[k]) - 2), esc: m.escs[k]}
 		out = append(out, m.heads[k]...)
 		nm.vs = int32(len(out))
-		if out, err = appendAnyJSON(out, m.vals[k]); err != nil {
+		if out, err = appendFval(out, m.vals[k]); err != nil {
 			return false, &Error{Operator: m.name, Reason: fmt.Sprintf("set %s: %v", m.fields[k], err)}
 		}
 		nm.ve = int32(len(out))
@@ -735,35 +739,21 @@ func (s *selectStage) appendRow(dst []byte, r *Record, nullOnError bool) ([]byte
 			out = append(out, nullJSON...)
 			continue
 		}
-		var v any
-		if tv, ok := s.env.runTyped(c.prog); ok {
-			// The tree's result, written as appendAnyJSON writes it boxed, without boxing the
-			// usual kinds.
-			switch tv.k {
-			case fNil:
-				out = append(out, nullJSON...)
-				continue
-			case fInt:
-				out = strconv.AppendInt(out, tv.i, 10)
-				continue
-			case fBool:
-				out = strconv.AppendBool(out, tv.b)
-				continue
-			}
-			v = tv.box()
-		} else {
-			var err error
-			if v, err = s.env.run(c.prog); err != nil {
+		tv, ok := s.env.runTyped(c.prog)
+		if !ok {
+			v, err := s.env.run(c.prog)
+			if err != nil {
 				if nullOnError {
 					out = append(out, nullJSON...)
 					continue
 				}
 				return out, &Error{Operator: s.name, Reason: fmt.Sprintf("select %s: %s", c.name, s.env.reason(err))}
 			}
+			tv = fval{k: fAny, x: v}
 		}
 		var err error
 		mark := len(out)
-		if out, err = appendAnyJSON(out, v); err != nil {
+		if out, err = appendFval(out, tv); err != nil {
 			if nullOnError {
 				out = append(out[:mark], nullJSON...)
 				continue

@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 	"unsafe"
 
@@ -70,6 +71,19 @@ func (v fval) box() any {
 		return v.b
 	}
 	return v.x
+}
+
+// appendFval writes v as appendAnyJSON writes v.box(), without boxing an int, a bool or a nil.
+func appendFval(dst []byte, v fval) ([]byte, error) {
+	switch v.k {
+	case fNil:
+		return append(dst, nullJSON...), nil
+	case fInt:
+		return strconv.AppendInt(dst, v.i, 10), nil
+	case fBool:
+		return strconv.AppendBool(dst, v.b), nil
+	}
+	return appendAnyJSON(dst, v.x)
 }
 
 func (v fval) num() bool { return v.k == fInt || v.k == fDec }
@@ -574,6 +588,10 @@ func (e *exprEnv) compileBinary(n *ast.BinaryNode, src []rune) fnode {
 			case opMul:
 				if p, ok := mul64(a.i, b.i); ok {
 					return fval{k: fInt, i: p}, true
+				}
+			case opRem:
+				if b.i != 0 { // intArith's: Go's %, which is 0 for MinInt64 % -1
+					return fval{k: fInt, i: a.i % b.i}, true
 				}
 			}
 		}

@@ -79,7 +79,7 @@ func TestFastAgreesWithVM(t *testing.T) {
 	// The edges random expressions reach seldom: equal operands, int64 overflow.
 	edges := []string{"a <= 10000", "a >= 10000", "a < 10000", "a > 10000", "10000 <= a", "b <= 12.5", "b >= 10000",
 		"b < 0.1", "n > 1000", "a == 10000.0", "b != 1000000", "big + 1", "big - -1", "big * 2", "-big", "n - big",
-		"1 - big", "big + n", "big * -1", "a * big", "c == 'x/y'", "d == true", "a != a", "t % 1000", "e == nil", "missing != nil",
+		"1 - big", "big + n", "big * -1", "a * big", "c == 'x/y'", "d == true", "a != a", "t % 1000", "t - t % 10000", "a % 0", "-big % -1", "-big - 1", "(-big - 1) % -1", "-a % 7", "big % -a", "e == nil", "missing != nil",
 		"c == nil", "nil == nil", "f == nil", "b != nil", "nil == d",
 		"lower(c) in ['x/y']", "a > 1 || f == nil", "a > 1 || h == nil", "f", "h", "min(h)", "upper(c) in ['X/Y', 'SS/SS']", "a in [5, 10000]", "c in []", "b in [12]", "n in [1000]",
 		"o.p.q + 1", "o.d > f.g", "o.s == 'x/y'", "f.g * 2", "o.i < 0 && o.p.q > 2", "o.p == nil", "o.missing == nil", "o.p.x",
