@@ -15,9 +15,9 @@ import (
 // first), as Flink's ROW_NUMBER() OVER (PARTITION BY key ORDER BY by DESC) <= n with arrival as
 // the tie-break. Its output is an upsert stream of rows: each rank of a key is one Kafka key,
 // {"key":"<key>","<rank>":r} (or, for a composite group_by key, its columns and the rank), whose
-// latest value is the record at that rank with the rank column added. A record entering the top
-// moves the ranks below it down, so those rows change too; the input only grows, so a rank once
-// filled stays filled and no row is ever deleted.
+// latest value is the record at that rank with the rank column added (omit_rank: the record
+// alone). A record entering the top moves the ranks below it down, so those rows change too; the
+// input only grows, so a rank once filled stays filled and no row is ever deleted.
 //
 // It is a Keyed operator and an Updater: Process ranks the record into the key's state and
 // marks the ranks that changed; Flush writes them at the checkpoint, at most once per rank per
@@ -31,6 +31,8 @@ type Top struct {
 	by   path
 	desc bool
 	rank string // the rank column's name
+	// omitRank: rows are the records without the rank column (configs.Top.OmitRank).
+	omitRank bool
 	// outputLog: its rows are its changelog (configs.Top.Changelog output; GatherRow).
 	outputLog bool
 
@@ -56,7 +58,7 @@ func NewTop(name string, cfg configs.Top) (*Top, error) {
 	if err != nil {
 		return nil, fmt.Errorf("operators: top %s: by: %w", name, err)
 	}
-	t := &Top{name: name, n: cfg.N, by: by, desc: cfg.Order != configs.OrderAsc, rank: cfg.Rank, outputLog: cfg.OutputChangelog()}
+	t := &Top{name: name, n: cfg.N, by: by, desc: cfg.Order != configs.OrderAsc, rank: cfg.Rank, omitRank: cfg.OmitRank, outputLog: cfg.OutputChangelog()}
 	if t.rank == "" {
 		t.rank = "rank"
 	}
@@ -83,7 +85,11 @@ func (t *Top) Layout() Layout {
 	}}
 	if t.outputLog {
 		// The stored offsets are the output topic's; a restore reads rows, not states.
-		l.Parts = append(l.Parts, LayoutPart("changelog", "output", t.rank))
+		if t.omitRank {
+			l.Parts = append(l.Parts, LayoutPart("changelog", "output"))
+		} else {
+			l.Parts = append(l.Parts, LayoutPart("changelog", "output", t.rank))
+		}
 	}
 	return l
 }
@@ -186,8 +192,12 @@ func (t *Top) rowKey(dst, key []byte, r int) []byte {
 	return append(strconv.AppendInt(append(dst, ':'), int64(r), 10), '}')
 }
 
-// rowValue appends the record with the rank column added (the record is a JSON object).
+// rowValue appends the record with the rank column added (the record is a JSON object), or
+// the record alone with omitRank.
 func (t *Top) rowValue(dst, rec []byte, r int) []byte {
+	if t.omitRank {
+		return append(dst, rec...)
+	}
 	body := bytes.TrimRight(rec, " \t\r\n")
 	if len(body) < 2 || body[len(body)-1] != '}' {
 		return append(dst, rec...) // not an object: the source decodes only objects
@@ -242,15 +252,20 @@ func (t *Top) GatherRow(key, rowKey, row, old, dst []byte) ([]byte, error) {
 	if err != nil || r < 1 || r > t.n || !bytes.Equal(t.rowKey(nil, key, r), rowKey) {
 		return dst, fmt.Errorf("key %q is not a row key of top %s for key %q (ranks 1 to %d)", rowKey, t.name, key, t.n)
 	}
-	// The record: row without its last column, the rank.
-	suffix := strconv.AppendInt(append(jsonstr.AppendString(nil, t.rank), ':'), int64(r), 10)
-	suffix = append(suffix, '}')
-	body, ok := bytes.CutSuffix(row, suffix)
-	if !ok || len(body) == 0 || body[0] != '{' {
-		return dst, fmt.Errorf("row %q of key %q does not end with its rank column %s", row, rowKey, suffix)
+	// The record: row without its last column, the rank (with omitRank, row itself).
+	rec := row
+	if !t.omitRank {
+		suffix := strconv.AppendInt(append(jsonstr.AppendString(nil, t.rank), ':'), int64(r), 10)
+		suffix = append(suffix, '}')
+		body, ok := bytes.CutSuffix(row, suffix)
+		if !ok || len(body) == 0 || body[0] != '{' {
+			return dst, fmt.Errorf("row %q of key %q does not end with its rank column %s", row, rowKey, suffix)
+		}
+		body = bytes.TrimSuffix(body, []byte{','})
+		rec = append(append(make([]byte, 0, len(body)+1), body...), '}')
+	} else if len(row) == 0 || row[0] != '{' {
+		return dst, fmt.Errorf("row %q of key %q is not a JSON object", row, rowKey)
 	}
-	body = bytes.TrimSuffix(body, []byte{','})
-	rec := append(append(make([]byte, 0, len(body)+1), body...), '}')
 	if !bytes.Equal(t.rowValue(nil, rec, r), row) {
 		return dst, fmt.Errorf("row %q of key %q is not one this config writes", row, rowKey)
 	}

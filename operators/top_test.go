@@ -23,13 +23,15 @@ func (c *rowCtx) EmitKey(key, value []byte) {
 // TestTopGatherRow: the rows a top writes (every Flush's, in any order, each rank's latest
 // winning as in a compacted topic) gather back into the state they were written from, byte for
 // byte, for plain and composite keys, keys and records that need escaping, and records with
-// spaces; a row Flush would not write for the key is an error, and a state with a rank still
-// missing is refused by Process.
+// spaces, with the rank column and without it (omit_rank: the rank from the Kafka key alone); a
+// row Flush would not write for the key is an error, and a state with a rank still missing is
+// refused by Process.
 func TestTopGatherRow(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	for _, key := range []string{`c-1`, `c"2\`, `{"bidder":7,"auction":1001}`} {
-		for _, n := range []int{1, 3, 10} {
-			top, err := NewTop("best", configs.Top{N: n, By: "price", Order: configs.OrderDesc, Rank: "rank_number", Changelog: configs.ChangelogOutput})
+		for k := range 6 {
+			n, omit := []int{1, 3, 10}[k%3], k >= 3
+			top, err := NewTop("best", configs.Top{N: n, By: "price", Order: configs.OrderDesc, Rank: "rank_number", OmitRank: omit, Changelog: configs.ChangelogOutput})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -71,7 +73,12 @@ func TestTopGatherRow(t *testing.T) {
 				}
 			}
 			if !bytes.Equal(st, ctx.state) {
-				t.Fatalf("key %s, n %d: gathered state\n%q, want\n%q", key, n, st, ctx.state)
+				t.Fatalf("key %s, n %d, omit_rank %t: gathered state\n%q, want\n%q", key, n, omit, st, ctx.state)
+			}
+			for _, r := range ctx.rows {
+				if hasRank := bytes.Contains(r[1], []byte(`"rank_number":`)); hasRank == omit {
+					t.Fatalf("key %s, n %d, omit_rank %t: row %s", key, n, omit, r[1])
+				}
 			}
 			if !top.ValidState(st) {
 				t.Fatalf("key %s, n %d: the gathered state is not valid", key, n)
@@ -94,6 +101,20 @@ func TestTopGatherRow(t *testing.T) {
 	} {
 		if _, err := top.GatherRow([]byte(tc.key), []byte(tc.rowKey), []byte(tc.row), nil, nil); err == nil || !strings.Contains(err.Error(), tc.err) {
 			t.Errorf("GatherRow(%s, %s=%s) = %v, want an error with %q", tc.key, tc.rowKey, tc.row, err, tc.err)
+		}
+	}
+	omitting, err := NewTop("best", configs.Top{N: 3, By: "price", Order: configs.OrderDesc, Rank: "rank_number", OmitRank: true, Changelog: configs.ChangelogOutput})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ rowKey, row, err string }{
+		{`{"key":"c-1","rank_number":4}`, `{"price":5}`, "ranks 1 to 3"},
+		{`{"key":"c-1","rank_number":2}`, `[1]`, "not a JSON object"},
+		{`{"key":"c-1","rank_number":2}`, `{"price":"x"}`, "want a number"},
+		{`{"key":"c-2","rank_number":2}`, `{"price":5}`, "not a row key"},
+	} {
+		if _, err := omitting.GatherRow([]byte("c-1"), []byte(tc.rowKey), []byte(tc.row), nil, nil); err == nil || !strings.Contains(err.Error(), tc.err) {
+			t.Errorf("omit_rank: GatherRow(c-1, %s=%s) = %v, want an error with %q", tc.rowKey, tc.row, err, tc.err)
 		}
 	}
 	// Rank 2 alone: rank 1 is missing until its row comes.

@@ -1164,11 +1164,19 @@ func (p *Plan) Describe(w io.Writer) {
 			if t.Top.Ties {
 				ranks = fmt.Sprintf("with ties: every record of rank (1 + those strictly better) at most %d", t.Top.N)
 			}
-			fmt.Fprintf(w, "  -> top %s: per key and %s window the records with the %s %s (%s), written once with a %s column when the window closes, at its end - 1; state in Pebble: only those rows per open window, one timer per key; late records -> dead letters; backlog replays each key's records in arrival order\n",
-				t.Name, win, map[bool]string{true: "largest", false: "smallest"}[t.Top.Order != configs.OrderAsc], t.Top.By, ranks, t.Top.Rank)
+			column := fmt.Sprintf("with a %s column", t.Top.Rank)
+			if t.Top.OmitRank {
+				column = "without a rank column (omit_rank)"
+			}
+			fmt.Fprintf(w, "  -> top %s: per key and %s window the records with the %s %s (%s), written once %s when the window closes, at its end - 1; state in Pebble: only those rows per open window, one timer per key; late records -> dead letters; backlog replays each key's records in arrival order\n",
+				t.Name, win, map[bool]string{true: "largest", false: "smallest"}[t.Top.Order != configs.OrderAsc], t.Top.By, ranks, column)
 		} else if t := c.Keyed; t != nil && t.Top != nil {
-			fmt.Fprintf(w, "  -> top %s: each key's %d records with the %s %s (ties in arrival order), an upsert stream of rows keyed by key and %s, written at most once per row per commit; backlog replays each key's records in arrival order\n",
-				t.Name, t.Top.N, map[bool]string{true: "largest", false: "smallest"}[t.Top.Order != configs.OrderAsc], t.Top.By, t.Top.Rank)
+			rows := "rows"
+			if t.Top.OmitRank {
+				rows = "the records as they came (omit_rank)"
+			}
+			fmt.Fprintf(w, "  -> top %s: each key's %d records with the %s %s (ties in arrival order), an upsert stream of %s keyed by key and %s, written at most once per row per commit; backlog replays each key's records in arrival order\n",
+				t.Name, t.Top.N, map[bool]string{true: "largest", false: "smallest"}[t.Top.Order != configs.OrderAsc], t.Top.By, rows, t.Top.Rank)
 			if t.Top.N <= operators.TopBoundMaxN && !c.Tombstones {
 				earlier := fmt.Sprintf("%d earlier records", t.Top.N)
 				if t.Top.N == 1 {

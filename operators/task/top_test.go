@@ -19,19 +19,19 @@ import (
 // key's good records in offset order computes, and every bad record one dead letter.
 
 // topConfig is the pipeline of a top of n by amount; changelog: "topic", or "output" (its rows
-// are its changelog).
-func topConfig(n int, order, changelog string) func(mode string, enter, exit int64, cacheKeys int, every string) string {
+// are its changelog); omit: its rows without the rank column (omit_rank).
+func topConfig(n int, order, changelog string, omit bool) func(mode string, enter, exit int64, cacheKeys int, every string) string {
 	return func(mode string, enter, exit int64, cacheKeys int, every string) string {
 		return fmt.Sprintf(`
 %ssources:
   orders: {topic: %s, format: json, key: customer_id, timestamp: ts}
 operators:
   - name: %s
-    top: {input: orders, n: %d, by: amount, order: %s, changelog: %s}
+    top: {input: orders, n: %d, by: amount, order: %s, changelog: %s, omit_rank: %t}
     output: out
 sinks:
   out: {topic: %s, format: json}
-`, testHeader(mode, enter, exit, cacheKeys, every), testTopic, testOp, n, order, changelog, testSink)
+`, testHeader(mode, enter, exit, cacheKeys, every), testTopic, testOp, n, order, changelog, omit, testSink)
 	}
 }
 
@@ -69,8 +69,9 @@ func genTop(rng *rand.Rand, n int) ([]*kgo.Record, []topRec) {
 	return recs, in
 }
 
-// topOracle returns the last value of every row by its Kafka key, and the dead letters.
-func topOracle(in []topRec, n int, desc bool) (map[string]string, int) {
+// topOracle returns the last value of every row by its Kafka key (without the rank column:
+// omit), and the dead letters.
+func topOracle(in []topRec, n int, desc, omit bool) (map[string]string, int) {
 	ranked := map[string][]topRec{}
 	dead := 0
 	for _, r := range in {
@@ -92,22 +93,31 @@ func topOracle(in []topRec, n int, desc bool) (map[string]string, int) {
 	want := map[string]string{}
 	for k, rows := range ranked {
 		for i, r := range rows {
-			want[fmt.Sprintf(`{"key":%q,"rank":%d}`, k, i+1)] = strings.TrimSuffix(r.value, "}") + fmt.Sprintf(`,"rank":%d}`, i+1)
+			row := strings.TrimSuffix(r.value, "}") + fmt.Sprintf(`,"rank":%d}`, i+1)
+			if omit {
+				row = r.value
+			}
+			want[fmt.Sprintf(`{"key":%q,"rank":%d}`, k, i+1)] = row
 		}
 	}
 	return want, dead
 }
 
-func TestTopOneAnswerTwoModes(t *testing.T) { eachTopSeed(t, "topic") }
+func TestTopOneAnswerTwoModes(t *testing.T) { eachTopSeed(t, "topic", false) }
 
 // TestTopOneAnswerTwoModesOutputLog is TestTopOneAnswerTwoModes with the top's rows as its
 // changelog (changelog: output): the same rows, each to the task's partition with its key's
 // header, and the stored states are what a restore gathers from the committed rows, at the
 // offset after the last.
-func TestTopOneAnswerTwoModesOutputLog(t *testing.T) { eachTopSeed(t, "output") }
+func TestTopOneAnswerTwoModesOutputLog(t *testing.T) { eachTopSeed(t, "output", false) }
+
+// TestTopOneAnswerTwoModesOmitRank is TestTopOneAnswerTwoModesOutputLog with rows without the
+// rank column (omit_rank): each row is the record as it came, and a restore takes the rank from
+// the row's Kafka key.
+func TestTopOneAnswerTwoModesOmitRank(t *testing.T) { eachTopSeed(t, "output", true) }
 
 // eachTopSeed runs topOneAnswer for each seed (-long: more; -seed: one).
-func eachTopSeed(t *testing.T, changelog string) {
+func eachTopSeed(t *testing.T, changelog string, omit bool) {
 	seeds := 20
 	if *flagLong {
 		seeds = 400
@@ -116,18 +126,18 @@ func eachTopSeed(t *testing.T, changelog string) {
 		if *flagSeed != 0 && seed != *flagSeed {
 			continue
 		}
-		t.Run(fmt.Sprint(seed), func(t *testing.T) { topOneAnswer(t, seed, changelog) })
+		t.Run(fmt.Sprint(seed), func(t *testing.T) { topOneAnswer(t, seed, changelog, omit) })
 	}
 }
 
-func topOneAnswer(t *testing.T, seed uint64, changelog string) {
+func topOneAnswer(t *testing.T, seed uint64, changelog string, omit bool) {
 	rng := rand.New(rand.NewPCG(seed, 19))
 	n := []int{1, 3, 10}[rng.IntN(3)]
 	order := []string{"desc", "asc"}[rng.IntN(2)]
 	recs, in := genTop(rng, []int{1, 50, 500, 2000}[rng.IntN(4)])
-	want, wantDead := topOracle(in, n, order == "desc")
+	want, wantDead := topOracle(in, n, order == "desc", omit)
 	for _, ms := range keyedModes(rng) {
-		ms.config = topConfig(n, order, changelog)
+		ms.config = topConfig(n, order, changelog, omit)
 		r := runMode(t, seed, ms, genInput{recs: recs})
 		what := fmt.Sprintf("%s (top %d %s; %s)", ms.name, n, order, r.summary)
 		if changelog == "output" {
