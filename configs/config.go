@@ -542,7 +542,8 @@ type Distinct struct {
 // Rekey re-keys a stream through a repartition topic.
 type Rekey struct {
 	Input string `koanf:"input" default:"required" doc:"A source or an earlier operator."`
-	By    string `koanf:"by" default:"required" doc:"The field path of the new key (e.g. seller), or several separated by commas for a composite key (the JSON object {\"a\":1,\"b\":2}); a record without it is a dead letter."`
+	By    string `koanf:"by" default:"none" doc:"The field path of the new key (e.g. seller), or several separated by commas for a composite key (the JSON object {\"a\":1,\"b\":2}); a record without it is a dead letter. Exactly one of by and expr."`
+	Expr  string `koanf:"expr" default:"none" doc:"An expression of the record whose value is the new key (e.g. \"dateTime - dateTime % 10000\", \"auction % 10000\"): a string as it is, a number as its text (an int's digits, an exact decimal's shortest form). A record whose expression fails or gives anything else (null: a member it reads is missing) is a dead letter. Exactly one of by and expr."`
 }
 
 // Top's order values.
@@ -569,11 +570,17 @@ func (o *Operator) GroupBy() string {
 		return o.Top.GroupBy
 	case o.Distinct != nil:
 		return o.Distinct.GroupBy
+	case o.Rekey != nil && o.Rekey.Expr != "":
+		return o.Rekey.Expr
 	case o.Rekey != nil:
 		return o.Rekey.By
 	}
 	return ""
 }
+
+// RekeyExpr reports whether the operator is a rekey by an expression (rekey.expr), whose text
+// GroupBy returns.
+func (o *Operator) RekeyExpr() bool { return o.Rekey != nil && o.Rekey.Expr != "" }
 
 // Join is a stream-table join (stream, table; as_of processing: a record joins its key's latest
 // row) or a windowed stream-stream join (left, right, within).

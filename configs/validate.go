@@ -437,10 +437,18 @@ func (c *Config) validateOperators() *Error {
 		case op.Aggregate != nil:
 			err = checkAggregate(kp, op.Aggregate)
 		case op.Rekey != nil:
-			if strings.TrimSpace(op.Rekey.By) == "" {
-				err = errorf(kp+".by", "required: the field path of the new key, e.g. seller")
-			} else if msg := checkGroupBy(op.Rekey.By); msg != "" {
-				err = errorf(kp+".by", "%s", msg)
+			by, ex := strings.TrimSpace(op.Rekey.By) != "", strings.TrimSpace(op.Rekey.Expr) != ""
+			switch {
+			case by && ex:
+				err = errorf(kp+".expr", "given with by: a rekey has one of them (by: field paths; expr: an expression)")
+			case ex:
+				// Compiled, and refused with its error, by the plan.
+			case !by:
+				err = errorf(kp+".by", "required: the field path of the new key, e.g. seller (or expr: an expression of the record)")
+			default:
+				if msg := checkGroupBy(op.Rekey.By); msg != "" {
+					err = errorf(kp+".by", "%s", msg)
+				}
 			}
 		case op.Top != nil:
 			err = checkTop(kp, op.Top)

@@ -2,7 +2,11 @@ package operators
 
 import (
 	"fmt"
+	"slices"
+	"strconv"
 	"strings"
+
+	"github.com/expr-lang/expr"
 
 	"github.com/sluice-dev/sluice/operators/internal/jsonstr"
 )
@@ -17,6 +21,24 @@ type Rekey struct {
 	paths []path
 	names [][]byte // with several paths: each path's member name in the key, a JSON string and its colon
 	buf   []byte
+	// By an expression (NewRekeyExpr) instead of paths: its program, evaluated on each record.
+	prog *program
+	env  exprEnv
+}
+
+// NewRekeyExpr returns the re-keying of the operator name by the expression src (rekey.expr):
+// a record's key is the expression's value, a string as it is and a number as its text.
+func NewRekeyExpr(name, src string) (*Rekey, error) {
+	if strings.TrimSpace(src) == "" {
+		return nil, fmt.Errorf("operators: %s: expr: empty expression", name)
+	}
+	p, err := compile(name, src, expr.AsAny())
+	if err != nil {
+		return nil, err
+	}
+	k := &Rekey{name: name, prog: p}
+	k.env.addProgram(p)
+	return k, nil
 }
 
 // NewRekey returns the re-keying of the operator (or topic) name by group_by spec: one field
@@ -54,8 +76,16 @@ func SplitGroupBy(spec string) []string {
 // Name returns the name given to NewRekey.
 func (k *Rekey) Name() string { return k.name }
 
-// Members returns the top-level member each of its field paths starts at, in their order.
+// Members returns the top-level member each of its field paths starts at, in their order; by
+// an expression, the members it reads, or nil when it reads more than members (the event time,
+// $env).
 func (k *Rekey) Members() []string {
+	if k.prog != nil {
+		if k.env.ts || k.env.all {
+			return nil
+		}
+		return slices.Clone(k.env.names)
+	}
 	out := make([]string, len(k.paths))
 	for i, p := range k.paths {
 		out[i] = p.parts[0]
@@ -66,6 +96,9 @@ func (k *Rekey) Members() []string {
 // Key returns r's new key. The result is valid until the next call or until r changes. A
 // missing field, or one that is not a string or a number, is an *Error (a dead letter).
 func (k *Rekey) Key(r *Record) ([]byte, error) {
+	if k.prog != nil {
+		return k.exprKey(r)
+	}
 	if len(k.paths) == 1 {
 		raw, err := k.field(r, k.paths[0])
 		if err != nil || raw[0] != '"' {
@@ -105,4 +138,33 @@ func (k *Rekey) field(r *Record, p path) ([]byte, error) {
 		return nil, &Error{Operator: k.name, Reason: fmt.Sprintf("group_by field %q is %s, want a string or a number", p.text, kindOf(c))}
 	}
 	return raw, nil
+}
+
+// exprKey is Key by an expression: its value, a string as it is, an int's digits, an exact
+// decimal's shortest form; anything else (null, a bool, a float, an object) is an *Error.
+func (k *Rekey) exprKey(r *Record) ([]byte, error) {
+	if err := k.env.begin(r); err != nil {
+		return nil, &Error{Operator: k.name, Reason: err.Error()}
+	}
+	v, ok := k.env.runTyped(k.prog)
+	if !ok {
+		x, err := k.env.run(k.prog)
+		if err != nil {
+			return nil, &Error{Operator: k.name, Reason: "expr: " + k.env.reason(err)}
+		}
+		v = fvalOf(x)
+	}
+	switch v.k {
+	case fInt:
+		k.buf = strconv.AppendInt(k.buf[:0], v.i, 10)
+	case fStr:
+		k.buf = append(k.buf[:0], v.x.(string)...)
+	case fDec:
+		k.buf = appendDec(k.buf[:0], v.x.(decimal))
+	case fNil:
+		return nil, &Error{Operator: k.name, Reason: "expr: the key is null (a member it reads is missing or null)"}
+	default:
+		return nil, &Error{Operator: k.name, Reason: fmt.Sprintf("expr: the key is %s, want a string or a number", typeName(v.box()))}
+	}
+	return k.buf, nil
 }

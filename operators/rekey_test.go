@@ -3,6 +3,8 @@ package operators
 import (
 	"encoding/json"
 	"errors"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/sluice-dev/sluice/configs"
@@ -56,6 +58,62 @@ func TestRekey(t *testing.T) {
 	for _, bad := range []string{"", "a,,b", "a,", "a..b"} {
 		if _, err := NewRekey("q", bad); err == nil {
 			t.Errorf("NewRekey(%q) accepted", bad)
+		}
+	}
+}
+
+// TestRekeyExpr: a rekey by an expression keys a record by the expression's value (an int's
+// digits, an exact decimal's shortest form, a string as it is); null, a bool or a failing
+// expression is a dead letter; Members names what the key reads, nil when it reads the time.
+func TestRekeyExpr(t *testing.T) {
+	src, err := NewSource("bids", configs.Source{Topic: "bids"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		expr, value, want, err string
+		members                []string
+	}{
+		{expr: "dateTime - dateTime % 10000", value: `{"dateTime":1436918401234}`, want: `1436918400000`, members: []string{"dateTime"}},
+		{expr: "auction % 10000", value: `{"auction":1023456}`, want: `3456`, members: []string{"auction"}},
+		{expr: "lower(region)", value: `{"region":"E\"U"}`, want: `e"u`, members: []string{"region"}},
+		{expr: "price * 0.5", value: `{"price":3}`, want: `1.5`, members: []string{"price"}},
+		{expr: "c.region + '/' + key", value: `{"c":{"region":"EU"}}`, want: `EU/k`, members: []string{"c"}},
+		{expr: "ts - ts % 1000", value: `{}`, want: `1436918401000`},
+		{expr: "missing", value: `{"a":1}`, err: "expr: the key is null (a member it reads is missing or null)", members: []string{"missing"}},
+		{expr: "price > 3", value: `{"price":5}`, err: "expr: the key is bool, want a string or a number", members: []string{"price"}},
+		{expr: "price / 0", value: `{"price":5}`, err: "expr: division by zero", members: []string{"price"}},
+	} {
+		k, err := NewRekeyExpr("q", tc.expr)
+		if err != nil {
+			t.Fatalf("NewRekeyExpr(%q): %v", tc.expr, err)
+		}
+		if got := k.Members(); !slices.Equal(got, tc.members) {
+			t.Errorf("%q: Members() = %q, want %q", tc.expr, got, tc.members)
+		}
+		var r Record
+		if err := src.Decode([]byte("k"), []byte(tc.value), 1436918401234, &r); err != nil {
+			t.Fatalf("Decode(%s): %v", tc.value, err)
+		}
+		got, err := k.Key(&r)
+		var oe *Error
+		switch {
+		case tc.err != "":
+			if !errors.As(err, &oe) || !strings.Contains(oe.Reason, tc.err) {
+				t.Errorf("Key(%s) by %q: error %v, want a dead letter %q", tc.value, tc.expr, err, tc.err)
+			}
+			continue
+		case err != nil:
+			t.Errorf("Key(%s) by %q: %v", tc.value, tc.expr, err)
+			continue
+		}
+		if string(got) != tc.want {
+			t.Errorf("Key(%s) by %q = %s, want %s", tc.value, tc.expr, got, tc.want)
+		}
+	}
+	for _, bad := range []string{"", " ", "a ><", "nosuchfn(a)"} {
+		if _, err := NewRekeyExpr("q", bad); err == nil {
+			t.Errorf("NewRekeyExpr(%q) accepted", bad)
 		}
 	}
 }

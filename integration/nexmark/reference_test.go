@@ -53,7 +53,7 @@ var queries = []query{
 	{name: "q4", reference: refQ4, read: readQ4, upsert: true, kills: true, internal: []string{"-q4-join-output", "-q4-max-repartition", "-q4-max-output",
 		"-q4-changes-output", "-q4-repartition"}},
 	{name: "q5", reference: bidsOnly(refQ5), read: readQ5, settled: settledQ5, kills: true, internal: []string{"-counts-output", "-hottest-repartition"}},
-	{name: "q7", reference: bidsOnly(refQ7), read: readQ7, settled: settledQ7, kills: true, internal: []string{"-highest-repartition"}},
+	{name: "q7", reference: bidsOnly(refQ7), read: readQ7, settled: settledQ7, kills: true, internal: []string{"-windowed-repartition"}},
 	{name: "q8", reference: refQ8, read: readQ8, settled: settledQ8, internal: []string{"-person_windows-repartition", "-person_windows-output", "-p-repartition", "-seller_windows-repartition", "-seller_windows-output", "-a-repartition"}},
 	{name: "q9", reference: refQ9, read: readQ9, upsert: true, kills: true, internal: []string{"-q9-join-output"}},
 	{name: "q11", reference: bidsOnly(refQ11), read: readQ11, kills: true, internal: []string{"-q11-repartition"}},

@@ -49,6 +49,7 @@ type ChainPlan struct {
 	Taps            []Tap            // stages whose records also go to a sink as they leave them
 	Input           int              // a cogroup's chain: the index of its input
 	Rekey           string           // the group_by field path the records are re-keyed by ("" = none); SinkTopic is then the repartition topic
+	RekeyExpr       bool             // Rekey is an expression (rekey.expr), not field paths
 	RekeyFor        string           // with Rekey: the aggregate the records are re-keyed for
 	Output          bool             // Keyed's results go to its output topic (SinkTopic), which later operators read
 	// LocalKey: Keyed's group_by, whose records stay in their input's partition (one of its
@@ -408,7 +409,7 @@ func NewPlan(cfg *configs.Config) (*Plan, error) {
 					// chain (or, for a rekey, the chain of the operators after it) reads it.
 					// Event time crosses it as the writers' announcements (TimedOutput,
 					// TimedInput): the reader's watermark is the smallest of its writers'.
-					c.Rekey, c.RekeyFor = op.GroupBy(), op.Name
+					c.Rekey, c.RekeyFor, c.RekeyExpr = op.GroupBy(), op.Name, op.RekeyExpr()
 					c.SinkTopic = cfg.RepartitionTopic(op.Name)
 					c.Sink = ""
 					c.TimedOutput = true
@@ -833,8 +834,21 @@ func keepsFor(r *ChainPlan) []string {
 		return nil
 	}
 	keep := slices.Clone(names)
-	for _, p := range operators.SplitGroupBy(r.Rekey) {
-		if top, _, _ := strings.Cut(p, "."); !slices.Contains(keep, top) {
+	tops := make([]string, 0, 1)
+	if r.RekeyExpr {
+		k, err := operators.NewRekeyExpr(r.RekeyFor, r.Rekey)
+		if err != nil || k.Members() == nil { // the key reads more than members ($env)
+			return nil
+		}
+		tops = k.Members()
+	} else {
+		for _, p := range operators.SplitGroupBy(r.Rekey) {
+			top, _, _ := strings.Cut(p, ".")
+			tops = append(tops, top)
+		}
+	}
+	for _, top := range tops {
+		if !slices.Contains(keep, top) {
 			keep = append(keep, top)
 		}
 	}
@@ -1101,7 +1115,11 @@ func (p *Plan) Describe(w io.Writer) {
 			fmt.Fprintf(w, "  -> key by %s in the input's partition (it holds the source's key %s: no repartition topic; processing.local_rekey)\n", c.LocalKey, c.Source.Key)
 		}
 		if c.Rekey != "" {
-			fmt.Fprintf(w, "  -> re-key by %s -> repartition topic %s (in the transaction of the input offsets)\n", c.Rekey, c.SinkTopic)
+			by := c.Rekey
+			if c.RekeyExpr {
+				by = "the expression " + by
+			}
+			fmt.Fprintf(w, "  -> re-key by %s -> repartition topic %s (in the transaction of the input offsets)\n", by, c.SinkTopic)
 			switch {
 			case c.Combine != nil && c.Combine.Keyed.Top != nil:
 				of := "its key"
@@ -1357,7 +1375,11 @@ func (c ChainPlan) Build(rows func(table string) operators.Rows, values operator
 		return nil, err
 	}
 	ops := &Ops{Src: src}
-	if c.Rekey != "" {
+	if c.RekeyExpr {
+		if ops.Rekey, err = operators.NewRekeyExpr(c.RekeyFor, c.Rekey); err != nil {
+			return nil, err
+		}
+	} else if c.Rekey != "" {
 		if ops.Rekey, err = operators.NewRekey(c.RekeyFor, c.Rekey); err != nil {
 			return nil, err
 		}
