@@ -110,8 +110,7 @@ type chaos struct {
 func chaosScenario(t *testing.T, c *kafkatest.Cluster, size chaosSize, load chaosLoad) {
 	ctx, cancel := context.WithTimeout(t.Context(), size.timeout)
 	defer cancel()
-	seed := time.Now().UnixNano()
-	t.Logf("random seed %d", seed)
+	seed := testSeed(t)
 	ch := &chaos{
 		t:    t,
 		ctx:  ctx,
@@ -478,8 +477,7 @@ type windowsLoad struct {
 
 func newWindowsLoad(t *testing.T, keys int) *windowsLoad {
 	ev := eventTime{window: 1000, grace: winGraceMS, maxDelay: winDelayMS}
-	seed := time.Now().UnixNano()
-	t.Logf("windows load: seed %d", seed)
+	seed := testSeed(t)
 	return &windowsLoad{ev: ev, gen: newTimedOrders(uint64(seed), keys, chaosParts, ev)}
 }
 
@@ -597,6 +595,9 @@ func (w *windowsLoad) verify(ch *chaos, _ []string) int64 {
 	}
 	if d := diffLate(want, dlq, ch.p.topic, 20); d != nil {
 		t.Errorf("dead letters differ from the oracle's late records (%d expected, %d read):\n%s", len(want.late), len(dlq), strings.Join(d, "\n"))
+	}
+	if t.Failed() {
+		ch.explainLoss(want, finals, dlq, w.ev)
 	}
 	t.Logf("windows: %d orders, %d (key, window) finals exactly once, %d late records exactly once in the DLQ", len(input), len(finals), len(dlq))
 	return int64(len(input))

@@ -60,9 +60,7 @@ func kill9Scenario(t *testing.T, brokers string, size kill9Size) {
 	const parts = 8
 	first := workload.Spec{Records: size.first, Keys: size.keys, Partitions: parts, Seed: 21}
 	second := workload.Spec{Records: size.second, Keys: size.keys, Partitions: parts, Seed: 22}
-	seed := time.Now().UnixNano()
-	t.Logf("random seed %d", seed)
-	rng := rand.New(rand.NewPCG(uint64(seed), 7))
+	rng := rand.New(rand.NewPCG(uint64(testSeed(t)), 7))
 
 	p := newPipeline(t, brokers, pipelineOpts{partitions: parts, keys: size.keys, enterLag: 5000, exitLag: 500, extraEnv: size.env, changelog: size.changelog})
 	if err := p.produce(ctx, first); err != nil {

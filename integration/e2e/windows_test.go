@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -43,8 +44,8 @@ func TestWindowsExactlyOnceKill9Fake(t *testing.T) {
 		windowMS: 1000})
 }
 
-// envWindowsSeed fixes the windows scenario's random seed (data and kill moments), to replay
-// a failed run's data; the kill moments depend on timing all the same.
+// envWindowsSeed fixes the random seed of the windows and chaos scenarios (data and kill
+// choices), to replay a failed run's data; the kill moments depend on timing all the same.
 const envWindowsSeed = "SLUICE_E2E_SEED"
 
 // windowsSize sizes one windows scenario. Event time advances by one millisecond per order of
@@ -448,6 +449,15 @@ type windowed struct {
 	late   map[srcPos]bool           // late records: exactly one dead letter each
 	open   int                       // (key, window)s with records but not closed by the end
 	wms    map[int32]int64           // each partition's watermark after its last record
+	// members are the input records each (key, window) folds, in offset order: they name the
+	// records a wrong final leaves out (unaccounted).
+	members map[winKey][]member
+}
+
+// member is an input record the oracle folds into a (key, window), and its amount.
+type member struct {
+	at    srcPos
+	cents int64
 }
 
 // windowOracle computes the finals and late records of input (every record of the input topic,
@@ -456,7 +466,7 @@ type windowed struct {
 // is late when the watermark has reached its window's end + grace; a window is final when the
 // partition's last watermark has reached its end + grace.
 func windowOracle(input []*kgo.Record, ev eventTime) (windowed, error) {
-	out := windowed{finals: map[winKey]workload.Total{}, late: map[srcPos]bool{}, wms: map[int32]int64{}}
+	out := windowed{finals: map[winKey]workload.Total{}, late: map[srcPos]bool{}, wms: map[int32]int64{}, members: map[winKey][]member{}}
 	sums := map[int32]map[winKey]workload.Total{}
 	wms := out.wms
 	var parser fastjson.Parser
@@ -493,6 +503,7 @@ func windowOracle(input []*kgo.Record, ev eventTime) (windowed, error) {
 		tot.SumCents += cents
 		tot.Count++
 		sums[r.Partition][k] = tot
+		out.members[k] = append(out.members[k], member{srcPos{r.Partition, r.Offset}, cents})
 	}
 	for part, ws := range sums {
 		for k, tot := range ws {
@@ -651,6 +662,20 @@ func diffLate(want windowed, dlq []*kgo.Record, input string, limit int) []strin
 // scenarioSeed is the random seed of an event-time scenario (SLUICE_E2E_SEED replays its data;
 // the kill moments depend on timing all the same) and its generator.
 func scenarioSeed(t *testing.T) (int64, *rand.Rand) {
+	seed := testSeed(t)
+	return seed, rand.New(rand.NewPCG(uint64(seed), 7))
+}
+
+// seeds holds each test's random seed (by test name): every random choice of a test derives
+// from one seed, which its log names.
+var seeds sync.Map
+
+// testSeed returns t's random seed: SLUICE_E2E_SEED if set, else the clock's, chosen once per
+// test and logged.
+func testSeed(t *testing.T) int64 {
+	if v, ok := seeds.Load(t.Name()); ok {
+		return v.(int64)
+	}
 	seed := time.Now().UnixNano()
 	if s := os.Getenv(envWindowsSeed); s != "" {
 		var err error
@@ -658,8 +683,9 @@ func scenarioSeed(t *testing.T) (int64, *rand.Rand) {
 			t.Fatalf("%s: %v", envWindowsSeed, err)
 		}
 	}
-	t.Logf("random seed %d (set %s to replay its data)", seed, envWindowsSeed)
-	return seed, rand.New(rand.NewPCG(uint64(seed), 7))
+	seeds.Store(t.Name(), seed)
+	t.Logf("random seed %d (set %s=%d to replay its data and choices)", seed, envWindowsSeed, seed)
+	return seed
 }
 
 // runKills is the kill -9 choreography of the event-time scenarios (windows, sessions) over p:
