@@ -834,18 +834,13 @@ func keepsFor(r *ChainPlan) []string {
 		return nil
 	}
 	keep := slices.Clone(names)
-	tops := make([]string, 0, 1)
-	if r.RekeyExpr {
-		k, err := operators.NewRekeyExpr(r.RekeyFor, r.Rekey)
-		if err != nil || k.Members() == nil { // the key reads more than members ($env)
-			return nil
-		}
-		tops = k.Members()
-	} else {
-		for _, p := range operators.SplitGroupBy(r.Rekey) {
-			top, _, _ := strings.Cut(p, ".")
-			tops = append(tops, top)
-		}
+	k, err := r.newRekey()
+	if err != nil {
+		return nil
+	}
+	tops := k.Members()
+	if tops == nil { // an expression that reads more than members (the time, $env)
+		return nil
 	}
 	for _, top := range tops {
 		if !slices.Contains(keep, top) {
@@ -1361,6 +1356,15 @@ func (ops *Ops) Attributes() operators.Attributes { return ops.Operator().Attrib
 // Keyed reports whether the chain ends in a keyed operator (state, a mode, checkpoints).
 func (ops *Ops) Keyed() bool { return ops.Agg != nil || ops.Kop != nil }
 
+// newRekey returns the re-keying of a chain with Rekey: by field paths, or by an expression
+// (RekeyExpr).
+func (c ChainPlan) newRekey() (*operators.Rekey, error) {
+	if c.RekeyExpr {
+		return operators.NewRekeyExpr(c.RekeyFor, c.Rekey)
+	}
+	return operators.NewRekey(c.RekeyFor, c.Rekey)
+}
+
 // Build compiles the chain's operators; rows serves the joins' tables (nil: a compile check,
 // the joins are never applied).
 //
@@ -1375,12 +1379,8 @@ func (c ChainPlan) Build(rows func(table string) operators.Rows, values operator
 		return nil, err
 	}
 	ops := &Ops{Src: src}
-	if c.RekeyExpr {
-		if ops.Rekey, err = operators.NewRekeyExpr(c.RekeyFor, c.Rekey); err != nil {
-			return nil, err
-		}
-	} else if c.Rekey != "" {
-		if ops.Rekey, err = operators.NewRekey(c.RekeyFor, c.Rekey); err != nil {
+	if c.Rekey != "" {
+		if ops.Rekey, err = c.newRekey(); err != nil {
 			return nil, err
 		}
 	}
