@@ -102,6 +102,13 @@ type Engine struct {
 	epoch  uint64 // bumped on every abort; batches from an older epoch are dropped
 	joined bool
 
+	// outcome is held while a checkpoint hands its outcome to the tasks and rewinds the
+	// consumer after an abort (deliverOutcome, SetOffsets), and by the rebalance callbacks
+	// (assigned, revoked): a rewind computed for a task must never reach the cursor of the
+	// partition's next task. Rebalances normally wait for the poll loop (BlockRebalanceOnPoll),
+	// but an End stuck for producer.endStuck lets them run during a checkpoint.
+	outcome sync.Mutex
+
 	boundedRun
 	topology
 
@@ -685,13 +692,8 @@ func (e *Engine) checkpoint(ctx context.Context) error {
 	if committed {
 		e.noteCommitted(runs, reqs)
 	}
-	seeks, err := e.deliverOutcome(runs, reqs, committed)
-	if err != nil {
+	if err := e.applyOutcome(runs, reqs, committed); err != nil {
 		return err
-	}
-	if len(seeks) > 0 {
-		e.log.Info("checkpoint aborted; rewinding to the last commit", "offsets", seeks)
-		e.sess.Client().SetOffsets(seeks)
 	}
 	if committed {
 		e.purge.committed(e.runCtx, e.adm, e.log, e.o.Clock(), offsets)
@@ -703,6 +705,26 @@ func (e *Engine) checkpoint(ctx context.Context) error {
 	}
 	if produceErr != nil && !committed {
 		return e.checkpointFailed(produceErr)
+	}
+	return nil
+}
+
+// applyOutcome tells the tasks the checkpoint's outcome and, after an abort, rewinds the
+// consumer to where they say, under e.outcome: no rebalance callback runs in between, so each
+// seek lands on the partition of the task that asked for it. (A task revoked meanwhile asked
+// for nothing: deliverOutcome skips a task that is done. A seek that reached the next owner of
+// its partition would start it past the committed offset: a backlog task's rewind is to after
+// the records it keeps sorted, which the next owner does not have.)
+func (e *Engine) applyOutcome(runs []*runner, reqs []*ckptReq, committed bool) error {
+	e.outcome.Lock()
+	defer e.outcome.Unlock()
+	seeks, err := e.deliverOutcome(runs, reqs, committed)
+	if err != nil {
+		return err
+	}
+	if len(seeks) > 0 {
+		e.log.Info("checkpoint aborted; rewinding to the last commit", "offsets", seeks)
+		e.sess.Client().SetOffsets(seeks)
 	}
 	return nil
 }

@@ -85,6 +85,8 @@ func (e *Engine) assigned(ctx context.Context, cl *kgo.Client, a map[string][]in
 	// The client joins the group as soon as it exists, so this can run before Run has stored
 	// the session its tasks produce through.
 	<-e.sessSet
+	e.outcome.Lock() // not while a checkpoint rewinds the consumer (Engine.outcome)
+	defer e.outcome.Unlock()
 	pause := map[string][]int32{}
 	var start []*runner
 	e.mu.Lock()
@@ -125,6 +127,8 @@ func (e *Engine) assigned(ctx context.Context, cl *kgo.Client, a map[string][]in
 // cancelled goroutine stops its restore or fold promptly and closes its task). Their
 // uncommitted work is dropped: the next owner re-reads from the last committed offsets.
 func (e *Engine) revoked(rv map[string][]int32, how string) {
+	e.outcome.Lock() // not while a checkpoint rewinds the consumer (Engine.outcome)
+	defer e.outcome.Unlock()
 	var stop []*runner
 	e.mu.Lock()
 	for topic, ps := range rv {
