@@ -82,6 +82,7 @@ type Session struct {
 	// produced is set by Produce (any goroutine) and cleared by End: whether the open
 	// transaction holds records.
 	produced atomic.Bool
+	log      *slog.Logger // Options.Logger, or nil
 }
 
 // Partitioner places records: a record with a partition set (>= 0: changelog records, which
@@ -240,7 +241,7 @@ func Open(o Options) (*Session, error) {
 	if o.Logger != nil {
 		opts = append(opts, kgo.WithLogger(slogAdapter{o.Logger}))
 	}
-	s := &Session{g: o.Guarantee}
+	s := &Session{g: o.Guarantee, log: o.Logger}
 	if o.Guarantee == ExactlyOnce {
 		if o.TransactionalID == "" {
 			return nil, errors.New("producer: exactly-once needs a transactional id")
@@ -361,7 +362,12 @@ func (s *Session) EndWithMetadata(ctx context.Context, offsets map[string]map[in
 	// for AllowRebalance, which the poll loop calls only after End. A healthy End takes a few
 	// round trips; one still running after endStuck lets the blocked callback run (a revoke
 	// or a loss during End aborts the transaction).
-	stuck := time.AfterFunc(endStuck, s.cl.AllowRebalance)
+	stuck := time.AfterFunc(endStuck, func() {
+		if s.log != nil {
+			s.log.Warn("a transaction's end has taken 5 s; letting a waiting rebalance run", "commit", commit)
+		}
+		s.cl.AllowRebalance()
+	})
 	committed, err := s.txn.End(ctx, kgo.TransactionEndTry(commit))
 	stuck.Stop()
 	if err != nil && Retriable(err) {
