@@ -478,6 +478,7 @@ func (e *Engine) dispatch(ctx context.Context, fs kgo.Fetches, next time.Time) (
 	// stale (dispatching it under the new epoch would count its records twice).
 	e.mu.Lock()
 	epoch := e.epoch
+	owners := maps.Clone(e.runs)
 	e.mu.Unlock()
 	// Tables first: a stream batch is processed after every table batch fetched with it.
 	var parts []kgo.FetchTopicPartition
@@ -495,21 +496,27 @@ func (e *Engine) dispatch(ctx context.Context, fs kgo.Fetches, next time.Time) (
 		if derr != nil {
 			break
 		}
-		e.dispatchPartition(ctx, fp, epoch, timer, &due, &derr)
+		e.dispatchPartition(ctx, fp, epoch, owners, timer, &due, &derr)
 	}
 	return due, derr
 }
 
-// dispatchPartition hands one fetched partition to its task (see dispatch).
-func (e *Engine) dispatchPartition(ctx context.Context, fp kgo.FetchTopicPartition, epoch uint64, timer *time.Timer, due *bool, derr *error) {
+// dispatchPartition hands one fetched partition to its task (see dispatch). owners are the
+// tasks when the fetch was polled: a partition whose task has changed since is not handed on.
+// (Rebalances wait for the poll loop, but a checkpoint this dispatch ran, whose end took
+// producer.endStuck, lets one run: the records were fetched for the old task, from where it
+// stood, and the new task starts from the committed offset. Handed to it, they would be its
+// first records, and it would skip those before them.)
+func (e *Engine) dispatchPartition(ctx context.Context, fp kgo.FetchTopicPartition, epoch uint64, owners map[tp]*runner, timer *time.Timer, due *bool, derr *error) {
 	now := e.o.Clock()
 	func() {
 		if len(fp.Records) == 0 {
 			return
 		}
 		e.mu.Lock()
-		r := e.runs[tp{e.groupOf(fp.Topic), fp.Partition}]
-		if e.epoch != epoch {
+		k := tp{e.groupOf(fp.Topic), fp.Partition}
+		r := e.runs[k]
+		if was := owners[k]; e.epoch != epoch || was != nil && r != was {
 			r = nil
 		}
 		if r != nil {
