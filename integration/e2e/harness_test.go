@@ -232,6 +232,8 @@ func (p *pipeline) newInstance(id string, withHTTP bool) *instance {
 		}
 		if p.t.Failed() {
 			p.t.Logf("=== logs of instance %s (last 60 lines; whole log%s) ===\n%s", id, in.saveLogs(), in.tail(60))
+		} else if os.Getenv("SLUICE_E2E_LOG_DIR") != "" {
+			in.saveLogs() // kept for a run that passed too: what paths it took
 		}
 	})
 	return in
