@@ -108,6 +108,17 @@ pid_of() {
   echo "$pid"
 }
 
+# started_alive: the process start launched for node $1 is still there (not exited, not a zombie).
+# Its command line may not be the broker's yet: the shell forks, then execs setsid and java, and
+# on a loaded machine the first look can come before that (pid_of would say it is gone).
+started_alive() {
+  local pid st
+  pid="$(cat "$DIR/node-$1/pid" 2>/dev/null)" || return 1
+  [[ -n "$pid" ]] || return 1
+  st="$(sed 's/.*) //' "/proc/$pid/stat" 2>/dev/null | cut -d' ' -f1)" || return 1
+  [[ -n "$st" && "$st" != Z && "$st" != X ]]
+}
+
 # load_cluster reads the layout a previous start wrote, so stop/status/restart agree with it.
 load_cluster() {
   [[ -f "$DIR/cluster.env" ]] || return 1
@@ -284,7 +295,7 @@ cmd_start() {
     local node="$DIR/node-$i" port
     port="$(broker_port "$i")"
     while ! grep -q "Kafka Server started" "$node/server.log" 2>/dev/null; do
-      pid_of "$i" >/dev/null || fail_start "$i" "the broker process exited"
+      started_alive "$i" || fail_start "$i" "the broker process exited"
       ((SECONDS - t0 < TIMEOUT)) || fail_start "$i" "not started after ${TIMEOUT}s"
       sleep 0.2
     done
