@@ -26,22 +26,29 @@ sinks:
   out: {topic: totals, format: json}
 `
 
-// TestStatusBeforeTaskBuilt checks a runner whose goroutine has not built its task yet (assigned
-// registers runners; each builds its task itself): Status shows it as restoring, by topic and
-// partition, and the engine is not ready.
-func TestStatusBeforeTaskBuilt(t *testing.T) {
+// newStatusEngine returns an engine of statusConfig that has not joined its group.
+func newStatusEngine(t *testing.T) *Engine {
+	t.Helper()
 	cfg, err := configs.Parse([]byte(statusConfig), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	plan, err := plan.NewPlan(cfg)
+	p, err := plan.NewPlan(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := New(Options{Config: cfg, Plan: plan})
+	e, err := New(Options{Config: cfg, Plan: p})
 	if err != nil {
 		t.Fatal(err)
 	}
+	return e
+}
+
+// TestStatusBeforeTaskBuilt checks a runner whose goroutine has not built its task yet (assigned
+// registers runners; each builds its task itself): Status shows it as restoring, by topic and
+// partition, and the engine is not ready.
+func TestStatusBeforeTaskBuilt(t *testing.T) {
+	e := newStatusEngine(t)
 	k := tp{"orders", 3}
 	e.mu.Lock()
 	e.runs[k] = &runner{key: k, topics: []string{"orders"}, first: map[string]int64{}}
@@ -64,18 +71,7 @@ func TestStatusBeforeTaskBuilt(t *testing.T) {
 // has given the partition a new task, they are dropped, since the new task reads from its
 // committed offset and would otherwise take them as its first records and skip those before.
 func TestDispatchSkipsReplacedTask(t *testing.T) {
-	cfg, err := configs.Parse([]byte(statusConfig), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := plan.NewPlan(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e, err := New(Options{Config: cfg, Plan: p})
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := newStatusEngine(t)
 	k := tp{"orders", 3}
 	newRunner := func() *runner {
 		return &runner{key: k, topics: []string{"orders"}, in: make(chan batch, 1), done: make(chan struct{}), first: map[string]int64{}}
@@ -119,18 +115,7 @@ func TestDispatchSkipsReplacedTask(t *testing.T) {
 // took producer.endStuck lets callbacks run during a checkpoint): the revoke of a partition
 // waits until its task's answer has been applied.
 func TestRevokeWaitsForCheckpointOutcome(t *testing.T) {
-	cfg, err := configs.Parse([]byte(statusConfig), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := plan.NewPlan(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e, err := New(Options{Config: cfg, Plan: p})
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := newStatusEngine(t)
 	k := tp{"orders", 3}
 	r := &runner{key: k, topics: []string{"orders"}, done: make(chan struct{}), cancel: func() {}, first: map[string]int64{}, committed: map[string]int64{}}
 	e.runs[k] = r
