@@ -119,7 +119,17 @@ type Engine struct {
 	kafka kafkaWait  // Kafka unreachable at start (connect.go)
 
 	transientLogged time.Time // when the poll loop last logged a transient fetch error (poll loop only)
+
+	// sessAssigned: the current session has had an assignment (assigned ran; reset when the
+	// session restarts). fenceRejoins: sessions restarted because the member was fenced before
+	// its first assignment (poll loop only; see fetchErr).
+	sessAssigned atomic.Bool
+	fenceRejoins int
 }
+
+// maxFenceRejoins bounds the sessions a process restarts because its member was fenced before
+// its first assignment (fetchErr).
+const maxFenceRejoins = 3
 
 // signals are how the engine's goroutines tell the poll loop (and each other) what happened.
 type signals struct {
@@ -350,6 +360,7 @@ func (e *Engine) restartSession(cause error) {
 	e.epoch++
 	e.joined = false
 	e.mu.Unlock()
+	e.sessAssigned.Store(false)
 	select {
 	case <-e.failed: // the old tasks' errors (a begin refused after the failed end) go with them
 	default:
@@ -1253,9 +1264,13 @@ func (e *Engine) finished() bool {
 // again by itself (the member was dropped while the coordinator moved; the revoke or loss
 // callbacks have stopped its tasks); it is logged, at most every 10 s.
 func (e *Engine) fetchErr(fs kgo.Fetches) error {
-	var out error
+	var out, fenced error
 	fs.EachError(func(t string, p int32, err error) {
 		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+			return
+		}
+		if fenced == nil && producer.Fenced(err) && !e.sessAssigned.Load() && e.fenceRejoins < maxFenceRejoins {
+			fenced = err
 			return
 		}
 		if producer.Retriable(err) || producer.Rejoinable(err) {
@@ -1271,6 +1286,19 @@ func (e *Engine) fetchErr(fs kgo.Fetches) error {
 	})
 	if errors.Is(out, kgo.ErrClientClosed) {
 		return nil
+	}
+	if out == nil && fenced != nil {
+		// Fenced before this session's first assignment: no other process of this instance id
+		// has taken over from a member of ours that was running (that one had its assignment,
+		// and exits when fenced). A join of this process was replaced by another of its own (a
+		// request that a dying coordinator had answered, sent again to the next one), and the
+		// member franz-go holds on to stays fenced on every rejoin. A new session joins without
+		// a member id and takes the instance id back; two processes started together with the
+		// same id stop after maxFenceRejoins each.
+		e.fenceRejoins++
+		e.log.Warn("fenced before the first assignment (this instance id joined again meanwhile); joining again with a new session",
+			"err", fenced, "rejoins", e.fenceRejoins, "max", maxFenceRejoins)
+		return fmt.Errorf("consumer: %w: %w", producer.ErrSessionLost, fenced)
 	}
 	return out
 }

@@ -665,3 +665,57 @@ func TestEveryCommitCarriesOffsets(t *testing.T) {
 		t.Errorf("%d of %d transactions committed records without offsets", withoutOffsets, withRecords)
 	}
 }
+
+// TestFencedBeforeFirstAssignmentRejoins: a member fenced before its session's first assignment
+// (its join replaced by another of its own, as when a dying coordinator answered a request that
+// was then sent again to the next one) joins again with a new session instead of exiting; the
+// output is exact. A member fenced after its assignment (another process has taken its instance
+// id over) still exits, naming the error.
+func TestFencedBeforeFirstAssignmentRejoins(t *testing.T) {
+	c := newCluster(t)
+	brokers := c.ListenAddrs()
+	in := orders{n: 400, keys: 30, seed: 23}
+	produce(t, brokers, in)
+	cfg := newConfig(t, brokers, pipelineOpts{})
+
+	var fenced atomic.Int32
+	c.ControlKey(int16(kmsg.SyncGroup), func(r kmsg.Request) (kmsg.Response, error, bool) {
+		req := r.(*kmsg.SyncGroupRequest)
+		if req.Group != cfg.Group || fenced.Load() >= 2 {
+			return nil, nil, false
+		}
+		fenced.Add(1)
+		c.KeepControl()
+		resp := req.ResponseKind().(*kmsg.SyncGroupResponse)
+		resp.ErrorCode = kerr.FencedInstanceID.Code
+		return resp, nil, true
+	})
+	e := newEngine(t, cfg, nil)
+	e.start(t)
+	adm := admin(t, brokers)
+	waitCaughtUp(t, e, adm)
+	if n := strings.Count(e.logs.tail(100000), "fenced before the first assignment"); n < 1 {
+		t.Errorf("%d \"fenced before the first assignment\" lines, want at least 1", n)
+	}
+
+	// Now fenced once assigned: another process holds the instance id. The engine exits.
+	c.ControlKey(int16(kmsg.Heartbeat), func(r kmsg.Request) (kmsg.Response, error, bool) {
+		req := r.(*kmsg.HeartbeatRequest)
+		if req.Group != cfg.Group {
+			return nil, nil, false
+		}
+		c.KeepControl()
+		resp := req.ResponseKind().(*kmsg.HeartbeatResponse)
+		resp.ErrorCode = kerr.FencedInstanceID.Code
+		return resp, nil, true
+	})
+	select {
+	case <-e.done:
+	case <-time.After(60 * time.Second):
+		t.Fatal("the engine fenced after its assignment did not exit")
+	}
+	if e.err == nil || !strings.Contains(e.err.Error(), "FENCED_INSTANCE_ID") {
+		t.Fatalf("Run = %v, want the FENCED_INSTANCE_ID error", e.err)
+	}
+	checkTotals(t, expected(in), readTotals(t, brokers))
+}

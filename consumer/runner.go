@@ -87,6 +87,7 @@ func (e *Engine) assigned(ctx context.Context, cl *kgo.Client, a map[string][]in
 	<-e.sessSet
 	e.outcome.Lock() // not while a checkpoint rewinds the consumer (Engine.outcome)
 	defer e.outcome.Unlock()
+	e.sessAssigned.Store(true)
 	pause := map[string][]int32{}
 	var start []*runner
 	e.mu.Lock()

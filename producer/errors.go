@@ -31,6 +31,13 @@ func Rejoinable(err error) bool {
 	return Retriable(gs.Err)
 }
 
+// Fenced reports whether err is the group's refusal of this member because another member has
+// joined with its instance id since (FENCED_INSTANCE_ID).
+func Fenced(err error) bool {
+	gs, ok := errors.AsType[*kgo.ErrGroupSession](err)
+	return ok && errors.Is(gs.Err, kerr.FencedInstanceID)
+}
+
 // Retriable reports whether err may go away if the request is sent again: a retriable Kafka
 // error code, a broker that cannot be reached (connection refused while a dead leader is still in
 // the client's metadata) or that closed a new connection at once (a node dying; franz-go also

@@ -56,3 +56,20 @@ func TestRejoinable(t *testing.T) {
 		}
 	}
 }
+
+func TestFenced(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"another member with this instance id", &kgo.ErrGroupSession{Err: kerr.FencedInstanceID}, true},
+		{"wrapped", fmt.Errorf("fetch: %w", &kgo.ErrGroupSession{Err: kerr.FencedInstanceID}), true},
+		{"a member the coordinator forgot", &kgo.ErrGroupSession{Err: kerr.UnknownMemberID}, false},
+		{"not a group error", kerr.FencedInstanceID, false},
+	} {
+		if got := Fenced(c.err); got != c.want {
+			t.Errorf("%s: Fenced(%v) = %v, want %v", c.name, c.err, got, c.want)
+		}
+	}
+}
