@@ -1288,12 +1288,12 @@ func (e *Engine) fetchErr(fs kgo.Fetches) error {
 		return nil
 	}
 	if out == nil && fenced != nil {
-		// Fenced before this session's first assignment: no other process of this instance id
-		// has taken over from a member of ours that was running (that one had its assignment,
-		// and exits when fenced). A join of this process was replaced by another of its own (a
-		// request that a dying coordinator had answered, sent again to the next one), and the
-		// member franz-go holds on to stays fenced on every rejoin. A new session joins without
-		// a member id and takes the instance id back; two processes started together with the
+		// Fenced before this session's first assignment: no running process of this instance
+		// id took over from us (a member fenced after its assignment exits). Another join with
+		// the instance id replaced this member: this process's own, sent again across a
+		// coordinator's failover, or a killed predecessor's last request, handled late. The
+		// member id franz-go holds on to stays fenced on every rejoin; a new session joins
+		// without one and takes the instance id back. Two processes started together with the
 		// same id stop after maxFenceRejoins each.
 		e.fenceRejoins++
 		e.log.Warn("fenced before the first assignment (this instance id joined again meanwhile); joining again with a new session",
