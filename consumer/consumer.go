@@ -12,7 +12,9 @@
 //     batches, and takes part in checkpoints (it writes its records into the open transaction and
 //     waits for the outcome before it processes more);
 //   - franz-go's own goroutines, which call the rebalance callbacks (they only start or stop task
-//     goroutines, and never wait for the poll loop).
+//     goroutines; they wait for the poll loop only while it applies a checkpoint's outcome
+//     and rewind, Engine.outcome, which can overlap a callback only after a slow transaction
+//     end let a rebalance run).
 //
 // A checkpoint is a barrier: every task writes what it has processed, the poll loop flushes,
 // commits each task's offsets in the same transaction (with, for a topic several chains read,

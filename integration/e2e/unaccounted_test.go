@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 
@@ -56,16 +55,9 @@ func unaccounted(want windowed, finals, dlq []*kgo.Record, ev eventTime) (out ma
 	}
 	dead := map[srcPos]bool{}
 	for _, r := range dlq {
-		var part, off int64 = -1, -1
-		for _, h := range r.Headers {
-			switch h.Key {
-			case "sluice.source.partition":
-				part, _ = strconv.ParseInt(string(h.Value), 10, 32)
-			case "sluice.source.offset":
-				off, _ = strconv.ParseInt(string(h.Value), 10, 64)
-			}
+		if _, at, ok := deadLetterSource(r); ok {
+			dead[at] = true
 		}
-		dead[srcPos{int32(part), off}] = true
 	}
 	for at := range want.late {
 		if !dead[at] {

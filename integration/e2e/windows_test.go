@@ -602,6 +602,18 @@ func decodeFinal(parser *fastjson.Parser, r *kgo.Record, ev eventTime) (k winKey
 	return k, workload.Total{SumCents: cents, Count: orders.GetInt64()}, end, bad, true
 }
 
+// deadLetterSource returns a dead letter's headers by key and the input record its source
+// headers name (ok is false when they do not parse).
+func deadLetterSource(r *kgo.Record) (h map[string]string, at srcPos, ok bool) {
+	h = make(map[string]string, len(r.Headers))
+	for _, kv := range r.Headers {
+		h[kv.Key] = string(kv.Value)
+	}
+	part, err1 := strconv.ParseInt(h["sluice.source.partition"], 10, 32)
+	off, err2 := strconv.ParseInt(h["sluice.source.offset"], 10, 64)
+	return h, srcPos{int32(part), off}, err1 == nil && err2 == nil
+}
+
 // diffLate compares the dead letters with the oracle's late records: each once, with
 // sluice.error "late" and source headers naming an input record the oracle found late. It
 // returns at most limit differences (nil when there are none).
@@ -619,17 +631,11 @@ func diffLate(want windowed, dlq []*kgo.Record, input string, limit int) []strin
 	}
 	seen := map[srcPos]bool{}
 	for _, r := range dlq {
-		h := map[string]string{}
-		for _, kv := range r.Headers {
-			h[kv.Key] = string(kv.Value)
-		}
-		part, err1 := strconv.ParseInt(h["sluice.source.partition"], 10, 32)
-		off, err2 := strconv.ParseInt(h["sluice.source.offset"], 10, 64)
-		if h["sluice.error"] != "late" || h["sluice.source.topic"] != input || err1 != nil || err2 != nil {
+		h, at, ok := deadLetterSource(r)
+		if h["sluice.error"] != "late" || h["sluice.source.topic"] != input || !ok {
 			add("dead letter at %d@%d is not a late record of %s: headers %v, value %s", r.Partition, r.Offset, input, h, r.Value)
 			continue
 		}
-		at := srcPos{int32(part), off}
 		switch {
 		case seen[at]:
 			add("input %d@%d: dead letter again at %d@%d", at.part, at.offset, r.Partition, r.Offset)
