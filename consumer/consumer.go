@@ -14,7 +14,9 @@
 //   - franz-go's own goroutines, which call the rebalance callbacks (they only start or stop task
 //     goroutines; they wait for the poll loop only while it applies a checkpoint's outcome
 //     and rewind, Engine.outcome, which can overlap a callback only after a slow transaction
-//     end let a rebalance run).
+//     end let a rebalance run). The first assignment of each session asks franz-go to rejoin
+//     once (Engine.assigned): a static member's restart replaces it without a rebalance, and
+//     the group would not assign partitions a killed predecessor had revoked.
 //
 // A checkpoint is a barrier: every task writes what it has processed, the poll loop flushes,
 // commits each task's offsets in the same transaction (with, for a topic several chains read,

@@ -1,6 +1,7 @@
 package consumer_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"maps"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/sluice-dev/sluice/changelog/codec"
 	"github.com/sluice-dev/sluice/configs"
+	"github.com/sluice-dev/sluice/integration/kafkatest"
 	"github.com/sluice-dev/sluice/producer"
 	"github.com/sluice-dev/sluice/state"
 )
@@ -718,4 +720,61 @@ func TestFencedBeforeFirstAssignmentRejoins(t *testing.T) {
 		t.Fatalf("Run = %v, want the FENCED_INSTANCE_ID error", e.err)
 	}
 	checkTotals(t, expected(in), readTotals(t, brokers))
+}
+
+// TestStaticRestartAssignsOrphanedPartitions: a static member that dies between the two rounds
+// of a cooperative rebalance (after revoking partitions, before the rejoin that lets the group
+// assign them) leaves those partitions without an owner, and its restart, which replaces it
+// without a rebalance (KIP-345), gets back only what it kept. Here the group's leader is a
+// client whose first plan with instance i-0 gives it partition 0 and nobody partition 1; the
+// member i-0 (the engine's instance id, protocol and join metadata) takes it and stops without
+// leaving, as after kill -9. The engine, restarted as i-0, must still process every partition:
+// it rejoins once after its first assignment, and the leader's next plan gives it both.
+func TestStaticRestartAssignsOrphanedPartitions(t *testing.T) {
+	c := newCluster(t)
+	brokers := c.ListenAddrs()
+	in := orders{n: 400, keys: 30, seed: 29}
+	produce(t, brokers, in)
+	cfg := newConfig(t, brokers, pipelineOpts{})
+	member := func(instance string, b kgo.GroupBalancer, assigned chan map[string][]int32) *kgo.Client {
+		opts := []kgo.Opt{kgo.SeedBrokers(brokers...), kgo.ConsumerGroup(cfg.Group), kgo.ConsumeTopics(inputTopic),
+			kgo.Balancers(b), kgo.SessionTimeout(30 * time.Second),
+			kgo.OnPartitionsAssigned(func(_ context.Context, _ *kgo.Client, a map[string][]int32) { assigned <- a })}
+		if instance != "" {
+			opts = append(opts, kgo.InstanceID(instance))
+		}
+		cl, err := kgo.NewClient(opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cl
+	}
+	await := func(who string, assigned chan map[string][]int32, want map[string][]int32) {
+		t.Helper()
+		select {
+		case a := <-assigned:
+			if !maps.EqualFunc(a, want, slices.Equal) {
+				t.Fatalf("%s was assigned %v, want %v", who, a, want)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatalf("%s was not assigned", who)
+		}
+	}
+	// The engine's balancer: its pipeline has no joins.
+	leaderAssigned := make(chan map[string][]int32, 8)
+	leader := member("", kafkatest.Withholding(kgo.CooperativeStickyBalancer(), cfg.InstanceID), leaderAssigned)
+	defer leader.Close()
+	await("the leader", leaderAssigned, map[string][]int32{})
+	predAssigned := make(chan map[string][]int32, 1)
+	pred := member(cfg.InstanceID, kgo.CooperativeStickyBalancer(), predAssigned)
+	await("the predecessor", predAssigned, map[string][]int32{inputTopic: {0}})
+	pred.Close() // a static member that owes no rejoin does not leave: the group keeps it
+
+	e := newEngine(t, cfg, nil)
+	e.start(t)
+	waitCaughtUp(t, e, admin(t, brokers))
+	checkTotals(t, expected(in), readTotals(t, brokers))
+	if n := strings.Count(e.logs.tail(100000), "rejoining the group once after the session's first assignment"); n != 1 {
+		t.Errorf("%d \"rejoining the group once\" lines, want 1", n)
+	}
 }

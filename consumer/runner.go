@@ -87,7 +87,17 @@ func (e *Engine) assigned(ctx context.Context, cl *kgo.Client, a map[string][]in
 	<-e.sessSet
 	e.outcome.Lock() // not while a checkpoint rewinds the consumer (Engine.outcome)
 	defer e.outcome.Unlock()
-	e.sessAssigned.Store(true)
+	if !e.sessAssigned.Swap(true) {
+		// The session's first join replaced this instance id's previous member. If the group
+		// was stable, Kafka did so without a rebalance (KIP-345) and handed back that member's
+		// last assignment. Had it died between the two rounds of a cooperative rebalance
+		// (after revoking partitions, before the rejoin that lets the group assign them),
+		// those partitions would have no owner until the membership changed again. A rejoin
+		// now carries the partitions this member owns, which the group has not seen from it,
+		// so the group rebalances and the leader assigns whatever nobody owns.
+		e.log.Info("rejoining the group once after the session's first assignment, so that no partition is left without an owner", "partitions", a)
+		cl.ForceRebalance()
+	}
 	pause := map[string][]int32{}
 	var start []*runner
 	e.mu.Lock()

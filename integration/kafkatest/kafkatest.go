@@ -1,7 +1,8 @@
 // Package kafkatest owns the Kafka clusters that sluice's tests run against: the real Apache
 // Kafka broker started by integration/kafka/kafka.sh (found through $SLUICE_TEST_KAFKA) and
 // in-process kfake clusters, plus the small chores every Kafka test repeats (unique topic and
-// group names, topic creation, clients closed at cleanup).
+// group names, topic creation, clients closed at cleanup), and a group balancer that leaves
+// partitions without an owner (Withholding).
 //
 // A test that needs a real broker calls Brokers; without one it is skipped locally and fails in
 // CI, so the CI suite never silently passes without the real broker:
