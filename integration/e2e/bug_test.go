@@ -8,20 +8,17 @@ import (
 	"github.com/sluice-dev/sluice/integration/kafkatest"
 )
 
-// TestBacklogExitsWhenInputStops shows a sluice bug: a task that entered backlog mode while
-// catching up with a finished input never leaves it, so it never commits its outputs or offsets,
-// until more input arrives.
+// TestBacklogExitsWhenInputStops: a task that entered backlog mode while catching up with a
+// finished input leaves it and commits its outputs and offsets with no more input.
 //
-// Cause (consumer/consumer.go, Engine.dispatch): a task's lag is measured only when a fetch
-// returns records for its partition, as "end offset − first offset of the batch" (the batch
-// counts as lag). The last batch of a backlog is usually larger than exit_lag (a fetch carries
-// thousands of orders), so the detector's last observation stays ≥ exit_lag: no switch, no
-// checkpoint, committed offset stuck at 0 while /status shows next_offset = end offset and
-// lag = the size of the last batch. DESIGN.md defines lag as end minus the next offset to
-// process, which is 0 once the batch is processed.
+// It was a bug (fixed in 33230ab, "observe the lag after each batch too"): a task's lag was
+// measured only when a fetch returned records for its partition, as "end offset − first offset
+// of the batch". The last batch of a backlog is usually larger than exit_lag, so the detector's
+// last observation stayed ≥ exit_lag: no switch, no checkpoint, committed offset stuck at 0.
+// DESIGN.md defines lag as end minus the next offset to process, which is 0 once the batch is
+// processed, and the engine now observes it after each batch.
 //
-// The other tests work around it by nudging stuck partitions with one extra order
-// (pipeline.waitCaughtUp); this one does not nudge.
+// This test never nudges (pipeline.waitCommitted with nudge false).
 func TestBacklogExitsWhenInputStops(t *testing.T) {
 	ctx := t.Context()
 	brokers := kafkatest.Fake(t, 8)

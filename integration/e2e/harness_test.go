@@ -556,11 +556,13 @@ const nudgeAfter = 2 * time.Second
 
 // waitCommitted is waitCaughtUp; with nudge false it never produces nudge records.
 //
-// Nudging works around a sluice bug (see TestBacklogExitsWhenInputStops): a task's lag is only
-// re-measured when a fetch returns records, as "end − first offset of the batch", so a task
-// whose last batch was larger than exit_lag stays in backlog mode, and commits nothing, until
-// more input arrives. A nudge is one extra order (1 cent) for a key of the stuck partition; its
-// total is added to the expected totals by expected.
+// Nudging dates from a bug since fixed (TestBacklogExitsWhenInputStops, which never nudges,
+// guards it): a task whose last batch was larger than exit_lag stayed in backlog mode until
+// more input arrived. A nudge is one extra order (1 cent) for a key of the stuck partition; its
+// total is added to the expected totals by expected. It cannot hide a partition nobody owns or
+// a task that stopped (a nudge on it is not processed either), and each is logged ("nudged
+// partition"): a partition stands still for 2 s while an instance restarts or a killed broker
+// is fenced, and the nudge then only adds an order to count.
 func (p *pipeline) waitCommitted(ctx context.Context, within time.Duration, nudge bool, ins ...*instance) {
 	p.t.Helper()
 	ctx, cancel := context.WithTimeoutCause(ctx, within, fmt.Errorf("not caught up after %v", within))
