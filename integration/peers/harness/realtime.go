@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -152,35 +153,76 @@ func (h *harness) latencyPhase(ctx context.Context, c contender, rate int, round
 }
 
 // floorPhase measures the latency floor: the live load produced to a fresh topic and read back
-// from that same topic with read_committed, with no processing in between.
-func (h *harness) floorPhase(ctx context.Context, rate int, round int, tag string) latencyRun {
+// from that same topic with read_committed, with no processing in between. With eos, the load
+// goes through passThrough to a second topic, read back from there: the exactly-once floor,
+// committing every -sluice-commit-interval.
+func (h *harness) floorPhase(ctx context.Context, rate int, round int, tag string, eos bool) latencyRun {
 	cfg := h.cfg
 	run := latencyRun{name: floorName, rate: rate, round: round, load: loadavg()}
+	if eos {
+		run.name = eosFloorName
+	}
 	fail := func(err error) latencyRun {
 		run.err = err.Error()
 		return run
 	}
-	topic := "peers-" + h.runID + "-floor" + tag
+	topic := "peers-" + h.runID + "-" + run.name + tag
 	if err := createTopic(ctx, h.adm, topic, int32(cfg.partitions), false); err != nil {
 		return fail(err)
 	}
-	from, err := endOffsets(ctx, h.adm, topic)
-	if err != nil {
-		return fail(err)
+	read := topic
+	if eos {
+		read = topic + "-out"
+		if err := createTopic(ctx, h.adm, read, int32(cfg.partitions), false); err != nil {
+			return fail(err)
+		}
 	}
-	t := newTracker()
-	wctx, stopWatch := context.WithCancel(ctx)
-	watchErr := make(chan error, 1)
-	go func() { watchErr <- watchOutputs(wctx, h.seeds, topic, from, t, true) }()
-	defer func() {
-		stopWatch()
-		<-watchErr
-	}()
 	live, err := kgo.NewClient(kgo.SeedBrokers(h.seeds...), kgo.ProducerLinger(0))
 	if err != nil {
 		return fail(err)
 	}
 	defer live.Close()
+	wctx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	passErr := make(chan error, 1)
+	if eos {
+		ready := make(chan struct{})
+		go func() { passErr <- passThrough(wctx, h.seeds, topic, read, topic, cfg.commitInterval, ready) }()
+		defer func() {
+			stopWatch()
+			<-passErr
+		}()
+		select {
+		case <-ready:
+		case err := <-passErr:
+			passErr <- err
+			return fail(fmt.Errorf("the pass-through stopped before its assignment: %v", err))
+		case <-time.After(30 * time.Second):
+			return fail(errors.New("the pass-through was not assigned its partitions within 30 s"))
+		}
+		// Warmed as the contenders are: the same load first, not counted; the measured load is
+		// read from where the copy of this one ends.
+		if cfg.latWarmup > 0 {
+			warm := workload.Spec{Keys: cfg.keys, Partitions: int32(cfg.partitions), Seed: cfg.seed + 3}
+			if _, _, err := liveLoad(ctx, live, topic, warm, rate, cfg.latWarmup, map[string]workload.Total{}, newTracker()); err != nil {
+				return fail(err)
+			}
+			if err := pause(ctx, 10*cfg.commitInterval+time.Second); err != nil {
+				return fail(err)
+			}
+		}
+	}
+	from, err := endOffsets(ctx, h.adm, read)
+	if err != nil {
+		return fail(err)
+	}
+	t := newTracker()
+	watchErr := make(chan error, 1)
+	go func() { watchErr <- watchOutputs(wctx, h.seeds, read, from, t, true) }()
+	defer func() {
+		stopWatch()
+		<-watchErr
+	}()
 	spec := workload.Spec{Keys: cfg.keys, Partitions: int32(cfg.partitions), Seed: cfg.seed + 2}
 	start := time.Now()
 	n, achieved, err := liveLoad(ctx, live, topic, spec, rate, cfg.latDur, map[string]workload.Total{}, t)
@@ -199,6 +241,14 @@ func (h *harness) floorPhase(ctx context.Context, rate int, round int, tag strin
 	run.points = bucket(t.observations(), start)
 	if s.seen < n {
 		run.err = fmt.Sprintf("%d of %d live records never read back", n-s.seen, n)
+	}
+	select {
+	case err := <-passErr:
+		passErr <- err // for the deferred wait
+		if err != nil {
+			run.err = fmt.Sprintf("the pass-through stopped: %v", err)
+		}
+	default:
 	}
 	return run
 }
@@ -355,7 +405,7 @@ func (h *harness) realTime(ctx context.Context, selected []contender, results []
 		return
 	}
 	per := make([][]latencyRun, len(selected))
-	var floor []latencyRun
+	var floor, eosFloor []latencyRun
 	for round := 1; round <= cfg.latRuns; round++ {
 		tag := ""
 		if cfg.latRuns > 1 {
@@ -364,10 +414,16 @@ func (h *harness) realTime(ctx context.Context, selected []contender, results []
 		if ctx.Err() != nil {
 			return
 		}
-		f := h.floorPhase(ctx, cfg.latRate, round, tag)
+		f := h.floorPhase(ctx, cfg.latRate, round, tag, false)
 		logRun(f)
 		floor = append(floor, f)
 		h.latRuns = append(h.latRuns, f)
+		if cfg.eosFloor {
+			f := h.floorPhase(ctx, cfg.latRate, round, tag, true)
+			logRun(f)
+			eosFloor = append(eosFloor, f)
+			h.latRuns = append(h.latRuns, f)
+		}
 		for i, c := range selected {
 			if !c.latency || ctx.Err() != nil {
 				continue
@@ -384,6 +440,9 @@ func (h *harness) realTime(ctx context.Context, selected []contender, results []
 		}
 	}
 	h.floor, h.floorErr = foldLatency(floor)
+	if len(eosFloor) > 0 {
+		h.eosFloor, h.eosFloorErr = foldLatency(eosFloor)
+	}
 	for i := range selected {
 		if len(per[i]) > 0 {
 			results[i].lat, results[i].latErr = foldLatency(per[i])

@@ -25,7 +25,7 @@ func (h *harness) runSweep(ctx context.Context, selected []contender) (bool, err
 	for i, rate := range cfg.sweepRates {
 		tag := "-" + strconv.Itoa(rate)
 		if cfg.sweepFloor {
-			f := h.floorPhase(ctx, rate, 1, tag)
+			f := h.floorPhase(ctx, rate, 1, tag, false)
 			logRun(f)
 			h.sweep = append(h.sweep, f)
 		}
