@@ -68,7 +68,7 @@ type config struct {
 	latRuns     int           // rounds of the latency phase, interleaved
 	sweepRates  []int         // -latency-sweep: the rates of the sweep, in order; none: no sweep
 	sweepFloor  bool          // -latency-sweep: measure the floor at every rate too
-	eosFloor    bool          // the latency phase measures the exactly-once floor too
+	eosCopy     bool          // the latency phase measures the exactly-once copy too
 	sweepLimit  time.Duration // -latency-sweep: a rate is sustained while p99 stays under it
 
 	sluiceBin        string
@@ -152,7 +152,7 @@ func parseFlags(args []string) (*config, error) {
 		"latency contenders (default sluice-auto) at each rate in turn and report which rates are sustained (p99 under -latency-sweep-limit, "+
 		"every record seen, the rate reached); stops after two rates in a row that no contender sustains")
 	fs.BoolVar(&c.sweepFloor, "latency-sweep-floor", true, "-latency-sweep: measure the no-processing floor at every rate too")
-	fs.BoolVar(&c.eosFloor, "latency-eos-floor", true, "latency phase: measure the exactly-once floor too, after the floor in each round: the live load "+
+	fs.BoolVar(&c.eosCopy, "latency-eos-copy", true, "latency phase: measure the exactly-once copy too, after the floor in each round: the live load "+
 		"copied unprocessed by a transactional pass-through (a consumer group whose transactions commit every -sluice-commit-interval) and read back")
 	fs.DurationVar(&c.sweepLimit, "latency-sweep-limit", time.Second, "-latency-sweep: the p99 a sustained rate stays under")
 	fs.DurationVar(&c.commitInterval, "sluice-commit-interval", 100*time.Millisecond, "sluice processing.commit_interval")
@@ -301,9 +301,9 @@ type harness struct {
 	joinCust []int32                   // join: the customer of every order (order i+1 at i)
 	floor    *latencyStats             // the broker's own produce-to-consume latency at the live rate
 	floorErr string
-	// eosFloor is the exactly-once floor's (passThrough), when measured.
-	eosFloor    *latencyStats
-	eosFloorErr string
+	// eosCopy is the exactly-once copy's (passThrough), when measured.
+	eosCopy    *latencyStats
+	eosCopyErr string
 	// latRuns is every latency run (floor included) in the order they ran; sweep the sweep's.
 	latRuns     []latencyRun
 	sweep       []latencyRun

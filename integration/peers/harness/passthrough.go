@@ -10,15 +10,16 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// eosFloorName is the name of the exactly-once floor of the latency phase.
-const eosFloorName = "floor-eos"
+// eosCopyName is the name of the exactly-once copy of the latency phase (passThrough).
+const eosCopyName = "eos-copy"
 
 // passThrough copies every record of in to out, partition for partition, unprocessed, in the
-// transactions of a consumer group (exactly-once, KIP-447): each transaction commits the
-// records it copied with their input offsets, every interval while records come. It is what a
-// processor that does nothing pays to make its outputs visible exactly once: the floor an
-// exactly-once processor's latency can be held to. ready is closed once the group has
-// assigned the partitions. It runs until ctx ends.
+// transactions of a consumer group (franz-go's GroupTransactSession, exactly-once by KIP-447):
+// each transaction commits the records it copied with their input offsets, every interval while
+// records come. It is what a plain exactly-once loop that does nothing pays to make its outputs
+// visible: a reference for an exactly-once processor's latency, not a bound (it polls, produces
+// and commits in turn; a processor that overlaps them can do better). ready is closed once the
+// group has assigned the partitions. It runs until ctx ends.
 func passThrough(ctx context.Context, seeds []string, in, out, group string, interval time.Duration, ready chan<- struct{}) error {
 	assigned := false
 	s, err := kgo.NewGroupTransactSession(

@@ -154,13 +154,13 @@ func (h *harness) latencyPhase(ctx context.Context, c contender, rate int, round
 
 // floorPhase measures the latency floor: the live load produced to a fresh topic and read back
 // from that same topic with read_committed, with no processing in between. With eos, the load
-// goes through passThrough to a second topic, read back from there: the exactly-once floor,
+// goes through passThrough to a second topic, read back from there: the exactly-once copy,
 // committing every -sluice-commit-interval.
 func (h *harness) floorPhase(ctx context.Context, rate int, round int, tag string, eos bool) latencyRun {
 	cfg := h.cfg
 	run := latencyRun{name: floorName, rate: rate, round: round, load: loadavg()}
 	if eos {
-		run.name = eosFloorName
+		run.name = eosCopyName
 	}
 	fail := func(err error) latencyRun {
 		run.err = err.Error()
@@ -405,7 +405,7 @@ func (h *harness) realTime(ctx context.Context, selected []contender, results []
 		return
 	}
 	per := make([][]latencyRun, len(selected))
-	var floor, eosFloor []latencyRun
+	var floor, eosCopy []latencyRun
 	for round := 1; round <= cfg.latRuns; round++ {
 		tag := ""
 		if cfg.latRuns > 1 {
@@ -418,10 +418,10 @@ func (h *harness) realTime(ctx context.Context, selected []contender, results []
 		logRun(f)
 		floor = append(floor, f)
 		h.latRuns = append(h.latRuns, f)
-		if cfg.eosFloor {
+		if cfg.eosCopy {
 			f := h.floorPhase(ctx, cfg.latRate, round, tag, true)
 			logRun(f)
-			eosFloor = append(eosFloor, f)
+			eosCopy = append(eosCopy, f)
 			h.latRuns = append(h.latRuns, f)
 		}
 		for i, c := range selected {
@@ -440,8 +440,8 @@ func (h *harness) realTime(ctx context.Context, selected []contender, results []
 		}
 	}
 	h.floor, h.floorErr = foldLatency(floor)
-	if len(eosFloor) > 0 {
-		h.eosFloor, h.eosFloorErr = foldLatency(eosFloor)
+	if len(eosCopy) > 0 {
+		h.eosCopy, h.eosCopyErr = foldLatency(eosCopy)
 	}
 	for i := range selected {
 		if len(per[i]) > 0 {
