@@ -1,7 +1,6 @@
 package consumer_test
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"maps"
@@ -736,38 +735,12 @@ func TestStaticRestartAssignsOrphanedPartitions(t *testing.T) {
 	in := orders{n: 400, keys: 30, seed: 29}
 	produce(t, brokers, in)
 	cfg := newConfig(t, brokers, pipelineOpts{})
-	member := func(instance string, b kgo.GroupBalancer, assigned chan map[string][]int32) *kgo.Client {
-		opts := []kgo.Opt{kgo.SeedBrokers(brokers...), kgo.ConsumerGroup(cfg.Group), kgo.ConsumeTopics(inputTopic),
-			kgo.Balancers(b), kgo.SessionTimeout(30 * time.Second),
-			kgo.OnPartitionsAssigned(func(_ context.Context, _ *kgo.Client, a map[string][]int32) { assigned <- a })}
-		if instance != "" {
-			opts = append(opts, kgo.InstanceID(instance))
-		}
-		cl, err := kgo.NewClient(opts...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return cl
-	}
-	await := func(who string, assigned chan map[string][]int32, want map[string][]int32) {
-		t.Helper()
-		select {
-		case a := <-assigned:
-			if !maps.EqualFunc(a, want, slices.Equal) {
-				t.Fatalf("%s was assigned %v, want %v", who, a, want)
-			}
-		case <-time.After(20 * time.Second):
-			t.Fatalf("%s was not assigned", who)
-		}
-	}
 	// The engine's balancer: its pipeline has no joins.
-	leaderAssigned := make(chan map[string][]int32, 8)
-	leader := member("", kafkatest.Withholding(kgo.CooperativeStickyBalancer(), cfg.InstanceID), leaderAssigned)
-	defer leader.Close()
-	await("the leader", leaderAssigned, map[string][]int32{})
-	predAssigned := make(chan map[string][]int32, 1)
-	pred := member(cfg.InstanceID, kgo.CooperativeStickyBalancer(), predAssigned)
-	await("the predecessor", predAssigned, map[string][]int32{inputTopic: {0}})
+	bs := strings.Join(brokers, ",")
+	_, leaderAssigned := kafkatest.Member(t, bs, cfg.Group, inputTopic, "", kafkatest.Withholding(kgo.CooperativeStickyBalancer(), cfg.InstanceID))
+	kafkatest.AwaitAssigned(t, "the leader", leaderAssigned, map[string][]int32{}, 20*time.Second)
+	pred, predAssigned := kafkatest.Member(t, bs, cfg.Group, inputTopic, cfg.InstanceID, kgo.CooperativeStickyBalancer())
+	kafkatest.AwaitAssigned(t, "the predecessor", predAssigned, map[string][]int32{inputTopic: {0}}, 20*time.Second)
 	pred.Close() // a static member that owes no rejoin does not leave: the group keeps it
 
 	e := newEngine(t, cfg, nil)

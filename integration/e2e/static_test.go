@@ -2,8 +2,6 @@ package e2e
 
 import (
 	"context"
-	"maps"
-	"slices"
 	"testing"
 	"time"
 
@@ -31,31 +29,11 @@ func TestStaticRestartAssignsOrphanedPartitions(t *testing.T) {
 	if err := p.produce(ctx, spec); err != nil {
 		t.Fatal(err)
 	}
-	member := func(instance string, b kgo.GroupBalancer) (*kgo.Client, chan map[string][]int32) {
-		assigned := make(chan map[string][]int32, 8)
-		opts := []kgo.Opt{kgo.ConsumerGroup(p.group), kgo.ConsumeTopics(p.topic), kgo.Balancers(b),
-			kgo.OnPartitionsAssigned(func(_ context.Context, _ *kgo.Client, a map[string][]int32) { assigned <- a })}
-		if instance != "" {
-			opts = append(opts, kgo.InstanceID(instance))
-		}
-		return kafkatest.Client(t, brokers, opts...), assigned
-	}
-	await := func(who string, assigned chan map[string][]int32, want map[string][]int32) {
-		t.Helper()
-		select {
-		case a := <-assigned:
-			if !maps.EqualFunc(a, want, slices.Equal) {
-				t.Fatalf("%s was assigned %v, want %v", who, a, want)
-			}
-		case <-ctx.Done():
-			t.Fatalf("%s was not assigned: %v", who, ctx.Err())
-		}
-	}
 	// sluice's balancer for a pipeline without joins.
-	_, leaderAssigned := member("", kafkatest.Withholding(kgo.CooperativeStickyBalancer(), "i0"))
-	await("the leader", leaderAssigned, map[string][]int32{})
-	pred, predAssigned := member("i0", kgo.CooperativeStickyBalancer())
-	await("the predecessor", predAssigned, map[string][]int32{p.topic: {0}})
+	_, leaderAssigned := kafkatest.Member(t, brokers, p.group, p.topic, "", kafkatest.Withholding(kgo.CooperativeStickyBalancer(), "i0"))
+	kafkatest.AwaitAssigned(t, "the leader", leaderAssigned, map[string][]int32{}, 30*time.Second)
+	pred, predAssigned := kafkatest.Member(t, brokers, p.group, p.topic, "i0", kgo.CooperativeStickyBalancer())
+	kafkatest.AwaitAssigned(t, "the predecessor", predAssigned, map[string][]int32{p.topic: {0}}, 30*time.Second)
 	pred.Close() // a static member that owes no rejoin does not leave: the group keeps it
 
 	in := p.newInstance("i0", true)

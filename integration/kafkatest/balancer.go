@@ -1,7 +1,12 @@
 package kafkatest
 
 import (
+	"context"
+	"maps"
+	"slices"
 	"sync/atomic"
+	"testing"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -48,4 +53,32 @@ func (w *withholding) Balance(b *kgo.ConsumerBalancer, topics map[string]int32) 
 		}
 	}
 	return plan
+}
+
+// Member starts a client of group that consumes topic with balancer b, as the static member
+// instance unless it is "", and returns it with the assignments it is given, in order. The
+// client is closed at cleanup (Close it sooner to stop it as a static member stops: without
+// leaving the group).
+func Member(t testing.TB, brokers, group, topic, instance string, b kgo.GroupBalancer) (*kgo.Client, <-chan map[string][]int32) {
+	t.Helper()
+	assigned := make(chan map[string][]int32, 8)
+	opts := []kgo.Opt{kgo.ConsumerGroup(group), kgo.ConsumeTopics(topic), kgo.Balancers(b),
+		kgo.OnPartitionsAssigned(func(_ context.Context, _ *kgo.Client, a map[string][]int32) { assigned <- a })}
+	if instance != "" {
+		opts = append(opts, kgo.InstanceID(instance))
+	}
+	return Client(t, brokers, opts...), assigned
+}
+
+// AwaitAssigned fails t unless who's next assignment, within d, is want.
+func AwaitAssigned(t testing.TB, who string, assigned <-chan map[string][]int32, want map[string][]int32, d time.Duration) {
+	t.Helper()
+	select {
+	case a := <-assigned:
+		if !maps.EqualFunc(a, want, slices.Equal) {
+			t.Fatalf("%s was assigned %v, want %v", who, a, want)
+		}
+	case <-time.After(d):
+		t.Fatalf("%s was not assigned within %v", who, d)
+	}
 }
