@@ -184,19 +184,22 @@ func (h *harness) floorPhase(ctx context.Context, rate int, round int, tag strin
 	defer live.Close()
 	wctx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
-	passErr := make(chan error, 1)
+	passDone := make(chan struct{}) // closed when the pass-through has returned passErr
+	var passErr error
 	if eos {
 		ready := make(chan struct{})
-		go func() { passErr <- passThrough(wctx, h.seeds, topic, read, topic, cfg.commitInterval, ready) }()
+		go func() {
+			defer close(passDone)
+			passErr = passThrough(wctx, h.seeds, topic, read, topic, cfg.commitInterval, ready)
+		}()
 		defer func() {
 			stopWatch()
-			<-passErr
+			<-passDone
 		}()
 		select {
 		case <-ready:
-		case err := <-passErr:
-			passErr <- err
-			return fail(fmt.Errorf("the pass-through stopped before its assignment: %v", err))
+		case <-passDone:
+			return fail(fmt.Errorf("the pass-through stopped before its assignment: %v", passErr))
 		case <-time.After(30 * time.Second):
 			return fail(errors.New("the pass-through was not assigned its partitions within 30 s"))
 		}
@@ -243,10 +246,9 @@ func (h *harness) floorPhase(ctx context.Context, rate int, round int, tag strin
 		run.err = fmt.Sprintf("%d of %d live records never read back", n-s.seen, n)
 	}
 	select {
-	case err := <-passErr:
-		passErr <- err // for the deferred wait
-		if err != nil {
-			run.err = fmt.Sprintf("the pass-through stopped: %v", err)
+	case <-passDone:
+		if passErr != nil {
+			run.err = fmt.Sprintf("the pass-through stopped: %v", passErr)
 		}
 	default:
 	}
