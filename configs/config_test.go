@@ -259,7 +259,7 @@ func TestDefaults(t *testing.T) {
 		InstanceID: "pod-0",
 		Processing: Processing{Guarantee: "exactly_once", CommitInterval: 100 * time.Millisecond, StateDir: "./data", CacheKeys: 100000, CombineBeforeRekey: true, InlineStages: true, MaxCheckpointFailures: 100, MinFreeSpace: 64 * MiB},
 		Backlog: Backlog{Mode: "auto", EnterLag: 50000, ExitLag: 500, SortMemory: 256 * MiB,
-			ProgressInterval: 5 * time.Second},
+			ProgressInterval: 5 * time.Second, CommitInterval: time.Second},
 		HTTP:    HTTP{Listen: "127.0.0.1:9464"},
 		Log:     Log{Level: "info", Format: "text"},
 		Sources: map[string]Source{"orders": {Topic: "orders", Format: "json", KeyFormat: "bytes", Key: "customer_id"}},
@@ -362,7 +362,7 @@ func TestEnvErrors(t *testing.T) {
 		env      []string
 		key, msg string
 	}{
-		{[]string{"SLUICE_BACKLOG__NOPE=1"}, "backlog.nope", "unknown key (allowed here: mode, enter_lag, exit_lag, enter_time_lag, exit_time_lag, sort_memory, checkpoint_interval, progress_interval) (set by environment variable SLUICE_BACKLOG__NOPE)"},
+		{[]string{"SLUICE_BACKLOG__NOPE=1"}, "backlog.nope", "unknown key (allowed here: mode, enter_lag, exit_lag, enter_time_lag, exit_time_lag, sort_memory, checkpoint_interval, progress_interval, commit_interval) (set by environment variable SLUICE_BACKLOG__NOPE)"},
 		{[]string{"SLUICE_NOPE__DEEP=1"}, "nope", "(set by environment variable SLUICE_NOPE__DEEP)"},
 		{[]string{"SLUICE_BACKLOG__SORT_MEMORY=1XB"}, "backlog.sort_memory", `unknown unit "XB"`},
 		{[]string{"SLUICE_KAFKA__COMPRESSION=brotli"}, "kafka.compression", `unknown value "brotli" (allowed: none, snappy, lz4, zstd, gzip)`},

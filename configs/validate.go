@@ -206,6 +206,7 @@ func (c *Config) validateBacklog() *Error {
 		{"backlog.exit_time_lag", b.ExitTimeLag},
 		{"backlog.checkpoint_interval", b.CheckpointInterval},
 		{"backlog.progress_interval", b.ProgressInterval},
+		{"backlog.commit_interval", b.CommitInterval},
 	} {
 		if d.v < 0 {
 			return errorf(d.key, "must not be negative (0 turns it off), got %s", fmtDuration(d.v))
@@ -214,6 +215,10 @@ func (c *Config) validateBacklog() *Error {
 	if b.EnterTimeLag > 0 && b.ExitTimeLag > 0 && b.ExitTimeLag >= b.EnterTimeLag {
 		return errorf("backlog.exit_time_lag", "must be less than backlog.enter_time_lag (%s), got %s",
 			fmtDuration(b.EnterTimeLag), fmtDuration(b.ExitTimeLag))
+	}
+	if b.CommitInterval >= c.Kafka.TransactionTimeout {
+		return errorf("backlog.commit_interval", "must be shorter than kafka.transaction_timeout (%s), got %s",
+			fmtDuration(c.Kafka.TransactionTimeout), fmtDuration(b.CommitInterval))
 	}
 	if b.SortMemory < MiB {
 		return errorf("backlog.sort_memory", "must be at least 1MiB, got %s", b.SortMemory)

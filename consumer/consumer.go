@@ -374,12 +374,13 @@ func (e *Engine) restartSession(cause error) {
 }
 
 func (e *Engine) loop(ctx context.Context) error {
-	interval := e.o.Config.Processing.CommitInterval
-	next := e.o.Clock().Add(interval)
+	last := e.o.Clock() // when the last checkpoint ended (or the loop started)
 	for {
 		if err := e.sess.Begin(); err != nil {
 			return err
 		}
+		// Asked again at every turn: a task that leaves its backlog shortens the wait at once.
+		next := last.Add(e.interval())
 		// The poll's timeout comes from the injected clock: the time left until next.
 		wait := next.Sub(e.o.Clock())
 		if e.folding.Load() > 0 && wait <= 0 {
@@ -431,7 +432,7 @@ func (e *Engine) loop(ctx context.Context) error {
 				e.sess.AllowRebalance()
 				return err
 			}
-			next = e.o.Clock().Add(interval)
+			last = e.o.Clock()
 		}
 		e.sess.AllowRebalance()
 		select {
@@ -625,9 +626,31 @@ func (e *Engine) dispatchPartition(ctx context.Context, fp kgo.FetchTopicPartiti
 			if stale {
 				return // aborted: the consumer was rewound; this batch will be fetched again
 			}
-			timer.Reset(e.o.Config.Processing.CommitInterval)
+			timer.Reset(e.interval())
 		}
 	}()
+}
+
+// interval is the time from one checkpoint to the next: backlog.commit_interval while every
+// task holds a backlog (task.Task.Backlogged: no output waits on a real-time checkpoint, and a
+// checkpoint stops every task at its barrier), processing.commit_interval otherwise (or while a
+// task is not restored yet, or none is assigned).
+func (e *Engine) interval() time.Duration {
+	rt, bl := e.o.Config.Processing.CommitInterval, e.o.Config.Backlog.CommitInterval
+	if bl <= rt {
+		return rt
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, r := range e.runs {
+		if !r.isRestored() || !r.t.Backlogged() {
+			return rt
+		}
+	}
+	if len(e.runs) == 0 {
+		return rt
+	}
+	return bl
 }
 
 // checkpoint runs one checkpoint across all restored tasks. Only the poll loop calls it. Once
@@ -647,6 +670,7 @@ func (e *Engine) checkpoint(ctx context.Context) error {
 	if err := e.sess.Begin(); err != nil {
 		return err
 	}
+	e.m.checkpoints.Inc()
 	// A transaction is open again when the checkpoint returns: tasks may produce between
 	// checkpoints (stateless outputs).
 	defer func() {
@@ -1353,6 +1377,7 @@ func drain(c chan struct{}) {
 type engineMetrics struct {
 	commits, aborts prometheus.Counter
 	commitSeconds   prometheus.Histogram
+	checkpoints     prometheus.Counter
 	restoreSeconds  prometheus.Histogram
 	restored        prometheus.Counter
 	tasks           prometheus.Gauge
@@ -1362,8 +1387,10 @@ type engineMetrics struct {
 
 func newEngineMetrics(reg prometheus.Registerer) engineMetrics {
 	m := engineMetrics{
-		commits:        prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_commits_total", Help: "Checkpoints committed (transactions with records or offsets)."}),
-		aborts:         prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_txn_aborts_total", Help: "Checkpoints aborted."}),
+		commits: prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_commits_total", Help: "Checkpoints committed (transactions with records or offsets)."}),
+		aborts:  prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_txn_aborts_total", Help: "Checkpoints aborted."}),
+		checkpoints: prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_checkpoints_total",
+			Help: "Checkpoints run: barriers across the tasks, whether they committed records, offsets, or nothing (processing.commit_interval apart, or backlog.commit_interval while every task holds a backlog)."}),
 		commitSeconds:  prometheus.NewHistogram(prometheus.HistogramOpts{Name: "sluice_commit_duration_seconds", Help: "Checkpoint duration (barrier, flush, commit, apply).", Buckets: prometheus.ExponentialBuckets(0.001, 2, 16)}),
 		restoreSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "sluice_restore_duration_seconds", Help: "Changelog restore duration per task.", Buckets: prometheus.ExponentialBuckets(0.001, 2, 18)}),
 		restored:       prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_restored_records_total", Help: "Changelog records replayed into state."}),
@@ -1373,6 +1400,6 @@ func newEngineMetrics(reg prometheus.Registerer) engineMetrics {
 		sessionRestarts: prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_session_restarts_total",
 			Help: "Kafka sessions abandoned and reopened, as after a crash, because a broker could not be reached while a transaction ended (its outcome unknown) or began."}),
 	}
-	reg.MustRegister(m.commits, m.aborts, m.commitSeconds, m.restoreSeconds, m.restored, m.tasks, m.ckptFailures, m.sessionRestarts)
+	reg.MustRegister(m.commits, m.aborts, m.checkpoints, m.commitSeconds, m.restoreSeconds, m.restored, m.tasks, m.ckptFailures, m.sessionRestarts)
 	return m
 }

@@ -597,6 +597,7 @@ func TestEveryCommitCarriesOffsets(t *testing.T) {
 		produce(t, brokers, ins[i])
 	}
 	cfg := newConfig(t, brokers, pipelineOpts{commitInterval: "5ms", enterLag: 100, exitLag: 10, groupBy: "customer_id"})
+	cfg.Backlog.CommitInterval = 0 // every checkpoint 5 ms apart, in the backlog too
 	txnID := cfg.TransactionalID()
 
 	// Per transaction of the engine's producer: whether it produced and committed offsets.
@@ -750,4 +751,70 @@ func TestStaticRestartAssignsOrphanedPartitions(t *testing.T) {
 	if n := strings.Count(e.logs.tail(100000), "rejoining the group once after the session's first assignment"); n != 1 {
 		t.Errorf("%d \"rejoining the group once\" lines, want 1", n)
 	}
+}
+
+// TestBacklogCommitInterval: while every task holds a backlog (the re-keying writers read at
+// least enter_lag behind, the aggregate is in backlog mode), the checkpoints come
+// backlog.commit_interval apart rather than processing.commit_interval: a checkpoint stops
+// every task at its barrier, and nothing waits on it. Once the tasks stream again, a new order's
+// total is visible well within backlog.commit_interval, and every total is exact.
+func TestBacklogCommitInterval(t *testing.T) {
+	c := newCluster(t)
+	brokers := c.ListenAddrs()
+	var ins []orders
+	for i := range 60 {
+		ins = append(ins, orders{n: 100, keys: 50, seed: 200 + i})
+		produce(t, brokers, ins[i])
+	}
+	cfg := newConfig(t, brokers, pipelineOpts{commitInterval: "20ms", enterLag: 100, exitLag: 10, groupBy: "customer_id"})
+	const backlogInterval = 5 * time.Second
+	cfg.Backlog.CommitInterval = backlogInterval
+	// Each fetch answered 100 ms late, with one or two batches of 50 orders a partition: a
+	// backlog of a few seconds, which 20 ms checkpoints would cut into a hundred.
+	c.ControlKey(int16(kmsg.Fetch), func(kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		c.SleepControl(func() { time.Sleep(100 * time.Millisecond) })
+		return nil, nil, false
+	})
+	// About one batch a partition per fetch (each produce call writes ~4.5 KB a partition), and
+	// every partition in each fetch (a limit of 1 byte would serve the first partition alone).
+	e := newEngine(t, cfg, nil, kgo.FetchMaxPartitionBytes(6000))
+	start := time.Now()
+	e.start(t)
+	waitFor(t, 60*time.Second, "the aggregate's tasks to switch to real-time", func() (bool, error) {
+		return e.metric(t, "sluice_backlog_switches_total", "direction=to_realtime") >= partitions, e.failed()
+	})
+	took, ckpts := time.Since(start), e.metric(t, "sluice_checkpoints_total")
+	t.Logf("backlog of %d orders processed in %v with %v checkpoints", 60*100, took.Round(time.Millisecond), ckpts)
+	if took < 2*time.Second {
+		t.Fatalf("the backlog took %v: too short to tell the intervals apart", took)
+	}
+	// The writers' end of their backlog shortens the interval at once (the poll loop is woken),
+	// so the readers' switch does not wait out backlog.commit_interval.
+	if took >= backlogInterval {
+		t.Errorf("the backlog took %v, as long as backlog.commit_interval: the end of the writers' backlog did not bring the next checkpoint forward", took)
+	}
+	// processing.commit_interval apart, the checkpoints would be about took/20ms. Those left
+	// come before every task holds its backlog (the first fetch is 100 ms away; the readers
+	// enter theirs once the writers' announcements are committed) and after a task has caught
+	// up (the writers announce real time, the readers' switches).
+	if limit := float64(took/cfg.Processing.CommitInterval) / 4; ckpts > limit {
+		t.Errorf("%v checkpoints in a backlog of %v, want at most %v, a quarter of what processing.commit_interval (%v) gives", ckpts, took, limit, cfg.Processing.CommitInterval)
+	}
+	want := expected(ins...)
+	waitFor(t, 30*time.Second, "the exact totals", func() (bool, error) {
+		return maps.Equal(readTotals(t, brokers), want), e.failed()
+	})
+
+	live := orders{n: 10, keys: 50, seed: 300}
+	produce(t, brokers, live)
+	sent := time.Now()
+	want = expected(append(ins, live)...)
+	waitFor(t, 30*time.Second, "the live orders' totals", func() (bool, error) {
+		return maps.Equal(readTotals(t, brokers), want), e.failed()
+	})
+	if d := time.Since(sent); d >= backlogInterval/2 {
+		t.Errorf("live orders took %v to be visible, want well within backlog.commit_interval %v: the real-time interval is %v", d, backlogInterval, cfg.Processing.CommitInterval)
+	}
+	e.stopClean(t)
 }

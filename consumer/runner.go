@@ -253,8 +253,14 @@ func (e *Engine) run(ctx context.Context, cl *kgo.Client, r *runner) {
 				return
 			}
 		case b := <-r.in:
+			was := r.t.Backlogged()
 			if !e.handleBatch(ctx, cl, r, b) {
 				return
+			}
+			if was && !r.t.Backlogged() {
+				// The poll may be waiting out backlog.commit_interval: the checkpoints are
+				// commit_interval apart again from now (this task's outputs wait on them).
+				signal(e.wake)
 			}
 		}
 	}

@@ -59,8 +59,8 @@ const (
 	saidBacklog
 )
 
-// writerBacklog is the mode a writer announces: a keyed operator's, or for a re-keying chain
-// its own detector's verdict and its upstream's.
+// writerBacklog is the mode a writer announces: a keyed operator's, or for a chain without one
+// (a re-keying chain) its own detector's verdict and its upstream's.
 func (c *chain) writerBacklog() bool {
 	if c.ops.Keyed() {
 		return c.inBack

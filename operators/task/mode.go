@@ -34,6 +34,8 @@ func (t *Task) Observe(topic string, lag int64, timeLag time.Duration) (needChec
 func (t *Task) observe(c *chain, lag int64, timeLag time.Duration) (needCheckpoint bool) {
 	c.lag, c.timeLag = lag, timeLag
 	defer t.announce(c, t.out.promise)
+	// A chain that enters or leaves a backlog changes how far apart the checkpoints may be.
+	defer func() { t.backlogged.Store(t.backlogNow()) }()
 	if c.det == nil {
 		if c.wdet != nil {
 			c.wdet.Observe(lag, timeLag)

@@ -1,6 +1,7 @@
 package task
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -111,5 +112,55 @@ func TestBoundedStartsInBacklog(t *testing.T) {
 			t.Fatalf("the plan's backlog.mode is %q, want the configured %q", got, mode)
 		}
 		tk.Close()
+	}
+}
+
+// TestBacklogged: a task holds a backlog (Backlogged, which lets the engine space its
+// checkpoints backlog.commit_interval apart) while its keyed operator is in backlog mode, or,
+// for a chain without one, while its input is at least enter_lag behind; not before it has seen
+// a lag, not once it has caught up, and never in mode never.
+func TestBacklogged(t *testing.T) {
+	stateless := func(mode string) string {
+		return fmt.Sprintf(`
+%ssources:
+  orders: {topic: %s, format: json, key: customer_id}
+operators:
+  - name: big
+    filter: {input: orders, expr: "amount > 10"}
+    output: out
+sinks:
+  out: {topic: %s, format: json}
+`, testHeader(mode, 100, 10, 100, "0s"), testTopic, testSink)
+	}
+	for _, tc := range []struct {
+		name, doc string
+		backlog   bool // whether a lag of 500 is a backlog
+	}{
+		{"keyed auto", testConfig("auto", 100, 10, 100), true},
+		{"keyed never", testConfig("never", 100, 10, 100), false},
+		{"stateless auto", stateless("auto"), true},
+		{"stateless never", stateless("never"), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tk := newTestTask(t, mustPlan(t, tc.doc), state.NewMem(), 1<<20, 0)
+			if tk.Backlogged() {
+				t.Fatal("Backlogged before any lag was seen")
+			}
+			tk.BeforeBatch(testTopic, Lag{Before: 500, After: 400})
+			if got := tk.Backlogged(); got != tc.backlog {
+				t.Fatalf("Backlogged with 500 records left = %v, want %v", got, tc.backlog)
+			}
+			tk.AfterBatch(testTopic, Lag{After: 0})
+			pd, err := tk.Checkpoint(newFakeProducer())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := tk.Committed(pd); err != nil {
+				t.Fatal(err)
+			}
+			if tk.Backlogged() {
+				t.Fatal("Backlogged after catching up")
+			}
+		})
 	}
 }

@@ -98,6 +98,7 @@ func RestoringStatus(plan *plan.Plan, topics []string, partition int32) Status {
 
 // publish refreshes the snapshot and the gauges; called by the task goroutine after each step.
 func (t *Task) publish() {
+	t.backlogged.Store(t.backlogNow())
 	now := t.d.Clock()
 	st := Status{Partition: t.partition}
 	for _, c := range t.chains {

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -81,6 +82,9 @@ type Task struct {
 
 	mu     sync.Mutex // guards status
 	status Status
+	// backlogged: every chain holds a backlog (publish; Backlogged), so no output of the task
+	// waits on a real-time checkpoint.
+	backlogged atomic.Bool
 }
 
 // chain is one plan.ChainPlan's runtime in this task.
@@ -127,8 +131,9 @@ type chain struct {
 }
 
 // wire is a chain's side of the in-band RecordAttributes (attributes.go). A writer (its records
-// go to an internal topic of internalParts partitions) announces its mode there; a re-keying
-// writer judges its input with wdet. A reader (its input is an internal topic) keeps upstream,
+// go to an internal topic of internalParts partitions) announces its mode there; a chain without
+// a keyed operator judges its input with wdet (a re-keying writer announces its verdict; every
+// such chain's counts in Task.Backlogged). A reader (its input is an internal topic) keeps upstream,
 // the writers (by partition) that said backlog; nil for other chains.
 type wire struct {
 	internalParts int32
@@ -354,6 +359,8 @@ func (t *Task) addChain(cp plan.ChainPlan, g groupBuild) error {
 	}
 	if _, ok := g.internal[cp.SinkTopic]; ok && cp.Rekey != "" {
 		c.internalParts = d.InternalPartitions[cp.SinkTopic]
+	}
+	if !ops.Keyed() {
 		c.wdet = backlog.NewDetector(detOpts)
 	}
 	if ops.Keyed() && g.shared[cp.Keyed.Name] != nil {
@@ -931,6 +938,23 @@ func (t *Task) Restored() error {
 		}
 	}
 	return nil
+}
+
+// Backlogged reports whether every chain of the task holds a backlog: a keyed operator in
+// backlog mode, or a chain without one whose input the lag calls a backlog (or whose writers
+// said so, across an internal topic). Then none of its outputs waits on a real-time checkpoint,
+// and the checkpoints may come backlog.commit_interval apart. It is as of the task's last step
+// (each slice of records processed, each checkpoint), and safe for concurrent use.
+func (t *Task) Backlogged() bool { return t.backlogged.Load() }
+
+// backlogNow is Backlogged as of now (task goroutine).
+func (t *Task) backlogNow() bool {
+	for _, c := range t.chains {
+		if !c.writerBacklog() {
+			return false
+		}
+	}
+	return len(t.chains) > 0
 }
 
 // InBacklog reports whether any keyed chain reading topic is in backlog mode.
