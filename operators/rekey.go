@@ -160,7 +160,7 @@ func (k *Rekey) exprKey(r *Record) ([]byte, error) {
 	case fStr:
 		k.buf = append(k.buf[:0], v.x.(string)...)
 	case fDec:
-		k.buf = appendDec(k.buf[:0], v.x.(decimal))
+		k.buf = appendDec(k.buf[:0], v.decimal())
 	case fNil:
 		return nil, &Error{Operator: k.name, Reason: "expr: the key is null (a member it reads is missing or null)"}
 	default:
