@@ -727,12 +727,13 @@ func (e *exprEnv) compileCall(n *ast.CallNode, src []rune) fnode {
 	}
 	var fn func(args ...any) (any, error)
 	var onMs func(int64) any
+	var consts []any // sluice's functions: the literal arguments (literalArgs)
 	if f, ok := exprFuncs[id.Value]; ok {
 		if len(n.Arguments) < f.min || len(n.Arguments) > f.max {
 			return nil
 		}
 		fn = f.fn
-		consts := literalArgs(n.Arguments)
+		consts = literalArgs(n.Arguments)
 		if f.onMs != nil {
 			onMs = f.onMs(consts)
 		}
@@ -778,6 +779,9 @@ func (e *exprEnv) compileCall(n *ast.CallNode, src []rune) fnode {
 	if id.Value == "int" && exprFuncs["int"].fn == nil && len(args) == 1 {
 		return intCall(n.Arguments[0], args[0], call)
 	}
+	if id.Value == "split_index" && len(args) == 3 && consts != nil {
+		return splitIndexCall(consts, args[0], call)
+	}
 	if onMs == nil {
 		return call
 	}
@@ -787,6 +791,28 @@ func (e *exprEnv) compileCall(n *ast.CallNode, src []rune) fnode {
 			return fvalOf(onMs(v.i)), true
 		}
 		return call(e)
+	}
+}
+
+// splitIndexCall is the tree of split_index(s, sep, n) with sep and n literals (consts), call
+// the general call: a string is split without boxing the arguments or deferring a recover (q22
+// splits each bid's url three times). Anything else (a null, not a string, other arguments) is
+// the general call's.
+func splitIndexCall(consts []any, arg, call fnode) fnode {
+	sep, ok := consts[1].(string)
+	n, isInt := consts[2].(int)
+	if !ok || !isInt || sep == "" {
+		return call
+	}
+	return func(e *exprEnv) (fval, bool) {
+		v, ok := arg(e)
+		if !ok || v.k != fStr {
+			return call(e)
+		}
+		if part, ok := splitIndex(v.x.(string), sep, int64(n)); ok {
+			return fval{k: fStr, x: part}, true
+		}
+		return fval{}, true // null: too few parts, or an empty string
 	}
 }
 

@@ -656,20 +656,29 @@ func fnSplitIndex(args ...any) (any, error) {
 	if n.kind != intNum {
 		return nil, fmt.Errorf("split_index: want an int index, got %s", typeName(args[2]))
 	}
-	if s == "" || n.i < 0 {
-		return nil, nil
+	if part, ok := splitIndex(s, sep, n.i); ok {
+		return part, nil
 	}
-	for i := n.i; i > 0; i-- {
+	return nil, nil
+}
+
+// splitIndex is split_index on a string and a non-empty separator: part n (from 0) of s split
+// at sep; false (null) when s is empty, n negative or s has fewer parts.
+func splitIndex(s, sep string, n int64) (string, bool) {
+	if s == "" || n < 0 {
+		return "", false
+	}
+	for i := n; i > 0; i-- {
 		k := strings.Index(s, sep)
 		if k < 0 {
-			return nil, nil
+			return "", false
 		}
 		s = s[k+len(sep):]
 	}
 	if k := strings.Index(s, sep); k >= 0 {
 		s = s[:k]
 	}
-	return s, nil
+	return s, true
 }
 
 func constSplitIndex(consts []any) (func(args ...any) (any, error), error) {
