@@ -133,6 +133,21 @@ sinks:
 `, testHeader(mode, enter, exit, cacheKeys, every), testTopic, testOp, testSink)
 }
 
+// testStatelessConfig is a pipeline without a keyed operator: the orders of more than 10 go
+// to testSink, in the given backlog mode (enter_lag 100, exit_lag 10).
+func testStatelessConfig(mode string) string {
+	return fmt.Sprintf(`
+%ssources:
+  orders: {topic: %s, format: json, key: customer_id}
+operators:
+  - name: big
+    filter: {input: orders, expr: "amount > 10"}
+    output: out
+sinks:
+  out: {topic: %s, format: json}
+`, testHeader(mode, 100, 10, 100, "0s"), testTopic, testSink)
+}
+
 func mustPlan(t testing.TB, doc string) *plan.Plan {
 	t.Helper()
 	cfg, err := configs.Parse([]byte(doc), nil)

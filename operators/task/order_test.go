@@ -1,7 +1,6 @@
 package task
 
 import (
-	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -120,26 +119,14 @@ func TestBoundedStartsInBacklog(t *testing.T) {
 // for a chain without one, while its input is at least enter_lag behind; not before it has seen
 // a lag, not once it has caught up, and never in mode never.
 func TestBacklogged(t *testing.T) {
-	stateless := func(mode string) string {
-		return fmt.Sprintf(`
-%ssources:
-  orders: {topic: %s, format: json, key: customer_id}
-operators:
-  - name: big
-    filter: {input: orders, expr: "amount > 10"}
-    output: out
-sinks:
-  out: {topic: %s, format: json}
-`, testHeader(mode, 100, 10, 100, "0s"), testTopic, testSink)
-	}
 	for _, tc := range []struct {
 		name, doc string
 		backlog   bool // whether a lag of 500 is a backlog
 	}{
 		{"keyed auto", testConfig("auto", 100, 10, 100), true},
 		{"keyed never", testConfig("never", 100, 10, 100), false},
-		{"stateless auto", stateless("auto"), true},
-		{"stateless never", stateless("never"), false},
+		{"stateless auto", testStatelessConfig("auto"), true},
+		{"stateless never", testStatelessConfig("never"), false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tk := newTestTask(t, mustPlan(t, tc.doc), state.NewMem(), 1<<20, 0)
@@ -151,11 +138,7 @@ sinks:
 				t.Fatalf("Backlogged with 500 records left = %v, want %v", got, tc.backlog)
 			}
 			tk.AfterBatch(testTopic, Lag{After: 0})
-			pd, err := tk.Checkpoint(newFakeProducer())
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := tk.Committed(pd); err != nil {
+			if err := tk.Committed(checkpointTask(t, tk, newFakeProducer())); err != nil {
 				t.Fatal(err)
 			}
 			if tk.Backlogged() {

@@ -1,7 +1,6 @@
 package task
 
 import (
-	"fmt"
 	"testing"
 	"time"
 
@@ -16,19 +15,9 @@ import (
 // backlog of old events written with theirs would land in the sink past its topic's retention)
 // and not none (the producer would read the clock once per record).
 func TestStatelessOutputTimestamp(t *testing.T) {
-	doc := fmt.Sprintf(`
-%ssources:
-  orders: {topic: %s, format: json, key: customer_id}
-operators:
-  - name: big
-    filter: {input: orders, expr: "amount > 10"}
-    output: out
-sinks:
-  out: {topic: %s, format: json}
-`, testHeader("auto", 100, 10, 100, "0s"), testTopic, testSink)
 	prod := newFakeProducer()
 	clk := &stepClock{now: time.Unix(1_700_000_000, 0)}
-	tk, err := New(mustPlan(t, doc), testTopic, 0, Deps{Store: state.NewMem(), Budget: sorter.NewBudget(1 << 20),
+	tk, err := New(mustPlan(t, testStatelessConfig("auto")), testTopic, 0, Deps{Store: state.NewMem(), Budget: sorter.NewBudget(1 << 20),
 		SortDir: t.TempDir(), Clock: clk.Now, Logger: discardLogger(), Producer: prod})
 	if err != nil {
 		t.Fatal(err)
