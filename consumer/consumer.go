@@ -7,7 +7,7 @@
 //   - the poll loop (Engine.Run): polls, dispatches batches to task goroutines through bounded
 //     channels, and runs every checkpoint: it is the only goroutine that begins and ends
 //     transactions, so a checkpoint never overlaps a poll; a waker per poll ends the poll's wait
-//     when a task asks for a checkpoint or finishes its inputs;
+//     when a task asks for a checkpoint, finishes its inputs or stops holding a backlog;
 //   - one goroutine per task: restores the task's state from its changelog, then processes
 //     batches, and takes part in checkpoints (it writes its records into the open transaction and
 //     waits for the outcome before it processes more);
@@ -17,6 +17,9 @@
 //     end let a rebalance run). The first assignment of each session asks franz-go to rejoin
 //     once (Engine.assigned): a static member's restart replaces it without a rebalance, and
 //     the group would not assign partitions a killed predecessor had revoked.
+//
+// Checkpoints come processing.commit_interval apart, or backlog.commit_interval while every
+// task holds a backlog (Engine.interval), and whenever a task asks for one.
 //
 // A checkpoint is a barrier: every task writes what it has processed, the poll loop flushes,
 // commits each task's offsets in the same transaction (with, for a topic several chains read,
