@@ -129,8 +129,8 @@ func (v fval) cmpDec() decimal {
 	return v.decimal()
 }
 
-// fvalOf types a value the VM's functions return (a string or a decimal kept in the interface
-// it came in: no second boxing).
+// fvalOf types a value the VM's functions return (a string kept in the interface it came in,
+// a decimal unboxed: decFval).
 func fvalOf(v any) fval {
 	switch x := v.(type) {
 	case nil:
