@@ -259,7 +259,7 @@ func TestDefaults(t *testing.T) {
 		InstanceID: "pod-0",
 		Processing: Processing{Guarantee: "exactly_once", CommitInterval: 100 * time.Millisecond, StateDir: "./data", CacheKeys: 100000, CombineBeforeRekey: true, InlineStages: true, MaxCheckpointFailures: 100, MinFreeSpace: 64 * MiB},
 		Backlog: Backlog{Mode: "auto", EnterLag: 50000, ExitLag: 500, SortMemory: 256 * MiB,
-			ProgressInterval: 5 * time.Second, CommitInterval: time.Second},
+			ProgressInterval: 5 * time.Second},
 		HTTP:    HTTP{Listen: "127.0.0.1:9464"},
 		Log:     Log{Level: "info", Format: "text"},
 		Sources: map[string]Source{"orders": {Topic: "orders", Format: "json", KeyFormat: "bytes", Key: "customer_id"}},
