@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -331,8 +332,15 @@ func runQuery(t testing.TB, ds *dataset, o runOpts) *runResult {
 			}
 			_ = cmd.Process.Signal(os.Interrupt) // checkpoint and leave; exits 0
 		case <-timeout.C:
-			_ = cmd.Process.Kill()
-			res.err = <-done
+			// SIGQUIT first: the Go runtime writes every goroutine's stack to the log kept
+			// below, which is what a hang needs to be understood; then kill.
+			_ = cmd.Process.Signal(syscall.SIGQUIT)
+			select {
+			case res.err = <-done:
+			case <-time.After(5 * time.Second):
+				_ = cmd.Process.Kill()
+				res.err = <-done
+			}
 			res.duration = time.Since(start)
 			res.timedOut = true
 			res.err = fmt.Errorf("killed after %v: %w", o.timeout, res.err)
