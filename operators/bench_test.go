@@ -218,3 +218,23 @@ func BenchmarkSelectFinal(b *testing.B) {
 		r.Release()
 	}
 }
+
+// BenchmarkKeepMembers is a join's projection of a bid to the members its select and where
+// read (Nexmark q4: price and dateTime), as RegularJoin.Project writes it into the sorter.
+func BenchmarkKeepMembers(b *testing.B) {
+	src := mustSource(b, configs.Source{Topic: "nexmark-bid", Format: "json", Key: "auction", KeyFormat: "string", Timestamp: "dateTime"})
+	var r Record
+	if err := src.Decode([]byte("1004"), []byte(nexmarkBids[0]), 0, &r); err != nil {
+		b.Fatal(err)
+	}
+	idx, err := r.index()
+	if err != nil {
+		b.Fatal(err)
+	}
+	keep := []string{"price", "dateTime"}
+	dst := make([]byte, 0, 256)
+	b.ReportAllocs()
+	for b.Loop() {
+		dst = appendMembers(dst[:0], r.Value, idx, keep)
+	}
+}

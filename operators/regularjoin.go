@@ -288,7 +288,7 @@ func appendMembers(dst, v []byte, idx []member, names []string) []byte {
 	dst = append(dst, '{')
 	first := true
 	for _, m := range idx {
-		if !slices.ContainsFunc(names, func(n string) bool { return nameEquals(v[m.ks:m.ke], m.esc, n) }) {
+		if !keptName(v[m.ks:m.ke], m.esc, names) {
 			continue
 		}
 		if !first {
@@ -301,6 +301,21 @@ func appendMembers(dst, v []byte, idx []member, names []string) []byte {
 		dst = append(dst, v[m.vs:m.ve]...)
 	}
 	return append(dst, '}')
+}
+
+// keptName reports whether the member name raw (escaped if esc) is one of names. It is asked of
+// every member of every record a join keeps in part: a plain name is compared as it is, its
+// length first.
+func keptName(raw []byte, esc bool, names []string) bool {
+	if esc {
+		return slices.ContainsFunc(names, func(n string) bool { return nameEquals(raw, true, n) })
+	}
+	for _, n := range names {
+		if len(n) == len(raw) && string(raw) == n {
+			return true
+		}
+	}
+	return false
 }
 
 // IsLate: never (a regular join does not use event time).
