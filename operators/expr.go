@@ -1160,6 +1160,21 @@ func (p *PairSelect) judge(f ResultFilter, key []byte, left string, l []byte, ll
 	return drop, true
 }
 
+// fails reports whether the where does not hold for the pair {left: l, right: r} under key (both
+// there): the pair gives no row (JoinJudge for the where alone). The where's index of the pair
+// is forgotten after it: the next pair may be written where this one was.
+func (p *PairSelect) fails(key []byte, left string, l []byte, right string, r []byte) bool {
+	p.setPair(key, left, l, right, r)
+	p.wenv.forgetParents()
+	drop := !p.holds()
+	p.wenv.forgetParents()
+	if p.s != nil {
+		p.s.forgetParents()
+	}
+	p.rec.Release()
+	return drop
+}
+
 // judgeMembers returns the top-level members of side that judge reads of it, for a filter
 // that ranks rows by the column member, and that the columns also read (for a row of side's
 // record alone: a re-key's): those the where reads, and those the columns copy of side's.

@@ -122,9 +122,10 @@ func (j *RegularJoin) SameUnderKey(members []string) bool {
 // record only the members the where and the filter's column read (Keep). Not safe for
 // concurrent use: its join's.
 type JoinJudge struct {
-	j    *RegularJoin
-	keep []string
-	out  []byte
+	j     *RegularJoin
+	keep  []string
+	out   []byte
+	where bool // JudgeWhere's: it asks the where alone
 }
 
 // Judge returns the join's JoinJudge for a filter of its results that ranks rows by the column
@@ -148,6 +149,26 @@ func (j *RegularJoin) Judge(member string, also []string) *JoinJudge {
 		return nil
 	}
 	return &JoinJudge{j: j, keep: keep}
+}
+
+// JudgeWhere returns the join's JoinJudge for its where alone, for a join whose results no
+// filter ranks: a record of the side that is not unique whose pair with the key's unique record
+// fails the where gives no row, and the join does not keep it (Process keeps nothing beside a
+// unique record), so a backlog need not sort it (Nexmark q20: the bids of auctions of other
+// categories). nil: no unique side or no where, or a where that reads the unique side whole.
+func (j *RegularJoin) JudgeWhere() *JoinJudge {
+	if j.unique < 0 || j.left == j.right || j.sel == nil || j.sel.where == nil {
+		return nil
+	}
+	side := j.left
+	if j.unique == sideRight {
+		side = j.right
+	}
+	keep, whole := sideMembers(j.sel.where.vm.Node(), side, []string{})
+	if whole {
+		return nil
+	}
+	return &JoinJudge{j: j, keep: keep, where: true}
 }
 
 // UniqueRow returns the row the join writes of a pair of the unique record u (Keep's part of it)
@@ -199,7 +220,8 @@ func (jj *JoinJudge) Keep(dst, u []byte) []byte {
 // Pair reports whether the pair of in (Project's input of the other side, after its tag: its
 // side byte, then the record projected from rec, the decoded record) and the key's unique
 // record, of which u is Keep's part and ulen the whole record's length, would not be written at
-// the fold: f drops its row, or the where does not hold. judged false: it cannot tell. It
+// the fold: f drops its row, or the where does not hold (JudgeWhere's judge asks the where
+// alone, not f). judged false: it cannot tell. It
 // pairs rec as it is, with its index, where the fold pairs in: the where and the columns read
 // only members that Project keeps, as they are.
 func (jj *JoinJudge) Pair(f ResultFilter, key, in []byte, rec *Record, u []byte, ulen int) (drop, judged bool) {
@@ -213,6 +235,13 @@ func (jj *JoinJudge) Pair(f ResultFilter, key, in []byte, rec *Record, u []byte,
 		v = rec.Value
 	} else {
 		idx = nil
+	}
+	if jj.where {
+		l, r := v, u
+		if j.unique == sideLeft {
+			l, r = u, v
+		}
+		return j.sel.fails(key, j.left, l, j.right, r), true
 	}
 	if j.unique == sideLeft {
 		return j.sel.judge(f, key, j.left, u, ulen, j.right, v, vlen, idx, false)

@@ -323,6 +323,9 @@ type twoInputRun struct {
 	cacheKeys int
 }
 
+// twoInputsBudget is runTwoInputs's sort budget: small, so that its sorters spill.
+var twoInputsBudget int64 = 64 << 10
+
 // runTwoInputs runs config(cacheKeys) in mode over the inputs with the driver of cogroup_test.go:
 // random batches of either input, lags, checkpoints and aborts from rr; the store is Pebble on
 // run 4, else in memory.
@@ -340,7 +343,7 @@ func runTwoInputs(t *testing.T, rr *rand.Rand, run int, config func(cacheKeys in
 		store = db
 	}
 	tk, err := NewGroup(plan, []string{cgOrders, cgRefunds}, 0, Deps{
-		Store: store, Budget: sorter.NewBudget(64 << 10), SortDir: t.TempDir(),
+		Store: store, Budget: sorter.NewBudget(twoInputsBudget), SortDir: t.TempDir(),
 		Clock: (&stepClock{}).Now, Logger: discardLogger(),
 	})
 	if err != nil {

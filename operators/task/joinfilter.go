@@ -18,7 +18,10 @@ import (
 // could still enter the top, or change the max: most cannot (a bid its auction's earlier bids
 // beat). joinFilter asks that question before the sorter, of
 // the records whose key's unique record came earlier in the same backlog, and drops those whose
-// row would not be written: they are neither sorted, spilled nor replayed.
+// row would not be written: they are neither sorted, spilled nor replayed. A join with a unique
+// side whose results no filter ranks has the same filter for its where alone (Nexmark q20: the
+// bids of the auctions of other categories): a record whose pair with u fails the where gives
+// no row at the fold, and the join keeps nothing beside its unique record.
 //
 // Why the answer is the fold's. The join keeps the first unique record of a key for ever (a
 // later one is ignored), so once the key's state has one, u, or when it has none and u arrives
@@ -98,16 +101,33 @@ const (
 	joinReserve  = 1 << 20 // what the filter reserves of the sort budget at a time
 )
 
-// newJoinFilter returns the filter before the sorter of the join of chain c (its results'
-// filter comb), or nil when there is none to ask: a regular join with a unique side and a
-// select whose results are filtered, without stages, for a top without windows of the results'
-// key, or through a re-key by columns of the unique side alone for an aggregate of each key's
-// best value.
+// newJoinFilter returns the filter before the sorter of the join of chain c, or nil when there
+// is none to ask: a regular join with a unique side and a select whose results are filtered
+// (its results' filter comb), without stages, for a top without windows of the results' key,
+// or through a re-key by columns of the unique side alone for an aggregate of each key's best
+// value; otherwise a regular join with a unique side and a where that does not read that side
+// whole, whose pairs that fail the where it drops (operators.RegularJoin.JudgeWhere).
 func newJoinFilter(c *chain, d Deps) *joinFilter {
 	j, ok := c.kop.(*operators.RegularJoin)
+	if !ok || !filterBeforeSorting || d.Budget == nil || c.plan.Rekey != "" {
+		return nil
+	}
+	if jf := newResultsJoinFilter(c, j, d); jf != nil {
+		return jf
+	}
+	// No filter of the results to ask: the where alone (Nexmark q20).
+	jj := j.JudgeWhere()
+	if jj == nil {
+		return nil
+	}
+	return &joinFilter{judge: jj, unique: jj.UniqueSide(), budget: d.Budget, keys: newSlotSet(joinSlotHead)}
+}
+
+// newResultsJoinFilter is newJoinFilter's filter that asks the filter of the join's results
+// (and the where), or nil.
+func newResultsJoinFilter(c *chain, j *operators.RegularJoin, d Deps) *joinFilter {
 	cb := c.comb
-	if !ok || !filterBeforeSorting || d.Budget == nil || cb == nil || cb.bound == nil || len(cb.stages) > 0 || cb.paths > 0 ||
-		cb.bound.Windowed() || cb.bound.Member() == "" || c.plan.Rekey != "" {
+	if cb == nil || cb.bound == nil || len(cb.stages) > 0 || cb.paths > 0 || cb.bound.Windowed() || cb.bound.Member() == "" {
 		return nil
 	}
 	var also []string
