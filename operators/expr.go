@@ -1161,16 +1161,11 @@ func (p *PairSelect) judge(f ResultFilter, key []byte, left string, l []byte, ll
 }
 
 // fails reports whether the where does not hold for the pair {left: l, right: r} under key (both
-// there): the pair gives no row (JoinJudge for the where alone). The where's index of the pair
-// is forgotten after it: the next pair may be written where this one was.
+// there): the pair gives no row (JoinJudge for the where alone). No column is read, so neither
+// index need be forgotten here: the where's begin forgets its own, and the select's is untouched.
 func (p *PairSelect) fails(key []byte, left string, l []byte, right string, r []byte) bool {
 	p.setPair(key, left, l, right, r)
-	p.wenv.forgetParents()
 	drop := !p.holds()
-	p.wenv.forgetParents()
-	if p.s != nil {
-		p.s.forgetParents()
-	}
 	p.rec.Release()
 	return drop
 }
