@@ -602,12 +602,24 @@ type selectStage struct {
 	indexed *exprEnv
 	// primed: parents are looked up for the record of the next appendRow already (column).
 	primed bool
-	// given: the index of one parent object of the row, made before the row (that very slice
+	// given: the indexes of parent objects of the row, made before the row (those very slices
 	// of the row's bytes: PairSelect.judge's), taken rather than made again; nil raw: none.
-	given struct {
-		raw     []byte
-		members []member
+	given [2]givenIndex
+}
+
+// givenIndex is the index of an object made before it is read: raw is that very slice.
+type givenIndex struct {
+	raw     []byte
+	members []member
+}
+
+// of returns a copy of the index of raw into *dst when g is raw's.
+func (g *givenIndex) of(raw []byte, dst *[]member) bool {
+	if g.raw == nil || !sameBytes(g.raw, raw) {
+		return false
 	}
+	*dst = append((*dst)[:0], g.members...)
+	return true
 }
 
 // parentObject is the first member of some member path columns, as the current row has it.
@@ -776,8 +788,7 @@ func (s *selectStage) lookupPath(r *Record, c *selectCol) ([]byte, bool) {
 		raw, ok, _ := r.top(o.name)
 		switch {
 		case !ok || len(raw) == 0 || raw[0] != '{':
-		case s.given.raw != nil && sameBytes(s.given.raw, raw):
-			o.members = append(o.members[:0], s.given.members...)
+		case s.given[0].of(raw, &o.members) || s.given[1].of(raw, &o.members):
 			o.raw, o.indexed = raw, true
 			o.last = o.last[:0]
 		case bytes.Equal(raw, o.last):
@@ -855,11 +866,20 @@ type PairSelect struct {
 	rec    Record
 	out    []byte
 	joined []byte // the joined record pair writes
+	// given: the indexes of the sides of the pair being judged (judge, fails), which the where
+	// borrows (borrowIndex) and the select takes (selectStage.given).
+	given [2]givenIndex
 	// The column a result filter ranks rows by (pair's beaten), looked up for fname: its index
 	// in s.cols, -1 when it is none that copies a member of a side.
 	fname string
 	fcol  int
 	exprs bool // a column is an expression's result: a row's size has no bound before it is written
+	// The bound of a row's size beatenSized takes, for the sides named sizeL and sizeR: base
+	// bytes, and per column that copies a member of the left (right) side, that side's length
+	// (at least null's): nL, nR.
+	sizeL, sizeR   string
+	sizeBase       int
+	sizeNL, sizeNR int
 }
 
 // NewPairSelect compiles the select of join name and its where; it returns nil when both are
@@ -880,6 +900,7 @@ func NewPairSelect(name string, cols []configs.Column, where string) (*PairSelec
 		}
 		p.where = w
 		p.wenv.addProgram(w)
+		p.wenv.borrow = p.borrowIndex
 		if p.wenv.ts {
 			return nil, fmt.Errorf("operators: %s: where: ts is not defined on a joined record (it has no event time of its own)", name)
 		}
@@ -918,7 +939,6 @@ func NewPairSelect(name string, cols []configs.Column, where string) (*PairSelec
 	}
 	if p.where != nil {
 		s.indexed = &p.wenv
-		p.wenv.borrow = s.parentIndexOf
 	}
 	p.s = s
 	p.exprs = slices.ContainsFunc(s.cols, func(c selectCol) bool { return c.prog != nil })
@@ -1135,37 +1155,55 @@ func (p *PairSelect) setPair(key []byte, left string, l []byte, right string, r 
 // false: the row cannot be judged before it is written (no select, a column that is an
 // expression's, or f asks nothing).
 //
-// given, when not nil, is the index of the side given (l when givenLeft, else r), which the
-// select and the where take rather than scan that side again.
-func (p *PairSelect) judge(f ResultFilter, key []byte, left string, l []byte, llen int, right string, r []byte, rlen int,
-	given []member, givenLeft bool) (drop, judged bool) {
+// lidx and ridx, when not nil, are the indexes of l and r, which the select and the where take
+// rather than scan those sides again.
+func (p *PairSelect) judge(f ResultFilter, key []byte, left string, l []byte, llen int, lidx []member,
+	right string, r []byte, rlen int, ridx []member) (drop, judged bool) {
 	if p.s == nil || p.exprs || f == nil || f.FilterMember() == "" || l == nil || r == nil {
 		return false, false
 	}
 	p.setPair(key, left, l, right, r)
 	p.wenv.forgetParents() // the where's index is the last pair's: none for the select to take
-	if given != nil && len(p.rec.members) == 2 {
-		// appendPair copied the sides as they are: the given index (offsets from the side's
-		// opening brace) indexes the copy too.
-		m := p.rec.members[1]
-		if givenLeft {
-			m = p.rec.members[0]
-		}
-		p.s.given.raw, p.s.given.members = p.joined[m.vs:m.ve], given
-	}
+	p.give(lidx, ridx)
 	drop = p.beatenSized(f, left, llen, right, rlen) || p.where != nil && !p.holds()
-	p.s.given.raw, p.s.given.members = nil, nil
+	p.give(nil, nil)
 	p.s.forgetParents()
 	p.rec.Release()
 	return drop, true
 }
 
+// give makes lidx and ridx (nil: none) the indexes of the sides of the pair in p.rec, which
+// the select's columns and the where take rather than make: appendPair copied the sides as they
+// are, so an index of a side (offsets from its first byte) indexes its copy too.
+func (p *PairSelect) give(lidx, ridx []member) {
+	for side, idx := range [2][]member{lidx, ridx} {
+		g := &p.given[side]
+		g.raw, g.members = nil, nil
+		if idx != nil && len(p.rec.members) == 2 {
+			m := p.rec.members[side]
+			g.raw, g.members = p.joined[m.vs:m.ve], idx
+		}
+	}
+	if p.s != nil {
+		p.s.given = p.given
+	}
+}
+
+// borrowIndex is the where's exprEnv.borrow: the index of a side given to judge or fails, or of
+// a parent object the select looked up for the row being judged.
+func (p *PairSelect) borrowIndex(raw []byte, dst *[]member) bool {
+	return p.given[0].of(raw, dst) || p.given[1].of(raw, dst) || p.s != nil && p.s.parentIndexOf(raw, dst)
+}
+
 // fails reports whether the where does not hold for the pair {left: l, right: r} under key (both
-// there): the pair gives no row (JoinJudge for the where alone). No column is read, so neither
-// index need be forgotten here: the where's begin forgets its own, and the select's is untouched.
-func (p *PairSelect) fails(key []byte, left string, l []byte, right string, r []byte) bool {
+// there): the pair gives no row (JoinJudge for the where alone). lidx and ridx are as judge's.
+// No column is read, so neither index need be forgotten here: the where's begin forgets its
+// own, and the select's is untouched.
+func (p *PairSelect) fails(key []byte, left string, l []byte, lidx []member, right string, r []byte, ridx []member) bool {
 	p.setPair(key, left, l, right, r)
+	p.give(lidx, ridx)
 	drop := !p.holds()
+	p.give(nil, nil)
 	p.rec.Release()
 	return drop
 }
@@ -1231,23 +1269,35 @@ func (p *PairSelect) beatenSized(f ResultFilter, left string, llen int, right st
 	if p.fcol < 0 {
 		return false
 	}
-	size := 1 // the row's braces, less the comma its first column has not
+	if p.sizeBase == 0 || left != p.sizeL || right != p.sizeR {
+		p.sizeSides(left, right)
+	}
+	size := p.sizeBase + p.sizeNL*max(len(nullJSON), llen) + p.sizeNR*max(len(nullJSON), rlen)
+	raw, ok := p.s.column(&p.rec, p.fcol)
+	return ok && f.DropsBeaten(raw, size)
+}
+
+// sizeSides computes the terms of beatenSized's bound of a row's size for sides left and right:
+// each column writes its head, a colon and the member it copies, which is no longer than its
+// side's record (or null, when that member is missing).
+func (p *PairSelect) sizeSides(left, right string) {
+	p.sizeL, p.sizeR = left, right
+	p.sizeBase, p.sizeNL, p.sizeNR = 1, 0, 0 // the row's braces, less the comma its first column has not
 	for _, c := range p.s.cols {
 		side := c.field
 		if c.path.parts != nil {
 			side = c.path.parts[0]
 		}
-		n := len(nullJSON)
+		p.sizeBase += len(c.head) + 1
 		switch side {
 		case left:
-			n = max(n, llen)
+			p.sizeNL++
 		case right:
-			n = max(n, rlen)
+			p.sizeNR++
+		default:
+			p.sizeBase += len(nullJSON)
 		}
-		size += len(c.head) + 1 + n
 	}
-	raw, ok := p.s.column(&p.rec, p.fcol)
-	return ok && f.DropsBeaten(raw, size)
 }
 
 // holds reports whether the where is true on p.rec: false, null or an error is not.

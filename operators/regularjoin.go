@@ -125,7 +125,9 @@ type JoinJudge struct {
 	j     *RegularJoin
 	keep  []string
 	out   []byte
-	where bool // JudgeWhere's: it asks the where alone
+	where bool     // JudgeWhere's: it asks the where alone
+	idx   []member // scratch: Keep's index of u, then of its part
+	uidx  []member // Pair's index of the unique record's part
 }
 
 // Judge returns the join's JoinJudge for a filter of its results that ranks rows by the column
@@ -208,23 +210,61 @@ func (jj *JoinJudge) Stored(st []byte) (u []byte, none, ok bool) {
 func (jj *JoinJudge) UniqueSide() byte { return byte(jj.j.unique) }
 
 // Keep appends to dst what Pair reads of the unique record u (Project's, after its tag and
-// side byte): its members that the judge reads, as an object.
+// side byte): its members that the judge reads, as an object (Kept's part), then that object's
+// index, which Pair takes rather than make it at each pair, and the object's length.
 func (jj *JoinJudge) Keep(dst, u []byte) []byte {
-	idx, err := indexObject(u, nil)
-	if err != nil {
-		return append(dst, u...) // not an object: the fold pairs it as it is too
+	at := len(dst)
+	var err error
+	if jj.idx, err = indexObject(u, jj.idx[:0]); err != nil {
+		dst = append(dst, u...) // not an object: the fold pairs it as it is too (no index)
+		return binary.LittleEndian.AppendUint32(dst, uint32(len(u)))
 	}
-	return appendMembers(dst, u, idx, jj.keep)
+	dst = appendMembers(dst, u, jj.idx, jj.keep)
+	n := len(dst) - at
+	if jj.idx, err = indexObject(dst[at:], jj.idx[:0]); err == nil {
+		for _, m := range jj.idx {
+			ks := uint32(m.ks)
+			if m.esc {
+				ks |= 1 << 31 // an offset is below 2^31 (indexObject refuses longer values)
+			}
+			dst = binary.LittleEndian.AppendUint32(dst, ks)
+			dst = binary.LittleEndian.AppendUint32(dst, uint32(m.ke))
+			dst = binary.LittleEndian.AppendUint32(dst, uint32(m.vs))
+			dst = binary.LittleEndian.AppendUint32(dst, uint32(m.ve))
+		}
+	}
+	return binary.LittleEndian.AppendUint32(dst, uint32(n))
+}
+
+// Kept returns the unique record's part of what Keep wrote (kept): the object Pair pairs.
+func (jj *JoinJudge) Kept(kept []byte) []byte {
+	return kept[:binary.LittleEndian.Uint32(kept[len(kept)-4:])]
+}
+
+// keptIndexed returns the object of what Keep wrote and its index (nil: none).
+func (jj *JoinJudge) keptIndexed(kept []byte) ([]byte, []member) {
+	u := jj.Kept(kept)
+	enc := kept[len(u) : len(kept)-4]
+	if len(enc) == 0 {
+		return u, nil
+	}
+	jj.uidx = jj.uidx[:0]
+	for ; len(enc) >= 16; enc = enc[16:] {
+		ks := binary.LittleEndian.Uint32(enc)
+		jj.uidx = append(jj.uidx, member{ks: int32(ks &^ (1 << 31)), ke: int32(binary.LittleEndian.Uint32(enc[4:])),
+			vs: int32(binary.LittleEndian.Uint32(enc[8:])), ve: int32(binary.LittleEndian.Uint32(enc[12:])), esc: ks>>31 == 1})
+	}
+	return u, jj.uidx
 }
 
 // Pair reports whether the pair of in (Project's input of the other side, after its tag: its
 // side byte, then the record projected from rec, the decoded record) and the key's unique
-// record, of which u is Keep's part and ulen the whole record's length, would not be written at
+// record, of which kept is what Keep wrote and ulen the whole record's length, would not be written at
 // the fold: f drops its row, or the where does not hold (JudgeWhere's judge asks the where
 // alone, not f). judged false: it cannot tell. It
 // pairs rec as it is, with its index, where the fold pairs in: the where and the columns read
 // only members that Project keeps, as they are.
-func (jj *JoinJudge) Pair(f ResultFilter, key, in []byte, rec *Record, u []byte, ulen int) (drop, judged bool) {
+func (jj *JoinJudge) Pair(f ResultFilter, key, in []byte, rec *Record, kept []byte, ulen int) (drop, judged bool) {
 	j := jj.j
 	if len(in) < 1 || int(in[0]) == j.unique || in[0] > sideRight {
 		return false, false
@@ -236,17 +276,17 @@ func (jj *JoinJudge) Pair(f ResultFilter, key, in []byte, rec *Record, u []byte,
 	} else {
 		idx = nil
 	}
+	u, uidx := jj.keptIndexed(kept)
 	if jj.where {
-		l, r := v, u
 		if j.unique == sideLeft {
-			l, r = u, v
+			return j.sel.fails(key, j.left, u, uidx, j.right, v, idx), true
 		}
-		return j.sel.fails(key, j.left, l, j.right, r), true
+		return j.sel.fails(key, j.left, v, idx, j.right, u, uidx), true
 	}
 	if j.unique == sideLeft {
-		return j.sel.judge(f, key, j.left, u, ulen, j.right, v, vlen, idx, false)
+		return j.sel.judge(f, key, j.left, u, ulen, uidx, j.right, v, vlen, idx)
 	}
-	return j.sel.judge(f, key, j.left, v, vlen, j.right, u, ulen, idx, true)
+	return j.sel.judge(f, key, j.left, v, vlen, idx, j.right, u, ulen, uidx)
 }
 
 // Attributes: the join sorts its input in backlog (by key) and emits as pairs complete.

@@ -273,7 +273,7 @@ func (jf *joinFilter) hold(s, key, u []byte) {
 	}
 	keyLen := len(key)
 	if jf.rekey != nil {
-		row, err := jf.judge.UniqueRow(key, jf.arena[off:])
+		row, err := jf.judge.UniqueRow(key, jf.judge.Kept(jf.arena[off:]))
 		if err != nil {
 			jf.arena = jf.arena[:off]
 			return
