@@ -866,6 +866,7 @@ type PairSelect struct {
 	rec    Record
 	out    []byte
 	joined []byte // the joined record pair writes
+	names  pairNames
 	// given: the indexes of the sides of the pair being judged (judge, fails), which the where
 	// borrows (borrowIndex) and the select takes (selectStage.given).
 	given [2]givenIndex
@@ -1143,7 +1144,7 @@ func (p *PairSelect) pair(f ResultFilter, key []byte, left string, l []byte, rig
 // setPair makes p.rec the joined record {left: l, right: r} under key, indexed as it is written.
 func (p *PairSelect) setPair(key []byte, left string, l []byte, right string, r []byte) {
 	p.rec.Release()
-	p.joined, p.rec.members = appendPair(p.joined[:0], p.rec.members, left, l, right, r)
+	p.joined, p.rec.members = appendPair(p.joined[:0], p.rec.members, &p.names, left, l, right, r)
 	p.rec.Key, p.rec.Value = key, p.joined
 	p.rec.setIndexed(p.joined, nil)
 }

@@ -1,6 +1,7 @@
 package operators
 
 import (
+	"bytes"
 	"fmt"
 
 	"github.com/sluice-dev/sluice/configs"
@@ -89,18 +90,41 @@ func (j *join) Apply(r *Record) (bool, error) {
 	return true, nil
 }
 
+// pairNames is the side names of a join's pairs as appendPair writes them, each a JSON string
+// and its colon, made again only when the names change (a join's are its own for ever).
+type pairNames struct {
+	left, right string
+	enc         [2][]byte
+	esc         [2]bool // the name has a backslash escape
+}
+
+// of returns n encoding left and right.
+func (n *pairNames) of(left, right string) *pairNames {
+	if n.enc[0] == nil || left != n.left || right != n.right {
+		n.left, n.right = left, right
+		for side, name := range [2]string{left, right} {
+			n.enc[side] = append(jsonstr.AppendString(n.enc[side][:0], name), ':')
+			n.esc[side] = bytes.IndexByte(n.enc[side], '\\') >= 0
+		}
+	}
+	return n
+}
+
 // appendPair appends the joined record {left: l, right: r} of a stream-stream join to dst (a
-// nil side is null) and returns it with idx, the index of its two members.
-func appendPair(dst []byte, idx []member, left string, l []byte, right string, r []byte) ([]byte, []member) {
+// nil side is null) and returns it with idx, the index of its two members; names caches the
+// side names' encoding.
+func appendPair(dst []byte, idx []member, names *pairNames, left string, l []byte, right string, r []byte) ([]byte, []member) {
 	idx = idx[:0]
+	names = names.of(left, right)
 	out := append(dst, '{')
-	for side, name := range [2]string{left, right} {
+	for side, enc := range names.enc {
 		v := l
 		if side == 1 {
 			out, v = append(out, ','), r
 		}
-		var m member
-		out, m = appendMemberName(out, name)
+		m := member{ks: int32(len(out) + 1), ke: int32(len(out) + len(enc) - 2), esc: names.esc[side]}
+		out = append(out, enc...)
+		m.vs = int32(len(out))
 		if v == nil {
 			out = append(out, "null"...)
 		} else {
@@ -117,9 +141,9 @@ func appendPair(dst []byte, idx []member, left string, l []byte, right string, r
 // it again. It reports whether it emitted it: false when sel's where does not hold for the pair.
 //
 // anyOK: the caller does not read the result (see PairSelect.pair).
-func emitPair(ctx Context, sel *PairSelect, buf *[]byte, key []byte, left string, l []byte, right string, r []byte, anyOK bool) (bool, error) {
+func emitPair(ctx Context, sel *PairSelect, buf *[]byte, names *pairNames, key []byte, left string, l []byte, right string, r []byte, anyOK bool) (bool, error) {
 	if sel == nil {
-		*buf, _ = appendPair((*buf)[:0], nil, left, l, right, r)
+		*buf, _ = appendPair((*buf)[:0], nil, names, left, l, right, r)
 		ctx.Emit(*buf)
 		return true, nil
 	}

@@ -42,9 +42,10 @@ type RegularJoin struct {
 	// nil: the whole record.
 	keep [2][]string
 
-	ends []uint32 // scratch: the other side's records, by their ends, last first
-	out  []byte
-	st   []byte
+	ends  []uint32 // scratch: the other side's records, by their ends, last first
+	out   []byte
+	names pairNames
+	st    []byte
 }
 
 // rjTrailer is the size of a record's trailer in the state: side, length, two links.
@@ -128,6 +129,7 @@ type JoinJudge struct {
 	where bool     // JudgeWhere's: it asks the where alone
 	idx   []member // scratch: Keep's index of u, then of its part
 	uidx  []member // Pair's index of the unique record's part
+	names pairNames
 }
 
 // Judge returns the join's JoinJudge for a filter of its results that ranks rows by the column
@@ -182,7 +184,7 @@ func (jj *JoinJudge) UniqueRow(key, u []byte) ([]byte, error) {
 	if j.unique == sideLeft {
 		l, r = u, []byte("{}")
 	}
-	jj.out, _ = appendPair(jj.out[:0], nil, j.left, l, j.right, r)
+	jj.out, _ = appendPair(jj.out[:0], nil, &jj.names, j.left, l, j.right, r)
 	return j.sel.Row(key, jj.out)
 }
 
@@ -475,7 +477,7 @@ func (j *RegularJoin) emit(ctx Context, key []byte, side byte, value, other []by
 	if side == sideRight {
 		l, r = other, value
 	}
-	_, err := emitPair(ctx, j.sel, &j.out, key, j.left, l, j.right, r, true)
+	_, err := emitPair(ctx, j.sel, &j.out, &j.names, key, j.left, l, j.right, r, true)
 	return err
 }
 

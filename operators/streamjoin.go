@@ -37,9 +37,10 @@ type StreamJoin struct {
 	kind        string
 	sel         *PairSelect
 
-	recs []sjRecord // decoded state, scratch
-	out  []byte
-	st   []byte
+	recs  []sjRecord // decoded state, scratch
+	out   []byte
+	names pairNames
+	st    []byte
 }
 
 // sjRecord is one buffered record.
@@ -191,7 +192,7 @@ func (j *StreamJoin) OnTimer(ctx Context, key []byte, at int64) error {
 // emitPair emits {"<left>": l, "<right>": r}, null for a nil side (its select's columns, with
 // one), and reports whether it did (a pair its where does not hold for is not emitted).
 func (j *StreamJoin) emitPair(ctx Context, key, l, r []byte) (bool, error) {
-	return emitPair(ctx, j.sel, &j.out, key, j.left, l, j.right, r, false) // paired: the where held
+	return emitPair(ctx, j.sel, &j.out, &j.names, key, j.left, l, j.right, r, false) // paired: the where held
 }
 
 // store writes the records back (or deletes the key's state when none is left) and sets the
