@@ -1,11 +1,8 @@
 package operators
 
 import (
-	"bytes"
 	"strings"
 	"unsafe"
-
-	"github.com/sluice-dev/sluice/operators/internal/jsonstr"
 )
 
 // Record is one decoded input record.
@@ -135,18 +132,6 @@ type path struct {
 }
 
 func newPath(s string) path { return path{text: s, parts: strings.Split(s, ".")} }
-
-// appendMemberName appends a member's name and colon, "name":, to out and returns the member's
-// index entry for it (its value starts at the end of out; ve is the caller's to set).
-func appendMemberName(out []byte, name string) ([]byte, member) {
-	m := member{ks: int32(len(out) + 1)}
-	out = jsonstr.AppendString(out, name)
-	m.ke = int32(len(out) - 1)
-	m.esc = bytes.IndexByte(out[m.ks:m.ke], '\\') >= 0
-	out = append(out, ':')
-	m.vs = int32(len(out))
-	return out, m
-}
 
 // setIndexedValue installs a rewritten Value built in the buffer from scratchValue, with idx,
 // the index of its members the writer made, and returns the index slice it replaced, for the
