@@ -116,7 +116,11 @@ func expandAggregate(op Operator) []Operator {
 	}
 	var ops []Operator
 	mark := func(o Operator) Operator { o.expandedFrom = op.Name; return o }
-	groups := strings.Join(splitFields(a.GroupBy), ", ")
+	var texts []string
+	for _, p := range SplitGroupBy(a.GroupBy) {
+		texts = append(texts, p.Text)
+	}
+	groups := strings.Join(texts, ", ")
 	if len(values) == 1 && len(plain) == 0 {
 		// The distinct's results, summed per group by the aggregate itself.
 		d := distinctName(op.Name, values[0])
@@ -127,7 +131,7 @@ func expandAggregate(op Operator) []Operator {
 		}
 		return append(ops, Operator{Name: op.Name, Output: op.Output, Aggregate: &Aggregate{Input: d, GroupBy: a.GroupBy, Fields: fields, Emit: a.Emit, Window: a.Window, WindowFinals: a.Window != nil}})
 	}
-	cg := &Cogroup{Fields: map[string]map[string]any{}, Emit: a.Emit, KeyColumns: len(splitFields(a.GroupBy)) > 1, Window: a.Window}
+	cg := &Cogroup{Fields: map[string]map[string]any{}, Emit: a.Emit, KeyColumns: len(SplitGroupBy(a.GroupBy)) > 1, Window: a.Window}
 	if len(plain) > 0 {
 		by := op.Name + "-by"
 		ops = append(ops, mark(Operator{Name: by, Rekey: &Rekey{Input: a.Input, By: a.GroupBy}}))
@@ -155,15 +159,6 @@ func expandAggregate(op Operator) []Operator {
 		}
 	}
 	return append(ops, Operator{Name: op.Name, Output: op.Output, Cogroup: cg})
-}
-
-// splitFields splits a comma-separated list of field paths, trimmed.
-func splitFields(s string) []string {
-	parts := strings.Split(s, ",")
-	for i := range parts {
-		parts[i] = strings.TrimSpace(parts[i])
-	}
-	return parts
 }
 
 // cmpOr returns s, or d when s is empty.

@@ -818,10 +818,10 @@ func checkAggregate(kp string, a *Aggregate) *Error {
 		if msg := checkGroupBy(a.GroupBy); msg != "" {
 			return errorf(kp+".group_by", "%s; or leave it out to group by the input's key", msg)
 		}
-		if parts := strings.Split(a.GroupBy, ","); len(parts) > 1 {
-			for _, p := range parts {
-				if _, ok := a.Fields[strings.TrimSpace(p)]; ok {
-					return errorf(kp+".fields."+strings.TrimSpace(p), "is a column of the composite group_by key (the output carries it); rename the field")
+		if names := GroupByNames(a.GroupBy); len(names) > 1 {
+			for _, n := range names {
+				if _, ok := a.Fields[n]; ok {
+					return errorf(kp+".fields."+n, "is a column of the composite group_by key (the output carries it); rename the field")
 				}
 			}
 		}
@@ -1008,18 +1008,23 @@ func checkTopic(key, t string) *Error {
 // key).
 func checkGroupBy(spec string) string {
 	seen := map[string]bool{}
-	for p := range strings.SplitSeq(spec, ",") {
-		p = strings.TrimSpace(p)
-		if p == "" {
-			return fmt.Sprintf("invalid group_by %q (want field paths separated by ',', e.g. bidder, auction)", spec)
+	for _, p := range SplitGroupBy(spec) {
+		switch {
+		case p.Text == "":
+			return fmt.Sprintf("invalid group_by %q (want field paths or name: expression parts separated by ',', e.g. bidder, auction or auction, day: date_format(dateTime, 'yyyy-MM-dd'))", spec)
+		case p.Expr == "" && p.Name != p.Text:
+			return fmt.Sprintf("%q has no expression after its name (want name: expression)", p.Text)
+		case p.Expr == "" && strings.ContainsAny(p.Text, "()"):
+			return fmt.Sprintf("%q looks like an expression: name its key column, e.g. day: %s", p.Text, p.Text)
+		case p.Expr == "":
+			if msg := checkFieldPath(p.Text); msg != "" {
+				return msg
+			}
 		}
-		if msg := checkFieldPath(p); msg != "" {
-			return msg
+		if seen[p.Name] {
+			return fmt.Sprintf("key column %q is listed twice", p.Name)
 		}
-		if seen[p] {
-			return fmt.Sprintf("field path %q is listed twice", p)
-		}
-		seen[p] = true
+		seen[p.Name] = true
 	}
 	return ""
 }
@@ -1187,7 +1192,7 @@ func checkCountDistinct(kp string, a *Aggregate) *Error {
 			return errorf(key, "count_distinct takes tumbling or hopping windows, not sessions (a value's sessions merge); use window: {tumbling: ...}, or group by a column holding the window (e.g. a map's date_format)")
 		case a.Retractions:
 			return errorf(key, "count_distinct cannot take a retraction back (a value's first record may be the one retracted); use it over rows that never change")
-		case slices.Contains(splitFields(a.GroupBy), sp.Field):
+		case slices.Contains(GroupByNames(a.GroupBy), sp.Field):
 			return errorf(key, "counts the distinct values of %s, a group_by field (always 1)", sp.Field)
 		}
 		if perValue[sp.Field]++; perValue[sp.Field] > maxDistinctFlags {

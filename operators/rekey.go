@@ -8,6 +8,8 @@ import (
 
 	"github.com/expr-lang/expr"
 
+	"github.com/sluice-dev/sluice/configs"
+
 	"github.com/sluice-dev/sluice/operators/internal/jsonstr"
 )
 
@@ -15,15 +17,19 @@ import (
 // (e.g. customers.region), whose string value is the key as its text and a number as its JSON
 // text; or several, separated by commas ("bidder, auction"), whose key is a JSON object of the
 // fields by path, in the order given ({"bidder":7,"auction":1001}), as Flink's upsert-kafka
-// writes a composite key in JSON. It is not safe for concurrent use (one per task).
+// writes a composite key in JSON. A part may be a column an expression computes instead, named
+// before a colon (day: date_format(dateTime, 'yyyy-MM-dd')): its value in place of a field's,
+// under that name. It is not safe for concurrent use (one per task).
 type Rekey struct {
 	name  string
-	paths []path
-	names [][]byte // with several paths: each path's member name in the key, a JSON string and its colon
+	paths []path     // each part's path (empty for an expression's)
+	progs []*program // each part's expression (nil for a path's)
+	names [][]byte   // with several parts: each one's member name in the key, a JSON string and its colon
 	buf   []byte
 	// By an expression (NewRekeyExpr) instead of paths: its program, evaluated on each record.
 	prog *program
-	env  exprEnv
+	what string  // what prog is, for a dead letter's reason: expr, or the group_by column
+	env  exprEnv // the expressions' (prog's, or progs')
 }
 
 // NewRekeyExpr returns the re-keying of the operator name by the expression src (rekey.expr):
@@ -36,42 +42,49 @@ func NewRekeyExpr(name, src string) (*Rekey, error) {
 	if err != nil {
 		return nil, err
 	}
-	k := &Rekey{name: name, prog: p}
+	k := &Rekey{name: name, prog: p, what: "expr"}
 	k.env.addProgram(p)
 	return k, nil
 }
 
 // NewRekey returns the re-keying of the operator (or topic) name by group_by spec: one field
-// path, or several separated by commas.
+// path or name: expression part, or several separated by commas (configs.SplitGroupBy).
 func NewRekey(name, spec string) (*Rekey, error) {
 	k := &Rekey{name: name}
-	for _, p := range SplitGroupBy(spec) {
-		cp, err := checkedPath(p)
+	parts := configs.SplitGroupBy(spec)
+	for _, p := range parts {
+		if p.Expr != "" {
+			prog, err := compile(name, p.Expr, expr.AsAny())
+			if err != nil {
+				return nil, fmt.Errorf("%w (group_by %s)", err, p.Name)
+			}
+			k.env.addProgram(prog)
+			k.paths, k.progs = append(k.paths, path{text: p.Name}), append(k.progs, prog)
+			continue
+		}
+		cp, err := checkedPath(p.Text)
 		if err != nil {
 			return nil, fmt.Errorf("operators: %s: group_by: %w", name, err)
 		}
-		k.paths = append(k.paths, cp)
+		k.paths, k.progs = append(k.paths, cp), append(k.progs, nil)
 	}
-	if len(k.paths) == 0 {
-		return nil, fmt.Errorf("operators: %s: group_by: no field path", name)
-	}
-	if len(k.paths) > 1 {
-		for _, p := range k.paths {
-			k.names = append(k.names, append(jsonstr.AppendString(nil, p.text), ':'))
+	if len(parts) > 1 {
+		for _, p := range parts {
+			k.names = append(k.names, append(jsonstr.AppendString(nil, p.Name), ':'))
 		}
+	}
+	switch {
+	case !slices.ContainsFunc(k.progs, func(p *program) bool { return p != nil }):
+		k.progs = nil
+	case len(parts) == 1: // an expression alone: its value is the key, as rekey.expr's
+		k.prog, k.progs, k.what = k.progs[0], nil, "group_by "+parts[0].Name
 	}
 	return k, nil
 }
 
-// SplitGroupBy splits a group_by spec into its field paths (trimmed; empty parts kept, for the
-// caller to refuse).
-func SplitGroupBy(spec string) []string {
-	parts := strings.Split(spec, ",")
-	for i := range parts {
-		parts[i] = strings.TrimSpace(parts[i])
-	}
-	return parts
-}
+// SplitGroupBy returns the key columns of a group_by spec (trimmed; empty parts kept, for the
+// caller to refuse): each part's path, or its expression's name.
+func SplitGroupBy(spec string) []string { return configs.GroupByNames(spec) }
 
 // Name returns the name given to NewRekey.
 func (k *Rekey) Name() string { return k.name }
@@ -80,15 +93,24 @@ func (k *Rekey) Name() string { return k.name }
 // an expression, the members it reads, or nil when it reads more than members (the event time,
 // $env).
 func (k *Rekey) Members() []string {
-	if k.prog != nil {
+	if k.prog != nil || k.progs != nil {
 		if k.env.ts || k.env.all {
 			return nil
 		}
+	}
+	if k.prog != nil {
 		return slices.Clone(k.env.names)
 	}
-	out := make([]string, len(k.paths))
+	var out []string
 	for i, p := range k.paths {
-		out[i] = p.parts[0]
+		if k.progs == nil || k.progs[i] == nil {
+			out = append(out, p.parts[0])
+		}
+	}
+	for _, n := range k.env.names {
+		if !slices.Contains(out, n) {
+			out = append(out, n)
+		}
 	}
 	return out
 }
@@ -98,6 +120,9 @@ func (k *Rekey) Members() []string {
 func (k *Rekey) Key(r *Record) ([]byte, error) {
 	if k.prog != nil {
 		return k.exprKey(r)
+	}
+	if k.progs != nil {
+		return k.partsKey(r)
 	}
 	if len(k.paths) == 1 {
 		raw, err := k.field(r, k.paths[0])
@@ -146,13 +171,9 @@ func (k *Rekey) exprKey(r *Record) ([]byte, error) {
 	if err := k.env.begin(r); err != nil {
 		return nil, &Error{Operator: k.name, Reason: err.Error()}
 	}
-	v, ok := k.env.runTyped(k.prog)
-	if !ok {
-		x, err := k.env.run(k.prog)
-		if err != nil {
-			return nil, &Error{Operator: k.name, Reason: "expr: " + k.env.reason(err)}
-		}
-		v = fvalOf(x)
+	v, err := k.value(k.prog, k.what)
+	if err != nil {
+		return nil, err
 	}
 	switch v.k {
 	case fInt:
@@ -161,10 +182,63 @@ func (k *Rekey) exprKey(r *Record) ([]byte, error) {
 		k.buf = append(k.buf[:0], v.x.(string)...)
 	case fDec:
 		k.buf = appendDec(k.buf[:0], v.decimal())
-	case fNil:
-		return nil, &Error{Operator: k.name, Reason: "expr: the key is null (a member it reads is missing or null)"}
-	default:
-		return nil, &Error{Operator: k.name, Reason: fmt.Sprintf("expr: the key is %s, want a string or a number", typeName(v.box()))}
 	}
 	return k.buf, nil
+}
+
+// value evaluates p on the record of the env's last begin: a string or a number, else an
+// *Error whose reason starts with what (the setting, or the group_by column, p is).
+func (k *Rekey) value(p *program, what string) (fval, error) {
+	v, ok := k.env.runTyped(p)
+	if !ok {
+		x, err := k.env.run(p)
+		if err != nil {
+			return v, &Error{Operator: k.name, Reason: what + ": " + k.env.reason(err)}
+		}
+		v = fvalOf(x)
+	}
+	switch v.k {
+	case fInt, fStr, fDec:
+		return v, nil
+	case fNil:
+		return v, &Error{Operator: k.name, Reason: what + ": the key is null (a member it reads is missing or null)"}
+	}
+	return v, &Error{Operator: k.name, Reason: fmt.Sprintf("%s: the key is %s, want a string or a number", what, typeName(v.box()))}
+}
+
+// partsKey is Key by a group_by of several parts, some of them expressions: the JSON object of
+// each part's value (a string as a JSON string, a number as
+// its text: the same text a field holding that value gives).
+func (k *Rekey) partsKey(r *Record) ([]byte, error) {
+	if err := k.env.begin(r); err != nil {
+		return nil, &Error{Operator: k.name, Reason: err.Error()}
+	}
+	k.buf = append(k.buf[:0], '{')
+	for i, p := range k.paths {
+		if i > 0 {
+			k.buf = append(k.buf, ',')
+		}
+		k.buf = append(k.buf, k.names[i]...)
+		if k.progs[i] == nil {
+			raw, err := k.field(r, p)
+			if err != nil {
+				return nil, err
+			}
+			k.buf = append(k.buf, raw...)
+			continue
+		}
+		v, err := k.value(k.progs[i], "group_by "+p.text)
+		if err != nil {
+			return nil, err
+		}
+		switch v.k {
+		case fInt:
+			k.buf = strconv.AppendInt(k.buf, v.i, 10)
+		case fStr:
+			k.buf = jsonstr.AppendString(k.buf, v.x.(string))
+		case fDec:
+			k.buf = appendDec(k.buf, v.decimal())
+		}
+	}
+	return append(k.buf, '}'), nil
 }

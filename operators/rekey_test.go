@@ -27,6 +27,19 @@ func TestRekey(t *testing.T) {
 		{spec: "bidder, auction", value: `{"bidder":7}`, err: `group_by field "auction" missing`},
 		{spec: "bidder, auction", value: `{"bidder":7,"auction":[1]}`, err: `group_by field "auction" is an array, want a string or a number`},
 		{spec: "bidder", value: `{"bidder":null}`, err: `group_by field "bidder" is null, want a string or a number`},
+		// Expressions as key columns: a composite key's member is the value as a field holding
+		// it gives; alone, the value is the key as rekey.expr's.
+		{spec: "auction, day: date_format(dateTime, 'yyyy-MM-dd')", value: `{"auction":1001,"dateTime":1436918400001}`,
+			want: `{"auction":1001,"day":"2015-07-15"}`},
+		{spec: "w: dateTime - dateTime % 10000, auction", value: `{"auction":"a\"1","dateTime":1436918412345}`,
+			want: `{"w":1436918410000,"auction":"a\"1"}`},
+		{spec: "p: price * 0.908, s: lower(name) + \"\\\"\"", value: `{"price":10,"name":"AB"}`, want: `{"p":9.08,"s":"ab\""}`},
+		{spec: "day: date_format(dateTime, 'yyyy-MM-dd')", value: `{"dateTime":1436918400001}`, want: `2015-07-15`},
+		{spec: "auction, day: date_format(dateTime, 'yyyy-MM-dd')", value: `{"auction":1}`,
+			err: `group_by day: the key is null (a member it reads is missing or null)`},
+		{spec: "auction, ok: price > 1", value: `{"auction":1,"price":2}`, err: `group_by ok: the key is bool, want a string or a number`},
+		{spec: "day: date_format(dateTime, 'yyyy-MM-dd')", value: `{"x":1}`,
+			err: `group_by day: the key is null (a member it reads is missing or null)`},
 	} {
 		k, err := NewRekey("q", tc.spec)
 		if err != nil {
@@ -55,9 +68,26 @@ func TestRekey(t *testing.T) {
 			t.Errorf("composite key %s is not JSON", got)
 		}
 	}
-	for _, bad := range []string{"", "a,,b", "a,", "a..b"} {
+	for _, bad := range []string{"", "a,,b", "a,", "a..b", "a, day: date_format(", "a, b: c +"} {
 		if _, err := NewRekey("q", bad); err == nil {
 			t.Errorf("NewRekey(%q) accepted", bad)
+		}
+	}
+	// Members: the paths' top members, then what the expressions read; nil when one reads the
+	// event time.
+	for spec, want := range map[string][]string{
+		"bid.auction, day: date_format(dateTime, 'yyyy-MM-dd')":   {"bid", "dateTime"},
+		"w: dateTime - dateTime % 10000, auction, n: auction + 1": {"auction", "dateTime"},
+		"auction, t: ts - ts % 1000":                              nil,
+	} {
+		k, err := NewRekey("q", spec)
+		if err != nil {
+			t.Fatalf("NewRekey(%q): %v", spec, err)
+		}
+		got := k.Members()
+		slices.Sort(got)
+		if !slices.Equal(got, want) {
+			t.Errorf("%q: Members() = %q, want %q", spec, got, want)
 		}
 	}
 }
