@@ -124,14 +124,14 @@ func windowed(op *configs.Operator) bool {
 }
 
 // keepsPartition reports whether a group_by over records that went through stages keeps them in
-// their input partition: the source's key is a field (key), one of the group_by's paths is
-// that field, and every stage leaves it as it is (a filter; a map's select that copies it by
+// their input partition: the source's key is a field (key), one of the group_by's paths (not
+// an expression's column) is that field, and every stage leaves it as it is (a filter; a map's select that copies it by
 // name, a map's set that does not assign it). The input is partitioned by its key (as every
 // keyed operator reading a source assumes), so all the records of one group key are in one
 // partition. A stream-table join adds a member and is not looked into: false.
 func keepsPartition(stages []configs.Operator, key, groupBy string) bool {
-	if key == "" || !slices.Contains(operators.SplitGroupBy(groupBy), key) {
-		return false
+	if key == "" || !slices.ContainsFunc(configs.SplitGroupBy(groupBy), func(p configs.GroupByPart) bool { return p.Expr == "" && p.Text == key }) {
+		return false // an expression's column, even one named like the key, may not be the key's value
 	}
 	top, _, _ := strings.Cut(key, ".")
 	for _, s := range stages {
