@@ -547,6 +547,12 @@ func (a *Aggregate) filter(mask uint64, r *Record) (uint64, error) {
 		if mask&(1<<i) == 0 {
 			continue
 		}
+		if v, ok := a.env.runTyped(p); ok && v.k == fBool { // the tree's answer, unboxed
+			if v.b {
+				pass |= 1 << i
+			}
+			continue
+		}
 		out, err := a.env.run(p)
 		if err != nil {
 			return 0, &Error{Operator: a.name, Reason: fmt.Sprintf("where %s: %s", a.whereText[i], a.env.reason(err))}
