@@ -9,7 +9,6 @@ import (
 	"github.com/expr-lang/expr"
 
 	"github.com/sluice-dev/sluice/configs"
-
 	"github.com/sluice-dev/sluice/operators/internal/jsonstr"
 )
 
@@ -24,6 +23,7 @@ type Rekey struct {
 	name  string
 	paths []path     // each part's path (empty for an expression's)
 	progs []*program // each part's expression (nil for a path's)
+	whats []string   // each expression's label in a dead letter's reason: group_by <name>
 	names [][]byte   // with several parts: each one's member name in the key, a JSON string and its colon
 	buf   []byte
 	// By an expression (NewRekeyExpr) instead of paths: its program, evaluated on each record.
@@ -60,13 +60,14 @@ func NewRekey(name, spec string) (*Rekey, error) {
 			}
 			k.env.addProgram(prog)
 			k.paths, k.progs = append(k.paths, path{text: p.Name}), append(k.progs, prog)
+			k.whats = append(k.whats, "group_by "+p.Name)
 			continue
 		}
 		cp, err := checkedPath(p.Text)
 		if err != nil {
 			return nil, fmt.Errorf("operators: %s: group_by: %w", name, err)
 		}
-		k.paths, k.progs = append(k.paths, cp), append(k.progs, nil)
+		k.paths, k.progs, k.whats = append(k.paths, cp), append(k.progs, nil), append(k.whats, "")
 	}
 	if len(parts) > 1 {
 		for _, p := range parts {
@@ -77,7 +78,7 @@ func NewRekey(name, spec string) (*Rekey, error) {
 	case !slices.ContainsFunc(k.progs, func(p *program) bool { return p != nil }):
 		k.progs = nil
 	case len(parts) == 1: // an expression alone: its value is the key, as rekey.expr's
-		k.prog, k.progs, k.what = k.progs[0], nil, "group_by "+parts[0].Name
+		k.prog, k.progs, k.what = k.progs[0], nil, k.whats[0]
 	}
 	return k, nil
 }
@@ -207,8 +208,8 @@ func (k *Rekey) value(p *program, what string) (fval, error) {
 }
 
 // partsKey is Key by a group_by of several parts, some of them expressions: the JSON object of
-// each part's value (a string as a JSON string, a number as
-// its text: the same text a field holding that value gives).
+// each part's value (a string as a JSON string, a number as its text: the same text a field
+// holding that value gives).
 func (k *Rekey) partsKey(r *Record) ([]byte, error) {
 	if err := k.env.begin(r); err != nil {
 		return nil, &Error{Operator: k.name, Reason: err.Error()}
@@ -227,7 +228,7 @@ func (k *Rekey) partsKey(r *Record) ([]byte, error) {
 			k.buf = append(k.buf, raw...)
 			continue
 		}
-		v, err := k.value(k.progs[i], "group_by "+p.text)
+		v, err := k.value(k.progs[i], k.whats[i])
 		if err != nil {
 			return nil, err
 		}
