@@ -42,7 +42,8 @@ func (e *Engine) checkpointFailed(err error) error {
 	f.same = f.n == 0 || f.same && text == f.last
 	f.n++
 	f.last = text
-	e.m.ckptFailures.Set(float64(f.n))
+	// The gauge moves last: whoever sees the count sees the alarm and its ERROR already there.
+	defer e.m.ckptFailures.Set(float64(f.n))
 	limit := max(e.o.Config.Processing.MaxCheckpointFailures, 1)
 	alarm := min(alarmFailures, limit)
 	if f.n >= alarm {
