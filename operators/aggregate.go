@@ -208,7 +208,7 @@ func newAggregate(name string, cfg configs.Aggregate, inputs []string, from map[
 		return nil, fmt.Errorf("operators: %s: aggregate has no fields", name)
 	}
 	reserved := []string{"", "key", "window_start", "window_end"}
-	if parts := SplitGroupBy(cfg.GroupBy); len(parts) > 1 {
+	if parts := configs.GroupByNames(cfg.GroupBy); len(parts) > 1 {
 		a.keyColumns = true
 		reserved = append(reserved, parts...)
 	}

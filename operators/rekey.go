@@ -83,10 +83,6 @@ func NewRekey(name, spec string) (*Rekey, error) {
 	return k, nil
 }
 
-// SplitGroupBy returns the key columns of a group_by spec (trimmed; empty parts kept, for the
-// caller to refuse): each part's path, or its expression's name.
-func SplitGroupBy(spec string) []string { return configs.GroupByNames(spec) }
-
 // Name returns the name given to NewRekey.
 func (k *Rekey) Name() string { return k.name }
 
